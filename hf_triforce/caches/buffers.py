@@ -1,0 +1,73 @@
+"""A growable key/value buffer shared by the cache layers: in-place appends, cheap crops."""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVBuffer:
+    """Preallocated ``[batch, kv_heads, capacity, head_dim]`` key and value storage.
+
+    ``keys``/``values`` are views of the first ``length`` slots. Appending writes in place (no copy of
+    the whole cache per token, unlike ``torch.cat``); the storage doubles when it runs out.
+
+    Example:
+        >>> buf = KVBuffer(capacity=4)
+        >>> k = torch.randn(1, 2, 3, 8)
+        >>> keys, values = buf.append(k, k)
+        >>> keys.shape
+        torch.Size([1, 2, 3, 8])
+    """
+
+    def __init__(self, capacity: int = 0) -> None:
+        self.capacity = capacity
+        self.length = 0
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+
+    @property
+    def keys(self) -> torch.Tensor:
+        return self._k[:, :, : self.length]
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self._v[:, :, : self.length]
+
+    def append(self, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``[B, H, q, D]`` states after the current end; returns the ``[B, H, length, D]`` views."""
+        end = self.length + key_states.shape[-2]
+        self.reserve(end, key_states)
+        self._k[:, :, self.length : end] = key_states
+        self._v[:, :, self.length : end] = value_states
+        self.length = end
+        return self.keys, self.values
+
+    def write(self, start: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Overwrite slots ``[start, start + q)`` and set the length to their end."""
+        self.length = start
+        self.append(key_states, value_states)
+
+    def reserve(self, size: int, like: torch.Tensor) -> None:
+        """Make room for ``size`` slots, keeping the stored ones."""
+        if self._k is not None and size <= self._k.shape[-2]:
+            return
+        capacity = max(size, self.capacity, 2 * (0 if self._k is None else self._k.shape[-2]))
+        shape = (*like.shape[:2], capacity, like.shape[-1])
+        new_k = like.new_empty(shape)
+        new_v = like.new_empty(shape)
+        if self._k is not None:
+            new_k[:, :, : self.length] = self.keys
+            new_v[:, :, : self.length] = self.values
+        self._k, self._v = new_k, new_v
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop the last ``|tokens_to_remove|`` slots (transformers' negative ``crop`` convention)."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop expects a negative count (tokens to remove), got {tokens_to_remove}.")
+        self.length = max(0, self.length + tokens_to_remove)
+
+    def nbytes(self) -> int:
+        """Bytes held by the allocated storage (both keys and values)."""
+        if self._k is None:
+            return 0
+        return self._k.numel() * self._k.element_size() * 2

@@ -1,0 +1,99 @@
+"""Query-aware, GQA-aware chunk selection for the retrieval cache (pure tensor functions)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def chunk_means(keys: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """Mean key of each complete chunk.
+
+    Args:
+        keys: ``[B, H_kv, L, D]`` post-RoPE keys.
+        chunk_size: tokens per chunk.
+
+    Returns:
+        ``[B, H_kv, L // chunk_size, D]`` chunk summaries (a trailing partial chunk is left out).
+
+    Example:
+        >>> chunk_means(torch.ones(1, 2, 17, 4), 8).shape
+        torch.Size([1, 2, 2, 4])
+    """
+    b, h, length, d = keys.shape
+    n = length // chunk_size
+    return keys[:, :, : n * chunk_size].reshape(b, h, n, chunk_size, d).mean(dim=3)
+
+
+def score_chunks(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
+    """Score every chunk for every KV head with the query heads of its GQA group.
+
+    The score of chunk ``c`` for KV head ``h`` is ``sum_{g in group(h)} q_g . s_{h,c}``, i.e. the
+    query heads sharing KV head ``h`` (``H_q / H_kv`` consecutive heads, as ``repeat_kv`` lays them
+    out) are summed.
+
+    Args:
+        query: ``[B, H_q, D]`` post-RoPE query of the current token.
+        summaries: ``[B, H_kv, C, D]`` chunk summaries.
+
+    Returns:
+        ``[B, H_kv, C]`` scores.
+
+    Example:
+        >>> score_chunks(torch.ones(1, 4, 8), torch.ones(1, 2, 5, 8)).shape
+        torch.Size([1, 2, 5])
+    """
+    b, hq, d = query.shape
+    hkv = summaries.shape[1]
+    grouped = query.reshape(b, hkv, hq // hkv, d).sum(dim=2)
+    return torch.einsum("bhd,bhcd->bhc", grouped.to(summaries.dtype), summaries)
+
+
+def select_token_indices(
+    scores: torch.Tensor, length: int, chunk_size: int, budget: int, recent_window: int
+) -> torch.Tensor:
+    """Token indices of the sparse view: sink chunk + top-scoring chunks + recent tokens.
+
+    Chunk 0 (the attention sink) and the recent tokens ``[r, length)`` are always kept, where
+    ``r = floor((length - recent_window) / chunk_size) * chunk_size`` (so a trailing partial chunk is
+    always visible); the remaining budget is filled with the best-scoring whole chunks in between.
+    When ``length <= budget`` every token is kept.
+
+    Args:
+        scores: ``[B, H_kv, C]`` chunk scores for the ``C >= length // chunk_size`` complete chunks.
+        length: tokens in the full cache.
+        chunk_size: tokens per chunk.
+        budget: target number of tokens in the view (a multiple of ``chunk_size``).
+        recent_window: tokens always kept at the end.
+
+    Returns:
+        ``[B, H_kv, S]`` sorted token indices, ``S <= max(budget, length)`` and the same for every head.
+
+    Example:
+        >>> idx = select_token_indices(torch.arange(8.).view(1, 1, 8), 64, 8, 32, 8)
+        >>> idx[0, 0, :8].tolist(), idx.shape[-1]
+        ([0, 1, 2, 3, 4, 5, 6, 7], 32)
+    """
+    b, h = scores.shape[:2]
+    device = scores.device
+    if length <= budget:
+        return torch.arange(length, device=device).expand(b, h, length)
+    recent_start = max(chunk_size, (length - recent_window) // chunk_size * chunk_size)
+    candidates = recent_start // chunk_size - 1
+    k = min(candidates, (budget - chunk_size - (length - recent_start)) // chunk_size)
+    chunk_ids = _top_chunks(scores[:, :, 1 : 1 + candidates], max(k, 0)) + 1
+    offsets = torch.arange(chunk_size, device=device)
+    middle = (chunk_ids[..., None] * chunk_size + offsets).flatten(2)
+    sink = offsets.expand(b, h, chunk_size)
+    recent = torch.arange(recent_start, length, device=device).expand(b, h, length - recent_start)
+    return torch.cat([sink, middle, recent], dim=-1)
+
+
+def _top_chunks(scores: torch.Tensor, k: int) -> torch.Tensor:
+    if k == 0:
+        return scores.new_zeros((*scores.shape[:2], 0), dtype=torch.long)
+    return scores.topk(k, dim=-1).indices.sort(dim=-1).values
+
+
+def gather_tokens(states: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """Gather ``[B, H, S, D]`` states at per-head token ``indices`` ``[B, H, S]`` from ``[B, H, L, D]``."""
+    return states.gather(2, indices[..., None].expand(-1, -1, -1, states.shape[-1]))

@@ -1,0 +1,127 @@
+"""``StreamingLLMCache``: attention sinks + a recent window, for the level-0 draft model."""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from .buffers import KVBuffer
+
+
+def rotate_keys(keys: torch.Tensor, inv_freq: torch.Tensor, shift: int) -> torch.Tensor:
+    """Move RoPE-rotated keys by ``shift`` positions (a pure rotation, composable with RoPE).
+
+    Uses the ``rotate_half`` layout of Llama-style models: the first ``2 * len(inv_freq)`` channels
+    are rotated (all of them unless the model uses partial rotary embeddings).
+
+    Args:
+        keys: ``[B, H, S, D]`` keys rotated at positions ``p``.
+        inv_freq: ``[R]`` inverse frequencies of the rotary embedding (``R <= D / 2``).
+        shift: position delta; the result equals the keys rotated at ``p + shift``.
+
+    Returns:
+        ``[B, H, S, D]`` keys, same dtype.
+
+    Example:
+        >>> k = torch.randn(1, 1, 3, 8); f = 1.0 / 10000 ** (torch.arange(0, 8, 2) / 8)
+        >>> torch.allclose(rotate_keys(rotate_keys(k, f, 5), f, -5), k, atol=1e-5)
+        True
+    """
+    rot = 2 * inv_freq.shape[0]
+    angles = (shift * inv_freq.double()).to(torch.float32)
+    cos = torch.cat([angles.cos(), angles.cos()]).to(keys.dtype)
+    sin = torch.cat([angles.sin(), angles.sin()]).to(keys.dtype)
+    head, rest = keys[..., :rot], keys[..., rot:]
+    half = rot // 2
+    rotated_half = torch.cat([-head[..., half:], head[..., :half]], dim=-1)
+    return torch.cat([head * cos + rotated_half * sin, rest], dim=-1)
+
+
+class StreamingLayer(CacheLayerMixin):
+    """One layer: ``sinks`` first tokens, then a window of the most recent ones, at contiguous slots."""
+
+    is_sliding = False
+    is_croppable = True
+
+    def __init__(self, budget: int, sinks: int, inv_freq: torch.Tensor) -> None:
+        super().__init__()
+        self.budget, self.sinks, self.inv_freq = budget, sinks, inv_freq
+        self.buffer = KVBuffer(budget)
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.keys, self.values = self.buffer.append(key_states, value_states)
+        return self.keys, self.values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.buffer.length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.buffer.length
+
+    def get_max_length(self) -> int:
+        return self.budget
+
+    def crop(self, tokens_to_remove: int) -> None:
+        self.buffer.crop(tokens_to_remove)
+
+    def evict(self, count: int) -> None:
+        """Drop the ``count`` oldest window tokens; the rest move down ``count`` slots (keys re-rotated)."""
+        start, length = self.sinks, self.buffer.length
+        if count <= 0 or length == 0:
+            return
+        keys = rotate_keys(self.buffer.keys[:, :, start + count :], self.inv_freq.to(self.buffer.keys.device), -count)
+        values = self.buffer.values[:, :, start + count :].clone()
+        self.buffer.write(start, keys, values)
+
+
+class StreamingLLMCache(Cache):
+    """StreamingLLM KV cache (Xiao et al. 2024): ``sinks`` first tokens plus the most recent window.
+
+    Positions are cache slots, as in StreamingLLM: the token in slot ``i`` is rotated at position
+    ``i``, so a small draft model never sees positions beyond ``budget`` however long the context.
+    Call :meth:`make_room` before a forward of ``q`` tokens: when the cache would exceed ``budget`` the
+    oldest window tokens are evicted (in batches of ``evict_batch``, to amortize the re-rotation of
+    the keys that move down). Rolling back rejected drafts is a negative :meth:`crop`.
+
+    Args:
+        num_layers: decoder layers of the draft model.
+        budget: maximum tokens held (sinks + window).
+        sinks: attention-sink tokens kept at the start.
+        inv_freq: ``[head_dim // 2]`` rotary inverse frequencies of the draft model.
+        evict_batch: extra tokens evicted at once when the cache is full.
+
+    Example:
+        >>> f = 1.0 / 10000 ** (torch.arange(0, 8, 2) / 8)
+        >>> cache = StreamingLLMCache(num_layers=1, budget=6, sinks=2, inv_freq=f, evict_batch=0)
+        >>> _ = cache.update(torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8), layer_idx=0)
+        >>> cache.make_room(1); cache.get_seq_length()
+        5
+    """
+
+    def __init__(self, num_layers: int, budget: int, sinks: int, inv_freq: torch.Tensor, evict_batch: int = 16):
+        if budget <= sinks:
+            raise ValueError(f"StreamingLLMCache budget ({budget}) must exceed sinks ({sinks}).")
+        super().__init__(layers=[StreamingLayer(budget, sinks, inv_freq) for _ in range(num_layers)])
+        self.budget, self.sinks = budget, sinks
+        self.evict_batch = evict_batch
+
+    def make_room(self, query_length: int) -> int:
+        """Evict enough old window tokens for ``query_length`` new ones; returns how many were evicted."""
+        length = self.get_seq_length()
+        overflow = length + query_length - self.budget
+        if overflow <= 0:
+            return 0
+        count = min(length - self.sinks, overflow + self.evict_batch)
+        if count < overflow:
+            raise ValueError(
+                f"A forward of {query_length} tokens does not fit a StreamingLLM cache of budget {self.budget} "
+                f"with {self.sinks} sinks; raise draft_cache_budget."
+            )
+        for layer in self.layers:
+            layer.evict(count)
+        return count

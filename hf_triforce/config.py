@@ -1,0 +1,127 @@
+"""``TriForceConfig``: every knob of the hierarchy, validated before any work is done."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .errors import TriForceConfigError
+
+DRAFTERS = ("auto", "model", "ngram", "none")
+
+
+@dataclass
+class TriForceConfig:
+    """Configuration of TriForce hierarchical speculative decoding.
+
+    Level 0 (a tiny draft model with a StreamingLLM cache, or n-gram lookup, or nothing) proposes
+    ``gamma1`` tokens at a time; level 1 (the target's weights over a ``retrieval_budget``-token
+    sparse view of its KV cache) verifies them and yields ``gamma2`` tokens; level 2 (the target with
+    its full cache) verifies those. Every level uses exact speculative sampling, so the output is
+    exactly what plain ``generate()`` would produce (greedy) or distributed exactly like it (sampling).
+
+    Example:
+        >>> cfg = TriForceConfig(retrieval_budget=512, chunk_size=8, gamma2=6)
+        >>> TriForceConfig.from_dict(cfg.to_dict()) == cfg
+        True
+    """
+
+    retrieval_budget: int = field(
+        default=4096,
+        metadata={"help": "Tokens of the full KV cache (per layer and KV head) in the level-1 sparse view: the "
+                  "attention-sink chunk, the top-scoring chunks and the recent window. Multiple of chunk_size."},
+    )
+    chunk_size: int = field(
+        default=8, metadata={"help": "Tokens per retrieval chunk; each chunk is summarized by its mean post-RoPE key."}
+    )
+    recent_window: int = field(
+        default=64,
+        metadata={"help": "Most recent tokens (rounded to whole chunks) always kept in the sparse view."},
+    )
+    gamma1: int = field(default=2, metadata={"help": "Tokens drafted by level 0 per level-1 verification."})
+    gamma2: int = field(default=6, metadata={"help": "Tokens drafted by level 1 per full-cache verification."})
+    draft_cache_budget: int = field(
+        default=256, metadata={"help": "Tokens in the level-0 draft model's StreamingLLM cache (sinks + window)."}
+    )
+    draft_sinks: int = field(default=16, metadata={"help": "Attention-sink tokens kept at the start of the draft cache."})
+    refresh_every: int = field(
+        default=32,
+        metadata={"help": "Re-select the retrieval chunks after this many new tokens (tokens since the last "
+                  "selection are always visible to level 1)."},
+    )
+    refresh_below_acceptance: float | None = field(
+        default=None,
+        metadata={"help": "Also re-select when a round's level-1 acceptance rate (accepted / drafted by level 1) "
+                  "falls below this value. None disables it."},
+    )
+    drafter: str = field(
+        default="auto",
+        metadata={"help": "Level-0 drafter: 'auto' (the assistant model when given, else n-gram lookup), 'model', "
+                  "'ngram' or 'none' (two levels: retrieval self-drafting verified by the full cache)."},
+    )
+    ngram_max: int = field(default=3, metadata={"help": "Longest n-gram matched by the n-gram drafter."})
+    ngram_min: int = field(default=1, metadata={"help": "Shortest n-gram matched by the n-gram drafter."})
+
+    def __post_init__(self) -> None:
+        self._check_positive("chunk_size", "gamma1", "gamma2", "refresh_every", "ngram_min")
+        self._check_budget()
+        self._check_draft_cache()
+        if self.drafter not in DRAFTERS:
+            raise TriForceConfigError(f"drafter={self.drafter!r} is not one of {DRAFTERS}.")
+        if self.ngram_max < self.ngram_min:
+            raise TriForceConfigError(f"ngram_max ({self.ngram_max}) must be >= ngram_min ({self.ngram_min}).")
+        r = self.refresh_below_acceptance
+        if r is not None and not 0.0 <= r <= 1.0:
+            raise TriForceConfigError(f"refresh_below_acceptance={r} must be None or in [0, 1].")
+
+    def _check_positive(self, *names: str) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise TriForceConfigError(f"{name} must be an integer >= 1, got {value!r}.")
+
+    def _check_budget(self) -> None:
+        c, b, w = self.chunk_size, self.retrieval_budget, self.recent_window
+        if not isinstance(w, int) or w < 0 or w % c:
+            raise TriForceConfigError(
+                f"recent_window={w!r} must be a non-negative multiple of chunk_size={c}; try {max(c, w // c * c)}."
+            )
+        if not isinstance(b, int) or b % c:
+            raise TriForceConfigError(
+                f"retrieval_budget={b!r} must be a multiple of chunk_size={c}; try {max(c, (b or 0) // c * c)}."
+            )
+        minimum = self.min_retrieval_budget
+        if b < minimum:
+            raise TriForceConfigError(
+                f"retrieval_budget={b} is too small: it must hold the sink chunk, the recent window and at least "
+                f"one retrieved chunk ({c} + {w} + {c} = {minimum} tokens). Raise it or lower recent_window."
+            )
+
+    def _check_draft_cache(self) -> None:
+        self._check_positive("draft_cache_budget")
+        if not isinstance(self.draft_sinks, int) or self.draft_sinks < 0:
+            raise TriForceConfigError(f"draft_sinks must be an integer >= 0, got {self.draft_sinks!r}.")
+        needed = self.draft_sinks + self.gamma1 + 1
+        if self.draft_cache_budget < needed:
+            raise TriForceConfigError(
+                f"draft_cache_budget={self.draft_cache_budget} is too small for draft_sinks={self.draft_sinks} and "
+                f"gamma1={self.gamma1}: it needs at least draft_sinks + gamma1 + 1 = {needed} tokens."
+            )
+
+    @property
+    def min_retrieval_budget(self) -> int:
+        """Smallest valid ``retrieval_budget``: sink chunk + recent window + one retrieved chunk."""
+        return 2 * self.chunk_size + self.recent_window
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable dict that ``from_dict`` turns back into an equal config."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TriForceConfig:
+        """Build a config from ``to_dict()`` output; unknown keys raise ``TriForceConfigError``."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise TriForceConfigError(f"Unknown TriForceConfig keys {unknown}; valid keys are {sorted(known)}.")
+        return cls(**data)

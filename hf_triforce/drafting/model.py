@@ -1,0 +1,88 @@
+"""Level-0 drafter: a tiny causal LM with a StreamingLLM cache."""
+
+from __future__ import annotations
+
+import torch
+from transformers import LogitsProcessorList
+
+from ..caches.streaming import StreamingLLMCache
+
+
+class ModelDrafter:
+    """Drafts with a small model sharing the target's vocabulary, through the same logits processors.
+
+    The draft model sees ``sinks`` first tokens and a recent window (StreamingLLM); it stays in sync
+    with the accepted sequence by rolling back its cache to the longest common prefix of what it has
+    consumed and the current sequence, then consuming the new tokens.
+
+    Args:
+        model: the draft model (any transformers causal LM with rotary embeddings).
+        cache: its :class:`StreamingLLMCache`.
+        logits_processor: the processors of the ``generate()`` call.
+        do_sample: sample drafts (returning their distributions) or take the argmax.
+
+    Example:
+        >>> drafter = ModelDrafter(tiny_model, cache, LogitsProcessorList(), do_sample=False)  # doctest: +SKIP
+        >>> tokens, probs = drafter.propose(prefix_ids, k=2)  # doctest: +SKIP
+    """
+
+    deterministic = False
+
+    def __init__(self, model, cache: StreamingLLMCache, logits_processor: LogitsProcessorList, do_sample: bool):
+        self.model, self.cache = model, cache
+        self.logits_processor, self.do_sample = logits_processor, do_sample
+        self.consumed = torch.empty(0, dtype=torch.long)
+        self.forwards = 0
+
+    def propose(self, prefix: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Draft ``k`` tokens after ``prefix`` (``[n]``); returns ``([k] tokens, [k, V] probs or None)``."""
+        scores = self._catch_up(prefix)
+        tokens, probs = [], []
+        for i in range(k):
+            token, p = self._choose(torch.cat([prefix, prefix.new_tensor(tokens)]), scores)
+            tokens.append(token)
+            probs.append(p)
+            if i + 1 < k:
+                scores = self._forward(prefix.new_tensor([token]))
+        drafts = prefix.new_tensor(tokens)
+        return drafts, (torch.stack(probs) if self.do_sample else None)
+
+    def _choose(self, ids: torch.Tensor, scores: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+        scores = self.logits_processor(ids[None], scores[None].float())[0]
+        if not self.do_sample:
+            return int(scores.argmax()), None
+        probs = scores.softmax(dim=-1)
+        return int(torch.multinomial(probs, 1)), probs
+
+    def _catch_up(self, prefix: torch.Tensor) -> torch.Tensor:
+        common = min(_common_prefix(self.consumed, prefix), prefix.shape[0] - 1)
+        rollback = self.consumed.shape[0] - common
+        if common <= 0 or rollback > self.cache.get_seq_length() - self.cache.sinks:
+            return self._restart(prefix)
+        self.cache.crop(-rollback)
+        self.consumed = self.consumed[:common]
+        return self._forward(prefix[common:])
+
+    def _restart(self, prefix: torch.Tensor) -> torch.Tensor:
+        """Start over from the sinks and the most recent window of ``prefix``."""
+        self.cache.crop(-self.cache.get_seq_length())
+        self.consumed = prefix[:0]
+        window = self.cache.budget - self.cache.sinks - self.cache.evict_batch
+        if prefix.shape[0] > self.cache.sinks + window:
+            self._forward(prefix[: self.cache.sinks])
+            self.consumed = prefix[: prefix.shape[0] - window]
+            prefix = prefix[prefix.shape[0] - window :]
+        return self._forward(prefix)
+
+    def _forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.cache.make_room(tokens.shape[0])
+        out = self.model(input_ids=tokens[None], past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        self.consumed = torch.cat([self.consumed, tokens])
+        self.forwards += 1
+        return out.logits[0, -1].float()
+
+
+def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
+    n = min(a.shape[0], b.shape[0])
+    mismatch = (a[:n] != b[:n]).nonzero()
+    return int(mismatch[0, 0]) if mismatch.numel() else n

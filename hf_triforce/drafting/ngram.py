@@ -1,0 +1,36 @@
+"""N-gram (prompt lookup) drafter: copies what followed the latest earlier occurrence of the suffix."""
+
+from __future__ import annotations
+
+import torch
+
+
+class NGramDrafter:
+    """Deterministic level-0 drafter (a one-hot draft distribution).
+
+    For ``n`` from ``ngram_max`` down to ``ngram_min`` it looks for the most recent earlier occurrence
+    of the last ``n`` tokens and proposes the tokens that followed it.
+
+    Example:
+        >>> NGramDrafter(2, 1).propose(torch.tensor([5, 6, 7, 8, 5, 6]), 2)
+        (tensor([7, 8]), None)
+    """
+
+    deterministic = True
+
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
+        self.ngram_max, self.ngram_min = ngram_max, ngram_min
+
+    def propose(self, prefix: torch.Tensor, k: int) -> tuple[torch.Tensor, None]:
+        """Up to ``k`` draft tokens ``[<=k]`` continuing ``prefix`` (``[n]`` token ids); no probabilities."""
+        for n in range(min(self.ngram_max, prefix.shape[0] - 1), self.ngram_min - 1, -1):
+            start = self._latest_match(prefix, n)
+            if start is not None:
+                return prefix[start + n : start + n + k], None
+        return prefix[:0], None
+
+    @staticmethod
+    def _latest_match(prefix: torch.Tensor, n: int) -> int | None:
+        windows = prefix[:-1].unfold(0, n, 1)
+        hits = (windows == prefix[-n:]).all(dim=1).nonzero()
+        return int(hits[-1, 0]) if hits.numel() else None

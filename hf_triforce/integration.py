@@ -1,0 +1,184 @@
+"""The one module that touches transformers internals, each use behind a version check.
+
+* :func:`enable` opts a model instance in: ``model.generate(..., triforce_config=cfg)`` then routes
+  through :func:`hf_triforce.decoding.triforce_decode` via ``generate(custom_generate=...)``.
+* Query capture: chunk selection needs the current *query*, which a ``Cache`` never sees. A neutral
+  attention function registered with ``AttentionInterface`` (and the matching mask function with
+  ``AttentionMaskInterface``) records it and delegates to the model's own implementation; it is only
+  switched on for the duration of TriForce's full-cache forwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import transformers
+from packaging import version
+
+from .errors import UnsupportedModelError
+
+MIN_TRANSFORMERS = "5.17"
+MAX_TRANSFORMERS = "6"
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+_CAPTURE_PREFIX = "hf_triforce_capture_"
+
+
+def check_transformers_version(current: str | None = None) -> None:
+    """Raise ``ImportError`` unless ``MIN_TRANSFORMERS <= transformers < MAX_TRANSFORMERS``."""
+    current = current or transformers.__version__
+    v = version.parse(current)
+    if not version.parse(MIN_TRANSFORMERS) <= v < version.parse(MAX_TRANSFORMERS):
+        raise ImportError(
+            f"hf_triforce needs transformers>={MIN_TRANSFORMERS},<{MAX_TRANSFORMERS}; found {current}. "
+            f"Run: pip install 'transformers>={MIN_TRANSFORMERS},<{MAX_TRANSFORMERS}'"
+        )
+
+
+check_transformers_version()
+
+from transformers import AttentionInterface  # noqa: E402
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface  # noqa: E402
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS  # noqa: E402
+
+
+class QueryCapture:
+    """Holds the post-RoPE queries of the last ``keep`` positions of a forward, per layer.
+
+    Passed to the model as the ``triforce_capture`` kwarg of a forward inside :func:`capturing_queries`.
+
+    Example:
+        >>> cap = QueryCapture(); cap.store(0, torch.randn(1, 4, 3, 8))
+        >>> cap.at(-1)[0].shape
+        torch.Size([1, 4, 8])
+    """
+
+    def __init__(self) -> None:
+        self.queries: dict[int, torch.Tensor] = {}
+        self.keep = 1
+
+    def store(self, layer_idx: int, query: torch.Tensor) -> None:
+        self.queries[layer_idx] = query[:, :, -self.keep :].detach().clone()
+
+    def at(self, index: int) -> list[torch.Tensor]:
+        """Per-layer ``[B, H_q, D]`` query at ``index`` of the kept positions."""
+        return [self.queries[i][:, :, index] for i in sorted(self.queries)]
+
+
+def _base_attention(base: str, module: torch.nn.Module) -> Callable:
+    if base == "eager":
+        modeling = sys.modules[type(module).__module__]
+        if not hasattr(modeling, "eager_attention_forward"):
+            raise UnsupportedModelError(f"{type(module).__name__} has no eager_attention_forward to delegate to.")
+        return modeling.eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[base]
+
+
+def _make_capturing_attention(base: str) -> Callable:
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        capture = kwargs.pop("triforce_capture", None)
+        if capture is not None:
+            capture.store(module.layer_idx, query)
+        return _base_attention(base, module)(module, query, key, value, attention_mask, **kwargs)
+
+    return attention
+
+
+_CAPTURE_NAMES: dict[str, str] = {}
+
+
+def _capture_name(base: str) -> str:
+    """Register (once) and return the neutral name of the capturing wrapper around ``base``."""
+    if base not in _CAPTURE_NAMES:
+        # Neutral names: transformers special-cases implementation names containing "sdpa" or "flash".
+        name = f"{_CAPTURE_PREFIX}{len(_CAPTURE_NAMES)}"
+        AttentionInterface.register(name, _make_capturing_attention(base))
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
+        _CAPTURE_NAMES[base] = name
+    return _CAPTURE_NAMES[base]
+
+
+@contextlib.contextmanager
+def capturing_queries(model: torch.nn.Module, capture: QueryCapture, keep: int) -> Iterator[dict[str, Any]]:
+    """Within the block, forwards given the yielded kwargs record their last ``keep`` queries per layer."""
+    config = model.config
+    base = config._attn_implementation
+    capture.keep = keep
+    config._attn_implementation = _capture_name(base)
+    try:
+        yield {"triforce_capture": capture}
+    finally:
+        config._attn_implementation = base
+
+
+def check_model_supported(model: torch.nn.Module) -> None:
+    """Raise :class:`UnsupportedModelError` unless ``model`` is a supported decoder-only RoPE family."""
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES or getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedModelError(
+            f"hf_triforce does not support model_type={model_type!r}. Supported families: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)} (Llama 2/3.x, SmolLM, Mistral, Qwen2/2.5, Qwen3, Phi-3)."
+        )
+    base = config._attn_implementation
+    if base != "eager" and base not in ALL_MASK_ATTENTION_FUNCTIONS:
+        raise UnsupportedModelError(
+            f"attn_implementation={base!r} has no causal-mask function; load the model with "
+            "attn_implementation='sdpa' or 'eager'."
+        )
+
+
+def rotary_inv_freq(model: torch.nn.Module) -> torch.Tensor:
+    """The ``[head_dim // 2]`` (or partial) rotary inverse frequencies of a Llama-style model."""
+    rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
+    inv_freq = getattr(rotary, "inv_freq", None)
+    if inv_freq is None:
+        raise UnsupportedModelError(f"{type(model).__name__} has no model.rotary_emb.inv_freq (RoPE) to re-rotate with.")
+    return inv_freq.detach().float()
+
+
+def vocab_size(model: torch.nn.Module) -> int:
+    """Rows of the model's output embedding (the length of its logits)."""
+    return model.get_output_embeddings().weight.shape[0]
+
+
+def enable(model: torch.nn.Module) -> torch.nn.Module:
+    """Opt a model instance in to TriForce: ``model.generate(..., triforce_config=cfg)``.
+
+    Idempotent, per instance; ``generate()`` without ``triforce_config`` is unchanged. Pipelines work
+    too: ``pipeline("text-generation", model=model, ...)(prompt, triforce_config=cfg)``.
+
+    Args:
+        model: a transformers causal LM of a supported family (see ``SUPPORTED_MODEL_TYPES``).
+
+    Returns:
+        the same model.
+
+    Example:
+        >>> hf_triforce.enable(model)  # doctest: +SKIP
+        >>> out = model.generate(input_ids, max_new_tokens=64, triforce_config=TriForceConfig())  # doctest: +SKIP
+    """
+    check_model_supported(model)
+    if getattr(model, "_hf_triforce_enabled", False):
+        return model
+    plain_generate = model.generate
+
+    @functools.wraps(plain_generate)
+    def generate(*args, triforce_config=None, **kwargs):
+        from .decoding import prepare_triforce_call
+
+        triforce_config = triforce_config or getattr(kwargs.get("generation_config"), "triforce_config", None)
+        triforce_config = triforce_config or getattr(model.generation_config, "triforce_config", None)
+        if triforce_config is None:
+            return plain_generate(*args, **kwargs)
+        kwargs["custom_generate"] = prepare_triforce_call(model, triforce_config, kwargs)
+        return plain_generate(*args, **kwargs)
+
+    model.generate = generate
+    model.generation_config.triforce_config = None
+    model._hf_triforce_enabled = True
+    return model

@@ -1,0 +1,62 @@
+"""Per-call statistics of a TriForce ``generate()``: tokens, time, forwards and per-level acceptance."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class LevelStats:
+    """Drafted and accepted token counts for one verification level."""
+
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """``accepted / drafted`` (0.0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def record(self, drafted: int, accepted: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"drafted": self.drafted, "accepted": self.accepted, "acceptance_rate": self.acceptance_rate}
+
+
+@dataclass
+class TriForceStats:
+    """What one TriForce ``generate()`` call did.
+
+    ``levels["draft"]`` counts level-0 drafts verified by level 1; ``levels["retrieval"]`` counts
+    level-1 drafts verified by the full cache. ``target_forwards`` counts full-cache verification
+    forwards (the prefill excluded) and ``mean_accepted_length`` is the mean number of tokens each of
+    them produced.
+
+    Example:
+        >>> stats = TriForceStats(); stats.retrieval.record(6, 5); stats.to_dict()["levels"]["retrieval"]
+        {'drafted': 6, 'accepted': 5, 'acceptance_rate': 0.8333333333333334}
+    """
+
+    new_tokens: int = 0
+    seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    target_forwards: int = 0
+    decoded_tokens: int = 0
+    retrieval_refreshes: int = 0
+    draft: LevelStats = field(default_factory=LevelStats)
+    retrieval: LevelStats = field(default_factory=LevelStats)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens produced per full-cache verification forward."""
+        return self.decoded_tokens / self.target_forwards if self.target_forwards else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-Python dict (JSON-serializable)."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("draft", "retrieval")}
+        out["mean_accepted_length"] = self.mean_accepted_length
+        out["levels"] = {"draft": self.draft.to_dict(), "retrieval": self.retrieval.to_dict()}
+        return out
