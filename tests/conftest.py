@@ -1,0 +1,28 @@
+"""Shared pytest fixtures and marker handling for the hf_triforce test tiers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests marked ``gpu`` when CUDA is not available."""
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """``(model, tokenizer)`` of the real SmolLM2-135M-Instruct, float32, eval mode, loaded once per session.
+
+    The first run on a machine converts the embedded GGUF to a safetensors cache (about 20 s).
+    Tests must not leave the shared model modified.
+    """
+    from hf_triforce.assets import load_smollm2
+
+    return load_smollm2()
