@@ -64,7 +64,8 @@ class RetrievalLayer(CacheLayerMixin):
 
     def _grow_summaries(self, n: int) -> None:
         keys = self.buffer.keys
-        capacity = max(n, self.buffer.capacity // self.chunk_size + 1)
+        previous = 0 if self._summaries is None else self._summaries.shape[2]
+        capacity = max(n, 2 * previous, self.buffer.capacity // self.chunk_size + 1)  # doubling: amortized O(1)
         grown = keys.new_empty((keys.shape[0], keys.shape[1], capacity, keys.shape[-1]))
         if self._summaries is not None:
             grown[:, :, : self._n_summarized] = self._summaries[:, :, : self._n_summarized]
@@ -99,8 +100,12 @@ class RetrievalCache(Cache):
         """Per-layer token indices ``[B, H_kv, S]`` of the best chunks for ``queries[l]`` (``[B, H_q, D]``)."""
         length = self.get_seq_length()
         indices = []
-        for layer, query in zip(self.layers, queries):
-            scores = score_chunks(query, layer.summaries()) if length > budget else query.new_zeros(1, 1, 0)
+        for layer, query in zip(self.layers, queries, strict=True):
+            if length > budget:
+                scores = score_chunks(query, layer.summaries())
+            else:  # everything is kept; only the [B, H_kv] shape matters (the indices are gathered per KV head)
+                kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1
+                scores = query.new_zeros(query.shape[0], kv_heads, 0)
             indices.append(select_token_indices(scores, length, self.chunk_size, budget, recent_window))
         return indices
 
@@ -160,7 +165,7 @@ class RetrievalView(Cache):
 
     def __init__(self, source: RetrievalCache, indices: list[torch.Tensor], extra_capacity: int) -> None:
         layers = []
-        for layer, idx in zip(source.layers, indices):
+        for layer, idx in zip(source.layers, indices, strict=True):
             keys, values = gather_tokens(layer.buffer.keys, idx), gather_tokens(layer.buffer.values, idx)
             layers.append(ViewLayer(keys, values, extra_capacity))
         super().__init__(layers=layers)
@@ -186,7 +191,7 @@ class RetrievalView(Cache):
     def sync(self) -> None:
         """Drop drafted tokens and copy the full cache's tokens added since the selection (exact KV)."""
         start = self.source_length
-        for view_layer, layer in zip(self.layers, self.source.layers):
+        for view_layer, layer in zip(self.layers, self.source.layers, strict=True):
             keys = layer.buffer.keys[:, :, start:]
             values = layer.buffer.values[:, :, start:]
             view_layer.buffer.write(view_layer.static_length, keys, values)

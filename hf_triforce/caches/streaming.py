@@ -99,8 +99,8 @@ class StreamingLLMCache(Cache):
         >>> f = 1.0 / 10000 ** (torch.arange(0, 8, 2) / 8)
         >>> cache = StreamingLLMCache(num_layers=1, budget=6, sinks=2, inv_freq=f, evict_batch=0)
         >>> _ = cache.update(torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8), layer_idx=0)
-        >>> cache.make_room(1); cache.get_seq_length()
-        5
+        >>> cache.make_room(1), cache.get_seq_length()
+        (1, 5)
     """
 
     def __init__(self, num_layers: int, budget: int, sinks: int, inv_freq: torch.Tensor, evict_batch: int = 16):

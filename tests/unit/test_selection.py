@@ -1,0 +1,204 @@
+"""Chunk summaries, GQA-aware chunk scoring and sparse-view token selection (hf_triforce.caches.selection).
+
+Every function is checked against a by-hand computation with Python loops, so a wrong reshape (e.g. an
+interleaved instead of a consecutive GQA grouping) or an off-by-one in the recent window shows up.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers.models.llama.modeling_llama import repeat_kv
+
+from hf_triforce.caches.selection import chunk_means, gather_tokens, score_chunks, select_token_indices
+
+pytestmark = pytest.mark.unit
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _chunk_means_by_hand(keys: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    b, h, length, d = keys.shape
+    n = length // chunk_size
+    out = torch.zeros(b, h, n, d, dtype=torch.float64)
+    for bi in range(b):
+        for hi in range(h):
+            for c in range(n):
+                total = torch.zeros(d, dtype=torch.float64)
+                for t in range(c * chunk_size, (c + 1) * chunk_size):
+                    total += keys[bi, hi, t].double()
+                out[bi, hi, c] = total / chunk_size
+    return out
+
+
+def _scores_by_hand(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
+    """Query head ``j`` belongs to KV head ``j // group`` (``repeat_kv`` layout); sum that group's dot products."""
+    b, hq, _ = query.shape
+    hkv, n_chunks = summaries.shape[1], summaries.shape[2]
+    group = hq // hkv
+    out = torch.zeros(b, hkv, n_chunks, dtype=torch.float64)
+    for bi in range(b):
+        for g in range(hkv):
+            for c in range(n_chunks):
+                for j in range(g * group, (g + 1) * group):
+                    out[bi, g, c] += float(torch.dot(query[bi, j].double(), summaries[bi, g, c].double()))
+    return out
+
+
+def _recent_start(length: int, chunk_size: int, recent_window: int) -> int:
+    """``r`` as documented in ``select_token_indices``."""
+    return (length - recent_window) // chunk_size * chunk_size
+
+
+# --------------------------------------------------------------------------------------------------------------
+# chunk_means / score_chunks
+# --------------------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    length=st.integers(0, 70),
+    chunk_size=st.sampled_from([1, 3, 8, 16]),
+    heads=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_chunk_means_equals_mean_by_hand(length, chunk_size, heads, seed):
+    keys = torch.randn(2, heads, length, 5, generator=_gen(seed))
+    got = chunk_means(keys, chunk_size)
+    assert got.shape == (2, heads, length // chunk_size, 5)
+    torch.testing.assert_close(got.double(), _chunk_means_by_hand(keys, chunk_size), atol=1e-6, rtol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    kv_heads=st.integers(1, 3),
+    group=st.integers(1, 4),
+    n_chunks=st.integers(0, 9),
+    seed=st.integers(0, 2**16),
+)
+def test_score_chunks_sums_the_gqa_group_by_hand(kv_heads, group, n_chunks, seed):
+    g = _gen(seed)
+    query = torch.randn(2, kv_heads * group, 6, generator=g)
+    summaries = torch.randn(2, kv_heads, n_chunks, 6, generator=g)
+    got = score_chunks(query, summaries)
+    assert got.shape == (2, kv_heads, n_chunks)
+    torch.testing.assert_close(got.double(), _scores_by_hand(query, summaries), atol=1e-5, rtol=1e-5)
+
+
+def test_score_chunks_grouping_matches_transformers_repeat_kv():
+    """Query head j attends to ``repeat_kv(keys)[:, j]``: the score must sum exactly those query heads."""
+    g = _gen(0)
+    kv_heads, group = 3, 4
+    query = torch.randn(1, kv_heads * group, 8, generator=g)
+    summaries = torch.randn(1, kv_heads, 7, 8, generator=g)
+    expanded = repeat_kv(summaries, group)  # [1, H_q, C, D]: query head j sees KV head j // group
+    per_query_head = torch.einsum("bjd,bjcd->bjc", query, expanded)
+    expected = per_query_head.reshape(1, kv_heads, group, 7).sum(dim=2)
+    torch.testing.assert_close(score_chunks(query, summaries), expected, atol=1e-5, rtol=1e-5)
+    # an interleaved grouping (j % kv_heads) would give a different answer on this data
+    interleaved = per_query_head.reshape(1, group, kv_heads, 7).sum(dim=1)
+    assert not torch.allclose(score_chunks(query, summaries), interleaved, atol=1e-3)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# select_token_indices
+# --------------------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def _selection_case(draw):
+    chunk_size = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    recent_chunks = draw(st.integers(0, 4))
+    extra_chunks = draw(st.integers(0, 10))
+    # valid configurations (TriForceConfig): budget >= sink chunk + recent window + one retrieved chunk
+    budget = chunk_size * (2 + recent_chunks + extra_chunks)
+    length = draw(st.integers(1, 40 * chunk_size + budget))
+    heads = draw(st.integers(1, 3))
+    seed = draw(st.integers(0, 2**16))
+    return chunk_size, chunk_size * recent_chunks, budget, length, heads, seed
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=_selection_case())
+def test_select_token_indices_properties(case):
+    chunk_size, recent_window, budget, length, heads, seed = case
+    batch = 2
+    n_chunks = length // chunk_size
+    scores = torch.randn(batch, heads, n_chunks, generator=_gen(seed))
+    idx = select_token_indices(scores, length, chunk_size, budget, recent_window)
+    assert idx.dtype == torch.long and idx.shape[:2] == (batch, heads)
+
+    if length <= budget:
+        assert torch.equal(idx, torch.arange(length).expand(batch, heads, length))
+        return
+
+    r = _recent_start(length, chunk_size, recent_window)
+    candidates = list(range(1, r // chunk_size))  # whole chunks strictly between the sink chunk and r
+    k = min(len(candidates), (budget - chunk_size - (length - r)) // chunk_size)
+    assert idx.shape[-1] == chunk_size + k * chunk_size + (length - r)
+    assert idx.shape[-1] <= budget
+    if k < len(candidates):  # the budget is used up: not even one more chunk would fit
+        assert idx.shape[-1] + chunk_size > budget
+
+    for b in range(batch):
+        for h in range(heads):
+            row = idx[b, h].tolist()
+            assert row == sorted(set(row)), "indices must be sorted and unique"
+            assert all(0 <= t < length for t in row)
+            chosen = set(row)
+            assert set(range(chunk_size)) <= chosen, "the sink chunk 0 is always kept"
+            assert set(range(r, length)) <= chosen, "the recent tokens [r, length) are always kept"
+            middle = chosen - set(range(chunk_size)) - set(range(r, length))
+            middle_chunks = {t // chunk_size for t in middle}
+            for c in middle_chunks:  # whole chunks only
+                assert set(range(c * chunk_size, (c + 1) * chunk_size)) <= chosen
+            expected = set(sorted(candidates, key=lambda c: -float(scores[b, h, c]))[:k])
+            assert middle_chunks == expected, "the middle chunks are the top-k by this head's score"
+
+
+def test_select_recent_start_rounds_down_to_a_chunk():
+    """length 77, chunk 8, window 16: r = floor(61 / 8) * 8 = 56, so 21 recent tokens (a partial chunk + 16)."""
+    scores = torch.arange(9.0).view(1, 1, 9)  # chunk 8 would score best but is in the recent region
+    idx = select_token_indices(scores, 77, 8, 48, 16)[0, 0].tolist()
+    assert idx[:8] == list(range(8))
+    assert idx[-21:] == list(range(56, 77))
+    # 48 - 8 - 21 = 19 -> 2 retrieved chunks: the best candidates among chunks 1..6 are 6 and 5
+    assert idx[8:-21] == list(range(40, 56))
+    assert len(idx) == 8 + 16 + 21
+
+
+def test_select_heads_choose_independently():
+    length, chunk, budget, window = 128, 8, 40, 16  # 16 chunks; r = 112; candidates 1..13; 2 per head
+    scores = torch.zeros(1, 3, 16)
+    scores[0, 0, [3, 9]] = 5.0
+    scores[0, 1, [1, 13]] = 5.0
+    scores[0, 2, [7, 8]] = 5.0
+    scores[0, :, 14:] = 100.0  # recent chunks: must not be "retrieved"
+    scores[0, :, 0] = 100.0  # the sink chunk: kept anyway, never counted twice
+    idx = select_token_indices(scores, length, chunk, budget, window)
+    assert idx.shape == (1, 3, budget)
+    for h, chunks in enumerate([(3, 9), (1, 13), (7, 8)]):
+        expected = list(range(8)) + [c * 8 + o for c in chunks for o in range(8)] + list(range(112, 128))
+        assert idx[0, h].tolist() == expected
+
+
+@settings(max_examples=25, deadline=None)
+@given(length=st.integers(1, 64), chunk_size=st.sampled_from([1, 4, 8]), seed=st.integers(0, 2**16))
+def test_select_keeps_everything_when_it_fits(length, chunk_size, seed):
+    budget = max(length, 3 * chunk_size) // chunk_size * chunk_size + chunk_size
+    scores = torch.randn(1, 2, length // chunk_size, generator=_gen(seed))
+    idx = select_token_indices(scores, length, chunk_size, budget, chunk_size)
+    assert torch.equal(idx, torch.arange(length).expand(1, 2, length))
+
+
+def test_gather_tokens_per_head():
+    states = torch.randn(1, 2, 10, 3, generator=_gen(1))
+    idx = torch.tensor([[[0, 4, 9], [1, 2, 3]]])
+    got = gather_tokens(states, idx)
+    for h in range(2):
+        for s in range(3):
+            assert torch.equal(got[0, h, s], states[0, h, int(idx[0, h, s])])
