@@ -26,7 +26,9 @@ def last_stats(model) -> TriForceStats:
     """
     stats = getattr(model, "_hf_triforce_last_stats", None)
     if stats is None:
-        raise ValueError("No TriForce generation has run on this model yet: call model.generate(..., triforce_config=...).")
+        raise ValueError(
+            "No TriForce generation has run on this model yet: call model.generate(..., triforce_config=...)."
+        )
     return stats
 
 

@@ -28,8 +28,10 @@ class TriForceConfig:
 
     retrieval_budget: int = field(
         default=4096,
-        metadata={"help": "Tokens of the full KV cache (per layer and KV head) in the level-1 sparse view: the "
-                  "attention-sink chunk, the top-scoring chunks and the recent window. Multiple of chunk_size."},
+        metadata={
+            "help": "Tokens of the full KV cache (per layer and KV head) in the level-1 sparse view: the "
+            "attention-sink chunk, the top-scoring chunks and the recent window. Multiple of chunk_size."
+        },
     )
     chunk_size: int = field(
         default=8, metadata={"help": "Tokens per retrieval chunk; each chunk is summarized by its mean post-RoPE key."}
@@ -43,21 +45,29 @@ class TriForceConfig:
     draft_cache_budget: int = field(
         default=256, metadata={"help": "Tokens in the level-0 draft model's StreamingLLM cache (sinks + window)."}
     )
-    draft_sinks: int = field(default=16, metadata={"help": "Attention-sink tokens kept at the start of the draft cache."})
+    draft_sinks: int = field(
+        default=16, metadata={"help": "Attention-sink tokens kept at the start of the draft cache."}
+    )
     refresh_every: int = field(
         default=32,
-        metadata={"help": "Re-select the retrieval chunks after this many new tokens (tokens since the last "
-                  "selection are always visible to level 1)."},
+        metadata={
+            "help": "Re-select the retrieval chunks after this many new tokens (tokens since the last "
+            "selection are always visible to level 1)."
+        },
     )
     refresh_below_acceptance: float | None = field(
         default=None,
-        metadata={"help": "Also re-select when a round's level-1 acceptance rate (accepted / drafted by level 1) "
-                  "falls below this value. None disables it."},
+        metadata={
+            "help": "Also re-select when a round's level-1 acceptance rate (accepted / drafted by level 1) "
+            "falls below this value. None disables it."
+        },
     )
     drafter: str = field(
         default="auto",
-        metadata={"help": "Level-0 drafter: 'auto' (the assistant model when given, else n-gram lookup), 'model', "
-                  "'ngram' or 'none' (two levels: retrieval self-drafting verified by the full cache)."},
+        metadata={
+            "help": "Level-0 drafter: 'auto' (the assistant model when given, else n-gram lookup), 'model', "
+            "'ngram' or 'none' (two levels: retrieval self-drafting verified by the full cache)."
+        },
     )
     ngram_max: int = field(default=3, metadata={"help": "Longest n-gram matched by the n-gram drafter."})
     ngram_min: int = field(default=1, metadata={"help": "Shortest n-gram matched by the n-gram drafter."})

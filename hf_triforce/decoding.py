@@ -54,7 +54,9 @@ def _resolve_drafter(config: TriForceConfig, assistant) -> str:
     if config.drafter == "auto":
         return "model" if assistant is not None else "ngram"
     if config.drafter == "model" and assistant is None:
-        raise TriForceConfigError("drafter='model' needs a draft model: pass assistant_model=<small model> to generate().")
+        raise TriForceConfigError(
+            "drafter='model' needs a draft model: pass assistant_model=<small model> to generate()."
+        )
     if config.drafter != "model" and assistant is not None:
         logger.warning("assistant_model is ignored with drafter=%r.", config.drafter)
     return config.drafter
@@ -77,10 +79,11 @@ def _check_assistant(model, assistant) -> None:
 def validate_generation(input_ids: torch.Tensor, generation_config: GenerationConfig, model_kwargs: dict) -> None:
     """Raise :class:`UnsupportedGenerationError` for what TriForce cannot serve losslessly."""
     gc = generation_config
+    copies = max(gc.num_beams or 1, gc.num_return_sequences or 1)  # generate() expands input_ids by this
     problems = {
         "beam search (num_beams > 1)": (gc.num_beams or 1) > 1,
         "num_return_sequences > 1": (gc.num_return_sequences or 1) > 1,
-        "batch size > 1 (pass one sequence at a time)": input_ids.shape[0] != 1,
+        "batch size > 1 (pass one sequence at a time)": input_ids.shape[0] // copies != 1,
         "an empty prompt": input_ids.shape[1] == 0,
         "use_cache=False": model_kwargs.get("use_cache") is False,
         "output_attentions / output_hidden_states": bool(gc.output_attentions or gc.output_hidden_states),
@@ -96,7 +99,7 @@ def validate_generation(input_ids: torch.Tensor, generation_config: GenerationCo
     if bad:
         raise UnsupportedGenerationError(
             f"TriForce generation does not support {', '.join(bad)}. Drop triforce_config for this call, or change "
-            "these options (TriForce serves greedy and sampling, batch size 1)."
+            "these options (TriForce serves greedy decoding and sampling of one sequence per call)."
         )
 
 
@@ -149,7 +152,10 @@ def _build_generator(run: _Run, drafter_kind: str, assistant_model) -> TriForceC
     elif drafter_kind == "model":
         num_layers = assistant_model.config.get_text_config().num_hidden_layers
         cache = StreamingLLMCache(
-            num_layers, cfg.draft_cache_budget, cfg.draft_sinks, rotary_inv_freq(assistant_model),
+            num_layers,
+            cfg.draft_cache_budget,
+            cfg.draft_sinks,
+            rotary_inv_freq(assistant_model),
             evict_batch=min(16, (cfg.draft_cache_budget - cfg.draft_sinks - cfg.gamma1 - 1) // 2),
         )
         drafter = ModelDrafter(assistant_model, cache, run.logits_processor, bool(gc.do_sample))
@@ -197,8 +203,12 @@ class _Run:
         positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)[None]
         with capturing_queries(self.model, self.generator.capture, keep) as capture_kwargs:
             out = self.model(
-                input_ids=tokens, position_ids=positions, past_key_values=self.cache, use_cache=True,
-                logits_to_keep=keep, **capture_kwargs,
+                input_ids=tokens,
+                position_ids=positions,
+                past_key_values=self.cache,
+                use_cache=True,
+                logits_to_keep=keep,
+                **capture_kwargs,
             )
         return out.logits[:, -keep:].float()
 
@@ -216,7 +226,9 @@ class _Run:
         drafts = candidates[0, cur:]
         g = drafts.shape[0]
         raw = self._forward(candidates[:, cur - 1 :], keep=g + 1)
-        scores = torch.stack([self.logits_processor(candidates[:, : cur + i], raw[:, i].clone()) for i in range(g + 1)], 1)
+        scores = torch.stack(
+            [self.logits_processor(candidates[:, : cur + i], raw[:, i].clone()) for i in range(g + 1)], 1
+        )
         if self.do_sample:
             q = None if candidate_scores is None else candidate_scores[0].softmax(-1)
             n_matches, next_token = verify_sampled(drafts, q, scores[0].softmax(-1))

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import sys
 from collections.abc import Callable, Iterator
@@ -41,7 +42,7 @@ def check_transformers_version(current: str | None = None) -> None:
 
 check_transformers_version()
 
-from transformers import AttentionInterface  # noqa: E402
+from transformers import AttentionInterface, StoppingCriteriaList, StopStringCriteria  # noqa: E402
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface  # noqa: E402
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS  # noqa: E402
 
@@ -137,7 +138,9 @@ def rotary_inv_freq(model: torch.nn.Module) -> torch.Tensor:
     rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
     inv_freq = getattr(rotary, "inv_freq", None)
     if inv_freq is None:
-        raise UnsupportedModelError(f"{type(model).__name__} has no model.rotary_emb.inv_freq (RoPE) to re-rotate with.")
+        raise UnsupportedModelError(
+            f"{type(model).__name__} has no model.rotary_emb.inv_freq (RoPE) to re-rotate with."
+        )
     return inv_freq.detach().float()
 
 
@@ -175,6 +178,7 @@ def enable(model: torch.nn.Module) -> torch.nn.Module:
         triforce_config = triforce_config or getattr(model.generation_config, "triforce_config", None)
         if triforce_config is None:
             return plain_generate(*args, **kwargs)
+        _move_stop_strings(model, kwargs)
         kwargs["custom_generate"] = prepare_triforce_call(model, triforce_config, kwargs)
         return plain_generate(*args, **kwargs)
 
@@ -182,3 +186,25 @@ def enable(model: torch.nn.Module) -> torch.nn.Module:
     model.generation_config.triforce_config = None
     model._hf_triforce_enabled = True
     return model
+
+
+def _move_stop_strings(model, kwargs: dict[str, Any]) -> None:
+    """Turn ``stop_strings`` into a ``StopStringCriteria`` in ``kwargs["stopping_criteria"]``.
+
+    ``generate(custom_generate=<callable>)`` keeps only the callable's own extra parameters, so the
+    ``tokenizer`` that stop strings need never reaches ``_get_stopping_criteria`` (transformers 5.x).
+    Building the criterion here gives the loop the exact stopping rule plain ``generate()`` uses.
+    """
+    config = kwargs.get("generation_config") or model.generation_config
+    stop_strings = kwargs.pop("stop_strings", None) or config.stop_strings
+    if stop_strings is None:
+        return
+    tokenizer = kwargs.pop("tokenizer", None)
+    if tokenizer is None:
+        raise ValueError("stop_strings need the tokenizer: pass tokenizer=<your tokenizer> to generate().")
+    if config.stop_strings is not None:
+        kwargs["generation_config"] = copy.deepcopy(config)
+        kwargs["generation_config"].stop_strings = None
+    criteria = StoppingCriteriaList(kwargs.get("stopping_criteria") or [])
+    criteria.append(StopStringCriteria(tokenizer, stop_strings))
+    kwargs["stopping_criteria"] = criteria

@@ -69,7 +69,8 @@ class ModelDrafter:
         self.consumed = prefix[:0]
         window = self.cache.budget - self.cache.sinks - self.cache.evict_batch
         if prefix.shape[0] > self.cache.sinks + window:
-            self._forward(prefix[: self.cache.sinks])
+            if self.cache.sinks:
+                self._forward(prefix[: self.cache.sinks])
             self.consumed = prefix[: prefix.shape[0] - window]
             prefix = prefix[prefix.shape[0] - window :]
         return self._forward(prefix)

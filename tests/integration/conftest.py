@@ -1,0 +1,175 @@
+"""Fixtures for the integration tier: tiny random models of every supported family, built from configs.
+
+Models are float32, ``attn_implementation="sdpa"``, eval mode and seeded, so every run builds the same
+weights. ``initializer_range`` is large (0.15) so the logits of a random model are well separated: with
+the default 0.02 the logits are nearly flat and an argmax near-tie can flip between a one-token and a
+multi-token forward in float32, which would make a greedy-equality check flaky for reasons unrelated
+to TriForce. :func:`greedy_check` reports the top-2 logit gap at the first differing position so a
+genuine near-tie can be told apart from a bug.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+import hf_triforce
+
+VOCAB = 256
+INITIALIZER_RANGE = 0.15
+FAMILIES = ("llama_mha", "llama_gqa", "mistral", "qwen2", "qwen3")
+
+_CLASSES = {
+    "llama_mha": (LlamaConfig, LlamaForCausalLM, {}),
+    "llama_gqa": (LlamaConfig, LlamaForCausalLM, {}),
+    "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": None}),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, {"use_sliding_window": False}),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, {"use_sliding_window": False}),
+}
+
+
+def build_model(family: str, num_layers: int = 2, seed: int = 0, vocab_size: int = VOCAB, enable: bool = True):
+    """A tiny random causal LM of ``family`` (see ``FAMILIES``), float32, sdpa, eval mode.
+
+    ``num_layers=1`` with another seed gives a *draft* model of the same family and vocabulary.
+    ``enable=True`` calls ``hf_triforce.enable`` on it.
+    """
+    config_cls, model_cls, extra = _CLASSES[family]
+    config = config_cls(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=4 if family == "llama_mha" else 2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        initializer_range=INITIALIZER_RANGE,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        **extra,
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = model_cls(config).to(torch.float32).eval()
+    if enable:
+        hf_triforce.enable(model)
+    return model
+
+
+def random_prompt(length: int, seed: int = 0, vocab_size: int = VOCAB) -> torch.LongTensor:
+    """``[1, length]`` uniformly random token ids."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (1, length), generator=gen)
+
+
+def repetitive_prompt(length: int, period: int = 24, seed: int = 0, vocab_size: int = VOCAB) -> torch.LongTensor:
+    """``[1, length]`` ids repeating a random ``period``-token pattern, so n-gram lookup always drafts."""
+    pattern = random_prompt(period, seed, vocab_size)[0]
+    return pattern.repeat(length // period + 1)[:length][None]
+
+
+class ModelZoo:
+    """Builds each (family, role) model once and hands out the same instance afterwards."""
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[str, str], torch.nn.Module] = {}
+
+    def target(self, family: str = "llama_gqa"):
+        key = (family, "target")
+        if key not in self._models:
+            self._models[key] = build_model(family, num_layers=2, seed=FAMILIES.index(family))
+        return self._models[key]
+
+    def draft(self, family: str = "llama_gqa"):
+        key = (family, "draft")
+        if key not in self._models:
+            self._models[key] = build_model(family, num_layers=1, seed=100 + FAMILIES.index(family), enable=False)
+        return self._models[key]
+
+
+@pytest.fixture(scope="module")
+def zoo() -> ModelZoo:
+    """Per-module cache of tiny models: ``zoo.target(family)``, ``zoo.draft(family)``."""
+    return ModelZoo()
+
+
+@pytest.fixture(scope="module")
+def llama(zoo: ModelZoo):
+    """The tiny Llama GQA target (2 layers, 4 query / 2 KV heads), TriForce-enabled."""
+    return zoo.target("llama_gqa")
+
+
+@pytest.fixture(scope="module")
+def llama_draft(zoo: ModelZoo):
+    """The tiny 1-layer Llama GQA draft model (same vocabulary)."""
+    return zoo.draft("llama_gqa")
+
+
+@pytest.fixture(scope="session")
+def make_prompt() -> Callable[..., torch.LongTensor]:
+    """``make_prompt(length, seed=0, repetitive=False)``."""
+
+    def make(length: int, seed: int = 0, repetitive: bool = False) -> torch.LongTensor:
+        return repetitive_prompt(length, seed=seed) if repetitive else random_prompt(length, seed=seed)
+
+    return make
+
+
+def top2_gap(model, ids: torch.LongTensor) -> float:
+    """Gap between the two largest next-token logits of a full forward over ``ids``."""
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, -1].float()
+    top = logits.topk(2).values
+    return float(top[0] - top[1])
+
+
+def greedy_check(model, prompt: torch.LongTensor, triforce_config, max_new_tokens: int, **kwargs) -> torch.Tensor:
+    """Assert TriForce greedy output equals plain greedy ``generate()``; returns the plain output.
+
+    On a mismatch the message names the first differing position and the top-2 logit gap of a full
+    forward there (a gap near float32 noise, ~1e-5, means a genuine near-tie, otherwise a bug).
+    """
+    common = dict(max_new_tokens=max_new_tokens, do_sample=False, **kwargs)
+    assistant = common.pop("assistant_model", None)
+    expected = model.generate(prompt, **common)
+    got = model.generate(prompt, triforce_config=triforce_config, assistant_model=assistant, **common)
+    if not torch.equal(expected, got):
+        n = min(expected.shape[1], got.shape[1])
+        diff = (expected[0, :n] != got[0, :n]).nonzero()
+        pos = int(diff[0, 0]) if diff.numel() else n
+        gap = top2_gap(model, expected[:, :pos]) if pos < expected.shape[1] else float("nan")
+        pytest.fail(
+            f"TriForce greedy output differs from plain generate() at position {pos} (prompt {prompt.shape[1]}, "
+            f"lengths {expected.shape[1]} vs {got.shape[1]}); top-2 logit gap there = {gap:.3g}; "
+            f"config={triforce_config}\nexpected={expected[0, prompt.shape[1] :].tolist()}\n"
+            f"got     ={got[0, prompt.shape[1] :].tolist()}"
+        )
+    return expected
+
+
+@pytest.fixture(scope="session")
+def assert_greedy_equal() -> Callable[..., torch.Tensor]:
+    """``assert_greedy_equal(model, prompt, cfg, max_new_tokens, **generate_kwargs)``, see :func:`greedy_check`."""
+    return greedy_check
+
+
+@pytest.fixture(scope="session")
+def model_factory() -> Callable[..., torch.nn.Module]:
+    """``model_factory(family, num_layers=2, seed=0, vocab_size=256, enable=True)``: a fresh model, see
+    :func:`build_model` (for tests that need their own instance, e.g. to compare with a never-enabled one)."""
+    return build_model

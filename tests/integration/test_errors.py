@@ -1,0 +1,371 @@
+"""Bad inputs fail early and clearly; enabling TriForce changes nothing else about a model.
+
+Every bad input must raise a ``ValueError`` subclass whose message says what to change, *before* any
+forward runs (checked with forward pre-hooks that count calls on the target and the draft model).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM
+
+import hf_triforce
+from hf_triforce import TriForceConfig, TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError
+
+pytestmark = pytest.mark.integration
+
+CFG = dict(chunk_size=8, retrieval_budget=64, recent_window=16)
+
+
+class ForwardCounter:
+    """Counts forwards of the watched modules; the first forward fails the test when ``forbid`` is set."""
+
+    def __init__(self, *modules: torch.nn.Module, forbid: bool = True) -> None:
+        self.calls = 0
+        self.forbid = forbid
+        self.handles = [m.register_forward_pre_hook(self._hook) for m in modules]
+
+    def _hook(self, module, args):
+        self.calls += 1
+        if self.forbid:
+            pytest.fail(f"{type(module).__name__}.forward ran before the bad input was rejected")
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+@pytest.fixture
+def no_forward(llama, llama_draft):
+    counter = ForwardCounter(llama, llama_draft)
+    yield counter
+    counter.remove()
+    assert counter.calls == 0
+
+
+@pytest.fixture
+def prompt():
+    return torch.randint(0, 256, (1, 24), generator=torch.Generator().manual_seed(0))
+
+
+# ---------------------------------------------------------------------------------------------------
+# generate() options TriForce cannot serve
+
+
+@pytest.mark.parametrize(
+    "kwargs,hint",
+    [
+        (dict(num_beams=2), "num_beams"),
+        (dict(num_beams=2, do_sample=True), "num_beams"),
+        (dict(num_return_sequences=2, do_sample=True), "num_return_sequences"),
+        (dict(num_return_sequences=2), "num_return_sequences"),  # greedy: transformers' own check
+        (dict(use_cache=False), "use_cache"),
+        (dict(output_attentions=True, return_dict_in_generate=True), "output_attentions"),
+        (dict(prompt_lookup_num_tokens=3), "prompt_lookup_num_tokens"),
+    ],
+    ids=["beams", "beam_sample", "return_sequences", "return_sequences_greedy", "no_cache", "attentions", "lookup"],
+)
+def test_unsupported_generation_options(llama, prompt, no_forward, kwargs, hint):
+    with pytest.raises(ValueError, match=hint):
+        llama.generate(prompt, max_new_tokens=5, triforce_config=TriForceConfig(**CFG), **kwargs)
+
+
+def test_batch_of_two_prompts(llama, prompt, no_forward):
+    batch = torch.cat([prompt, prompt.flip(1)])
+    with pytest.raises(UnsupportedGenerationError, match="batch size") as info:
+        llama.generate(batch, max_new_tokens=5, triforce_config=TriForceConfig(**CFG))
+    assert "one sequence at a time" in str(info.value)
+
+
+def test_padded_attention_mask(llama, prompt, no_forward):
+    mask = torch.ones_like(prompt)
+    mask[0, :3] = 0
+    with pytest.raises(UnsupportedGenerationError, match="attention_mask"):
+        llama.generate(prompt, attention_mask=mask, max_new_tokens=5, triforce_config=TriForceConfig(**CFG))
+
+
+@pytest.mark.parametrize("kwargs", [dict(num_beams=2), dict(num_return_sequences=2, do_sample=True)])
+def test_single_prompt_is_not_blamed_for_batch_size(llama, prompt, no_forward, kwargs):
+    with pytest.raises(UnsupportedGenerationError) as info:
+        llama.generate(prompt, max_new_tokens=5, triforce_config=TriForceConfig(**CFG), **kwargs)
+    assert "batch size" not in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Models
+
+
+def test_assistant_with_another_vocabulary(llama, prompt, no_forward, model_factory):
+    other = model_factory("llama_gqa", num_layers=1, seed=5, vocab_size=300, enable=False)
+    watch = ForwardCounter(other)
+    try:
+        with pytest.raises(UnsupportedModelError, match="vocabulary") as info:
+            llama.generate(
+                prompt, max_new_tokens=5, triforce_config=TriForceConfig(drafter="model", **CFG), assistant_model=other
+            )
+    finally:
+        watch.remove()
+    message = str(info.value)
+    assert "300" in message and "256" in message
+    assert "drafter='ngram'" in message or "same family" in message
+
+
+def tiny_gpt2():
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=256, n_embd=64, n_layer=1, n_head=4, n_positions=512)
+    return GPT2LMHeadModel(config).eval()
+
+
+def tiny_opt():
+    torch.manual_seed(0)
+    config = OPTConfig(
+        vocab_size=256,
+        hidden_size=64,
+        ffn_dim=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        word_embed_proj_dim=64,
+        max_position_embeddings=512,
+    )
+    return OPTForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("factory", [tiny_gpt2, tiny_opt], ids=["gpt2", "opt"])
+def test_unsupported_family(factory):
+    model = factory()
+    counter = ForwardCounter(model)
+    with pytest.raises(UnsupportedModelError) as info:
+        hf_triforce.enable(model)
+    counter.remove()
+    message = str(info.value)
+    assert model.config.model_type in message
+    for family in ("llama", "mistral", "qwen2", "qwen3"):
+        assert family in message
+    assert not getattr(model, "_hf_triforce_enabled", False)
+    assert "generate" not in vars(model), "a rejected model must keep its own generate()"
+
+
+def test_unsupported_assistant_family(llama, prompt, no_forward):
+    gpt2 = tiny_gpt2()
+    watch = ForwardCounter(gpt2)
+    try:
+        with pytest.raises(UnsupportedModelError, match="assistant_model") as info:
+            llama.generate(
+                prompt, max_new_tokens=5, triforce_config=TriForceConfig(drafter="model", **CFG), assistant_model=gpt2
+            )
+    finally:
+        watch.remove()
+    assert "llama" in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------------
+# TriForceConfig values
+
+BAD_CONFIGS = [
+    (dict(chunk_size=0), "chunk_size"),
+    (dict(chunk_size=-8), "chunk_size"),
+    (dict(retrieval_budget=100, chunk_size=8), r"multiple of chunk_size=8; try 96"),
+    (dict(retrieval_budget=72, chunk_size=8, recent_window=64), r"too small.*8 \+ 64 \+ 8 = 80"),
+    (dict(retrieval_budget=16, chunk_size=8, recent_window=8), "too small"),
+    (dict(recent_window=12, chunk_size=8), "recent_window"),
+    (dict(gamma1=0), "gamma1 must be an integer >= 1"),
+    (dict(gamma2=0), "gamma2 must be an integer >= 1"),
+    (dict(refresh_every=0), "refresh_every"),
+    (dict(draft_cache_budget=4, draft_sinks=2, gamma1=2), r"draft_cache_budget=4 is too small.*at least .* = 5"),
+    (dict(draft_cache_budget=20, draft_sinks=16, gamma1=4), r"draft_sinks \+ gamma1 \+ 1 = 21"),
+    (dict(draft_sinks=-1), "draft_sinks"),
+    (dict(drafter="medusa"), r"drafter='medusa' is not one of"),
+    (dict(ngram_min=3, ngram_max=2), "ngram_max"),
+    (dict(refresh_below_acceptance=1.5), "refresh_below_acceptance"),
+    (dict(gamma1=1.5), "gamma1"),
+]
+
+
+@pytest.mark.parametrize("kwargs,message", BAD_CONFIGS, ids=[str(k) for k, _ in BAD_CONFIGS])
+def test_bad_config_values(kwargs, message):
+    with pytest.raises(TriForceConfigError, match=message):
+        TriForceConfig(**{**CFG, **kwargs})
+
+
+@pytest.mark.parametrize("kwargs,message", BAD_CONFIGS[:4] + BAD_CONFIGS[6:8], ids=lambda v: str(v))
+def test_bad_config_dict_passed_to_generate(llama, prompt, no_forward, kwargs, message):
+    with pytest.raises(TriForceConfigError, match=message):
+        llama.generate(prompt, max_new_tokens=5, triforce_config={**CFG, **kwargs})
+
+
+def test_config_errors_are_value_errors():
+    for cls in (TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError):
+        assert issubclass(cls, ValueError)
+
+
+def test_model_drafter_without_assistant(llama, prompt, no_forward):
+    with pytest.raises(TriForceConfigError, match="assistant_model="):
+        llama.generate(prompt, max_new_tokens=5, triforce_config=TriForceConfig(drafter="model", **CFG))
+
+
+def test_wrong_triforce_config_type(llama, prompt, no_forward):
+    with pytest.raises(TriForceConfigError, match="TriForceConfig or a dict"):
+        llama.generate(prompt, max_new_tokens=5, triforce_config=64)
+
+
+def test_from_dict_unknown_key():
+    data = {**TriForceConfig(**CFG).to_dict(), "budget": 64}
+    with pytest.raises(TriForceConfigError, match=r"Unknown TriForceConfig keys \['budget'\].*retrieval_budget"):
+        TriForceConfig.from_dict(data)
+
+
+def test_from_dict_unknown_key_in_generate(llama, prompt, no_forward):
+    with pytest.raises(TriForceConfigError, match="gamma3"):
+        llama.generate(prompt, max_new_tokens=5, triforce_config={**CFG, "gamma3": 2})
+
+
+# ---------------------------------------------------------------------------------------------------
+# to_dict / from_dict
+
+
+@st.composite
+def valid_configs(draw):
+    chunk = draw(st.integers(1, 64))
+    recent = chunk * draw(st.integers(0, 16))
+    budget = 2 * chunk + recent + chunk * draw(st.integers(0, 512))
+    gamma1 = draw(st.integers(1, 16))
+    sinks = draw(st.integers(0, 64))
+    ngram_min = draw(st.integers(1, 5))
+    return TriForceConfig(
+        chunk_size=chunk,
+        recent_window=recent,
+        retrieval_budget=budget,
+        gamma1=gamma1,
+        gamma2=draw(st.integers(1, 32)),
+        draft_sinks=sinks,
+        draft_cache_budget=sinks + gamma1 + 1 + draw(st.integers(0, 4096)),
+        refresh_every=draw(st.integers(1, 10_000)),
+        refresh_below_acceptance=draw(st.none() | st.floats(0.0, 1.0)),
+        drafter=draw(st.sampled_from(["auto", "model", "ngram", "none"])),
+        ngram_min=ngram_min,
+        ngram_max=ngram_min + draw(st.integers(0, 5)),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(cfg=valid_configs())
+def test_to_dict_from_dict_round_trip(cfg):
+    data = cfg.to_dict()
+    assert TriForceConfig.from_dict(data) == cfg
+    assert TriForceConfig.from_dict(json.loads(json.dumps(data))) == cfg
+
+
+def test_default_config_round_trip():
+    cfg = TriForceConfig()
+    assert TriForceConfig.from_dict(cfg.to_dict()) == cfg
+    assert TriForceConfig.from_dict({}) == cfg
+
+
+# ---------------------------------------------------------------------------------------------------
+# enable() leaves everything else alone
+
+
+def test_enable_is_idempotent(prompt, model_factory):
+    model = model_factory("llama_gqa", enable=False)
+    assert hf_triforce.enable(model) is model
+    wrapped = model.generate
+    assert hf_triforce.enable(model) is model
+    assert model.generate is wrapped
+    cfg = TriForceConfig(**CFG)
+    first = model.generate(prompt, max_new_tokens=6, do_sample=False, triforce_config=cfg)
+    assert torch.equal(first, model.generate(prompt, max_new_tokens=6, do_sample=False, triforce_config=cfg))
+
+
+def test_plain_generate_unchanged_after_enable(prompt, model_factory):
+    enabled = model_factory("qwen2", enable=False)
+    plain = copy.deepcopy(enabled)
+    hf_triforce.enable(enabled)
+    for kwargs in (dict(do_sample=False), dict(do_sample=True, temperature=0.8, top_k=20)):
+        torch.manual_seed(3)
+        expected = plain.generate(prompt, max_new_tokens=12, **kwargs)
+        torch.manual_seed(3)
+        got = enabled.generate(prompt, max_new_tokens=12, **kwargs)
+        assert torch.equal(expected, got), kwargs
+    # Also after a TriForce call, and with an assistant model (plain assisted generation).
+    enabled.generate(prompt, max_new_tokens=4, triforce_config=TriForceConfig(**CFG))
+    assert torch.equal(plain.generate(prompt, max_new_tokens=8), enabled.generate(prompt, max_new_tokens=8))
+    draft = model_factory("qwen2", num_layers=1, seed=9, enable=False)
+    expected = plain.generate(prompt, max_new_tokens=8, assistant_model=draft)
+    assert torch.equal(expected, enabled.generate(prompt, max_new_tokens=8, assistant_model=draft))
+
+
+def test_enabled_generation_config_still_serializes(tmp_path, model_factory):
+    model = hf_triforce.enable(model_factory("llama_gqa", enable=False))
+    json.loads(model.generation_config.to_json_string())
+    model.save_pretrained(tmp_path)
+    reloaded = type(model).from_pretrained(tmp_path)
+    assert reloaded.config.model_type == "llama"
+
+
+def test_attn_implementation_unchanged(llama, prompt):
+    before = llama.config._attn_implementation
+    llama.generate(prompt, max_new_tokens=6, triforce_config=TriForceConfig(**CFG))
+    assert llama.config._attn_implementation == before == "sdpa"
+    with pytest.raises(UnsupportedGenerationError):
+        llama.generate(prompt, max_new_tokens=6, num_beams=2, triforce_config=TriForceConfig(**CFG))
+    assert llama.config._attn_implementation == before
+    with pytest.raises(TriForceConfigError):
+        llama.generate(prompt, max_new_tokens=6, triforce_config=TriForceConfig(**CFG, drafter="model"))
+    assert llama.config._attn_implementation == before
+
+
+class Boom(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 5])
+def test_attn_implementation_restored_after_a_failing_forward(llama, prompt, fail_at):
+    """A forward that raises inside TriForce (mid-prefill or mid-decoding) leaves the model as it was."""
+    counter = {"n": 0}
+
+    def hook(module, args):
+        counter["n"] += 1
+        if counter["n"] == fail_at:
+            raise Boom("injected failure")
+
+    handle = llama.register_forward_pre_hook(hook)
+    try:
+        with pytest.raises(Boom):
+            llama.generate(prompt, max_new_tokens=20, triforce_config=TriForceConfig(**CFG))
+    finally:
+        handle.remove()
+    assert llama.config._attn_implementation == "sdpa"
+    expected = llama.generate(prompt, max_new_tokens=10, do_sample=False)
+    got = llama.generate(prompt, max_new_tokens=10, do_sample=False, triforce_config=TriForceConfig(**CFG))
+    assert torch.equal(expected, got)
+
+
+def test_last_stats_before_any_triforce_call(prompt, model_factory):
+    never_enabled = model_factory("llama_gqa", enable=False)
+    with pytest.raises(ValueError, match="triforce_config"):
+        hf_triforce.last_stats(never_enabled)
+    model = model_factory("llama_gqa")
+    model.generate(prompt, max_new_tokens=3)  # plain generate does not produce TriForce stats
+    with pytest.raises(ValueError, match="No TriForce generation"):
+        hf_triforce.last_stats(model)
+    model.generate(prompt, max_new_tokens=3, triforce_config=TriForceConfig(**CFG))
+    assert hf_triforce.last_stats(model).new_tokens == 3
+
+
+def test_stored_default_config_is_used(prompt, model_factory):
+    """``generation_config.triforce_config`` set on the model is used without passing it per call."""
+    model = model_factory("llama_gqa")
+    expected = model.generate(prompt, max_new_tokens=8, do_sample=False)
+    model.generation_config.triforce_config = TriForceConfig(**CFG)
+    try:
+        got = model.generate(prompt, max_new_tokens=8, do_sample=False)
+        assert torch.equal(expected, got)
+        assert hf_triforce.last_stats(model).new_tokens == 8
+    finally:
+        model.generation_config.triforce_config = None
