@@ -12,7 +12,7 @@ from .caches import RetrievalCache, RetrievalView, StreamingLLMCache
 from .config import TriForceConfig
 from .drafting import TriForceCandidateGenerator
 from .errors import TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError
-from .integration import SUPPORTED_MODEL_TYPES, enable
+from .integration import SUPPORTED_MODEL_TYPES, disable, enable
 from .stats import TriForceStats
 
 __version__ = "0.1.0"
@@ -43,6 +43,7 @@ __all__ = [
     "TriForceStats",
     "UnsupportedGenerationError",
     "UnsupportedModelError",
+    "disable",
     "enable",
     "last_stats",
 ]

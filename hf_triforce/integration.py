@@ -188,6 +188,21 @@ def enable(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def disable(model: torch.nn.Module) -> torch.nn.Module:
+    """Undo :func:`enable`: ``generate()`` is the class's own again. Idempotent.
+
+    Example:
+        >>> hf_triforce.disable(model)  # doctest: +SKIP
+    """
+    if getattr(model, "_hf_triforce_enabled", False):
+        del model.generate
+        del model._hf_triforce_enabled
+        model.__dict__.pop("_hf_triforce_last_stats", None)
+        if hasattr(model.generation_config, "triforce_config"):
+            del model.generation_config.triforce_config
+    return model
+
+
 def _move_stop_strings(model, kwargs: dict[str, Any]) -> None:
     """Turn ``stop_strings`` into a ``StopStringCriteria`` in ``kwargs["stopping_criteria"]``.
 

@@ -369,3 +369,16 @@ def test_stored_default_config_is_used(prompt, model_factory):
         assert hf_triforce.last_stats(model).new_tokens == 8
     finally:
         model.generation_config.triforce_config = None
+
+
+def test_disable_restores_the_class_generate(prompt, model_factory):
+    model = model_factory("llama_gqa", enable=False)
+    hf_triforce.enable(model)
+    model.generate(prompt, max_new_tokens=4, triforce_config=TriForceConfig(**CFG))
+    assert hf_triforce.disable(model) is model
+    assert "generate" not in vars(model) and not hasattr(model.generation_config, "triforce_config")
+    assert hf_triforce.disable(model) is model
+    with pytest.raises(ValueError, match="last_stats|No TriForce"):
+        hf_triforce.last_stats(model)
+    with pytest.raises(ValueError, match="triforce_config"):
+        model.generate(prompt, max_new_tokens=4, triforce_config=TriForceConfig(**CFG))
