@@ -22,6 +22,7 @@ import transformers
 from packaging import version
 
 from .errors import UnsupportedModelError
+from .kernels.attention import gqa_sdpa_attention
 
 MIN_TRANSFORMERS = "5.17"
 MAX_TRANSFORMERS = "6"
@@ -84,9 +85,23 @@ def _make_capturing_attention(base: str) -> Callable:
         capture = kwargs.pop("triforce_capture", None)
         if capture is not None:
             capture.store(module.layer_idx, query)
+        if _use_grouped_sdpa(base, query, key, attention_mask, kwargs):
+            return gqa_sdpa_attention(module, query, key, value, attention_mask, **kwargs)
         return _base_attention(base, module)(module, query, key, value, attention_mask, **kwargs)
 
     return attention
+
+
+def _use_grouped_sdpa(base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any]) -> bool:
+    """Where transformers' sdpa would copy the cache into every query head (``repeat_kv``) on the CPU.
+
+    That is a masked multi-token forward over a GQA cache: the full-cache verification of a draft.
+    Single-token steps and the prefill keep transformers' own path (identical numerics to plain decoding).
+    """
+    plain = kwargs.get("position_bias") is None and kwargs.get("softcap") is None and not kwargs.get("dropout")
+    grouped = query.shape[1] != key.shape[1]
+    on_cpu = query.device.type == "cpu"
+    return base == "sdpa" and plain and grouped and on_cpu and mask is not None and query.shape[2] > 1
 
 
 _CAPTURE_NAMES: dict[str, str] = {}

@@ -1,0 +1,65 @@
+"""Grouped-query attention over a long cache without materializing repeated key/value heads.
+
+transformers' ``sdpa`` attention expands keys and values to every query head (``repeat_kv``)
+whenever a mask is present, i.e. for every multi-token forward over a cache: a copy of the whole
+cache per layer. Verifying ``gamma2 + 1`` tokens against a long full cache is exactly that case.
+``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)`` takes the mask and the
+unexpanded heads directly; on the CPU it is several times faster at long context. The reference it
+must equal is ``transformers.integrations.sdpa_attention.sdpa_attention_forward``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def gqa_sdpa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Attention for a multi-token query over a cache, GQA heads kept unexpanded.
+
+    Same contract as a transformers attention function (registered through ``AttentionInterface``).
+
+    Args:
+        module: the attention module (unused beyond the interface).
+        query: ``[B, H_q, q, D]`` post-RoPE queries.
+        key: ``[B, H_kv, L, D]``; ``H_q`` must be a multiple of ``H_kv``.
+        value: ``[B, H_kv, L, D_v]``.
+        attention_mask: boolean (True = attend) or additive float mask ``[B, 1, q, L]``, or ``None``
+            (then the last ``q`` keys belong to the query tokens: causal, aligned bottom-right).
+        dropout: must be 0 (inference only).
+        scaling: softmax scale, default ``D ** -0.5``.
+
+    Returns:
+        ``([B, q, H_q, D_v] attention output, None)``.
+
+    Example:
+        >>> q, k = torch.randn(1, 6, 3, 8), torch.randn(1, 2, 10, 8)
+        >>> gqa_sdpa_attention(None, q, k, k, None)[0].shape
+        torch.Size([1, 3, 6, 8])
+    """
+    if dropout:
+        raise ValueError("gqa_sdpa_attention is for inference: dropout must be 0.")
+    q_len, kv_len = query.shape[2], key.shape[2]
+    is_causal = attention_mask is None and 1 < q_len == kv_len
+    if attention_mask is None and 1 < q_len < kv_len:
+        attention_mask = _bottom_right_causal(q_len, kv_len, query.device)
+    grouped = key.shape[1] != query.shape[1]
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, scale=scaling, is_causal=is_causal, enable_gqa=grouped
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _bottom_right_causal(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
+    """``[1, 1, q, L]`` boolean mask: query ``i`` sees keys ``0 .. L - q + i``."""
+    rows = torch.arange(q_len, device=device)[:, None] + (kv_len - q_len)
+    return (torch.arange(kv_len, device=device)[None, :] <= rows)[None, None]
