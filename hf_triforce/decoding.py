@@ -16,7 +16,7 @@ from .caches.streaming import StreamingLLMCache
 from .config import TriForceConfig
 from .drafting import ModelDrafter, NGramDrafter, TriForceCandidateGenerator
 from .errors import TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError
-from .integration import capturing_queries, check_model_supported, rotary_inv_freq, vocab_size
+from .integration import capturing_queries, check_model_supported, rotary_inv_freq, small_batch_linears, vocab_size
 from .sampling import verify_greedy, verify_sampled
 from .stats import TriForceStats
 
@@ -137,7 +137,8 @@ def triforce_decode(
     validate_generation(input_ids, generation_config, model_kwargs)
     run = _Run(model, input_ids, logits_processor, stopping_criteria, generation_config, triforce_config)
     run.generator = _build_generator(run, drafter_kind, assistant_model)
-    sequences = run.decode(streamer or triforce_streamer)
+    with small_batch_linears(model, assistant_model):
+        sequences = run.decode(streamer or triforce_streamer)
     model._hf_triforce_last_stats = run.stats
     if not generation_config.return_dict_in_generate:
         return sequences
@@ -159,6 +160,7 @@ def _build_generator(run: _Run, drafter_kind: str, assistant_model) -> TriForceC
             evict_batch=min(16, (cfg.draft_cache_budget - cfg.draft_sinks - cfg.gamma1 - 1) // 2),
         )
         drafter = ModelDrafter(assistant_model, cache, run.logits_processor, bool(gc.do_sample))
+        run.draft_cache = cache
     eos = gc.eos_token_id
     eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
     return TriForceCandidateGenerator(
@@ -182,6 +184,7 @@ class _Run:
         self.scores = () if gc.return_dict_in_generate and gc.output_scores else None
         self.raw_logits = () if gc.return_dict_in_generate and gc.output_logits else None
         self.generator: TriForceCandidateGenerator | None = None
+        self.draft_cache: StreamingLLMCache | None = None
         self.done = False
 
     def decode(self, streamer) -> torch.LongTensor:
@@ -194,6 +197,9 @@ class _Run:
         if streamer is not None:
             streamer.end()
         self.stats.seconds = time.perf_counter() - start
+        self.stats.full_cache_bytes = self.cache.kv_nbytes()
+        if self.draft_cache is not None:
+            self.stats.draft_cache_bytes = self.draft_cache.kv_nbytes()
         self.stats.new_tokens = self.input_ids.shape[1] - prompt_length
         return self.input_ids
 
@@ -213,7 +219,8 @@ class _Run:
         return out.logits[:, -keep:].float()
 
     def _prefill(self, streamer) -> None:
-        logits = self._forward(self.input_ids, keep=1)
+        with self.stats.phases.measure("prefill"):
+            logits = self._forward(self.input_ids, keep=1)
         self.generator.observe_prefill()
         raw = logits[:, -1]
         scores = self.logits_processor(self.input_ids, raw.clone())
@@ -225,7 +232,8 @@ class _Run:
         candidates, candidate_scores = self.generator.get_candidates(self.input_ids)
         drafts = candidates[0, cur:]
         g = drafts.shape[0]
-        raw = self._forward(candidates[:, cur - 1 :], keep=g + 1)
+        with self.stats.phases.measure("verify"):
+            raw = self._forward(candidates[:, cur - 1 :], keep=g + 1)
         scores = torch.stack(
             [self.logits_processor(candidates[:, : cur + i], raw[:, i].clone()) for i in range(g + 1)], 1
         )

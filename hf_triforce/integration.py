@@ -23,6 +23,7 @@ from packaging import version
 
 from .errors import UnsupportedModelError
 from .kernels.attention import gqa_sdpa_attention
+from .kernels.linear import linear_forward
 
 MIN_TRANSFORMERS = "5.17"
 MAX_TRANSFORMERS = "6"
@@ -129,6 +130,30 @@ def capturing_queries(model: torch.nn.Module, capture: QueryCapture, keep: int) 
         yield {"triforce_capture": capture}
     finally:
         config._attn_implementation = base
+
+
+@contextlib.contextmanager
+def small_batch_linears(*models: torch.nn.Module | None) -> Iterator[None]:
+    """Within the block, the models' ``nn.Linear`` layers use :func:`~hf_triforce.kernels.linear.linear_forward`.
+
+    Multi-token forwards of a few rows (verification of drafts) then run at about the cost of a
+    single-token step on the CPU. Layers wrapped by accelerate hooks, and subclasses of ``nn.Linear``
+    (quantized layers), are left alone.
+    """
+    layers = {
+        id(m): m
+        for model in models
+        if model is not None
+        for m in model.modules()
+        if type(m) is torch.nn.Linear and "forward" not in vars(m) and not hasattr(m, "_hf_hook")
+    }.values()
+    for layer in layers:
+        layer.forward = functools.partial(linear_forward, layer)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward
 
 
 def check_model_supported(model: torch.nn.Module) -> None:

@@ -125,3 +125,7 @@ class StreamingLLMCache(Cache):
         for layer in self.layers:
             layer.evict(count)
         return count
+
+    def kv_nbytes(self) -> int:
+        """Bytes allocated for keys and values over all layers."""
+        return sum(layer.buffer.nbytes() for layer in self.layers)

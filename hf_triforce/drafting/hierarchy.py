@@ -92,9 +92,11 @@ class TriForceCandidateGenerator(CandidateGenerator):
         stale = self.view is None or self.view.tail_length() >= self.config.refresh_every
         if stale or self._force_refresh:
             cfg = self.config
-            indices = self.cache.select(self._queries, cfg.retrieval_budget, cfg.recent_window)
-            self.view = self.cache.sparse_view(indices, cfg.refresh_every + cfg.gamma2 + cfg.gamma1 + 2)
+            with self.stats.phases.measure("refresh"):
+                indices = self.cache.select(self._queries, cfg.retrieval_budget, cfg.recent_window)
+                self.view = self.cache.sparse_view(indices, cfg.refresh_every + cfg.gamma2 + cfg.gamma1 + 2)
             self.stats.retrieval_refreshes += 1
+            self.stats.view_bytes = max(self.stats.view_bytes, self.view.kv_nbytes())
             self._force_refresh = False
         else:
             self.view.sync()
@@ -104,8 +106,10 @@ class TriForceCandidateGenerator(CandidateGenerator):
         position = self.cache.get_seq_length()
         while tokens.shape[0] < budget:
             prefix = torch.cat([ids, tokens])
-            drafts, draft_probs = self._propose(prefix, budget - tokens.shape[0] - 1)
-            new, new_scores = self._level1_step(prefix, drafts, draft_probs, position)
+            with self.stats.phases.measure("draft"):
+                drafts, draft_probs = self._propose(prefix, budget - tokens.shape[0] - 1)
+            with self.stats.phases.measure("level1"):
+                new, new_scores = self._level1_step(prefix, drafts, draft_probs, position)
             tokens = torch.cat([tokens, new])
             scores.append(new_scores)
             position += new.shape[0]

@@ -1,0 +1,51 @@
+"""``small_batch_linear`` against ``torch.nn.functional.linear``, and the scoped swap of ``nn.Linear`` layers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hf_triforce.integration import small_batch_linears
+from hf_triforce.kernels.linear import MAX_ROWS, linear_forward, small_batch_linear, use_small_batch_linear
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 16), (1, 7, 16), (3, 16), (2, 3, 16), (1, MAX_ROWS, 16)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_matches_functional_linear(shape, bias):
+    gen = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(*shape, generator=gen), torch.randn(24, 16, generator=gen)
+    b = torch.randn(24, generator=gen) if bias else None
+    got = small_batch_linear(x, weight, b)
+    assert got.shape == (*shape[:-1], 24) and got.is_contiguous()
+    torch.testing.assert_close(got, F.linear(x, weight, b), atol=1e-5, rtol=1e-5)
+
+
+def test_only_few_float32_cpu_rows_take_the_fast_path():
+    weight = torch.randn(8, 4)
+    with torch.no_grad():
+        assert use_small_batch_linear(torch.randn(1, 3, 4), weight)
+        assert not use_small_batch_linear(torch.randn(1, 1, 4), weight)  # one row: a GEMV already
+        assert not use_small_batch_linear(torch.randn(1, MAX_ROWS + 1, 4), weight)  # prefill-sized
+        assert not use_small_batch_linear(torch.randn(1, 3, 4).bfloat16(), weight.bfloat16())
+    assert not use_small_batch_linear(torch.randn(1, 3, 4), weight)  # autograd on: leave training alone
+
+
+def test_scoped_swap_is_undone_and_tolerates_the_same_model_twice():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        expected = model(x)
+        with small_batch_linears(model, model, None):
+            assert all("forward" in vars(m) for m in model if isinstance(m, torch.nn.Linear))
+            torch.testing.assert_close(model(x), expected, atol=1e-6, rtol=1e-6)
+    assert not any("forward" in vars(m) for m in model)
+
+
+def test_linear_forward_falls_back_for_one_row():
+    layer = torch.nn.Linear(4, 3)
+    x = torch.randn(1, 4)
+    with torch.no_grad():
+        assert torch.equal(linear_forward(layer, x), layer(x))
