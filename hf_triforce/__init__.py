@@ -11,7 +11,7 @@ Example:
 from .caches import RetrievalCache, RetrievalView, StreamingLLMCache
 from .config import TriForceConfig
 from .drafting import TriForceCandidateGenerator
-from .errors import TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError
+from .errors import TriForceConfigError, TriForceError, UnsupportedGenerationError, UnsupportedModelError
 from .integration import SUPPORTED_MODEL_TYPES, disable, enable
 from .stats import TriForceStats
 
@@ -40,6 +40,7 @@ __all__ = [
     "TriForceCandidateGenerator",
     "TriForceConfig",
     "TriForceConfigError",
+    "TriForceError",
     "TriForceStats",
     "UnsupportedGenerationError",
     "UnsupportedModelError",

@@ -71,6 +71,13 @@ class TriForceConfig:
     )
     ngram_max: int = field(default=3, metadata={"help": "Longest n-gram matched by the n-gram drafter."})
     ngram_min: int = field(default=1, metadata={"help": "Shortest n-gram matched by the n-gram drafter."})
+    prefill_chunk_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Prefill the prompt in chunks of this many tokens (bounds activation memory for very long "
+            "prompts). None: one forward, as plain generate() does, so the cache is bit-identical to its."
+        },
+    )
 
     def __post_init__(self) -> None:
         self._check_positive("chunk_size", "gamma1", "gamma2", "refresh_every", "ngram_min")
@@ -80,6 +87,8 @@ class TriForceConfig:
             raise TriForceConfigError(f"drafter={self.drafter!r} is not one of {DRAFTERS}.")
         if self.ngram_max < self.ngram_min:
             raise TriForceConfigError(f"ngram_max ({self.ngram_max}) must be >= ngram_min ({self.ngram_min}).")
+        if self.prefill_chunk_size is not None:
+            self._check_positive("prefill_chunk_size")
         r = self.refresh_below_acceptance
         if r is not None and not 0.0 <= r <= 1.0:
             raise TriForceConfigError(f"refresh_below_acceptance={r} must be None or in [0, 1].")

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
@@ -16,7 +17,15 @@ from .caches.streaming import StreamingLLMCache
 from .config import TriForceConfig
 from .drafting import ModelDrafter, NGramDrafter, TriForceCandidateGenerator
 from .errors import TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError
-from .integration import capturing_queries, check_model_supported, rotary_inv_freq, small_batch_linears, vocab_size
+from .integration import (
+    capturing_queries,
+    check_model_supported,
+    prefill_progress,
+    rotary_inv_freq,
+    show_progress,
+    small_batch_linears,
+    vocab_size,
+)
 from .sampling import verify_greedy, verify_sampled
 from .stats import TriForceStats
 
@@ -76,7 +85,9 @@ def _check_assistant(model, assistant) -> None:
         )
 
 
-def validate_generation(input_ids: torch.Tensor, generation_config: GenerationConfig, model_kwargs: dict) -> None:
+def validate_generation(
+    input_ids: torch.Tensor, generation_config: GenerationConfig, model_kwargs: dict, model_config=None
+) -> None:
     """Raise :class:`UnsupportedGenerationError` for what TriForce cannot serve losslessly."""
     gc = generation_config
     copies = max(gc.num_beams or 1, gc.num_return_sequences or 1)  # generate() expands input_ids by this
@@ -101,6 +112,22 @@ def validate_generation(input_ids: torch.Tensor, generation_config: GenerationCo
             f"TriForce generation does not support {', '.join(bad)}. Drop triforce_config for this call, or change "
             "these options (TriForce serves greedy decoding and sampling of one sequence per call)."
         )
+    _check_context_limit(input_ids.shape[1], gc.max_length, model_config)
+
+
+def _check_context_limit(prompt: int, max_length: int, model_config) -> None:
+    limit = getattr(model_config.get_text_config(), "max_position_embeddings", None) if model_config else None
+    if limit is None or max_length <= limit:
+        return
+    if prompt >= limit:
+        raise UnsupportedGenerationError(
+            f"The prompt has {prompt} tokens but the model's context limit is {limit} "
+            "(max_position_embeddings): shorten the prompt to fewer tokens than that."
+        )
+    raise UnsupportedGenerationError(
+        f"{prompt} prompt tokens + {max_length - prompt} new tokens exceed the model's context limit of {limit} "
+        f"(max_position_embeddings): set max_new_tokens to at most {limit - prompt} or shorten the prompt."
+    )
 
 
 def _has_padding(mask: torch.Tensor | None) -> bool:
@@ -134,7 +161,7 @@ def triforce_decode(
         ``[1, prompt + new]`` token ids, or a ``GenerateDecoderOnlyOutput`` when
         ``return_dict_in_generate=True`` (``sequences``, and ``scores``/``logits`` when requested).
     """
-    validate_generation(input_ids, generation_config, model_kwargs)
+    validate_generation(input_ids, generation_config, model_kwargs, model.config)
     run = _Run(model, input_ids, logits_processor, stopping_criteria, generation_config, triforce_config)
     run.generator = _build_generator(run, drafter_kind, assistant_model)
     with small_batch_linears(model, assistant_model):
@@ -220,12 +247,26 @@ class _Run:
 
     def _prefill(self, streamer) -> None:
         with self.stats.phases.measure("prefill"):
-            logits = self._forward(self.input_ids, keep=1)
+            logits = self._prefill_forward()
         self.generator.observe_prefill()
         raw = logits[:, -1]
         scores = self.logits_processor(self.input_ids, raw.clone())
         token = torch.multinomial(scores.softmax(-1), 1)[0] if self.do_sample else scores.argmax(-1)
         self._append(token, scores[None], raw[None], streamer)
+
+    def _prefill_forward(self) -> torch.Tensor:
+        """Prompt forward(s) into the full cache, with a progress bar for long prompts; last logits ``[1, 1, V]``."""
+        prompt = self.input_ids.shape[1]
+        step = self.config.prefill_chunk_size or prompt
+        starts = range(0, prompt, step)
+        if len(starts) == 1:
+            with prefill_progress(self.model, prompt):
+                return self._forward(self.input_ids, keep=1)
+        for start in tqdm(
+            starts, desc="TriForce prefill", unit="chunk", leave=False, disable=not show_progress(prompt)
+        ):
+            logits = self._forward(self.input_ids[:, start : start + step], keep=1)
+        return logits
 
     def _round(self, streamer) -> None:
         cur = self.input_ids.shape[1]

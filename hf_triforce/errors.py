@@ -1,13 +1,17 @@
 """Typed errors. Each is a ``ValueError`` so ``except ValueError`` keeps working."""
 
 
-class TriForceConfigError(ValueError):
+class TriForceError(ValueError):
+    """Base class of hf_triforce's errors; the message says what was wrong and what to do."""
+
+
+class TriForceConfigError(TriForceError):
     """A ``TriForceConfig`` value is invalid (budget, chunk size, gammas, ...)."""
 
 
-class UnsupportedModelError(ValueError):
+class UnsupportedModelError(TriForceError):
     """The model family or attention setup is not supported by hf_triforce."""
 
 
-class UnsupportedGenerationError(ValueError):
+class UnsupportedGenerationError(TriForceError):
     """The requested ``generate()`` options cannot be served losslessly by TriForce."""

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import transformers
 from packaging import version
+from tqdm.auto import tqdm
 
 from .errors import UnsupportedModelError
 from .kernels.attention import gqa_sdpa_attention
@@ -154,6 +155,31 @@ def small_batch_linears(*models: torch.nn.Module | None) -> Iterator[None]:
     finally:
         for layer in layers:
             del layer.forward
+
+
+PROGRESS_MIN_TOKENS = 2048
+
+
+def show_progress(prompt_tokens: int) -> bool:
+    """Progress bars for prompts of at least ``PROGRESS_MIN_TOKENS``, unless transformers' are disabled."""
+    return prompt_tokens >= PROGRESS_MIN_TOKENS and transformers.utils.logging.is_progress_bar_enabled()
+
+
+@contextlib.contextmanager
+def prefill_progress(model: torch.nn.Module, prompt_tokens: int) -> Iterator[None]:
+    """A progress bar over the decoder layers during a one-forward prefill of a long prompt."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None or not show_progress(prompt_tokens):
+        yield
+        return
+    bar = tqdm(total=len(layers), desc=f"TriForce prefill ({prompt_tokens} tokens)", unit="layer", leave=False)
+    handles = [layer.register_forward_hook(lambda *_: bar.update(1)) for layer in layers]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        bar.close()
 
 
 def check_model_supported(model: torch.nn.Module) -> None:

@@ -184,6 +184,7 @@ BAD_CONFIGS = [
     (dict(ngram_min=3, ngram_max=2), "ngram_max"),
     (dict(refresh_below_acceptance=1.5), "refresh_below_acceptance"),
     (dict(gamma1=1.5), "gamma1"),
+    (dict(prefill_chunk_size=0), "prefill_chunk_size"),
 ]
 
 
@@ -250,6 +251,7 @@ def valid_configs(draw):
         drafter=draw(st.sampled_from(["auto", "model", "ngram", "none"])),
         ngram_min=ngram_min,
         ngram_max=ngram_min + draw(st.integers(0, 5)),
+        prefill_chunk_size=draw(st.none() | st.integers(1, 100_000)),
     )
 
 
@@ -382,3 +384,11 @@ def test_disable_restores_the_class_generate(prompt, model_factory):
         hf_triforce.last_stats(model)
     with pytest.raises(ValueError, match="triforce_config"):
         model.generate(prompt, max_new_tokens=4, triforce_config=TriForceConfig(**CFG))
+
+
+@pytest.mark.parametrize("prompt_length,new_tokens,match", [(4096, 4, "shorten the prompt"), (4000, 200, "at most 96")])
+def test_context_limit_is_an_error_before_any_forward(llama, no_forward, prompt_length, new_tokens, match):
+    prompt = torch.zeros(1, prompt_length, dtype=torch.long)
+    assert llama.config.max_position_embeddings == 4096
+    with pytest.raises(UnsupportedGenerationError, match=match):
+        llama.generate(prompt, max_new_tokens=new_tokens, triforce_config=TriForceConfig(**CFG))

@@ -412,3 +412,10 @@ def test_randomized_configs(zoo, llama, make_prompt, assert_greedy_equal, case):
     assistant = (llama if case["assistant"] == "self" else zoo.draft("llama_gqa")) if uses_model else None
     out = assert_greedy_equal(llama, prompt, cfg, case["new_tokens"], assistant_model=assistant)
     check_stats(hf_triforce.last_stats(llama).to_dict(), out.shape[1] - prompt.shape[1], cfg.gamma2)
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 1000])
+def test_chunked_prefill(llama, make_prompt, assert_greedy_equal, chunk):
+    prompt = make_prompt(300, seed=41)
+    assert_greedy_equal(llama, prompt, small_config(drafter="ngram", prefill_chunk_size=chunk), 24)
+    assert hf_triforce.last_stats(llama).phases.calls["prefill"] == 1
