@@ -1,0 +1,274 @@
+"""Sampled TriForce output has the distribution of plain sampled ``generate()``: an empirical two-sample test.
+
+TriForce claims *lossless* sampling: level 0 (no drafter, n-gram lookup or a tiny draft model) is verified
+by level 1 (the target's weights over a sparse retrieval view of the KV cache), and level 1 by level 2 (the
+target over its full cache), each with exact speculative sampling (accept with ``min(1, p/q)``, resample
+from the residual ``norm(max(p - q, 0))`` on rejection). The unit tests check that rule on fixed
+distributions; this module checks the whole pipeline end to end, logits processors included.
+
+Setup. A tiny random Llama (2 layers) with an 8-token vocabulary and a 100-token random prompt, four times
+the 32-token retrieval budget (chunk 4, recent window 8, re-selection every 2 tokens), so level 1 attends
+to a genuinely sparse view and its distribution differs from level 2's: every case asserts that level 2
+rejected some level-1 drafts (a rejection has probability zero when ``p == q``), i.e. that the residual
+resampling path ran, and, with a level-0 drafter, that level 1 rejected some level-0 drafts too. Each
+sample is the joint outcome of the first three new tokens (512 possible continuations, 5 generated so that
+level 0 drafts ``gamma1 = 2`` tokens inside the histogrammed window).
+
+Test. ``NUM_SAMPLES`` TriForce runs (``torch.manual_seed(i)`` for run ``i``) against ``NUM_SAMPLES`` draws
+of plain ``generate()`` (one ``num_return_sequences=NUM_SAMPLES`` call under another seed: independent rows
+of plain sampling, five times faster than as many calls), compared by Pearson's chi-square test of
+homogeneity on the 2 x K table of continuation counts (``scipy.stats.chi2_contingency``; continuations with
+an expected count below ``MIN_EXPECTED`` are pooled into one bin).
+
+Significance level. ``ALPHA = 1e-3``: the null hypothesis (same distribution) is rejected when the p-value is
+below it. Seeds are fixed so the test is deterministic; ``ALPHA`` is the chance that a correct sampler fails
+for an unlucky choice of seeds, small enough for the handful of cases here (about 0.5% for all of them
+together) and yet, at this sample size, large enough to catch the mistakes that matter. The power checks
+show that: the same test at the same ``NUM_SAMPLES`` rejects, with p-values of about 1e-15 and 1e-12, a
+TriForce whose verification skips residual resampling (on a rejection it draws from ``p`` instead of
+``norm(max(p - q, 0))``) and a sample whose temperature is off by 0.25. The correct samplers pass with
+p-values between 0.03 and 0.7 here; while writing this test they also passed, with 3000 samples and other
+seeds, a goodness-of-fit test against the exact distribution of the continuations (computed by full forwards).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chi2_contingency
+
+import hf_triforce
+import hf_triforce.sampling
+from hf_triforce import TriForceConfig
+
+pytestmark = pytest.mark.integration
+
+ALPHA = 1e-3
+"""Significance level of every two-sample test (see the module docstring)."""
+NUM_SAMPLES = 1000
+"""Draws per sample (TriForce and plain, each)."""
+MIN_EXPECTED = 5
+"""Continuations with an expected count below this are pooled into one bin (the usual chi-square rule)."""
+
+VOCAB = 8
+PROMPT_LENGTH = 100
+NEW_TOKENS = 5
+HISTOGRAM_TOKENS = 3
+TRIFORCE_SEEDS = range(NUM_SAMPLES)
+PLAIN_SEED = 1_000_003  # outside TRIFORCE_SEEDS: the two samples are independent
+SPARSE = dict(
+    retrieval_budget=32,
+    chunk_size=4,
+    recent_window=8,
+    refresh_every=2,
+    gamma1=2,
+    gamma2=4,
+    draft_cache_budget=40,
+    draft_sinks=4,
+)
+
+# Each logits processor at least once, each drafter at least once, three-level cases with top-k and top-p.
+# "auto" is given the draft model, so it resolves to "model". The draft model's 40-token StreamingLLM cache is
+# smaller than the prompt, so level 0 drafts from sinks + a recent window.
+CASES = [
+    pytest.param({"temperature": 0.7}, "none", id="temperature0.7-none"),
+    pytest.param({"temperature": 1.3}, "model", id="temperature1.3-model"),
+    pytest.param({"top_k": 3}, "ngram", id="top_k3-ngram"),
+    pytest.param({"top_p": 0.8}, "model", id="top_p0.8-model"),
+    pytest.param({"temperature": 1.3, "top_k": 5, "top_p": 0.9}, "auto", id="temperature1.3-top_k5-top_p0.9-auto"),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def single_thread():
+    """Run this module with one intra-op thread, restoring the previous count afterwards.
+
+    The models are tiny, so thread synchronization dominates every forward: on a shared 2-core machine
+    two threads made a TriForce call 10-20x slower than one.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+class Sampler:
+    """Draws (and memoizes, so cases and power checks can share them) plain and TriForce samples.
+
+    A sample is an int array of ``NUM_SAMPLES`` continuation codes: the first ``HISTOGRAM_TOKENS`` new
+    tokens read as a base-``VOCAB`` number. The global RNG state is restored after each sample.
+    """
+
+    def __init__(self, target, draft, prompt: torch.LongTensor) -> None:
+        self.target, self.draft, self.prompt = target, draft, prompt
+        self._plain: dict[tuple, np.ndarray] = {}
+        self._triforce: dict[tuple, tuple[np.ndarray, dict[str, int]]] = {}
+
+    def codes(self, sequences: torch.LongTensor) -> np.ndarray:
+        start = self.prompt.shape[1]
+        tokens = sequences[:, start : start + HISTOGRAM_TOKENS].numpy()
+        return (tokens * VOCAB ** np.arange(HISTOGRAM_TOKENS)).sum(axis=1)
+
+    def plain(self, processors: dict) -> np.ndarray:
+        """``NUM_SAMPLES`` independent continuations of plain sampled ``generate()``."""
+        key = tuple(sorted(processors.items()))
+        if key not in self._plain:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(PLAIN_SEED)
+                sequences = self.target.generate(
+                    self.prompt,
+                    max_new_tokens=NEW_TOKENS,
+                    do_sample=True,
+                    num_return_sequences=NUM_SAMPLES,
+                    **processors,
+                )
+            self._plain[key] = self.codes(sequences)
+        return self._plain[key]
+
+    def triforce(self, processors: dict, drafter: str, memoize: bool = True) -> tuple[np.ndarray, dict[str, int]]:
+        """``NUM_SAMPLES`` TriForce continuations (run ``i`` seeded with ``i``) and the summed statistics."""
+        key = (tuple(sorted(processors.items())), drafter)
+        if memoize and key in self._triforce:
+            return self._triforce[key]
+        config = TriForceConfig(drafter=drafter, **SPARSE)
+        assistant = self.draft if drafter in ("model", "auto") else None
+        totals = dict.fromkeys(("draft_drafted", "draft_accepted", "retrieval_drafted", "retrieval_accepted"), 0)
+        totals["retrieval_refreshes"] = 0
+        sequences = []
+        with torch.random.fork_rng(devices=[]):
+            for seed in TRIFORCE_SEEDS:
+                torch.manual_seed(seed)
+                sequences.append(
+                    self.target.generate(
+                        self.prompt,
+                        max_new_tokens=NEW_TOKENS,
+                        do_sample=True,
+                        triforce_config=config,
+                        assistant_model=assistant,
+                        **processors,
+                    )
+                )
+                stats = hf_triforce.last_stats(self.target).to_dict()
+                for level in ("draft", "retrieval"):
+                    for count in ("drafted", "accepted"):
+                        totals[f"{level}_{count}"] += stats["levels"][level][count]
+                totals["retrieval_refreshes"] += stats["retrieval_refreshes"]
+        result = self.codes(torch.cat(sequences)), totals
+        if memoize:
+            self._triforce[key] = result
+        return result
+
+
+@pytest.fixture(scope="module")
+def sampler(model_factory) -> Sampler:
+    """The tiny target (TriForce-enabled), a 1-layer draft model of the same vocabulary and the prompt."""
+    with torch.random.fork_rng(devices=[]):
+        target = model_factory("llama_gqa", num_layers=2, seed=0, vocab_size=VOCAB)
+        draft = model_factory("llama_gqa", num_layers=1, seed=100, vocab_size=VOCAB, enable=False)
+    prompt = torch.randint(0, VOCAB, (1, PROMPT_LENGTH), generator=torch.Generator().manual_seed(1))
+    return Sampler(target, draft, prompt)
+
+
+def homogeneity_test(first: np.ndarray, second: np.ndarray) -> tuple[float, np.ndarray, list[str]]:
+    """Chi-square test that two samples of continuation codes come from one distribution.
+
+    Returns:
+        ``(p_value, table, labels)``: the ``2 x K`` table of counts that was tested (bins by decreasing
+        total count, the pooled rare continuations last) and a label per column.
+    """
+    bins = VOCAB**HISTOGRAM_TOKENS
+    counts = np.stack([np.bincount(first, minlength=bins), np.bincount(second, minlength=bins)])
+    totals = counts.sum(axis=0)
+    expected = totals * counts.sum(axis=1).min() / totals.sum()  # the smaller of the two rows' expected counts
+    order = np.argsort(-totals, kind="stable")
+    kept = [b for b in order if expected[b] >= MIN_EXPECTED]
+    pooled = [b for b in order if 0 < expected[b] < MIN_EXPECTED]
+    table = counts[:, kept]
+    labels = [str(tuple(int(b) // VOCAB**i % VOCAB for i in range(HISTOGRAM_TOKENS))) for b in kept]
+    if pooled:
+        rest = counts[:, pooled].sum(axis=1, keepdims=True)
+        if expected[pooled].sum() >= MIN_EXPECTED or not kept:
+            table = np.concatenate([table, rest], axis=1)
+            labels.append(f"{len(pooled)} rare continuations")
+        else:  # too rare even pooled: fold them into the rarest kept bin
+            table[:, -1:] += rest
+            labels[-1] += f" + {len(pooled)} rare"
+    assert table.shape[1] >= 2, f"degenerate histogram: {dict(zip(labels, table.T.tolist(), strict=True))}"
+    return float(chi2_contingency(table)[1]), table, labels
+
+
+def describe(table: np.ndarray, labels: list[str], names: tuple[str, str]) -> str:
+    width = max(len(label) for label in labels)
+    rows = [f"{'continuation':>{width}} {names[0]:>10} {names[1]:>10}"]
+    rows += [f"{label:>{width}} {a:>10} {b:>10}" for label, (a, b) in zip(labels, table.T.tolist(), strict=True)]
+    return "\n".join(rows)
+
+
+def test_tiny_model_is_non_degenerate(sampler):
+    """The target's next-token distribution is neither near one-hot nor near uniform.
+
+    Near one-hot, almost every continuation would be the same and no test could tell samplers apart;
+    near uniform, every level would agree and no draft would be rejected. Both would make the
+    distribution test vacuous.
+    """
+    with torch.no_grad():
+        probs = sampler.target(input_ids=sampler.prompt).logits[0, -1].float().softmax(-1)
+    entropy = float(-(probs * probs.log()).sum())
+    assert 0.5 * math.log(VOCAB) < entropy < 0.95 * math.log(VOCAB), (entropy, probs.tolist())
+    assert float(probs.max()) < 0.6, probs.tolist()
+
+
+@pytest.mark.parametrize("processors, drafter", CASES)
+def test_sampled_triforce_matches_plain_generate(sampler, processors, drafter):
+    """Continuations sampled with TriForce and with plain ``generate()`` pass the homogeneity test at ``ALPHA``."""
+    plain = sampler.plain(processors)
+    got, totals = sampler.triforce(processors, drafter)
+    p_value, table, labels = homogeneity_test(plain, got)
+    assert p_value > ALPHA, (
+        f"TriForce sampling ({drafter=}, {processors}) is not distributed like plain generate(): chi-square "
+        f"p-value {p_value:.3g} <= alpha {ALPHA} over {NUM_SAMPLES} samples each ({table.shape[1]} bins, first "
+        f"{HISTOGRAM_TOKENS} new tokens). Level totals: {totals}.\n" + describe(table, labels, ("plain", "triforce"))
+    )
+    # The exact-sampling paths the test is about really ran: rejections (and acceptances) at both levels.
+    assert 0 < totals["retrieval_accepted"] < totals["retrieval_drafted"], totals
+    assert totals["retrieval_refreshes"] > len(TRIFORCE_SEEDS), totals
+    if drafter == "none":
+        assert totals["draft_drafted"] == 0, totals
+    else:
+        assert 0 < totals["draft_accepted"] < totals["draft_drafted"], totals
+
+
+def _draw_from_target(target_probs, draft_probs, token=None):
+    """A wrong residual: resample from the verifier's ``p`` itself, ignoring what the draft proposed."""
+    return target_probs
+
+
+def test_power_against_skipped_residual_resampling(sampler, monkeypatch):
+    """The same test rejects TriForce without residual resampling (on a rejection it draws from ``p``).
+
+    That sampler over-weights tokens the drafter proposes too often. The three-level top-p case is used:
+    the 1-layer draft model's ``q`` differs enough from level 1's ``p`` that the bias is large at this
+    ``NUM_SAMPLES`` (level 2 alone, with ``drafter="none"``, verifies a ``q`` close to its ``p``).
+    """
+    processors, drafter = {"top_p": 0.8}, "model"
+    monkeypatch.setattr(hf_triforce.sampling, "residual_distribution", _draw_from_target)
+    wrong, totals = sampler.triforce(processors, drafter, memoize=False)
+    p_value, table, labels = homogeneity_test(sampler.plain(processors), wrong)
+    assert p_value < ALPHA, (
+        f"the homogeneity test did not detect a TriForce that skips residual resampling (p-value {p_value:.3g}, "
+        f"alpha {ALPHA}, {NUM_SAMPLES} samples; level totals {totals}): raise NUM_SAMPLES.\n"
+        + describe(table, labels, ("plain", "wrong"))
+    )
+
+
+def test_power_against_wrong_temperature(sampler):
+    """The same test tells TriForce at temperature 0.7 from plain ``generate()`` at temperature 0.95."""
+    got, _ = sampler.triforce({"temperature": 0.7}, "none")
+    p_value, table, labels = homogeneity_test(sampler.plain({"temperature": 0.95}), got)
+    assert p_value < ALPHA, (
+        f"the homogeneity test did not detect a temperature off by 0.25 (p-value {p_value:.3g}, alpha {ALPHA}, "
+        f"{NUM_SAMPLES} samples): raise NUM_SAMPLES.\n" + describe(table, labels, ("plain@0.95", "triforce@0.7"))
+    )
