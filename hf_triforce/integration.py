@@ -173,7 +173,11 @@ def prefill_progress(model: torch.nn.Module, prompt_tokens: int) -> Iterator[Non
         yield
         return
     bar = tqdm(total=len(layers), desc=f"TriForce prefill ({prompt_tokens} tokens)", unit="layer", leave=False)
-    handles = [layer.register_forward_hook(lambda *_: bar.update(1)) for layer in layers]
+
+    def advance(*_) -> None:  # a forward hook must return None, or it replaces the layer's output
+        bar.update(1)
+
+    handles = [layer.register_forward_hook(advance) for layer in layers]
     try:
         yield
     finally:

@@ -1,0 +1,7 @@
+"""``python -m hf_triforce``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

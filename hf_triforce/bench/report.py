@@ -1,0 +1,104 @@
+"""Where and with what a benchmark ran, and how its results are written."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+
+
+def machine_info() -> dict[str, Any]:
+    """Device, CPU, core count and library versions, recorded next to every result.
+
+    Example:
+        >>> sorted(machine_info())[:3]
+        ['cpu', 'cpu_count', 'cuda_device']
+    """
+    from .. import __version__
+
+    return {
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "cuda_driver": _cuda_driver(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "hf_triforce": __version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _cuda_driver() -> str | None:
+    if not torch.cuda.is_available():
+        return None
+    try:
+        import subprocess
+
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        )
+        return out.stdout.strip() or None
+    except OSError:
+        return None
+
+
+def write_results(results: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Write ``results`` as JSON and its ``"rows"`` as a markdown table beside it; returns both paths."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    md = path.with_suffix(".md")
+    md.write_text(markdown_table(results))
+    return path, md
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """A markdown page: the machine, then one table row per measured configuration."""
+    m = results["machine"]
+    device = m["cuda_device"] or f"{m['cpu']} ({m['torch_threads']} threads)"
+    lines = [
+        f"# {results['title']}",
+        "",
+        f"Device: {device}. torch {m['torch']}, transformers {m['transformers']}, hf_triforce {m['hf_triforce']}, "
+        f"Python {m['python']}; {m['date']}.",
+        "",
+        f"Command: `{results['command']}`",
+        "",
+        "| prompt | T | drafter | budget | plain tok/s | TriForce tok/s | speedup | identical | "
+        "level-0 acc. | level-1 acc. | tokens/forward |",
+        "|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    lines += [_row(r) for r in results["rows"]]
+    return "\n".join(lines) + "\n"
+
+
+def _row(r: dict[str, Any]) -> str:
+    t = r["triforce"]["triforce"]
+    levels = t["levels"]
+    draft = f"{levels['draft']['acceptance_rate']:.2f}" if levels["draft"]["drafted"] else "-"
+    identical = "yes" if r["identical_output"] else ("n/a" if r["temperature"] > 0 else "NO")
+    return (
+        f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['budget']} | "
+        f"{r['plain']['tokens_per_second']:.2f} | {r['triforce']['tokens_per_second']:.2f} | "
+        f"{r['speedup']:.2f}x | {identical} | {draft} | {levels['retrieval']['acceptance_rate']:.2f} | "
+        f"{t['mean_accepted_length']:.2f} |"
+    )

@@ -1,0 +1,128 @@
+"""``hf-triforce`` / ``python -m hf_triforce``: the demo and the benchmark from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from collections.abc import Sequence
+
+from .config import DRAFTERS
+
+logger = logging.getLogger("hf_triforce")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hf-triforce", description="Lossless TriForce speculative decoding for transformers generate()."
+    )
+    parser.add_argument("--debug", dest="debug_all", action="store_true", help="show tracebacks and debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_demo(commands.add_parser("demo", help="answer a question about a long document, with and without TriForce"))
+    _add_bench(commands.add_parser("bench", help="measure plain generate() vs TriForce on a real model"))
+    return parser
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="local model directory (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--document", default=None, help="UTF-8 text file (default: the Python language reference)")
+    p.add_argument("--question", default=None, help="question asked about the document")
+    p.add_argument("--top-p", type=float, default=0.9, help="nucleus sampling threshold when temperature > 0")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks and debug logging")
+
+
+def _add_demo(p: argparse.ArgumentParser) -> None:
+    _add_common(p)
+    p.add_argument("--document-tokens", type=int, default=7000, help="tokens of the document to use (default 7000)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="answer length limit (default 128)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 for greedy (default), > 0 to sample")
+    p.add_argument("--budget", type=int, default=512, help="retrieval budget in tokens (default 512)")
+    p.add_argument("--drafter", choices=DRAFTERS, default="ngram", help="level-0 drafter (default ngram)")
+    p.set_defaults(func=_run_demo)
+
+
+def _add_bench(p: argparse.ArgumentParser) -> None:
+    _add_common(p)
+    p.add_argument("--prompt-tokens", default="7000", help="comma-separated document lengths (default 7000)")
+    p.add_argument("--temperatures", default="0,0.6", help="comma-separated temperatures (default 0,0.6)")
+    p.add_argument("--budgets", default="512", help="comma-separated retrieval budgets (default 512)")
+    p.add_argument("--drafters", default="ngram", help=f"comma-separated drafters among {DRAFTERS} (default ngram)")
+    p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per run (default 128)")
+    p.add_argument("--gamma1", type=int, default=None, help="level-0 draft length (default: TriForceConfig's)")
+    p.add_argument("--gamma2", type=int, default=None, help="level-1 draft length (default: TriForceConfig's)")
+    p.add_argument("--output", default=None, help="write results as JSON (+ a .md table beside it)")
+    p.set_defaults(func=_run_bench)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from .demo import DemoOptions, run_demo
+
+    options = DemoOptions(
+        model=args.model,
+        document=args.document,
+        document_tokens=args.document_tokens,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        budget=args.budget,
+        drafter=args.drafter,
+        seed=args.seed,
+    )
+    if args.question:
+        options.question = args.question
+    run_demo(options)
+    return 0
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from .bench.report import markdown_table, write_results
+    from .bench.run import BenchOptions, run_benchmark
+
+    options = BenchOptions(
+        model=args.model,
+        document=args.document,
+        prompt_tokens=_ints(args.prompt_tokens),
+        temperatures=[float(t) for t in args.temperatures.split(",")],
+        budgets=_ints(args.budgets),
+        drafters=args.drafters.split(","),
+        new_tokens=args.new_tokens,
+        top_p=args.top_p,
+        gamma1=args.gamma1,
+        gamma2=args.gamma2,
+        seed=args.seed,
+    )
+    if args.question:
+        options.question = args.question
+    results = run_benchmark(options, command="hf-triforce " + shlex.join(sys.argv[1:]))
+    print(markdown_table(results))
+    if args.output:
+        for path in write_results(results, args.output):
+            print(f"wrote {path}")
+    return 0
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``hf-triforce``; user errors print one line (``--debug`` for the traceback)."""
+    args = build_parser().parse_args(argv)
+    args.debug = args.debug or args.debug_all
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as err:
+        if args.debug:
+            raise
+        print(f"hf-triforce: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
