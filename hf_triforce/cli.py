@@ -120,7 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as err:
         if args.debug:
             raise
-        print(f"hf-triforce: error: {err}", file=sys.stderr)
+        message = " ".join(str(err).split())  # one line, even for multi-line library messages
+        print(f"hf-triforce: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -71,6 +71,14 @@ class TriForceConfig:
     )
     ngram_max: int = field(default=3, metadata={"help": "Longest n-gram matched by the n-gram drafter."})
     ngram_min: int = field(default=1, metadata={"help": "Shortest n-gram matched by the n-gram drafter."})
+    draft_acceptance_floor: float = field(
+        default=0.15,
+        metadata={
+            "help": "Pause level-0 drafting while its running acceptance rate (accepted / drafted, exponentially "
+            "averaged) is below this value, probing again every 8 level-1 steps: a rejected draft still costs "
+            "level 1 a wider forward. 0 always drafts."
+        },
+    )
     prefill_chunk_size: int | None = field(
         default=None,
         metadata={
@@ -89,6 +97,8 @@ class TriForceConfig:
             raise TriForceConfigError(f"ngram_max ({self.ngram_max}) must be >= ngram_min ({self.ngram_min}).")
         if self.prefill_chunk_size is not None:
             self._check_positive("prefill_chunk_size")
+        if not 0.0 <= self.draft_acceptance_floor <= 1.0:
+            raise TriForceConfigError(f"draft_acceptance_floor={self.draft_acceptance_floor} must be in [0, 1].")
         r = self.refresh_below_acceptance
         if r is not None and not 0.0 <= r <= 1.0:
             raise TriForceConfigError(f"refresh_below_acceptance={r} must be None or in [0, 1].")

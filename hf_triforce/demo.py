@@ -53,6 +53,11 @@ def load_model(path: str | None):
             f"model path {path} does not exist: pass a local directory saved with save_pretrained() "
             "(model hubs are not reachable here), or omit --model to use the embedded SmolLM2."
         )
+    if Path(path).expanduser().is_dir() and not (Path(path).expanduser() / "config.json").is_file():
+        raise ModelLoadError(
+            f"{path} holds no config.json: pass a directory saved with model.save_pretrained() and "
+            "tokenizer.save_pretrained()."
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..config import TriForceConfig
+from ..integration import small_batch_linears
 from .timing import TimingStreamer
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class Comparison:
     plain: RunResult
     triforce: RunResult
     generate_kwargs: dict[str, Any] = field(default_factory=dict)
+    plain_fast_linears: RunResult | None = None
 
     @property
     def speedup(self) -> float:
@@ -63,6 +65,7 @@ class Comparison:
             "triforce": self.triforce.to_dict(),
             "speedup": self.speedup,
             "identical_output": self.identical,
+            "plain_fast_linears": None if self.plain_fast_linears is None else self.plain_fast_linears.to_dict(),
             "peak_rss_bytes": peak_rss_bytes(),
         }
 
@@ -99,6 +102,7 @@ def compare(
     assistant_model=None,
     warmup: bool = True,
     seed: int = 0,
+    reference_fast_linears: bool = False,
     **generate_kwargs,
 ) -> Comparison:
     """Measure plain ``generate()`` then TriForce with the same kwargs and seed; prefill excluded.
@@ -110,6 +114,8 @@ def compare(
         assistant_model: optional level-0 draft model.
         warmup: run both once on a short prefix first (one-time allocations, kernel selection).
         seed: sampling seed, the same for both runs.
+        reference_fast_linears: also measure plain ``generate()`` with TriForce's CPU linear fast path
+            (:mod:`hf_triforce.kernels.linear`), to show how much of the speedup that path alone gives.
 
     Example:
         >>> result = compare(model, ids, TriForceConfig(retrieval_budget=512), max_new_tokens=128)  # doctest: +SKIP
@@ -125,7 +131,11 @@ def compare(
     plain = measure(model, input_ids, seed=seed, **generate_kwargs)
     logger.info("TriForce generate(): %d prompt tokens", input_ids.shape[1])
     fast = measure(model, input_ids, seed=seed, triforce_config=triforce_config, **extra, **generate_kwargs)
-    return Comparison(plain, fast, generate_kwargs)
+    reference = None
+    if reference_fast_linears:
+        with small_batch_linears(model):
+            reference = measure(model, input_ids, seed=seed, **generate_kwargs)
+    return Comparison(plain, fast, generate_kwargs, reference)
 
 
 def _warm_up(model, input_ids, triforce_config, extra, generate_kwargs) -> None:

@@ -84,10 +84,17 @@ def markdown_table(results: dict[str, Any]) -> str:
         f"Command: `{results['command']}`",
         "",
         "| prompt | T | drafter | budget | plain tok/s | TriForce tok/s | speedup | identical | "
-        "level-0 acc. | level-1 acc. | tokens/forward |",
-        "|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|",
+        "level-0 acc. | level-1 acc. | tokens/forward | plain + fast linears tok/s |",
+        "|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     lines += [_row(r) for r in results["rows"]]
+    lines += [
+        "",
+        "Speedup = plain decode latency per token / TriForce's, same process and prompt, prefill excluded, after "
+        "warm-up; both forced to the same number of new tokens. The last column is plain generate() with "
+        "hf_triforce's CPU linear fast path (hf_triforce.kernels.linear) switched on: it shows how much of the "
+        "speedup that path alone would give; the rest comes from speculation.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -100,5 +107,9 @@ def _row(r: dict[str, Any]) -> str:
         f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['budget']} | "
         f"{r['plain']['tokens_per_second']:.2f} | {r['triforce']['tokens_per_second']:.2f} | "
         f"{r['speedup']:.2f}x | {identical} | {draft} | {levels['retrieval']['acceptance_rate']:.2f} | "
-        f"{t['mean_accepted_length']:.2f} |"
+        f"{t['mean_accepted_length']:.2f} | {_tps(r.get('plain_fast_linears'))} |"
     )
+
+
+def _tps(run: dict[str, Any] | None) -> str:
+    return "-" if run is None else f"{run['tokens_per_second']:.2f}"

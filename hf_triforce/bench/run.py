@@ -55,7 +55,11 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
     for tokens, temperature, budget, drafter in tqdm(grid, desc="benchmark", unit="config"):
         ids = question_prompt(tokenizer, document, options.question, tokens, limit, options.new_tokens)
         config = _config(options, budget, drafter)
-        result = compare(model, ids, config, warmup=not warm, seed=options.seed, **_kwargs(options, temperature))
+        on_cpu = model.device.type == "cpu"
+        kwargs = _kwargs(options, temperature)
+        result = compare(
+            model, ids, config, warmup=not warm, seed=options.seed, reference_fast_linears=on_cpu, **kwargs
+        )
         warm = True
         row = {"prompt_tokens": ids.shape[1], "temperature": temperature, "budget": budget, "drafter": drafter}
         row.update(result.to_dict(), config=config.to_dict())

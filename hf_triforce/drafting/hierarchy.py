@@ -12,6 +12,9 @@ from ..integration import QueryCapture
 from ..sampling import verify_greedy, verify_sampled
 from ..stats import TriForceStats
 
+PROBE_EVERY = 8  # level-1 steps between level-0 drafts while level 0 is paused
+RATE_SMOOTHING = 0.1  # weight of the newest level-1 step in level 0's running acceptance rate
+
 
 class TriForceCandidateGenerator(CandidateGenerator):
     """Produces level-1 candidates for the full-cache verification, with their processed logits.
@@ -64,6 +67,8 @@ class TriForceCandidateGenerator(CandidateGenerator):
         self._queries: list[torch.Tensor] | None = None
         self._force_refresh = False
         self._last_drafted = 0
+        self._level0_rate = 1.0
+        self._steps_since_draft = 0
 
     def get_candidates(self, input_ids: torch.LongTensor) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
         """Level-1 candidates ``[1, cur + g]`` and their processed level-1 scores ``[1, g, V]``."""
@@ -119,9 +124,21 @@ class TriForceCandidateGenerator(CandidateGenerator):
 
     def _propose(self, prefix: torch.Tensor, room: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         k = min(self.config.gamma1, room)
-        if self.drafter is None or k <= 0:
+        if self.drafter is None or k <= 0 or not self._level0_worthwhile():
             return prefix[:0], None
         return self.drafter.propose(prefix, k)
+
+    def _level0_worthwhile(self) -> bool:
+        """Draft unless level 0's running acceptance is under ``draft_acceptance_floor`` (probe every 8 steps)."""
+        self._steps_since_draft += 1
+        if self._level0_rate >= self.config.draft_acceptance_floor or self._steps_since_draft >= PROBE_EVERY:
+            self._steps_since_draft = 0
+            return True
+        return False
+
+    def _record_level0(self, drafted: int, accepted: int) -> None:
+        if drafted:
+            self._level0_rate += RATE_SMOOTHING * (accepted / drafted - self._level0_rate)
 
     def _level1_step(self, prefix, drafts, draft_probs, position) -> tuple[torch.Tensor, torch.Tensor]:
         """One level-1 forward over ``[last token, drafts]``: verify the drafts, return new tokens + scores."""
@@ -133,6 +150,7 @@ class TriForceCandidateGenerator(CandidateGenerator):
             n_accepted, next_token = verify_greedy(drafts, scores)
         self.view.crop(-(drafts.shape[0] - n_accepted))
         self.stats.draft.record(drafts.shape[0], n_accepted)
+        self._record_level0(drafts.shape[0], n_accepted)
         new = torch.cat([drafts[:n_accepted], drafts.new_tensor([next_token])])
         return new, scores[: n_accepted + 1]
 

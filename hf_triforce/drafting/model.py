@@ -76,6 +76,13 @@ class ModelDrafter:
         return self._forward(prefix)
 
     def _forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Consume ``tokens`` (``[n]``, in pieces that fit beside the sinks); logits ``[V]`` after the last."""
+        piece = self.cache.budget - self.cache.sinks
+        for start in range(0, tokens.shape[0], piece):
+            logits = self._forward_piece(tokens[start : start + piece])
+        return logits
+
+    def _forward_piece(self, tokens: torch.Tensor) -> torch.Tensor:
         self.cache.make_room(tokens.shape[0])
         out = self.model(input_ids=tokens[None], past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         self.consumed = torch.cat([self.consumed, tokens])

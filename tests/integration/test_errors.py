@@ -183,6 +183,7 @@ BAD_CONFIGS = [
     (dict(drafter="medusa"), r"drafter='medusa' is not one of"),
     (dict(ngram_min=3, ngram_max=2), "ngram_max"),
     (dict(refresh_below_acceptance=1.5), "refresh_below_acceptance"),
+    (dict(draft_acceptance_floor=-0.1), "draft_acceptance_floor"),
     (dict(gamma1=1.5), "gamma1"),
     (dict(prefill_chunk_size=0), "prefill_chunk_size"),
 ]
@@ -252,6 +253,7 @@ def valid_configs(draw):
         ngram_min=ngram_min,
         ngram_max=ngram_min + draw(st.integers(0, 5)),
         prefill_chunk_size=draw(st.none() | st.integers(1, 100_000)),
+        draft_acceptance_floor=draw(st.floats(0.0, 1.0)),
     )
 
 

@@ -147,6 +147,32 @@ def test_refreshes(llama, make_prompt, assert_greedy_equal, refresh_every, refre
 
 
 # ---------------------------------------------------------------------------------------------------
+# Level-0 gate (draft_acceptance_floor)
+
+
+def test_level0_pauses_when_its_drafts_are_rejected(llama, make_prompt, assert_greedy_equal):
+    """A random prompt gives the n-gram drafter little to match: floor 1.0 pauses it, floor 0 never does."""
+    prompt = make_prompt(200, seed=5)
+    drafted = {}
+    for floor in (0.0, 1.0):
+        cfg = small_config(drafter="ngram", gamma1=2, gamma2=6, draft_acceptance_floor=floor)
+        assert_greedy_equal(llama, prompt, cfg, 48)
+        drafted[floor] = hf_triforce.last_stats(llama).draft.drafted
+    assert drafted[0.0] > 0
+    assert drafted[1.0] < drafted[0.0] / 2, drafted
+
+
+def test_level0_keeps_drafting_while_accepted(llama, make_prompt, assert_greedy_equal):
+    """With the target as its own drafter every draft is accepted, so even floor 1.0 never pauses it."""
+    prompt = make_prompt(50, seed=3)
+    cfg = small_config(drafter="model", retrieval_budget=256, gamma1=2, gamma2=6, draft_acceptance_floor=1.0)
+    assert_greedy_equal(llama, prompt, cfg, 37, assistant_model=llama)
+    stats = hf_triforce.last_stats(llama)
+    steps = stats.retrieval.drafted - stats.draft.accepted  # every level-1 step adds one token of its own
+    assert stats.draft.drafted >= 2 * (steps - 2), (stats.draft.drafted, steps)
+
+
+# ---------------------------------------------------------------------------------------------------
 # EOS and max_new_tokens inside a draft
 
 
@@ -392,6 +418,7 @@ def sweep_cases(draw):
         draft_cache_budget=sinks + gamma1 + 1 + draw(st.integers(0, 60)),
         ngram_min=1,
         ngram_max=draw(st.integers(1, 4)),
+        draft_acceptance_floor=draw(st.sampled_from([0.0, 0.15, 0.6, 1.0])),
     )
     return {
         "cfg": cfg,
@@ -419,3 +446,13 @@ def test_chunked_prefill(llama, make_prompt, assert_greedy_equal, chunk):
     prompt = make_prompt(300, seed=41)
     assert_greedy_equal(llama, prompt, small_config(drafter="ngram", prefill_chunk_size=chunk), 24)
     assert hf_triforce.last_stats(llama).phases.calls["prefill"] == 1
+
+
+def test_draft_catch_up_larger_than_the_draft_cache(zoo, llama, make_prompt, assert_greedy_equal):
+    """Found by the sweep: with a 3-token draft cache, catching up on 3 new tokens must not overflow it."""
+    cfg = TriForceConfig(chunk_size=4, retrieval_budget=8, recent_window=0, gamma1=1, gamma2=2, refresh_every=1,
+                         drafter="model", draft_sinks=1, draft_cache_budget=3, ngram_max=1)  # fmt: skip
+    prompt = make_prompt(1, seed=0)
+    assert_greedy_equal(llama, prompt, cfg, 7, assistant_model=zoo.draft("llama_gqa"))
+    prompt = make_prompt(60, seed=1, repetitive=True)
+    assert_greedy_equal(llama, prompt, cfg, 30, assistant_model=zoo.draft("llama_gqa"))

@@ -12,7 +12,7 @@ from hf_triforce.kernels.linear import MAX_ROWS, linear_forward, small_batch_lin
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("shape", [(1, 2, 16), (1, 7, 16), (3, 16), (2, 3, 16), (1, MAX_ROWS, 16)])
+@pytest.mark.parametrize("shape", [(1, 1, 16), (16,), (1, 2, 16), (1, 7, 16), (3, 16), (2, 3, 16), (1, MAX_ROWS, 16)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_matches_functional_linear(shape, bias):
     gen = torch.Generator().manual_seed(0)
@@ -27,7 +27,7 @@ def test_only_few_float32_cpu_rows_take_the_fast_path():
     weight = torch.randn(8, 4)
     with torch.no_grad():
         assert use_small_batch_linear(torch.randn(1, 3, 4), weight)
-        assert not use_small_batch_linear(torch.randn(1, 1, 4), weight)  # one row: a GEMV already
+        assert use_small_batch_linear(torch.randn(1, 1, 4), weight)
         assert not use_small_batch_linear(torch.randn(1, MAX_ROWS + 1, 4), weight)  # prefill-sized
         assert not use_small_batch_linear(torch.randn(1, 3, 4).bfloat16(), weight.bfloat16())
     assert not use_small_batch_linear(torch.randn(1, 3, 4), weight)  # autograd on: leave training alone
@@ -44,8 +44,8 @@ def test_scoped_swap_is_undone_and_tolerates_the_same_model_twice():
     assert not any("forward" in vars(m) for m in model)
 
 
-def test_linear_forward_falls_back_for_one_row():
+def test_linear_forward_falls_back_for_many_rows():
     layer = torch.nn.Linear(4, 3)
-    x = torch.randn(1, 4)
+    x = torch.randn(MAX_ROWS + 1, 4)
     with torch.no_grad():
         assert torch.equal(linear_forward(layer, x), layer(x))

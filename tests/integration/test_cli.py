@@ -1,0 +1,160 @@
+"""``hf-triforce demo`` end to end on a tiny saved model, and the one-line errors a newcomer meets.
+
+The model directory holds a tiny random Llama and a word-level tokenizer built offline with a chat
+template, saved with ``save_pretrained`` exactly as a user's model would be; the CLI loads it through
+``--model``. User errors must print one ``hf-triforce: error: ...`` line and return 2 without a
+traceback; ``--debug`` re-raises so the traceback shows.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from hf_triforce.cli import main
+from hf_triforce.demo import ModelLoadError
+from hf_triforce.documents import DocumentError, question_prompt, read_document
+
+pytestmark = pytest.mark.integration
+
+WORDS = (
+    "the a of to and is in it with context manager method enter exit statement value python how what "
+    "which order called block object return true false none when then else for while class def"
+).split()
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<user> {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}<bot>{% endif %}"
+)
+
+
+def word_tokenizer(chat_template: str | None = CHAT_TEMPLATE) -> PreTrainedTokenizerFast:
+    vocab = {w: i for i, w in enumerate(["[UNK]", "<eos>", "<user>", "<bot>", "Question:", *WORDS])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.decoder = decoders.WordPiece()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", eos_token="<eos>")
+    tokenizer.chat_template = chat_template
+    return tokenizer
+
+
+def save_model(path, context: int = 1024, chat_template: str | None = CHAT_TEMPLATE) -> str:
+    tokenizer = word_tokenizer(chat_template)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=context,
+        initializer_range=0.15, eos_token_id=None, bos_token_id=None, pad_token_id=None,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_model(tmp_path_factory.mktemp("tiny-chat-model"))
+
+
+@pytest.fixture
+def document(tmp_path):
+    gen = torch.Generator().manual_seed(0)
+    words = [WORDS[i] for i in torch.randint(0, len(WORDS), (3000,), generator=gen)]
+    path = tmp_path / "doc.txt"
+    path.write_text(" ".join(words), encoding="utf-8")
+    return str(path)
+
+
+def one_line_error(capsys, argv: list[str], expected: str) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err  # may also hold transformers' loading progress bars
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith("hf-triforce: error: "), err
+    assert expected in errors[0], err
+    return errors[0]
+
+
+def test_demo_runs_end_to_end(capsys, model_dir, document):
+    argv = ["demo", "--model", model_dir, "--document", document, "--document-tokens", "600"]
+    assert main(argv + ["--max-new-tokens", "24", "--budget", "128"]) == 0
+    out = capsys.readouterr().out
+    assert "TriForce answer (streamed):" in out
+    for row in ("decode tokens/s", "speedup", "acceptance", "mean tokens per full-cache forward", "peak process"):
+        assert row in out, out
+    assert "identical text: yes" in out, out
+
+
+def test_demo_samples(capsys, model_dir, document):
+    argv = ["demo", "--model", model_dir, "--document", document, "--document-tokens", "300", "--temperature", "0.8"]
+    assert main(argv + ["--max-new-tokens", "12", "--budget", "128", "--drafter", "none"]) == 0
+    assert "identical text: n/a when sampling" in capsys.readouterr().out
+
+
+def test_missing_document(capsys, tmp_path):
+    one_line_error(capsys, ["demo", "--document", str(tmp_path / "nope.txt")], "document not found")
+
+
+def test_unreadable_document(capsys, tmp_path):
+    path = tmp_path / "binary.txt"
+    path.write_bytes(b"\xff\xfe\x00\x81" * 100)
+    one_line_error(capsys, ["demo", "--document", str(path)], "as UTF-8 text")
+
+
+def test_empty_document(capsys, tmp_path):
+    path = tmp_path / "empty.txt"
+    path.write_text("  \n")
+    one_line_error(capsys, ["demo", "--document", str(path)], "is empty")
+
+
+def test_missing_model(capsys, tmp_path, document):
+    one_line_error(capsys, ["demo", "--model", str(tmp_path / "no-model"), "--document", document], "does not exist")
+
+
+def test_directory_without_a_model(capsys, tmp_path, document):
+    (tmp_path / "empty-model").mkdir()
+    one_line_error(capsys, ["demo", "--model", str(tmp_path / "empty-model"), "--document", document], "no config.json")
+
+
+def test_model_directory_without_a_tokenizer(capsys, tmp_path, document):
+    path = tmp_path / "weights-only"
+    LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(path)  # fmt: skip
+    one_line_error(capsys, ["demo", "--model", str(path), "--document", document], "could not load")
+
+
+def test_no_chat_template(capsys, tmp_path, document):
+    path = save_model(tmp_path / "base-model", chat_template=None)
+    one_line_error(capsys, ["demo", "--model", path, "--document", document], "no chat template")
+
+
+def test_question_too_long(capsys, tmp_path, document):
+    path = save_model(tmp_path / "short-context", context=64)
+    question = " ".join(["what is the context manager"] * 20)
+    argv = ["demo", "--model", path, "--document", document, "--question", question, "--max-new-tokens", "8"]
+    one_line_error(capsys, argv, "shorten the question")
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    with pytest.raises(DocumentError):
+        main(["demo", "--debug", "--document", str(tmp_path / "nope.txt")])
+    with pytest.raises(ModelLoadError):
+        main(["--debug", "demo", "--model", str(tmp_path / "nope")])
+
+
+def test_bad_budget_is_one_line(capsys, model_dir, document):
+    one_line_error(capsys, ["demo", "--model", model_dir, "--document", document, "--budget", "100"], "try 96")
+
+
+def test_document_is_cut_to_fit_the_context():
+    tokenizer = word_tokenizer()
+    text = " ".join(WORDS * 40)
+    ids = question_prompt(tokenizer, text, "what is it", document_tokens=None, context_limit=200, reserve=50)
+    assert 150 - 5 <= ids.shape[1] <= 150
+    ids = question_prompt(tokenizer, text, "what is it", document_tokens=30)
+    assert ids.shape[1] == 30 + len("<user> Question: what is it <bot>".split())
+
+
+def test_default_document_is_the_python_reference():
+    text = read_document(None)
+    assert "context manager" in text and len(text) > 400_000
