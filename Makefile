@@ -38,7 +38,7 @@ demo: venv
 # The speed benchmark (T=0 and T=0.6/top-p 0.9), written under benchmarks/results/.
 BENCH_OUTPUT ?= benchmarks/results/cpu-smollm2-7k.json
 bench: venv
-	$(VPY) -m hf_triforce bench --output $(BENCH_OUTPUT) $(BENCH_ARGS)
+	$(VPY) -m hf_triforce bench --profile --output $(BENCH_OUTPUT) $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -53,6 +53,7 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma1", type=int, default=None, help="level-0 draft length (default: TriForceConfig's)")
     p.add_argument("--gamma2", type=int, default=None, help="level-1 draft length (default: TriForceConfig's)")
     p.add_argument("--output", default=None, help="write results as JSON (+ a .md table beside it)")
+    p.add_argument("--profile", action="store_true", help="also profile one TriForce call per row (torch.profiler)")
     p.set_defaults(func=_run_bench)
 
 
@@ -92,6 +93,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         gamma1=args.gamma1,
         gamma2=args.gamma2,
         seed=args.seed,
+        profile=args.profile,
     )
     if args.question:
         options.question = args.question

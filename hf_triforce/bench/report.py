@@ -95,7 +95,46 @@ def markdown_table(results: dict[str, Any]) -> str:
         "hf_triforce's CPU linear fast path (hf_triforce.kernels.linear) switched on: it shows how much of the "
         "speedup that path alone would give; the rest comes from speculation.",
     ]
+    lines += _phase_section(results["rows"])
+    lines += _profile_section(results["rows"])
     return "\n".join(lines) + "\n"
+
+
+def _phase_section(rows: list[dict[str, Any]]) -> list[str]:
+    """Where the decode time goes: milliseconds per call of each TriForce phase, next to the bytes read."""
+    lines = [
+        "",
+        "## Where the time goes",
+        "",
+        "Milliseconds per call (calls in brackets). A level-1 step runs the target over the retrieval view "
+        "(1 + level-0 drafts tokens); a verification runs it over the full cache (gamma2 + 1 tokens). "
+        "Bytes read per forward (bandwidth model, DESIGN.md section 5): weights + the KV it attends to.",
+        "",
+        "| prompt | T | plain ms/token | plain + fast linears ms/token | level-1 step | verification | "
+        "refresh | level-0 draft | weights | full KV | view KV |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    return lines + [_phase_row(r) for r in rows]
+
+
+def _phase_row(r: dict[str, Any]) -> str:
+    t = r["triforce"]["triforce"]
+    fast = r.get("plain_fast_linears")
+    fast_ms = "-" if fast is None else f"{1000 * fast['decode_seconds_per_token']:.1f}"
+    phases = [_phase(t["phases"].get(name)) for name in ("level1", "verify", "refresh", "draft")]
+    sizes = [_mib(r.get("weight_bytes")), _mib(t["full_cache_bytes"]), _mib(t["view_bytes"])]
+    return (
+        f"| {r['prompt_tokens']} | {r['temperature']} | {1000 * r['plain']['decode_seconds_per_token']:.1f} | "
+        f"{fast_ms} | " + " | ".join(phases + sizes) + " |"
+    )
+
+
+def _phase(phase: dict[str, Any] | None) -> str:
+    return "-" if not phase or not phase["calls"] else f"{phase['ms_per_call']:.1f} ({phase['calls']})"
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:.0f} MiB"
 
 
 def _row(r: dict[str, Any]) -> str:
@@ -113,3 +152,20 @@ def _row(r: dict[str, Any]) -> str:
 
 def _tps(run: dict[str, Any] | None) -> str:
     return "-" if run is None else f"{run['tokens_per_second']:.2f}"
+
+
+def _profile_section(rows: list[dict[str, Any]]) -> list[str]:
+    """Operators taking the most self time in each phase, from ``--profile`` (torch.profiler) runs."""
+    lines = []
+    for r in rows:
+        if "profile" not in r:
+            continue
+        title = f"### Operators per phase (torch.profiler): prompt {r['prompt_tokens']}, T={r['temperature']}"
+        lines += ["", title, ""]
+        lines += ["| phase | calls | ms/call | top operators (self ms/call) |", "|---|---:|---:|---|"]
+        for phase, p in r["profile"].items():
+            ops = ", ".join(f"{name.removeprefix('aten::')} {ms:.1f}" for name, ms in p["ops"].items())
+            lines.append(f"| {phase} | {p['calls']} | {p['ms_per_call']:.1f} | {ops} |")
+    if lines:
+        lines += ["", "Profiled calls run with the profiler's overhead; the tables above are the timed figures."]
+    return lines

@@ -7,11 +7,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from tqdm.auto import tqdm
 
 from ..config import TriForceConfig
 from ..documents import DEFAULT_QUESTION, question_prompt, read_document
 from .compare import compare
+from .profile import profile_phases
 from .report import machine_info
 
 logger = logging.getLogger(__name__)
@@ -33,6 +35,7 @@ class BenchOptions:
     gamma1: int | None = None
     gamma2: int | None = None
     seed: int = 0
+    profile: bool = False
 
 
 def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
@@ -62,7 +65,10 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
         )
         warm = True
         row = {"prompt_tokens": ids.shape[1], "temperature": temperature, "budget": budget, "drafter": drafter}
-        row.update(result.to_dict(), config=config.to_dict())
+        row.update(result.to_dict(), config=config.to_dict(), weight_bytes=_weight_bytes(model))
+        if options.profile:
+            torch.manual_seed(options.seed)
+            row["profile"] = profile_phases(model, ids, triforce_config=config, **kwargs)
         logger.info("%s: speedup %.2fx", row, result.speedup)
         rows.append(row)
     return {"title": "plain generate() vs TriForce", "command": command, "machine": machine_info(), "rows": rows}
@@ -78,3 +84,9 @@ def _kwargs(options: BenchOptions, temperature: float) -> dict[str, Any]:
     if temperature > 0:
         return dict(kwargs, do_sample=True, temperature=temperature, top_p=options.top_p)
     return dict(kwargs, do_sample=False)
+
+
+def _weight_bytes(model) -> int:
+    """Bytes of the model's parameters (tied weights counted once): what every forward reads."""
+    unique = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
+    return sum(unique.values())

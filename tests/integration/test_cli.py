@@ -8,6 +8,8 @@ traceback; ``--debug`` re-raises so the traceback shows.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -158,3 +160,21 @@ def test_document_is_cut_to_fit_the_context():
 def test_default_document_is_the_python_reference():
     text = read_document(None)
     assert "context manager" in text and len(text) > 400_000
+
+
+def test_bench_writes_json_and_markdown(capsys, tmp_path, model_dir, document):
+    out = tmp_path / "results" / "bench.json"
+    argv = ["bench", "--model", model_dir, "--document", document, "--prompt-tokens", "300", "--temperatures", "0,0.7"]
+    assert main(argv + ["--budgets", "128", "--new-tokens", "10", "--profile", "--output", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert {"cpu", "torch", "transformers", "hf_triforce", "date"} <= set(results["machine"])
+    assert [row["temperature"] for row in results["rows"]] == [0.0, 0.7]
+    for row in results["rows"]:
+        assert row["plain"]["new_tokens"] == row["triforce"]["new_tokens"] == 10
+        assert row["speedup"] > 0 and row["weight_bytes"] > 0
+        assert {"level1", "verify"} <= set(row["profile"]), row["profile"]
+        assert row["profile"]["verify"]["ops"], "the verification's operators were not attributed to it"
+    assert results["rows"][0]["identical_output"] is True
+    page = out.with_suffix(".md").read_text()
+    for heading in ("| prompt | T |", "## Where the time goes", "### Operators per phase"):
+        assert heading in page, page
