@@ -84,7 +84,11 @@ def question_prompt(
             f"context of {context_limit}: shorten the question or lower --max-new-tokens."
         )
     limit = min(x for x in (document_tokens, room) if x is not None) if (document_tokens or room) else None
-    return _encode(tokenizer, _truncate(tokenizer, document, limit), question)
+    ids = _encode(tokenizer, _truncate(tokenizer, document, limit), question)
+    while room is not None and ids.shape[1] + reserve > context_limit:  # re-tokenizing a cut text can grow it
+        limit -= ids.shape[1] + reserve - context_limit
+        ids = _encode(tokenizer, _truncate(tokenizer, document, limit), question)
+    return ids
 
 
 def _truncate(tokenizer, text: str, max_tokens: int | None) -> str:

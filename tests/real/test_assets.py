@@ -63,3 +63,15 @@ def test_python_reference_text() -> None:
     assert len(text) > 400_000
     assert text == python_reference_text()
     assert "assert" in text[:200]
+
+
+@pytest.mark.parametrize("reserve", [1, 64, 128])
+def test_question_prompt_fits_the_context(smollm2, reserve) -> None:
+    """Cutting the document and re-tokenizing it can add tokens; the prompt must still leave ``reserve`` free."""
+    from hf_triforce.documents import question_prompt
+
+    model, tokenizer = smollm2
+    limit = model.config.max_position_embeddings
+    text = python_reference_text()
+    ids = question_prompt(tokenizer, text, document_tokens=None, context_limit=limit, reserve=reserve)
+    assert limit - reserve - 16 <= ids.shape[1] <= limit - reserve
