@@ -8,6 +8,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from .bench.shapes import PRESETS
 from .config import DRAFTERS
 
 logger = logging.getLogger("hf_triforce")
@@ -45,7 +46,9 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
     _add_common(p)
-    p.add_argument("--prompt-tokens", default="7000", help="comma-separated document lengths (default 7000)")
+    p.add_argument(
+        "--prompt-tokens", default="7000", help="comma-separated prompt lengths, e.g. 7000 or 32k,64k (default 7000)"
+    )
     p.add_argument("--temperatures", default="0,0.6", help="comma-separated temperatures (default 0,0.6)")
     p.add_argument("--budgets", default="512", help="comma-separated retrieval budgets (default 512)")
     p.add_argument("--drafters", default="ngram", help=f"comma-separated drafters among {DRAFTERS} (default ngram)")
@@ -54,6 +57,12 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma2", type=int, default=None, help="level-1 draft length (default: TriForceConfig's)")
     p.add_argument("--output", default=None, help="write results as JSON (+ a .md table beside it)")
     p.add_argument("--profile", action="store_true", help="also profile one TriForce call per row (torch.profiler)")
+    p.add_argument("--preset", default=None, help=f"random-weights shape instead of --model: one of {sorted(PRESETS)}")
+    p.add_argument("--draft-preset", default=None, help="random-weights level-0 draft model shape (e.g. draft-68m)")
+    p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, ...")
+    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"), help="model dtype")
+    p.add_argument("--prefill-chunk-size", type=int, default=None, help="chunked prefill (long prompts)")
+    p.add_argument("--plot", default=None, help="write a PNG: speedup and per-level latency vs context length")
     p.set_defaults(func=_run_bench)
 
 
@@ -78,6 +87,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
+    from .bench.plot import write_plot
     from .bench.report import markdown_table, write_results
     from .bench.run import BenchOptions, run_benchmark
 
@@ -94,6 +104,11 @@ def _run_bench(args: argparse.Namespace) -> int:
         gamma2=args.gamma2,
         seed=args.seed,
         profile=args.profile,
+        preset=args.preset,
+        draft_preset=args.draft_preset,
+        device=args.device,
+        dtype=args.dtype,
+        prefill_chunk_size=args.prefill_chunk_size,
     )
     if args.question:
         options.question = args.question
@@ -102,11 +117,14 @@ def _run_bench(args: argparse.Namespace) -> int:
     if args.output:
         for path in write_results(results, args.output):
             print(f"wrote {path}")
+    if args.plot:
+        print(f"wrote {write_plot(results, args.plot)}")
     return 0
 
 
 def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",")]
+    """``"4096,32k,128K"`` -> ``[4096, 32768, 131072]``."""
+    return [int(x[:-1]) * 1024 if x[-1:] in "kK" and x[:-1] else int(x) for x in text.split(",")]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,8 +33,12 @@ class LevelStats:
 
 @dataclass
 class PhaseTimes:
-    """Wall-clock seconds and calls per phase of a TriForce call (host time: on a GPU, launch-bound phases
-    are only accurate when the device is synchronized, which the benchmark does)."""
+    """Wall-clock seconds and calls per phase of a TriForce call.
+
+    On a GPU each phase ends with a device synchronization, so its time is the device's, not the launch
+    time (the decode loop synchronizes after every level-1 step and verification anyway, to read the
+    accepted tokens).
+    """
 
     seconds: dict[str, float] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
@@ -47,6 +51,8 @@ class PhaseTimes:
             with torch.profiler.record_function(f"triforce::{phase}"):  # a named range in torch.profiler traces
                 yield
         finally:
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.synchronize()
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
             self.calls[phase] = self.calls.get(phase, 0) + 1
 

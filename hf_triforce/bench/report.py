@@ -12,6 +12,8 @@ from typing import Any
 import torch
 import transformers
 
+from .bandwidth import device_bandwidth, modeled_speedup
+
 
 def machine_info() -> dict[str, Any]:
     """Device, CPU, core count and library versions, recorded next to every result.
@@ -96,6 +98,7 @@ def markdown_table(results: dict[str, Any]) -> str:
         "speedup that path alone would give; the rest comes from speculation.",
     ]
     lines += _phase_section(results["rows"])
+    lines += _bandwidth_section(results)
     lines += _profile_section(results["rows"])
     return "\n".join(lines) + "\n"
 
@@ -169,3 +172,50 @@ def _profile_section(rows: list[dict[str, Any]]) -> list[str]:
     if lines:
         lines += ["", "Profiled calls run with the profiler's overhead; the tables above are the timed figures."]
     return lines
+
+
+def _bandwidth_section(results: dict[str, Any]) -> list[str]:
+    """Measured step latencies next to the bandwidth floor (GPU only) and the speedup they model."""
+    bandwidth = device_bandwidth(results["machine"]["cuda_device"])
+    lines = [
+        "",
+        "## Against the bandwidth model",
+        "",
+        "Floor = (weights + attended KV) / peak bandwidth"
+        + (f" ({bandwidth / 1e12:.2f} TB/s)." if bandwidth else " (no peak bandwidth known for a CPU: floors omitted).")
+        + " Modeled speedup = expected tokens per verification x plain step / (gamma2 level-1 steps + one "
+        "verification), from this run's measured latencies and acceptance (hf_triforce.bench.bandwidth).",
+        "",
+        "| prompt | T | plain step ms (floor) | level-1 step ms (floor) | verification / plain step | "
+        "modeled speedup | measured speedup |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    return lines + [_bandwidth_row(r, bandwidth) for r in results["rows"]]
+
+
+def _bandwidth_row(r: dict[str, Any], bandwidth: float | None) -> str:
+    t = r["triforce"]["triforce"]
+    plain_ms = 1e3 * r["plain"]["decode_seconds_per_token"]
+    level1_ms = _phase_ms(t, "level1")
+    verify_ms = _phase_ms(t, "verify")
+    floors = _floors(r, bandwidth)
+    acceptance = t["levels"]["retrieval"]["acceptance_rate"]
+    modeled = modeled_speedup(plain_ms, level1_ms, verify_ms, acceptance, r["config"]["gamma2"])
+    return (
+        f"| {r['prompt_tokens']} | {r['temperature']} | {plain_ms:.1f} ({floors[0]}) | {level1_ms:.1f} ({floors[1]}) | "
+        f"{verify_ms / plain_ms:.2f} | {modeled:.2f}x | {r['speedup']:.2f}x |"
+    )
+
+
+def _phase_ms(stats: dict[str, Any], phase: str) -> float:
+    p = stats["phases"].get(phase)
+    return p["ms_per_call"] if p and p["calls"] else float("nan")
+
+
+def _floors(r: dict[str, Any], bandwidth: float | None) -> tuple[str, str]:
+    per_token = r.get("kv_bytes_per_token")
+    if not bandwidth or per_token is None:
+        return "-", "-"
+    weights = r["weight_bytes"]
+    view = r["config"]["retrieval_budget"]
+    return tuple(f"{1e3 * (weights + n * per_token) / bandwidth:.1f}" for n in (r["prompt_tokens"], view))

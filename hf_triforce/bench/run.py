@@ -12,9 +12,11 @@ from tqdm.auto import tqdm
 
 from ..config import TriForceConfig
 from ..documents import DEFAULT_QUESTION, question_prompt, read_document
+from .bandwidth import kv_bytes_per_token
 from .compare import compare
 from .profile import profile_phases
 from .report import machine_info
+from .shapes import random_model
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,11 @@ class BenchOptions:
     gamma2: int | None = None
     seed: int = 0
     profile: bool = False
+    preset: str | None = None
+    draft_preset: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    prefill_chunk_size: int | None = None
 
 
 def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
@@ -48,34 +55,36 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
     Example:
         >>> run_benchmark(BenchOptions(prompt_tokens=[7000], temperatures=[0.0]))  # doctest: +SKIP
     """
-    from ..demo import load_model
-
-    document = read_document(options.document)
-    model, tokenizer = load_model(options.model)
+    model, tokenizer, assistant = _load_models(options)
+    document = read_document(options.document) if tokenizer is not None else None
     limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
     grid = list(itertools.product(options.prompt_tokens, options.temperatures, options.budgets, options.drafters))
     rows, warm = [], False
     for tokens, temperature, budget, drafter in tqdm(grid, desc="benchmark", unit="config"):
-        ids = question_prompt(tokenizer, document, options.question, tokens, limit, options.new_tokens)
+        ids = _prompt(options, tokenizer, document, tokens, limit, model)
         config = _config(options, budget, drafter)
-        on_cpu = model.device.type == "cpu"
         kwargs = _kwargs(options, temperature)
-        result = compare(
-            model, ids, config, warmup=not warm, seed=options.seed, reference_fast_linears=on_cpu, **kwargs
-        )
+        extra = {"assistant_model": assistant} if assistant is not None and drafter in ("auto", "model") else {}
+        on_cpu = model.device.type == "cpu"
+        result = compare(model, ids, config, warmup=not warm, seed=options.seed, reference_fast_linears=on_cpu,
+                         **extra, **kwargs)  # fmt: skip
         warm = True
         row = {"prompt_tokens": ids.shape[1], "temperature": temperature, "budget": budget, "drafter": drafter}
         row.update(result.to_dict(), config=config.to_dict(), weight_bytes=_weight_bytes(model))
+        row.update(shape=options.preset or "model", random_weights=options.preset is not None)
+        row["model_config"] = _shape_facts(model)
+        row["kv_bytes_per_token"] = kv_bytes_per_token(model.config.get_text_config(), model.dtype.itemsize)
         if options.profile:
             torch.manual_seed(options.seed)
-            row["profile"] = profile_phases(model, ids, triforce_config=config, **kwargs)
-        logger.info("%s: speedup %.2fx", row, result.speedup)
+            row["profile"] = profile_phases(model, ids, triforce_config=config, **extra, **kwargs)
+        logger.info("%s: speedup %.2fx", row["prompt_tokens"], result.speedup)
         rows.append(row)
     return {"title": "plain generate() vs TriForce", "command": command, "machine": machine_info(), "rows": rows}
 
 
 def _config(options: BenchOptions, budget: int, drafter: str) -> TriForceConfig:
-    extra = {k: getattr(options, k) for k in ("gamma1", "gamma2") if getattr(options, k) is not None}
+    names = ("gamma1", "gamma2", "prefill_chunk_size")
+    extra = {k: getattr(options, k) for k in names if getattr(options, k) is not None}
     return TriForceConfig(retrieval_budget=budget, drafter=drafter, **extra)
 
 
@@ -90,3 +99,41 @@ def _weight_bytes(model) -> int:
     """Bytes of the model's parameters (tied weights counted once): what every forward reads."""
     unique = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
     return sum(unique.values())
+
+
+def _load_models(options: BenchOptions):
+    """``(target, tokenizer or None, assistant or None)`` on the requested device and dtype."""
+    from ..demo import load_model
+
+    dtype = getattr(torch, options.dtype) if options.dtype else None
+    device = options.device or "cpu"
+    if options.preset is not None:
+        context = max(options.prompt_tokens) + options.new_tokens + 64
+        model = random_model(options.preset, context, dtype or torch.float32, device, seed=options.seed)
+        tokenizer = None
+    else:
+        model, tokenizer = load_model(options.model)
+        model = model.to(device=device, dtype=dtype) if dtype else model.to(device)
+    assistant = None
+    if options.draft_preset is not None:
+        context = model.config.max_position_embeddings
+        assistant = random_model(options.draft_preset, context, model.dtype, device, seed=options.seed + 1)
+        if assistant.config.vocab_size != model.config.vocab_size:
+            assistant.resize_token_embeddings(model.config.vocab_size)
+    return model, tokenizer, assistant
+
+
+def _prompt(options: BenchOptions, tokenizer, document, tokens: int, limit, model) -> torch.LongTensor:
+    """The chat prompt about the document, or seeded random ids for a random-weights shape."""
+    if tokenizer is None:
+        generator = torch.Generator().manual_seed(options.seed)
+        ids = torch.randint(0, model.config.vocab_size, (1, tokens), generator=generator)
+    else:
+        ids = question_prompt(tokenizer, document, options.question, tokens, limit, options.new_tokens)
+    return ids.to(model.device)
+
+
+def _shape_facts(model) -> dict[str, Any]:
+    c = model.config.get_text_config()
+    names = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "vocab_size")
+    return {**{k: getattr(c, k) for k in names}, "dtype": str(model.dtype).removeprefix("torch.")}

@@ -30,6 +30,8 @@ class TimingStreamer(BaseStreamer):
         self.tokens = 0
 
     def put(self, value: torch.Tensor) -> None:
+        if value.is_cuda:  # the token exists once the device is done, not when its kernels were launched
+            torch.cuda.synchronize(value.device)
         now = time.perf_counter()
         if self.inner is not None:
             self.inner.put(value)
@@ -41,6 +43,8 @@ class TimingStreamer(BaseStreamer):
         self.tokens += int(value.numel())
 
     def end(self) -> None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
         self.end_time = time.perf_counter()
         if self.inner is not None:
             self.inner.end()

@@ -1,0 +1,64 @@
+"""The benchmark's figure: speedup and per-level step latency against context length."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+LEVELS = (("level1", "level-1 step (retrieval view)"), ("verify", "full-cache verification"))
+
+
+def write_plot(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write a PNG with two panels (speedup; ms per step of each level and of plain decoding) vs context.
+
+    One line per (temperature, budget, drafter) series of ``results["rows"]`` (as written by
+    ``hf-triforce bench``). Needs matplotlib (the ``bench`` extra).
+
+    Example:
+        >>> write_plot(json.load(open("benchmarks/results/cpu-smollm2-7k.json")), "/tmp/bench.png")  # doctest: +SKIP
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (speed, latency) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, rows in _series(results["rows"]).items():
+        x = [r["prompt_tokens"] for r in rows]
+        speed.plot(x, [r["speedup"] for r in rows], marker="o", label=label)
+        latency.plot(
+            x, [1e3 * r["plain"]["decode_seconds_per_token"] for r in rows], marker="o", label=f"plain, {label}"
+        )
+        for phase, name in LEVELS:
+            latency.plot(x, [_ms(r, phase) for r in rows], marker=".", linestyle="--", label=f"{name}, {label}")
+    _decorate(speed, latency, results)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    series: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(rows, key=lambda r: r["prompt_tokens"]):
+        series.setdefault(f"T={r['temperature']}, budget {r['budget']}, {r['drafter']}", []).append(r)
+    return series
+
+
+def _ms(row: dict[str, Any], phase: str) -> float:
+    p = row["triforce"]["triforce"]["phases"].get(phase)
+    return p["ms_per_call"] if p else float("nan")
+
+
+def _decorate(speed, latency, results: dict[str, Any]) -> None:
+    m = results["machine"]
+    device = m["cuda_device"] or f"{m['cpu']} ({m['torch_threads']} threads)"
+    speed.axhline(1.0, color="gray", linewidth=0.8)
+    speed.set(xlabel="context (prompt tokens)", ylabel="speedup over plain generate()", title=f"Speedup, {device}")
+    latency.set(xlabel="context (prompt tokens)", ylabel="ms per call", title="Step latency per level")
+    for ax in (speed, latency):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
