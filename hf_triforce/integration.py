@@ -29,6 +29,7 @@ from .kernels.linear import linear_forward
 MIN_TRANSFORMERS = "5.17"
 MAX_TRANSFORMERS = "6"
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+"""``config.model_type`` values that :func:`enable` accepts: decoder-only RoPE families, MHA or GQA."""
 _CAPTURE_PREFIX = "hf_triforce_capture_"
 
 

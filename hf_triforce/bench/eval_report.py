@@ -1,0 +1,555 @@
+"""Tables, verdicts and the figure of ``hf-triforce eval-drafts`` results.
+
+Acceptance figures are pooled over positions: ``sum of per-position acceptance / positions`` over every
+continuation that matches (e.g. all natural prompts at one temperature).
+
+Example:
+    >>> paths = write_eval_results(results, "benchmarks/results/eval-drafts.json")  # doctest: +SKIP
+    >>> [p.suffix for p in paths]  # doctest: +SKIP
+    ['.json', '.md', '.png']
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+NEEDLE_TARGET = 0.9
+KIND_ORDER = ("retrieval", "streaming")
+
+
+def write_eval_results(results: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
+    """Write ``results`` as JSON, a markdown report and a PNG figure beside it; returns the three paths."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_finite(results), indent=1, default=_json_default, allow_nan=False) + "\n")
+    md = path.with_suffix(".md")
+    md.write_text(markdown_report(results))
+    return path, md, write_eval_plot(results, path.with_suffix(".png"))
+
+
+def pooled(rows: list[dict[str, Any]], **match: Any) -> tuple[float, int]:
+    """``(pooled acceptance, positions)`` of the rows whose fields equal ``match``.
+
+    Example:
+        >>> pooled([{"kind": "a", "accepted_sum": 3.0, "positions": 4}], kind="a")
+        (0.75, 4)
+    """
+    chosen = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+    positions = sum(r["positions"] for r in chosen)
+    if not positions:
+        return float("nan"), 0
+    return sum(r["accepted_sum"] for r in chosen) / positions, positions
+
+
+def verdicts(results: dict[str, Any]) -> dict[str, Any]:
+    """The issue's must-show checks computed from ``results``.
+
+    * ``needle``: at the headline budget and ``T = 0``, retrieval >= 0.9 at every needle depth (with
+      StreamingLLM beside it);
+    * ``natural``: retrieval >= StreamingLLM at every budget and temperature on natural continuations.
+    """
+    main = [r for r in results["views"] if r["group"] == "main"]
+    headline = results["options"]["headline_fraction"]
+    needle = {}
+    for depth in results["options"]["needle_depths"]:
+        args = dict(task_kind="needle", depth=depth, budget_fraction=headline, temperature=0.0)
+        needle[str(depth)] = {kind: pooled(main, kind=kind, **args)[0] for kind in ("retrieval", "streaming")}
+    natural = {}
+    for fraction in results["options"]["budget_fractions"]:
+        for t in results["options"]["temperatures"]:
+            args = dict(task_kind="natural", budget_fraction=fraction, temperature=t)
+            r, s = (pooled(main, kind=kind, **args)[0] for kind in ("retrieval", "streaming"))
+            natural[f"{fraction:g}@T={t:g}"] = {"retrieval": r, "streaming": s}
+    needle_ok = [v["retrieval"] >= NEEDLE_TARGET for v in needle.values() if not math.isnan(v["retrieval"])]
+    natural_ok = [v["retrieval"] >= v["streaming"] for v in natural.values() if not math.isnan(v["retrieval"])]
+    return {
+        "needle": needle,
+        "needle_met": bool(needle_ok) and all(needle_ok),
+        "natural": natural,
+        "natural_met": bool(natural_ok) and all(natural_ok),
+    }
+
+
+def markdown_report(results: dict[str, Any]) -> str:
+    """The markdown page: setup, must-show verdicts, then one section per measurement."""
+    m = results["machine"]
+    o = results["options"]
+    device = m["cuda_device"] or f"{m['cpu']} ({m['torch_threads']} threads)"
+    lines = [
+        f"# {results['title']}",
+        "",
+        f"Device: {device}. torch {m['torch']}, transformers {m['transformers']}, hf_triforce {m['hf_triforce']}; "
+        f"{m['date']}; {results.get('seconds', float('nan')) / 60:.1f} minutes.",
+        "",
+        f"Command: `{results['command']}`",
+        "",
+        f"Prompts of up to {o['context_tokens'] - o['new_tokens']} tokens, continuations of up to {o['new_tokens']} "
+        f"tokens; budgets {', '.join(_fraction(f) for f in o['budget_fractions'])} of {o['context_tokens']} tokens; "
+        f"temperatures {', '.join(f'{t:g}' for t in o['temperatures'])} (top-p {o['top_p']:g}). Level-1 acceptance is "
+        "measured per position against the full-cache model along a reference continuation (greedy at T=0, sampled "
+        "otherwise): argmax agreement at T=0, the exact speculative-sampling acceptance sum_x min(p, p_hat) at T>0. "
+        "Every view sees its selection plus the tokens cached since; the generator's rounds of gamma2 = "
+        f"{results['config_defaults']['gamma2']} drafts are replayed along the reference and a view is re-selected at "
+        f"the start of a round once {results['config_defaults']['refresh_every']} tokens were cached since its last "
+        f"selection (the defaults). StreamingLLM keeps {o['streaming_sinks']} sinks and the most recent tokens, as "
+        "many as the retrieval budget, on the same refresh schedule.",
+    ]
+    lines += _verdict_section(results)
+    lines += _natural_section(results)
+    lines += _needle_section(results)
+    lines += _round_section(results)
+    lines += _ablation_section(results)
+    lines += _defaults_section(results)
+    lines += _level0_section(results)
+    lines += _end_to_end_section(results)
+    lines += _reference_section(results)
+    return "\n".join(lines) + "\n"
+
+
+def _verdict_section(results: dict[str, Any]) -> list[str]:
+    v = verdicts(results)
+    headline = _fraction(results["options"]["headline_fraction"])
+    needle = ", ".join(f"{d}: {x['retrieval']:.3f} vs {x['streaming']:.3f}" for d, x in v["needle"].items())
+    worst = min(v["natural"].items(), key=lambda kv: kv[1]["retrieval"] - kv[1]["streaming"], default=None)
+    lines = [
+        "",
+        "## Must-show checks",
+        "",
+        f"- Needle tasks, budget {headline}, T=0, retrieval >= {NEEDLE_TARGET} at every depth: "
+        f"**{'met' if v['needle_met'] else 'NOT met'}** (depth: retrieval vs StreamingLLM: {needle}).",
+        f"- Natural continuation, retrieval >= StreamingLLM at every budget and temperature: "
+        f"**{'met' if v['natural_met'] else 'NOT met'}**",
+    ]
+    if worst is not None:
+        key, x = worst
+        lines[-1] += f" (smallest margin {x['retrieval'] - x['streaming']:+.3f} at budget {key})."
+    return lines
+
+
+def _natural_section(results: dict[str, Any]) -> list[str]:
+    o = results["options"]
+    main = [r for r in results["views"] if r["group"] == "main"]
+    temps = o["temperatures"]
+    lines = [
+        "",
+        "## Natural continuation of the document: level-1 acceptance by budget",
+        "",
+        f"Pooled over {o['natural_prompts']} prompt(s) (raw document text); retrieval / StreamingLLM.",
+        "",
+        "| budget | " + " | ".join(f"T={t:g} retrieval | T={t:g} streaming" for t in temps) + " |",
+        "|---|" + "---:|---:|" * len(temps),
+    ]
+    for fraction in o["budget_fractions"]:
+        cells = []
+        for t in temps:
+            for kind in ("retrieval", "streaming"):
+                cells.append(
+                    _num(pooled(main, task_kind="natural", budget_fraction=fraction, temperature=t, kind=kind)[0])
+                )
+        lines.append(f"| {_budget(results, fraction)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _needle_section(results: dict[str, Any]) -> list[str]:
+    o = results["options"]
+    main = [r for r in results["views"] if r["group"] == "main"]
+    refs = {(r["task"], r["temperature"]): r for r in results["references"]}
+    tasks = {t["name"]: t for t in results["tasks"] if t["kind"] == "needle"}
+    temps = o["temperatures"]
+    lines = [
+        "",
+        f"## Needle tasks: level-1 acceptance by depth (budget {_budget(results, o['headline_fraction'])})",
+        "",
+        "A passage of real words placed at a token depth of the document; the prompt asks for it word for word and "
+        "starts the answer with its first words, so the correct continuation copies it from the middle of the "
+        "document. `copied` is the fraction of the greedy reference answer's token 4-grams found in the passage "
+        "(the full model really copies it when this is high).",
+        "",
+        "| depth | copied (T=0) | " + " | ".join(f"T={t:g} retrieval | T={t:g} streaming" for t in temps) + " |",
+        "|---|---:|" + "---:|---:|" * len(temps),
+    ]
+    for name, task in tasks.items():
+        cells = []
+        for t in temps:
+            for kind in ("retrieval", "streaming"):
+                args = dict(task=name, budget_fraction=o["headline_fraction"], temperature=t, kind=kind)
+                cells.append(_num(pooled(main, **args)[0]))
+        ref = refs.get((name, 0.0), {})
+        copied = _num(ref.get("needle_overlap", float("nan")), 2)
+        lines.append(f"| {task['depth']:g} ({task['actual_depth']:.3f}) | {copied} | " + " | ".join(cells) + " |")
+    lines += ["", "All budgets at T=0 (retrieval / StreamingLLM):", ""]
+    lines += ["| depth | " + " | ".join(_budget(results, f) for f in o["budget_fractions"]) + " |"]
+    lines += ["|---|" + "---:|" * len(o["budget_fractions"])]
+    for name, task in tasks.items():
+        cells = []
+        for f in o["budget_fractions"]:
+            r, s = (
+                pooled(main, task=name, budget_fraction=f, temperature=0.0, kind=k)[0]
+                for k in ("retrieval", "streaming")
+            )
+            cells.append(f"{_num(r)} / {_num(s)}")
+        lines.append(f"| {task['depth']:g} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def round_rate(rows: list[dict[str, Any]], **match: Any) -> float:
+    """Replayed level-1 ``accepted / drafted`` over the matching view rows (``TriForceStats``' definition)."""
+    chosen = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+    drafted = sum(r.get("round_drafted", 0) for r in chosen)
+    return sum(r.get("round_accepted", 0) for r in chosen) / drafted if drafted else float("nan")
+
+
+def _round_section(results: dict[str, Any]) -> list[str]:
+    o = results["options"]
+    main = [r for r in results["views"] if r["group"] == "main" and r["budget_fraction"] == o["headline_fraction"]]
+    temps = o["temperatures"]
+    lines = [
+        "",
+        f"## Replayed rounds at budget {_budget(results, o['headline_fraction'])}: accepted / drafted level-1 tokens",
+        "",
+        "The statistic `hf_triforce.last_stats(model)` reports for level 1 (compare with the end-to-end section): "
+        "every round drafts gamma2 tokens and the drafts after the first rejection count as rejected, so it is "
+        "lower than the per-position acceptance above.",
+        "",
+        "| task | " + " | ".join(f"T={t:g} retrieval | T={t:g} streaming" for t in temps) + " |",
+        "|---|" + "---:|---:|" * len(temps),
+    ]
+    for kind in ("natural", "needle"):
+        cells = [_num(round_rate(main, task_kind=kind, temperature=t, kind=k)) for t in temps for k in KIND_ORDER]
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _ablation_section(results: dict[str, Any]) -> list[str]:
+    rows = [r for r in results["views"] if r["group"] == "ablation"]
+    if not rows:
+        return []
+    o = results["options"]
+    temps = o["temperatures"]
+    defaults = _policy_defaults(results)
+    header = " | ".join(f"natural T={t:g} | needle T={t:g}" for t in temps)
+    lines = [
+        "",
+        f"## Selection policy ablations (budget {_budget(results, o['headline_fraction'])}, one knob at a time)",
+        "",
+        "Every other knob keeps its TriForceConfig default (marked *). `needle min` is the worst depth at T=0; "
+        "`all` pools every position of every task and temperature.",
+        "",
+        f"| knob | value | {header} | needle min T=0 | all | refreshes |",
+        "|---|---|" + "---:|---:|" * len(temps) + "---:|---:|---:|",
+    ]
+    for knob in dict.fromkeys(r["knob"] for r in rows):
+        for value in dict.fromkeys(_key(r["value"]) for r in rows if r["knob"] == knob):
+            chosen = [r for r in rows if r["knob"] == knob and _key(r["value"]) == value]
+            cells = []
+            for t in temps:
+                cells += [_num(pooled(chosen, task_kind=k, temperature=t)[0]) for k in ("natural", "needle")]
+            depths = {r["task"] for r in chosen if r["task_kind"] == "needle"}
+            worst = min((pooled(chosen, task=d, temperature=0.0)[0] for d in depths), default=float("nan"))
+            refreshes = sum(r["refreshes"] for r in chosen) / max(1, len(chosen))
+            mark = "*" if defaults.get(knob) == value else ""
+            lines.append(
+                f"| {knob} | {_show(knob, value)}{mark} | "
+                + " | ".join(cells)
+                + f" | {_num(worst)} | {_num(pooled(chosen)[0])} | {refreshes:.1f} |"
+            )
+    return lines
+
+
+def _level0_section(results: dict[str, Any]) -> list[str]:
+    rows = results["level0"]
+    if not rows:
+        return []
+    o = results["options"]
+    temps = o["temperatures"]
+    lines = [
+        "",
+        "## Level-0 drafters against level 1 (retrieval view at the headline budget)",
+        "",
+        "One proposal per position along the same references: `acc` is the mean acceptance of the proposed "
+        "tokens by level 1 (argmax agreement at T=0, p_hat(x) or sum min(q, p_hat) at T>0), `cov` the fraction of "
+        "positions with a proposal (n-gram lookup proposes only after a suffix match). `model-kL` is the target's "
+        "first k layers + final norm + LM head with a StreamingLLM cache (training-free; no small model sharing "
+        "the tokenizer is available offline); its forward costs about k / num_layers of a level-1 step.",
+        "",
+        "| drafter | " + " | ".join(f"natural T={t:g} acc (cov) | needle T={t:g} acc (cov)" for t in temps) + " |",
+        "|---|" + "---:|---:|" * len(temps),
+    ]
+    for name in dict.fromkeys(r["drafter"] for r in rows):
+        cells = []
+        for t in temps:
+            for kind in ("natural", "needle"):
+                acc, cov, _ = level0_pooled(rows, drafter=name, task_kind=kind, temperature=t)
+                cells.append(f"{_num(acc)} ({_num(cov, 2)})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines + _level0_value_section(results)
+
+
+def level0_pooled(rows: list[dict[str, Any]], **match: Any) -> tuple[float, float, float]:
+    """``(acceptance of proposals, coverage, accepted per position)`` of the matching level-0 rows.
+
+    Example:
+        >>> level0_pooled([{"d": 1, "acceptance": 0.5, "proposals": 2, "positions": 4}], d=1)
+        (0.5, 0.5, 0.25)
+    """
+    chosen = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+    proposals = sum(r["proposals"] for r in chosen)
+    positions = sum(r["positions"] for r in chosen)
+    accepted = sum(r["acceptance"] * r["proposals"] for r in chosen if r["proposals"])
+    acc = accepted / proposals if proposals else float("nan")
+    cov = proposals / positions if positions else float("nan")
+    return acc, cov, (accepted / positions if positions else float("nan"))
+
+
+def drafter_cost(name: str, num_layers: int | None) -> float:
+    """Cost of one level-0 proposal relative to a level-1 step: 0 for none / n-gram, k / layers for model-kL.
+
+    Example:
+        >>> drafter_cost("model-4L", 30), drafter_cost("ngram", 30)
+        (0.13333333333333333, 0.0)
+    """
+    if not name.startswith("model-"):
+        return 0.0
+    layers = int(name.removeprefix("model-").removesuffix("L"))
+    return layers / num_layers if num_layers else float("nan")
+
+
+def _level0_value_section(results: dict[str, Any]) -> list[str]:
+    rows = results["level0"]
+    layers = results.get("num_layers")
+    lines = [
+        "",
+        "Is a level-0 drafter worth its cost? With one proposal per level-1 step (gamma1 = 1), a step yields "
+        "1 + a tokens (a = accepted level-0 tokens per position) and costs 1 + c level-1 steps (c = the drafter's "
+        "cost; the slightly wider level-1 forward is ignored), so level 1 runs (1 + a) / (1 + c) times as fast "
+        "(> 1: worth it). Pooled over temperatures.",
+        "",
+        "| drafter | cost c | natural a | needle a | natural (1+a)/(1+c) | needle (1+a)/(1+c) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name in dict.fromkeys(r["drafter"] for r in rows):
+        c = drafter_cost(name, layers)
+        a = {kind: level0_pooled(rows, drafter=name, task_kind=kind)[2] for kind in ("natural", "needle")}
+        a = {k: (0.0 if name == "none" else v) for k, v in a.items()}
+        value = {k: (1 + v) / (1 + c) for k, v in a.items()}
+        lines.append(
+            f"| {name} | {_num(c, 2)} | {_num(a['natural'])} | {_num(a['needle'])} | {_num(value['natural'], 2)} | "
+            f"{_num(value['needle'], 2)} |"
+        )
+    return lines
+
+
+def _defaults_section(results: dict[str, Any]) -> list[str]:
+    """Each ablated knob: its TriForceConfig default next to the best measured value."""
+    rows = [r for r in results["views"] if r["group"] == "ablation"]
+    if not rows:
+        return []
+    defaults = _policy_defaults(results)
+    lines = [
+        "",
+        "## TriForceConfig defaults against these measurements",
+        "",
+        "Best value of each ablated knob by the pooled acceptance over every task, temperature and position "
+        "(`all`) and by the worst needle depth at T=0; values within 0.005 of the best count as a tie. `combine` is "
+        "not a config knob (hf_triforce.caches.selection.score_chunks sums the group's queries). Lower refresh "
+        "strides cost one re-selection per stride (its time is the `refresh` phase of hf-triforce bench).",
+        "",
+        "| knob | default | `all` at default | best `all` | best needle min T=0 | default is best (`all`) |",
+        "|---|---|---:|---|---|---|",
+    ]
+    for knob in dict.fromkeys(r["knob"] for r in rows):
+        values = list(dict.fromkeys(_key(r["value"]) for r in rows if r["knob"] == knob))
+        chosen = {v: [r for r in rows if r["knob"] == knob and _key(r["value"]) == v] for v in values}
+        overall = {v: pooled(c)[0] for v, c in chosen.items()}
+        worst = {}
+        for v, c in chosen.items():
+            depths = {r["task"] for r in c if r["task_kind"] == "needle"}
+            worst[v] = min((pooled(c, task=d, temperature=0.0)[0] for d in depths), default=float("nan"))
+        best = max(overall, key=overall.get)
+        best_needle = max(worst, key=lambda v: -1 if math.isnan(worst[v]) else worst[v])
+        default = defaults.get(knob)
+        at_default = overall.get(default, float("nan"))
+        tie = not math.isnan(at_default) and at_default >= overall[best] - 0.005
+        lines.append(
+            f"| {knob} | {_show(knob, default)} | {_num(at_default)} | {_show(knob, best)} ({_num(overall[best])}) | "
+            f"{_show(knob, best_needle)} ({_num(worst[best_needle])}) | "
+            f"{'yes' if tie else f'no (best +{overall[best] - at_default:.3f})'} |"
+        )
+    return lines + [
+        "",
+        "Not measured here: `retrieval_budget` (its default, 4096, is meant for long contexts; budgets here are "
+        "fractions of the context), `gamma1`, `gamma2`, `draft_cache_budget`, `draft_sinks`, `ngram_max`, "
+        "`ngram_min`, `draft_acceptance_floor` and `prefill_chunk_size` (speed and memory knobs: see "
+        "hf_triforce.bench.tuning). `drafter`: see the level-0 section.",
+    ]
+
+
+def _end_to_end_section(results: dict[str, Any]) -> list[str]:
+    rows = results["end_to_end"]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## End to end: TriForce generate() with each level-0 drafter",
+        "",
+        f"Shorter prompts ({results['options']['e2e_context_tokens']}-token context), "
+        f"{results['options']['e2e_new_tokens']} new tokens, budget = the headline fraction of the context, other "
+        "knobs at their TriForceConfig defaults; per-level acceptance from `hf_triforce.last_stats(model)`. "
+        "Level 1 is lossless whatever level 0 does, so its acceptance should not depend on the drafter: at T=0 the "
+        "rows of a task match exactly; at T>0 each row is one sample whose random draws (and so output) differ "
+        "with the drafter. Seconds are wall time on a shared CPU (indicative only).",
+        "",
+        "| task | T | drafter | level-0 acc. (drafted) | level-1 acc. (drafted) | tokens / verification | "
+        "level-1 steps | refreshes | seconds | same greedy text |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    greedy = {}
+    for r in rows:
+        if r["temperature"] == 0:
+            greedy.setdefault(r["task"], r["tokens"])
+    for r in rows:
+        s = r["stats"]
+        draft, level1 = s["levels"]["draft"], s["levels"]["retrieval"]
+        d = f"{draft['acceptance_rate']:.3f} ({draft['drafted']})" if draft["drafted"] else "-"
+        steps = s["phases"].get("level1", {}).get("calls", 0)
+        same = ("yes" if r["tokens"] == greedy[r["task"]] else "NO") if r["temperature"] == 0 else "n/a"
+        lines.append(
+            f"| {r['task']} | {r['temperature']:g} | {r['drafter']} | {d} | {level1['acceptance_rate']:.3f} "
+            f"({level1['drafted']}) | {s['mean_accepted_length']:.2f} | {steps} | {s['retrieval_refreshes']} | "
+            f"{r['seconds']:.1f} | {same} |"
+        )
+    return lines
+
+
+def _reference_section(results: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## Reference continuations (full-cache model)",
+        "",
+        "| task | T | tokens | copied | text |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r in results["references"]:
+        text = " ".join(r["text"].split())[:110].replace("|", "\\|")
+        copied = _num(r.get("needle_overlap", float("nan")), 2)
+        lines.append(f"| {r['task']} | {r['temperature']:g} | {r['new_tokens']} | {copied} | {text} |")
+    return lines
+
+
+def write_eval_plot(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """PNG with level-1 acceptance vs budget (natural text) and vs needle depth (headline budget)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    o = results["options"]
+    main = [r for r in results["views"] if r["group"] == "main"]
+    fig, (by_budget, by_depth) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, t in enumerate(o["temperatures"]):
+        for kind, style in (("retrieval", "-"), ("streaming", "--")):
+            color = colors[i % len(colors)]
+            label = f"{kind}, T={t:g}"
+            x = [_budget_tokens(results, f) for f in o["budget_fractions"]]
+            y = [
+                pooled(main, task_kind="natural", budget_fraction=f, temperature=t, kind=kind)[0]
+                for f in o["budget_fractions"]
+            ]
+            by_budget.plot(x, y, style, marker="o", color=color, label=label)
+            depths = o["needle_depths"]
+            y = [
+                pooled(
+                    main, task_kind="needle", depth=d, budget_fraction=o["headline_fraction"], temperature=t, kind=kind
+                )[0]
+                for d in depths
+            ]
+            by_depth.plot(depths, y, style, marker="o", color=color, label=label)
+    by_budget.set_xscale("log", base=2)
+    ticks = [_budget_tokens(results, f) for f in o["budget_fractions"]]
+    by_budget.set_xticks(ticks, [f"{t}\n({_fraction(f)})" for t, f in zip(ticks, o["budget_fractions"], strict=True)])
+    by_budget.minorticks_off()
+    by_budget.set(
+        xlabel=f"budget (tokens of a {o['context_tokens']}-token context)",
+        ylabel="level-1 acceptance",
+        title="Natural continuation",
+    )
+    by_depth.axhline(NEEDLE_TARGET, color="gray", linewidth=0.8)
+    by_depth.set(
+        xlabel="needle depth in the document",
+        ylabel="level-1 acceptance",
+        title=f"Needle copy, budget {_budget(results, o['headline_fraction'])}",
+    )
+    lowest = min((v for line in by_budget.get_lines() for v in line.get_ydata() if not math.isnan(v)), default=0.0)
+    by_budget.set_ylim(max(0.0, lowest - 0.05), 1.0)  # natural text: the gaps are small, zoom in
+    by_depth.set_ylim(0, 1.02)
+    for ax in (by_budget, by_depth):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    m = results["machine"]
+    fig.suptitle(f"{results.get('model_name', 'target')}: level-1 draft quality ({m['date'][:10]})", fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _policy_defaults(results: dict[str, Any]) -> dict[str, Any]:
+    c = results["config_defaults"]
+    return {
+        "combine": "sum",
+        "recent_window": c["recent_window"],
+        "chunk_size": c["chunk_size"],
+        "refresh_every": c["refresh_every"],
+        "refresh_below": _key(c["refresh_below_acceptance"]),
+    }
+
+
+def _key(value: Any) -> Any:
+    return "none" if value is None else value
+
+
+def _show(knob: str, value: Any) -> str:
+    if value == "none":
+        return "never" if knob == "refresh_every" else "off"
+    return str(value)
+
+
+def _budget_tokens(results: dict[str, Any], fraction: float) -> int:
+    rows = [r for r in results["views"] if r["budget_fraction"] == fraction]
+    return rows[0]["budget"] if rows else round(fraction * results["options"]["context_tokens"])
+
+
+def _budget(results: dict[str, Any], fraction: float) -> str:
+    return f"{_budget_tokens(results, fraction)} ({_fraction(fraction)})"
+
+
+def _fraction(fraction: float) -> str:
+    inverse = 1 / fraction
+    return f"1/{inverse:g}" if abs(inverse - round(inverse)) < 1e-9 else f"{fraction:g}"
+
+
+def _num(x: float, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN float replaced by None (strict JSON)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"not JSON-serializable: {type(value).__name__}")

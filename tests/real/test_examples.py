@@ -1,0 +1,66 @@
+"""Every script in ``examples/`` runs on the real SmolLM2-135M-Instruct and prints what its docstring promises.
+
+Each runs as a subprocess (as a user would run it) with ``HF_TRIFORCE_EXAMPLE_SMALL=1``, which shrinks
+the document and the number of new tokens; all of them together take about 1.5 minutes on 2 CPU
+cores. A greedy TriForce output that differs from plain ``generate()`` fails the test through the
+promised ``... True`` / ``identical text: yes`` lines.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TIMEOUT_S = 240
+
+# script -> regular expressions that must each match a line of its stdout
+PROMISES: dict[str, list[str]] = {
+    "quickstart.py": [
+        r"^Answer: \S",
+        r"^identical to plain generate\(\): True$",
+        r"^level-1 \(retrieval\) acceptance: \d\.\d\d$",
+    ],
+    "pipeline_chat.py": [r"^Pipeline answer: \S", r"^tokens per full-cache forward: \d+\.\d\d"],
+    "streaming.py": [r"^streamed [1-9]\d* tokens in [1-9]\d* chunks \("],
+    "long_document_qa.py": [
+        r"^Answer: \S",
+        r"^decode speed: plain [\d.]+ tok/s, TriForce [\d.]+ tok/s, speedup [\d.]+x$",
+        r"^identical text: yes$",
+    ],
+    "own_draft_model.py": [
+        r"^level-0 \(draft model\) acceptance: \d\.\d\d \(\d+/[1-9]\d* drafted tokens\)$",
+        r"^identical to plain generate\(\): True$",
+        r"^a draft model with another vocabulary is refused: ",
+    ],
+    "two_level.py": [
+        r"^two levels \(none\) +- +\d\.\d\d",
+        r"^two levels \(drafter='none'\) identical to plain generate\(\): True$",
+        r"^three levels \(drafter='ngram'\) identical to plain generate\(\): True$",
+    ],
+}
+
+
+def test_every_example_is_covered():
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(PROMISES)
+
+
+@pytest.mark.parametrize("script", sorted(PROMISES))
+def test_example_runs_and_prints_its_promise(script, smollm2):
+    """``smollm2`` makes sure the safetensors cache exists before the subprocesses load it."""
+    env = {**os.environ, "HF_TRIFORCE_EXAMPLE_SMALL": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / script)], capture_output=True, text=True, env=env, timeout=TIMEOUT_S
+    )
+    assert proc.returncode == 0, f"{script} exited with {proc.returncode}\n--- stderr ---\n{proc.stderr[-4000:]}"
+    for promise in PROMISES[script]:
+        assert re.search(promise, proc.stdout, re.MULTILINE), (
+            f"{script} did not print a line matching {promise!r}\n--- stdout ---\n{proc.stdout[-4000:]}"
+        )

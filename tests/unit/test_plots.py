@@ -1,0 +1,40 @@
+"""``hf_triforce.bench.plots``: the docs' figures and tables regenerate from the recorded results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hf_triforce.bench.plots import demote_headings, device_line, generate_all, kind_of
+
+pytestmark = pytest.mark.unit
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+
+def test_kinds():
+    assert kind_of({"rows": [{"knob": "gamma2"}]}) == "tuning"
+    assert kind_of({"rows": [{"speedup": 1.0, "plain": {}}]}) == "bench"
+    assert kind_of({"views": [], "options": {}}) == "eval-drafts"
+    assert kind_of({"rows": []}) is None
+    assert kind_of([1, 2]) is None
+
+
+def test_demote_headings_leaves_code_alone():
+    assert demote_headings("# A\n```\n# not a heading\n```\ntext", 1) == "## A\n```\n# not a heading\n```\ntext"
+
+
+def test_recorded_bench_results_regenerate(tmp_path):
+    pytest.importorskip("matplotlib")
+    written = generate_all(RESULTS, tmp_path)
+    names = {p.name for p in written}
+    assert {"cpu-smollm2-7k.md", "cpu-smollm2-7k-speed.png", "cpu-smollm2-7k-phases.png"} <= names
+    assert "data" in {p.parent.name for p in written}
+    for path in written:
+        assert path.stat().st_size > 0
+    results = json.loads((RESULTS / "cpu-smollm2-7k.json").read_text())
+    table = (tmp_path / "cpu-smollm2-7k.md").read_text()
+    assert table.startswith(device_line(results))
+    assert "| 7069 | 0.0 | ngram | 512 |" in table
