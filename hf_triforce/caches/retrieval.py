@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from ..kernels import retrieval as kernels  # a module import: hf_triforce.kernels imports .selection back
 from .buffers import KVBuffer
-from .selection import chunk_means, gather_tokens, score_chunks, select_token_indices
+from .selection import chunk_means, select_token_indices
 
 
 class RetrievalLayer(CacheLayerMixin):
@@ -97,12 +98,16 @@ class RetrievalCache(Cache):
         self.chunk_size = chunk_size
 
     def select(self, queries: list[torch.Tensor], budget: int, recent_window: int) -> list[torch.Tensor]:
-        """Per-layer token indices ``[B, H_kv, S]`` of the best chunks for ``queries[l]`` (``[B, H_q, D]``)."""
+        """Per-layer token indices ``[B, H_kv, S]`` of the best chunks for ``queries[l]`` (``[B, H_q, D]``).
+
+        Chunk scoring runs as a Triton kernel on CUDA (:func:`hf_triforce.kernels.retrieval.chunk_scores`),
+        the pure-torch ``score_chunks`` otherwise; top-k and the token indices are torch either way.
+        """
         length = self.get_seq_length()
         indices = []
         for layer, query in zip(self.layers, queries, strict=True):
             if length > budget:
-                scores = score_chunks(query, layer.summaries())
+                scores = kernels.chunk_scores(query, layer.summaries())
             else:  # everything is kept; only the [B, H_kv] shape matters (the indices are gathered per KV head)
                 kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1
                 scores = query.new_zeros(query.shape[0], kv_heads, 0)
@@ -124,11 +129,19 @@ class ViewLayer(CacheLayerMixin):
     is_sliding = False
     is_croppable = True
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, extra_capacity: int) -> None:
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, extra_capacity: int) -> None:
+        """Gather ``[B, H_kv, S]`` token ``indices`` of the full ``[B, H_kv, L, D]`` keys/values into the buffer.
+
+        The gather writes straight into the buffer's first ``S`` slots (one Triton launch for keys and
+        values on CUDA, ``torch.gather`` otherwise; see :func:`hf_triforce.kernels.retrieval.gather_kv_into`).
+        """
         super().__init__()
-        self.buffer = KVBuffer(keys.shape[-2] + extra_capacity)
-        self.buffer.append(keys, values)
-        self.static_length = keys.shape[-2]
+        selected = indices.shape[-1]
+        self.buffer = KVBuffer(selected + extra_capacity)
+        self.buffer.reserve(selected, keys)
+        self.buffer.length = selected
+        kernels.gather_kv_into(keys, values, indices, self.buffer.keys, self.buffer.values)
+        self.static_length = selected
         self.is_initialized = True
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -166,8 +179,7 @@ class RetrievalView(Cache):
     def __init__(self, source: RetrievalCache, indices: list[torch.Tensor], extra_capacity: int) -> None:
         layers = []
         for layer, idx in zip(source.layers, indices, strict=True):
-            keys, values = gather_tokens(layer.buffer.keys, idx), gather_tokens(layer.buffer.values, idx)
-            layers.append(ViewLayer(keys, values, extra_capacity))
+            layers.append(ViewLayer(layer.buffer.keys, layer.buffer.values, idx, extra_capacity))
         super().__init__(layers=layers)
         self.source = source
         self.source_length = source.get_seq_length()

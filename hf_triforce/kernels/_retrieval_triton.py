@@ -1,0 +1,120 @@
+"""Triton kernel bodies for retrieval (imported only when Triton is used; see :mod:`.retrieval`).
+
+The bodies are plain functions, jitted by :func:`compiled_kernels` on first use rather than at import,
+because ``triton.jit`` decides at decoration time between the compiler and the interpreter (it reads
+``TRITON_INTERPRET`` then). Jitting lazily, once per mode, lets CPU tests turn the interpreter on for
+themselves only (``monkeypatch.setenv("TRITON_INTERPRET", "1")``), whatever was imported before.
+For the same reason the bodies call no function of Triton's ``@jit`` standard library (``tl.sum``,
+``tl.zeros``, ``tl.cdiv``...): those are jitted once, in the mode of Triton's first import, and a
+compiled-mode one cannot be called from an interpreted kernel. Only builtins (``tl.load``, ``tl.dot``,
+``tl.full``, ``tl.static_range``...) are used.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+import triton
+import triton.language as tl
+
+
+def score_chunks_kernel(
+    q_ptr,
+    s_ptr,
+    out_ptr,
+    kv_heads,
+    n_chunks,
+    head_dim,
+    stride_qb,
+    stride_qh,
+    stride_qd,
+    stride_sb,
+    stride_sh,
+    stride_sc,
+    stride_sd,
+    stride_ob,
+    stride_oh,
+    stride_oc,
+    GROUP: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """One program: KV head ``(b, h)``, chunks ``[pid_c * BLOCK_C, +BLOCK_C)``; float32 throughout.
+
+    The dot products are a ``tl.dot`` of the ``[BLOCK_C, BLOCK_D]`` summary tile with the summed query
+    repeated over ``BLOCK_N`` (16, ``tl.dot``'s smallest N) identical columns, of which column 0 is
+    stored: the kernel needs no reduction from Triton's ``@jit`` standard library (``tl.sum``), which is
+    jitted when Triton is first imported, so it runs under the interpreter however Triton was imported.
+    Compute is not the bound (the summaries are read once); ``ieee`` (not TF32) keeps float32 accuracy.
+    """
+    pid_bh = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    b = (pid_bh // kv_heads).to(tl.int64)
+    h = (pid_bh % kv_heads).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < head_dim
+    q_row = q_ptr + b * stride_qb + (h * GROUP) * stride_qh + offs_d * stride_qd
+    grouped = tl.full([BLOCK_D], 0.0, tl.float32)
+    for g in tl.static_range(GROUP):  # the GQA group's query heads, summed in float32
+        grouped += tl.load(q_row + g * stride_qh, mask=mask_d, other=0.0).to(tl.float32)
+    offs_c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask_c = offs_c < n_chunks
+    s_ptrs = s_ptr + b * stride_sb + h * stride_sh + offs_c[:, None] * stride_sc + offs_d[None, :] * stride_sd
+    s = tl.load(s_ptrs, mask=mask_c[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
+    q_tile = tl.broadcast_to(grouped[:, None], (BLOCK_D, BLOCK_N))
+    scores = tl.dot(s, q_tile, input_precision="ieee")  # [BLOCK_C, BLOCK_N], every column the same
+    cols = tl.arange(0, BLOCK_N)
+    out_ptrs = out_ptr + b * stride_ob + h * stride_oh + offs_c[:, None] * stride_oc + cols[None, :] * 0
+    tl.store(out_ptrs, scores, mask=mask_c[:, None] & (cols[None, :] == 0))
+
+
+def gather_kv_kernel(
+    k_ptr,
+    v_ptr,
+    idx_ptr,
+    out_k_ptr,
+    out_v_ptr,
+    kv_heads,
+    n_slots,
+    head_dim,
+    stride_b,
+    stride_h,
+    stride_l,
+    stride_d,
+    stride_ib,
+    stride_ih,
+    stride_is,
+    stride_ob,
+    stride_oh,
+    stride_os,
+    stride_od,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """One program: KV head ``(b, h)``, view slots ``[pid_s * BLOCK_S, +BLOCK_S)``; keys and values."""
+    pid_bh = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    b = (pid_bh // kv_heads).to(tl.int64)
+    h = (pid_bh % kv_heads).to(tl.int64)
+    offs_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
+    mask_s = offs_s < n_slots
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = mask_s[:, None] & (offs_d < head_dim)[None, :]
+    tokens = tl.load(idx_ptr + b * stride_ib + h * stride_ih + offs_s * stride_is, mask=mask_s, other=0)
+    src = b * stride_b + h * stride_h + tokens.to(tl.int64)[:, None] * stride_l + offs_d[None, :] * stride_d
+    dst = b * stride_ob + h * stride_oh + offs_s.to(tl.int64)[:, None] * stride_os + offs_d[None, :] * stride_od
+    tl.store(out_k_ptr + dst, tl.load(k_ptr + src, mask=mask), mask=mask)
+    tl.store(out_v_ptr + dst, tl.load(v_ptr + src, mask=mask), mask=mask)
+
+
+@functools.cache
+def compiled_kernels(interpret: bool) -> SimpleNamespace:
+    """The kernels jitted for one mode (``interpret`` must equal ``triton.knobs.runtime.interpret`` now)."""
+    del interpret  # the cache key: triton.jit reads the mode itself
+    # the chunk and slot counts change as the context grows: no recompilation on their divisibility by 16
+    return SimpleNamespace(
+        score=triton.jit(score_chunks_kernel, do_not_specialize=["n_chunks"]),
+        gather=triton.jit(gather_kv_kernel, do_not_specialize=["n_slots"]),
+    )

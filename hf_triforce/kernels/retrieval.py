@@ -1,0 +1,295 @@
+"""Retrieval fast paths: chunk scoring and the gather into a sparse view, as Triton kernels.
+
+A re-selection of the retrieval chunks (``RetrievalCache.select`` then ``RetrievalView``) runs, per
+layer: score every chunk summary with the GQA group's queries, take the top-k chunks, expand them to
+token indices (sink chunk + top-k chunks + recent tokens), and copy those tokens' keys and values
+into the view. In pure torch the scoring is a reshape, a sum and an einsum, and the gather is two
+``torch.gather`` calls each allocating a ``[B, H_kv, S, D]`` temporary that is then copied into the
+view's buffer. Here:
+
+* :func:`score_chunks_triton`: one launch, ``[B, H_q, D] x [B, H_kv, C, D] -> [B, H_kv, C]``, the
+  group's query heads summed and every dot product accumulated in float32, float32 scores out (the
+  reference returns ``summaries.dtype``: in bfloat16 many chunks would tie; only the ranking is used);
+* :func:`gather_kv_triton`: one launch copies keys *and* values of the selected tokens straight into
+  preallocated view storage (no intermediate tensor);
+* top-k and the expansion to token indices stay in torch (``torch.topk`` in
+  :func:`~hf_triforce.caches.selection.select_token_indices`) between the two launches: they work on
+  ``C = L / chunk_size`` float32 scores per KV head (8K at 128K context with 16-token chunks), a
+  ``1 / D`` fraction of the summaries the scoring reads.
+
+The pure-torch references are :func:`~hf_triforce.caches.selection.score_chunks` and
+:func:`~hf_triforce.caches.selection.gather_tokens`. :func:`chunk_scores` and :func:`gather_kv_into`
+dispatch: Triton when every tensor is on CUDA, Triton imports, and ``HF_TRIFORCE_DISABLE_TRITON`` is
+not set (``1``/``true``/``yes``/``on``); the reference otherwise (always on the CPU, so CPU results
+are exactly those of the references). This module imports Triton on first CUDA use only (torch's
+``_dynamo``, which ``transformers.generation`` imports, loads it anyway when it is installed).
+
+CPU tests run the kernels under Triton's interpreter: with ``TRITON_INTERPRET=1`` in the environment
+when a kernel is launched, the ``*_triton`` functions accept CPU tensors. The kernels are jitted
+lazily, once per mode, and use nothing from Triton's ``@jit`` standard library (``tl.sum``...), so
+this works even when Triton was imported earlier without the variable.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import torch
+
+from ..caches.selection import gather_tokens, score_chunks
+
+logger = logging.getLogger(__name__)
+
+DISABLE_ENV = "HF_TRIFORCE_DISABLE_TRITON"
+_TRUE = {"1", "true", "yes", "on"}
+
+__all__ = [
+    "DISABLE_ENV",
+    "chunk_scores",
+    "gather_kv_into",
+    "gather_kv_triton",
+    "score_chunks_triton",
+    "triton_enabled",
+]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# dispatch
+# --------------------------------------------------------------------------------------------------------------
+
+
+def triton_enabled(*tensors: torch.Tensor) -> bool:
+    """Whether the Triton kernels serve these tensors: all on CUDA, Triton importable, not disabled.
+
+    Example:
+        >>> triton_enabled(torch.zeros(2))  # a CPU tensor: always the torch reference
+        False
+    """
+    if not tensors or not all(t.is_cuda for t in tensors):
+        return False
+    if os.environ.get(DISABLE_ENV, "").strip().lower() in _TRUE:
+        return False
+    return _triton_importable()
+
+
+@functools.cache
+def _triton_importable() -> bool:
+    try:
+        import triton  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken install: fall back, say so once
+        logger.warning("Triton unavailable (%s): retrieval uses the pure-torch path.", exc)
+        return False
+    return True
+
+
+def chunk_scores(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
+    """Chunk scores ``[B, H_kv, C]``: :func:`score_chunks_triton` on CUDA, else ``score_chunks``.
+
+    Args:
+        query: ``[B, H_q, D]`` post-RoPE query of the current token (``H_q`` a multiple of ``H_kv``).
+        summaries: ``[B, H_kv, C, D]`` chunk summaries (mean keys).
+
+    Returns:
+        ``[B, H_kv, C]`` scores: chunk ``c`` of KV head ``h`` scores ``sum_{g in group(h)} q_g . s_{h,c}``;
+        float32 from Triton, ``summaries.dtype`` from the reference (only the ranking is used).
+
+    Example:
+        >>> chunk_scores(torch.ones(1, 4, 8), torch.ones(1, 2, 5, 8))[0, 0].tolist()
+        [16.0, 16.0, 16.0, 16.0, 16.0]
+    """
+    if triton_enabled(query, summaries):
+        return score_chunks_triton(query, summaries)
+    return score_chunks(query, summaries)
+
+
+def gather_kv_into(
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    indices: torch.Tensor,
+    out_keys: torch.Tensor,
+    out_values: torch.Tensor,
+) -> None:
+    """Copy the keys and values at per-head token ``indices`` into ``out_keys``/``out_values``, in place.
+
+    :func:`gather_kv_triton` on CUDA, else ``out.copy_(gather_tokens(states, indices))`` (exact either way).
+
+    Args:
+        keys: ``[B, H_kv, L, D]`` full-cache keys (any strides, e.g. a slice of a larger buffer).
+        values: ``[B, H_kv, L, D]`` full-cache values.
+        indices: ``[B, H_kv, S]`` integer token indices in ``[0, L)``, per KV head.
+        out_keys: ``[B, H_kv, S, D]`` destination (e.g. the first ``S`` slots of a view's storage).
+        out_values: ``[B, H_kv, S, D]`` destination for the values.
+
+    Example:
+        >>> k, v = torch.arange(12.).view(1, 1, 6, 2), -torch.arange(12.).view(1, 1, 6, 2)
+        >>> ok, ov = torch.empty(1, 1, 2, 2), torch.empty(1, 1, 2, 2)
+        >>> gather_kv_into(k, v, torch.tensor([[[0, 5]]]), ok, ov)
+        >>> ok[0, 0].tolist(), ov[0, 0, 1].tolist()
+        ([[0.0, 1.0], [10.0, 11.0]], [-10.0, -11.0])
+    """
+    if triton_enabled(keys, values, indices, out_keys, out_values):
+        gather_kv_triton(keys, values, indices, out_keys, out_values)
+        return
+    out_keys.copy_(gather_tokens(keys, indices))
+    out_values.copy_(gather_tokens(values, indices))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the Triton entry points
+# --------------------------------------------------------------------------------------------------------------
+
+
+def score_chunks_triton(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
+    """:func:`~hf_triforce.caches.selection.score_chunks` in one Triton launch, float32 accumulation.
+
+    Query head ``j`` belongs to KV head ``j // (H_q / H_kv)`` (``repeat_kv``'s layout). Each program
+    sums its group's query heads in float32, then takes float32 dot products with ``BLOCK_C`` chunk
+    summaries. The scores stay float32 whatever the input dtype: the reference's rounding to
+    bfloat16 (8 significant bits) would make near-equal chunks tie, and the scores only feed a top-k.
+
+    Args:
+        query: ``[B, H_q, D]`` on CUDA (or CPU under ``TRITON_INTERPRET=1``); any strides.
+        summaries: ``[B, H_kv, C, D]``, same device; any strides (e.g. a slice of a growable buffer).
+
+    Returns:
+        ``[B, H_kv, C]`` float32 scores, contiguous.
+
+    Example:
+        >>> q = torch.randn(1, 32, 128, device="cuda")  # doctest: +SKIP
+        >>> s = torch.randn(1, 8, 4096, 128, device="cuda")  # doctest: +SKIP
+        >>> score_chunks_triton(q, s).shape  # doctest: +SKIP
+        torch.Size([1, 8, 4096])
+    """
+    b, hq, d = _check_score_inputs(query, summaries)
+    hkv, n_chunks = summaries.shape[1], summaries.shape[2]
+    out = torch.empty((b, hkv, n_chunks), dtype=torch.float32, device=summaries.device)
+    if out.numel() == 0:
+        return out
+    import triton
+
+    group = hq // hkv
+    block_c = min(64, max(16, triton.next_power_of_2(n_chunks)))
+    grid = (b * hkv, triton.cdiv(n_chunks, block_c))
+    _kernels().score[grid](
+        query,
+        summaries,
+        out,
+        hkv,
+        n_chunks,
+        d,
+        *query.stride(),
+        *summaries.stride(),
+        *out.stride(),
+        GROUP=group,
+        BLOCK_C=block_c,
+        BLOCK_D=max(16, triton.next_power_of_2(d)),  # tl.dot needs K >= 16
+        BLOCK_N=16,
+    )
+    return out
+
+
+def gather_kv_triton(
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    indices: torch.Tensor,
+    out_keys: torch.Tensor,
+    out_values: torch.Tensor,
+) -> None:
+    """Gather keys and values at per-head token ``indices`` into preallocated outputs, one Triton launch.
+
+    A bit-exact copy (no arithmetic on the states). ``indices`` are not bounds-checked: they must lie
+    in ``[0, L)`` (as :func:`~hf_triforce.caches.selection.select_token_indices` guarantees).
+
+    Args:
+        keys: ``[B, H_kv, L, D]`` on CUDA (or CPU under ``TRITON_INTERPRET=1``).
+        values: ``[B, H_kv, L, D]``, same dtype, device and strides as ``keys`` (one KV buffer's halves).
+        indices: ``[B, H_kv, S]`` integer token indices (any integer dtype, any strides, e.g. expanded).
+        out_keys: ``[B, H_kv, S, D]`` destination, same dtype as ``keys``; any strides (e.g. the first
+            ``S`` slots of a view's storage).
+        out_values: ``[B, H_kv, S, D]``, same strides as ``out_keys``.
+
+    Example:
+        >>> k = torch.randn(1, 8, 131072, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+        >>> idx = torch.arange(0, 131072, 32, device="cuda").expand(1, 8, -1)  # doctest: +SKIP
+        >>> ok, ov = k.new_empty(1, 8, 4096, 128), k.new_empty(1, 8, 4096, 128)  # doctest: +SKIP
+        >>> gather_kv_triton(k, k, idx, ok, ov)  # doctest: +SKIP
+    """
+    b, hkv, n_slots, d = _check_gather_inputs(keys, values, indices, out_keys, out_values)
+    if b * hkv * n_slots * d == 0:
+        return
+    import triton
+
+    block_s = min(64, max(16, triton.next_power_of_2(n_slots)))
+    grid = (b * hkv, triton.cdiv(n_slots, block_s))
+    _kernels().gather[grid](
+        keys,
+        values,
+        indices,
+        out_keys,
+        out_values,
+        hkv,
+        n_slots,
+        d,
+        *keys.stride(),
+        *indices.stride(),
+        *out_keys.stride(),
+        BLOCK_S=block_s,
+        BLOCK_D=triton.next_power_of_2(d),
+    )
+
+
+def _kernels():
+    from ._retrieval_triton import compiled_kernels
+
+    return compiled_kernels(_interpreting())
+
+
+def _interpreting() -> bool:
+    """Whether ``triton.jit`` would build interpreted kernels now (``TRITON_INTERPRET``)."""
+    import triton
+
+    knobs = getattr(triton, "knobs", None)  # triton >= 3.4; older releases read the variable directly
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on")
+
+
+def _check_device(*tensors: torch.Tensor) -> None:
+    devices = {t.device for t in tensors}
+    if len(devices) != 1:
+        raise ValueError(f"Triton retrieval kernels need all tensors on one device, got {sorted(map(str, devices))}.")
+    if not tensors[0].is_cuda and not _interpreting():
+        raise ValueError("Triton retrieval kernels need CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors).")
+
+
+def _check_score_inputs(query: torch.Tensor, summaries: torch.Tensor) -> tuple[int, int, int]:
+    if query.dim() != 3 or summaries.dim() != 4:
+        shapes = f"{tuple(query.shape)}, {tuple(summaries.shape)}"
+        raise ValueError(f"expected query [B, H_q, D] and summaries [B, H_kv, C, D], got {shapes}.")
+    b, hq, d = query.shape
+    hkv = summaries.shape[1]
+    if summaries.shape[0] != b or summaries.shape[3] != d or hkv == 0 or hq % hkv:
+        raise ValueError(f"incompatible query {tuple(query.shape)} and summaries {tuple(summaries.shape)}.")
+    _check_device(query, summaries)
+    return b, hq, d
+
+
+def _check_gather_inputs(keys, values, indices, out_keys, out_values) -> tuple[int, int, int, int]:
+    if keys.dim() != 4 or indices.dim() != 3:
+        raise ValueError(f"expected keys [B, H, L, D] and indices [B, H, S], got {keys.shape}, {indices.shape}.")
+    b, hkv, _, d = keys.shape
+    n_slots = indices.shape[2]
+    if values.shape != keys.shape or values.stride() != keys.stride() or values.dtype != keys.dtype:
+        raise ValueError("values must have the shape, strides and dtype of keys.")
+    if tuple(indices.shape[:2]) != (b, hkv) or indices.dtype.is_floating_point or indices.dtype == torch.bool:
+        raise ValueError(f"indices must be integer [B, H, S] = [{b}, {hkv}, S], got {indices.dtype} {indices.shape}.")
+    expected = (b, hkv, n_slots, d)
+    for name, out in (("out_keys", out_keys), ("out_values", out_values)):
+        if tuple(out.shape) != expected or out.dtype != keys.dtype:
+            raise ValueError(f"{name} must be {keys.dtype} {expected}, got {out.dtype} {tuple(out.shape)}.")
+    if out_values.stride() != out_keys.stride():
+        raise ValueError("out_values must have the strides of out_keys.")
+    _check_device(keys, values, indices, out_keys, out_values)
+    return b, hkv, n_slots, d
