@@ -11,7 +11,13 @@ Example:
 from .caches import RetrievalCache, RetrievalView, StreamingLLMCache
 from .config import TriForceConfig
 from .drafting import TriForceCandidateGenerator
-from .errors import TriForceConfigError, TriForceError, UnsupportedGenerationError, UnsupportedModelError
+from .errors import (
+    TriForceConfigError,
+    TriForceError,
+    UnsupportedDeviceError,
+    UnsupportedGenerationError,
+    UnsupportedModelError,
+)
 from .integration import SUPPORTED_MODEL_TYPES, disable, enable
 from .stats import TriForceStats
 
@@ -42,6 +48,7 @@ __all__ = [
     "TriForceConfigError",
     "TriForceError",
     "TriForceStats",
+    "UnsupportedDeviceError",
     "UnsupportedGenerationError",
     "UnsupportedModelError",
     "disable",

@@ -8,6 +8,7 @@ from typing import Any
 from .errors import TriForceConfigError
 
 DRAFTERS = ("auto", "model", "ngram", "none")
+CUDA_GRAPH_MODES = (True, False, "auto", "eager")
 
 
 @dataclass
@@ -88,6 +89,16 @@ class TriForceConfig:
             "prompts). None: one forward, as plain generate() does, so the cache is bit-identical to its."
         },
     )
+    cuda_graphs: bool | str = field(
+        default=False,
+        metadata={
+            "help": "Run the level-1 (widths 1..gamma1+1) and level-0 (width 1) decoding steps on fixed-shape buffers "
+            "replayed as CUDA graphs. 'auto': on when the model is on CUDA and supports it, else the dynamic-shape "
+            "forwards; True: required (an error on a non-CUDA model); False: dynamic-shape forwards; 'eager': the "
+            "fixed-shape steps without graphs on any device (the CPU reference of the graph path). Off by default "
+            "until the graph path has been measured on a GPU (it is tested on the CPU in its 'eager' form only)."
+        },
+    )
 
     def __post_init__(self) -> None:
         self._check_positive("chunk_size", "gamma1", "gamma2", "refresh_every", "ngram_min")
@@ -101,6 +112,8 @@ class TriForceConfig:
             self._check_positive("prefill_chunk_size")
         if not 0.0 <= self.draft_acceptance_floor <= 1.0:
             raise TriForceConfigError(f"draft_acceptance_floor={self.draft_acceptance_floor} must be in [0, 1].")
+        if not (isinstance(self.cuda_graphs, bool) or self.cuda_graphs in ("auto", "eager")):
+            raise TriForceConfigError(f"cuda_graphs={self.cuda_graphs!r} must be one of {CUDA_GRAPH_MODES}.")
         r = self.refresh_below_acceptance
         if r is not None and not 0.0 <= r <= 1.0:
             raise TriForceConfigError(f"refresh_below_acceptance={r} must be None or in [0, 1].")

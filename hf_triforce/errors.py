@@ -15,3 +15,7 @@ class UnsupportedModelError(TriForceError):
 
 class UnsupportedGenerationError(TriForceError):
     """The requested ``generate()`` options cannot be served losslessly by TriForce."""
+
+
+class UnsupportedDeviceError(TriForceError):
+    """A requested device feature (e.g. ``cuda_graphs=True``) is not available where the model lives."""

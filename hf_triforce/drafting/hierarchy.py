@@ -7,10 +7,13 @@ from transformers import LogitsProcessorList
 from transformers.generation.candidate_generator import CandidateGenerator
 
 from ..caches.retrieval import RetrievalCache, RetrievalView
+from ..caches.static_view import StaticRetrievalView
 from ..config import TriForceConfig
 from ..integration import QueryCapture
 from ..sampling import verify_greedy, verify_sampled
 from ..stats import TriForceStats
+from .graphs import StaticStepRunner, resolve_step_mode
+from .model import ModelDrafter
 
 PROBE_EVERY = 8  # level-1 steps between level-0 drafts while level 0 is paused
 RATE_SMOOTHING = 0.1  # weight of the newest level-1 step in level 0's running acceptance rate
@@ -42,6 +45,12 @@ class TriForceCandidateGenerator(CandidateGenerator):
         max_length: the call's ``max_length``; drafts never run past it.
         eos_token_ids: token ids that end generation (drafting stops after one).
         stats: a :class:`TriForceStats` to update.
+
+    With ``config.cuda_graphs`` resolving to a static mode (see
+    :func:`~hf_triforce.drafting.graphs.resolve_step_mode`), level 1 runs over a
+    :class:`StaticRetrievalView` through a :class:`StaticStepRunner` (CUDA graphs per width
+    ``1 .. gamma1 + 1``, or the same static forward eagerly), and a :class:`ModelDrafter` is switched to
+    static steps too; the default on the CPU is the dynamic-shape path.
     """
 
     def __init__(
@@ -63,12 +72,17 @@ class TriForceCandidateGenerator(CandidateGenerator):
         self.stats = stats if stats is not None else TriForceStats()
         self.capture = QueryCapture()
         self.model_kwargs_overrides = {"triforce_capture": self.capture}
-        self.view: RetrievalView | None = None
+        self.view: RetrievalView | StaticRetrievalView | None = None
         self._queries: list[torch.Tensor] | None = None
         self._force_refresh = False
         self._last_drafted = 0
         self._level0_rate = 1.0
         self._steps_since_draft = 0
+        self.step_mode = resolve_step_mode(config.cuda_graphs, model, "target model")
+        self.runner: StaticStepRunner | None = None
+        if isinstance(drafter, ModelDrafter):
+            draft_mode = resolve_step_mode(config.cuda_graphs, drafter.model, "draft model")
+            drafter.use_static_steps(draft_mode, strict=config.cuda_graphs is True)
 
     def get_candidates(self, input_ids: torch.LongTensor) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
         """Level-1 candidates ``[1, cur + g]`` and their processed level-1 scores ``[1, g, V]``."""
@@ -99,12 +113,24 @@ class TriForceCandidateGenerator(CandidateGenerator):
             cfg = self.config
             with self.stats.phases.measure("refresh"):
                 indices = self.cache.select(self._queries, cfg.retrieval_budget, cfg.recent_window)
-                self.view = self.cache.sparse_view(indices, cfg.refresh_every + cfg.gamma2 + cfg.gamma1 + 2)
+                self.view = self._new_view(indices, cfg.refresh_every + cfg.gamma2 + cfg.gamma1 + 2)
             self.stats.retrieval_refreshes += 1
             self.stats.view_bytes = max(self.stats.view_bytes, self.view.kv_nbytes())
             self._force_refresh = False
         else:
             self.view.sync()
+
+    def _new_view(self, indices: list[torch.Tensor], extra: int) -> RetrievalView | StaticRetrievalView:
+        """A fresh dynamic view, or the one static view (and its step runner) rewritten in place."""
+        if self.step_mode == "dynamic":
+            return self.cache.sparse_view(indices, extra)
+        if self.runner is None:
+            view = StaticRetrievalView(self.cache, self.config.retrieval_budget + extra)
+            widths = range(1, self.config.gamma1 + 2)
+            graphs, strict = self.step_mode == "graphs", self.config.cuda_graphs is True
+            self.runner = StaticStepRunner(self.model, view, widths, use_graphs=graphs, strict=strict)
+        self.runner.cache.refresh(indices)
+        return self.runner.cache
 
     def _draft(self, ids: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
         tokens, scores = ids[:0], []
@@ -156,12 +182,19 @@ class TriForceCandidateGenerator(CandidateGenerator):
 
     def _scores(self, inputs: torch.Tensor, prefix: torch.Tensor, position: int) -> torch.Tensor:
         q = inputs.shape[0]
-        positions = torch.arange(position, position + q, device=inputs.device)[None]
-        out = self.model(
-            input_ids=inputs[None], position_ids=positions, past_key_values=self.view, use_cache=True, logits_to_keep=q
-        )
-        logits = out.logits[0, -q:].float()
+        logits = self._level1_logits(inputs, position)
         context = torch.cat([prefix, inputs[1:]])
         n = prefix.shape[0]
         rows = [self.logits_processor(context[None, : n + i], logits[i : i + 1])[0] for i in range(q)]
         return torch.stack(rows)
+
+    def _level1_logits(self, inputs: torch.Tensor, position: int) -> torch.Tensor:
+        """float32 logits ``[q, V]`` of the target over the view for ``inputs`` ``[q]`` at true ``position ..``."""
+        if self.runner is not None:
+            return self.runner.step(inputs, position)
+        q = inputs.shape[0]
+        positions = torch.arange(position, position + q, device=inputs.device)[None]
+        out = self.model(
+            input_ids=inputs[None], position_ids=positions, past_key_values=self.view, use_cache=True, logits_to_keep=q
+        )
+        return out.logits[0, -q:].float()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessorList
 
+from ..caches.static_streaming import use_static_layers
 from ..caches.streaming import StreamingLLMCache
+from .graphs import StaticStepRunner
 
 
 class ModelDrafter:
@@ -33,9 +35,25 @@ class ModelDrafter:
         self.logits_processor, self.do_sample = logits_processor, do_sample
         self.consumed = torch.empty(0, dtype=torch.long)
         self.forwards = 0
+        self.runner = None
+
+    def use_static_steps(self, mode: str, strict: bool = False) -> None:
+        """Run the draft forwards on fixed-capacity cache storage: ``mode`` ``"eager"`` or ``"graphs"``
+        (width-1 steps replayed as a CUDA graph); ``"dynamic"`` keeps the growing-shape forwards.
+
+        ``strict``: a failed graph capture raises instead of falling back to eager steps. Call before the
+        first proposal (the cache must be empty).
+        """
+        if mode == "dynamic":
+            return
+        use_static_layers(self.cache)
+        self.runner = StaticStepRunner(
+            self.model, self.cache, (1,), use_graphs=mode == "graphs", logits_to_keep=1, strict=strict
+        )
 
     def propose(self, prefix: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Draft ``k`` tokens after ``prefix`` (``[n]``); returns ``([k] tokens, [k, V] probs or None)``."""
+        self.consumed = self.consumed.to(prefix.device)  # created on the CPU; a no-op after the first call
         scores = self._catch_up(prefix)
         tokens, probs = [], []
         for i in range(k):
@@ -84,10 +102,14 @@ class ModelDrafter:
 
     def _forward_piece(self, tokens: torch.Tensor) -> torch.Tensor:
         self.cache.make_room(tokens.shape[0])
-        out = self.model(input_ids=tokens[None], past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        if self.runner is not None:  # StreamingLLM: a token's position is its cache slot
+            logits = self.runner.step(tokens, self.cache.get_seq_length())[-1]
+        else:
+            out = self.model(input_ids=tokens[None], past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+            logits = out.logits[0, -1].float()
         self.consumed = torch.cat([self.consumed, tokens])
         self.forwards += 1
-        return out.logits[0, -1].float()
+        return logits
 
 
 def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:

@@ -1,0 +1,45 @@
+"""Fixed-capacity layers for the level-0 :class:`StreamingLLMCache`, for static-shape (CUDA graph) draft steps.
+
+A :class:`StaticStreamingLayer` is a :class:`~hf_triforce.caches.streaming.StreamingLayer` whose storage
+is ``budget`` fixed slots (:class:`~hf_triforce.caches.static_buffer.StaticKVBuffer`): eviction (re-rotate
+and move the window down) and crops are host-driven in-place writes between steps, and ``update`` writes
+at the step's slot tensor and returns the whole storage. In StreamingLLM a token's position *is* its slot,
+so a draft step's ``position_ids`` equal its slots.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .static_buffer import SlotWrites, StaticKVBuffer, StepSlots
+from .streaming import StreamingLayer, StreamingLLMCache
+
+
+class StaticStreamingLayer(SlotWrites, StreamingLayer):
+    """A StreamingLLM layer over ``budget`` fixed slots (sinks, then the recent window)."""
+
+    def __init__(self, budget: int, sinks: int, inv_freq: torch.Tensor, slots: StepSlots) -> None:
+        super().__init__(budget, sinks, inv_freq)
+        self.buffer = StaticKVBuffer(budget)
+        self.slots = slots
+
+
+def use_static_layers(cache: StreamingLLMCache) -> StepSlots:
+    """Swap an empty ``cache``'s layers for :class:`StaticStreamingLayer` in place; returns their shared slots.
+
+    In place, so every holder of ``cache`` (e.g. the decoding loop's memory statistics) sees the same
+    object; ``make_room``, ``crop`` and ``kv_nbytes`` work unchanged on the new layers.
+
+    Example:
+        >>> f = 1.0 / 10000 ** (torch.arange(0, 8, 2) / 8)
+        >>> cache = StreamingLLMCache(num_layers=2, budget=8, sinks=2, inv_freq=f)
+        >>> slots = use_static_layers(cache)
+        >>> type(cache.layers[1]).__name__, cache.layers[1].slots is slots
+        ('StaticStreamingLayer', True)
+    """
+    if cache.get_seq_length() > 0:
+        raise ValueError("use_static_layers needs an empty StreamingLLMCache.")
+    slots = StepSlots()
+    first = cache.layers[0]
+    cache.layers = [StaticStreamingLayer(cache.budget, cache.sinks, first.inv_freq, slots) for _ in cache.layers]
+    return slots

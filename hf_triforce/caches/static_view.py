@@ -1,0 +1,122 @@
+"""``StaticRetrievalView``: the level-1 sparse view on fixed-capacity storage, for static-shape (CUDA graph) steps.
+
+Same contents and bookkeeping as :class:`~hf_triforce.caches.retrieval.RetrievalView` (gathered tokens,
+then the full cache's tokens appended since the selection, then drafted tokens, compacted at slots
+``0 .. visible_length``), but:
+
+* the storage is allocated once per generation and a re-selection (:meth:`StaticRetrievalView.refresh`)
+  rewrites it in place, so CUDA graphs captured over the view stay valid across refreshes;
+* ``update`` writes a step's keys/values at the slots of a *tensor* (``index_copy_``) and returns the whole
+  ``[B, H_kv, capacity, D]`` storage every step (a constant shape);
+* ``get_mask_sizes`` reports the capacity; the forward is given an explicit 4D causal mask built from the
+  same slot tensor (:func:`~hf_triforce.drafting.graphs.static_causal_mask`), which hides every slot after
+  the step's own. Positions come from explicit ``position_ids`` (true positions; the view is compacted).
+
+Host-side state (``length``, ``static_length``, ``source_length``) changes only outside the forward: the
+step runner advances it after each step, ``crop``/``sync``/``refresh`` run between steps.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from ..kernels import retrieval as kernels  # a module import, as in retrieval.py (kernels imports .selection)
+from .retrieval import RetrievalCache
+from .static_buffer import SlotWrites, StaticKVBuffer, StepSlots
+
+
+class StaticViewLayer(SlotWrites, CacheLayerMixin):
+    """One layer of a :class:`StaticRetrievalView`: ``capacity`` fixed slots, the first ``static_length`` gathered."""
+
+    is_sliding = False
+    is_croppable = True
+
+    def __init__(self, capacity: int, slots: StepSlots) -> None:
+        super().__init__()
+        self.buffer = StaticKVBuffer(capacity)
+        self.slots = slots
+        self.static_length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.is_initialized = True
+
+    def get_seq_length(self) -> int:
+        return self.buffer.length
+
+    def get_max_length(self) -> int:
+        return self.buffer.capacity
+
+    def crop(self, tokens_to_remove: int) -> None:
+        self.buffer.crop(tokens_to_remove)
+
+
+class StaticRetrievalView(Cache):
+    """A fixed-capacity sparse view of a :class:`RetrievalCache`, rewritten in place at every re-selection.
+
+    ``get_seq_length()`` is the *true* sequence length (the position of the next token), ``visible_length``
+    the compacted slots in use. Forwards over it go through a
+    :class:`~hf_triforce.drafting.graphs.StaticStepRunner`, which sets the step's slots, passes the mask
+    and true ``position_ids``, and advances the visible length afterwards.
+
+    Args:
+        source: the full cache to gather from.
+        capacity: slots per layer: the retrieval budget plus room for the tokens appended until the next
+            re-selection and one round of drafts.
+
+    Example:
+        >>> source = RetrievalCache(num_layers=1, chunk_size=4, capacity=32)
+        >>> _ = source.update(torch.randn(1, 2, 20, 8), torch.randn(1, 2, 20, 8), layer_idx=0)
+        >>> view = StaticRetrievalView(source, capacity=16)
+        >>> view.refresh([torch.arange(8).expand(1, 2, 8)])
+        >>> view.visible_length, view.get_seq_length(), view.layers[0].buffer.storage[0].shape
+        (8, 20, torch.Size([1, 2, 16, 8]))
+    """
+
+    def __init__(self, source: RetrievalCache, capacity: int) -> None:
+        self.slots = StepSlots()
+        super().__init__(layers=[StaticViewLayer(capacity, self.slots) for _ in source.layers])
+        self.source = source
+        self.source_length = 0
+        self.capacity = capacity
+
+    def refresh(self, indices: list[torch.Tensor]) -> None:
+        """Gather the tokens at per-layer ``indices`` (``[B, H_kv, S]``, ``S <= capacity``) into slots ``0 .. S``.
+
+        In place (:func:`~hf_triforce.kernels.retrieval.gather_kv_into`: one Triton launch on CUDA), so the
+        storage addresses captured by CUDA graphs stay valid.
+        """
+        for view_layer, layer, idx in zip(self.layers, self.source.layers, indices, strict=True):
+            buffer, selected = view_layer.buffer, idx.shape[-1]
+            buffer.reserve(selected, layer.buffer.keys)
+            buffer.length = selected
+            kernels.gather_kv_into(layer.buffer.keys, layer.buffer.values, idx, buffer.keys, buffer.values)
+            view_layer.static_length = selected
+        self.source_length = self.source.get_seq_length()
+
+    @property
+    def visible_length(self) -> int:
+        return self.layers[0].buffer.length
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        layer = self.layers[layer_idx]
+        return self.source_length + layer.buffer.length - layer.static_length
+
+    def get_query_offset(self, layer_idx: int = 0) -> int:
+        return self.layers[layer_idx].buffer.length
+
+    def tail_length(self) -> int:
+        """Tokens of the full cache appended since the selection (``source length - selection length``)."""
+        return self.source.get_seq_length() - self.source_length
+
+    def sync(self) -> None:
+        """Drop drafted tokens and copy the full cache's tokens added since the selection (exact KV), in place."""
+        start = self.source_length
+        for view_layer, layer in zip(self.layers, self.source.layers, strict=True):
+            keys = layer.buffer.keys[:, :, start:]
+            values = layer.buffer.values[:, :, start:]
+            view_layer.buffer.write(view_layer.static_length, keys, values)
+
+    def kv_nbytes(self) -> int:
+        """Bytes allocated for the view's keys and values over all layers."""
+        return sum(layer.buffer.nbytes() for layer in self.layers)

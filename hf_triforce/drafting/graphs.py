@@ -1,0 +1,284 @@
+"""Static-shape decoding steps (level 1 over the retrieval view, level 0 over the draft cache) and CUDA graphs.
+
+A :class:`StaticStepRunner` runs a model over a fixed-capacity cache (layers built on
+:class:`~hf_triforce.caches.static_buffer.SlotWrites`) with static input buffers per query width: token
+ids ``[q]``, true positions ``[q]`` and cache slots ``[q]``. On CUDA, for the widths it is told to graph,
+it captures one ``torch.cuda.CUDAGraph`` per width (after warm-up forwards on a side stream, all graphs
+sharing one memory pool) and replays it per step; elsewhere (or with graphs off) the very same static
+forward runs eagerly. Replay and eager forward are the same kernels on the same buffers, so the eager
+form is the CPU reference the tests check against the dynamic-shape path.
+
+What the forward reads on the host, and how this design keeps it out of the captured region
+(checked against transformers 5.23 ``masking_utils.py``, ``cache_utils.StaticLayer`` and
+``models/llama/modeling_llama.py``):
+
+* No ``cache_position`` argument exists any more: ``StaticLayer`` keeps a tensor ``cumulative_length``
+  and the mask is built from ``past_key_values.get_query_offset()`` / ``get_mask_sizes()``. Its sdpa
+  mask code compares the offset on the host for multi-token queries (``q_offset == 0`` in
+  ``_ignore_causal_mask_sdpa``: a device sync when the offset is a CUDA tensor, a constant baked into the
+  graph when it is a Python int), and drops the mask of a one-token query unless the cache is
+  ``is_compileable`` (then the unwritten slots would be attended). We therefore pass our own 4D mask
+  (``attention_mask`` with 4 dims is returned as is by ``create_causal_mask``), built on the device from
+  the slot tensor: the cache's ``get_query_offset``/``get_mask_sizes``/``get_seq_length`` are never
+  called in the forward, and our layers stay ``is_compileable = False`` (``generate()`` never sees them).
+* ``position_ids`` are always given (the default reads ``past_key_values.get_seq_length()``, a Python int).
+* ``update`` writes with ``index_copy_`` at the slots tensor and returns fixed-shape storage; the
+  host-side lengths are advanced by the runner after the step (never inside ``update``).
+* RoPE types ``dynamic``/``longrope`` read ``max(position_ids)`` on the host every forward: graphs are
+  refused for them (:func:`graph_blockers`). Default, ``linear``, ``llama3`` and ``yarn`` RoPE are static.
+* Attention implementations other than sdpa/eager (flash, flex) take masks the static path does not
+  build: refused. Models with sliding-window attention get the full causal mask over the view (the
+  dynamic path applies the window to *compacted* slot distances, which is no true window either); only
+  drafts can change, never the output.
+* Models dispatched by accelerate (``hf_device_map``: offload or several devices) are refused for graphs.
+* Outside the captured region on purpose: the logits processors, the verification (``.item()``-style
+  reads of the chosen tokens), re-selection, ``sync``/``crop``/eviction and the copy of the step's
+  inputs into the static buffers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Literal
+
+import torch
+from transformers.cache_utils import Cache
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask, sdpa_mask
+
+from ..errors import UnsupportedDeviceError, UnsupportedModelError
+
+logger = logging.getLogger(__name__)
+
+StepMode = Literal["dynamic", "eager", "graphs"]
+MaskKind = Literal["bool", "additive"]
+WARMUP_STEPS = 2  # eager forwards on the side stream before a capture (idempotent: same slots, same states)
+
+
+def mask_kind(model: torch.nn.Module) -> MaskKind | None:
+    """``"bool"`` (sdpa), ``"additive"`` (eager) or ``None`` (an implementation the static path cannot mask)."""
+    implementation = model.config._attn_implementation
+    if implementation not in ALL_MASK_ATTENTION_FUNCTIONS:
+        return None
+    function = ALL_MASK_ATTENTION_FUNCTIONS[implementation]
+    return {sdpa_mask: "bool", eager_mask: "additive"}.get(function)
+
+
+def static_causal_mask(
+    slots: torch.Tensor, slot_range: torch.Tensor, kind: MaskKind, dtype: torch.dtype
+) -> torch.Tensor:
+    """The ``[1, 1, q, capacity]`` causal mask of a step writing ``slots``: query ``i`` sees slots ``<= slots[i]``.
+
+    Args:
+        slots: ``[q]`` cache slots the step writes (contiguous, ascending).
+        slot_range: ``[capacity]`` ``arange`` on the same device.
+        kind: ``"bool"`` (True = attend, for sdpa) or ``"additive"`` (0 / dtype min, for eager attention).
+        dtype: the model's dtype (additive masks).
+
+    Example:
+        >>> static_causal_mask(torch.tensor([2, 3]), torch.arange(5), "bool", torch.float32)[0, 0].int().tolist()
+        [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]]
+    """
+    visible = (slot_range[None, :] <= slots[:, None])[None, None]
+    if kind == "bool":
+        return visible
+    zero = torch.zeros((), dtype=dtype, device=slots.device)
+    return torch.where(visible, zero, torch.finfo(dtype).min)
+
+
+def graph_blockers(model: torch.nn.Module) -> list[str]:
+    """Reasons ``model``'s forward cannot be captured in a CUDA graph by :class:`StaticStepRunner` (empty: it can)."""
+    reasons = static_blockers(model)
+    rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
+    rope = getattr(rotary, "rope_type", "default")
+    rope_types = rope.values() if isinstance(rope, dict) else [rope]
+    if any("dynamic" in r or r == "longrope" for r in rope_types):
+        reasons.append(f"RoPE type {rope!r} recomputes its frequencies from max(position_ids) on the host")
+    device_map = getattr(model, "hf_device_map", None)
+    if device_map and len(set(device_map.values())) > 1:
+        reasons.append("the model is dispatched over several devices (accelerate hooks)")
+    return reasons
+
+
+def static_blockers(model: torch.nn.Module) -> list[str]:
+    """Reasons the static-shape path cannot run ``model`` at all, graphs or not."""
+    if mask_kind(model) is None:
+        return [f"attn_implementation={model.config._attn_implementation!r} (the static path needs sdpa or eager)"]
+    return []
+
+
+def resolve_step_mode(setting: bool | str, model: torch.nn.Module, role: str = "model") -> StepMode:
+    """Turn ``TriForceConfig.cuda_graphs`` into how ``model``'s decoding steps run.
+
+    ``False`` -> ``"dynamic"`` (growing-shape forwards); ``"eager"`` -> ``"eager"`` (static shapes, no graphs,
+    any device); ``"auto"`` -> ``"graphs"`` on CUDA when nothing blocks capture, else ``"dynamic"``;
+    ``True`` -> ``"graphs"``, raising :class:`UnsupportedDeviceError` off CUDA and
+    :class:`UnsupportedModelError` when something blocks capture.
+
+    Example:
+        >>> resolve_step_mode("auto", cpu_model)  # doctest: +SKIP
+        'dynamic'
+    """
+    if setting is False:
+        return "dynamic"
+    if setting == "eager":
+        _raise_if(static_blockers(model), role, "cuda_graphs='eager'")
+        return "eager"
+    device = next(model.parameters()).device
+    if setting == "auto":
+        if device.type != "cuda":
+            return "dynamic"
+        blockers = graph_blockers(model)
+        if blockers:
+            logger.info("CUDA graphs off for the %s: %s.", role, "; ".join(blockers))
+            return "dynamic"
+        return "graphs"
+    if device.type != "cuda":
+        raise UnsupportedDeviceError(
+            f"cuda_graphs=True needs the {role} on a CUDA device, but it is on {device}. Use cuda_graphs='auto' "
+            "(graphs where available), 'eager' (the same static-shape steps without graphs) or False."
+        )
+    _raise_if(graph_blockers(model), role, "cuda_graphs=True")
+    return "graphs"
+
+
+def _raise_if(blockers: list[str], role: str, what: str) -> None:
+    if blockers:
+        raise UnsupportedModelError(f"{what} is not supported for this {role}: {'; '.join(blockers)}. Use False.")
+
+
+class _StepInputs:
+    """Static input buffers of one query width ``q``: token ids, true positions and cache slots, all ``[q]``."""
+
+    def __init__(self, width: int, device: torch.device) -> None:
+        self.offsets = torch.arange(width, device=device)
+        self.ids = torch.zeros(width, dtype=torch.long, device=device)
+        self.positions = torch.zeros(width, dtype=torch.long, device=device)
+        self.slots = torch.zeros(width, dtype=torch.long, device=device)
+
+    def load(self, tokens: torch.Tensor, first_position: int, first_slot: int) -> None:
+        self.ids.copy_(tokens, non_blocking=True)
+        torch.add(self.offsets, first_position, out=self.positions)
+        torch.add(self.offsets, first_slot, out=self.slots)
+
+
+class StaticStepRunner:
+    """Runs decoding steps of ``model`` over a fixed-capacity ``cache``, eagerly or as replayed CUDA graphs.
+
+    Args:
+        model: the causal LM.
+        cache: a cache whose layers are :class:`~hf_triforce.caches.static_buffer.SlotWrites` layers sharing
+            one ``slots`` holder (:class:`~hf_triforce.caches.static_view.StaticRetrievalView`, or a
+            ``StreamingLLMCache`` after :func:`~hf_triforce.caches.static_streaming.use_static_layers`).
+        graph_widths: query widths to capture as CUDA graphs (others run eagerly on the same buffers).
+        use_graphs: capture/replay graphs (CUDA only); ``False`` runs every step eagerly.
+        logits_to_keep: rows of logits to return (0: all ``q``).
+        strict: re-raise a failed capture instead of falling back to eager steps (``cuda_graphs=True``).
+
+    Example:
+        >>> runner = StaticStepRunner(model, view, graph_widths=range(1, 4), use_graphs=False)  # doctest: +SKIP
+        >>> logits = runner.step(torch.tensor([5, 7]), first_position=1000)  # [2, V] float32  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        cache: Cache,
+        graph_widths: Iterable[int] = (),
+        use_graphs: bool = False,
+        logits_to_keep: int = 0,
+        strict: bool = False,
+    ) -> None:
+        kind = mask_kind(model)
+        if kind is None:
+            _raise_if(static_blockers(model), "model", "The static decoding step")
+        self.model, self.cache, self.kind = model, cache, kind
+        self.slots = cache.layers[0].slots
+        self.capacity = cache.layers[0].buffer.capacity
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.graph_widths = set(graph_widths)
+        self.use_graphs = use_graphs and self.device.type == "cuda"
+        self.logits_to_keep, self.strict = logits_to_keep, strict
+        self.slot_range = torch.arange(self.capacity, device=self.device)
+        self._inputs: dict[int, _StepInputs] = {}
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._pool = None
+        self._stream: torch.cuda.Stream | None = None
+        self.counts = {"eager": 0, "replay": 0, "capture": 0}
+
+    @property
+    def visible_length(self) -> int:
+        return self.cache.layers[0].buffer.length
+
+    def step(self, tokens: torch.Tensor, first_position: int) -> torch.Tensor:
+        """Forward ``tokens`` ``[q]`` at true positions ``first_position ..`` into the next ``q`` free slots.
+
+        Returns:
+            float32 logits ``[k, V]`` (``k = logits_to_keep or q``), a fresh tensor (graph outputs are reused).
+        """
+        q, start = tokens.shape[0], self.visible_length
+        if start + q > self.capacity:
+            raise RuntimeError(f"A {q}-token step after {start} slots overflows the static cache ({self.capacity}).")
+        inputs = self._inputs.get(q) or self._inputs.setdefault(q, _StepInputs(q, self.device))
+        inputs.load(tokens, first_position, start)
+        if self.use_graphs and q in self.graph_widths:
+            logits = self._replay(q, inputs)
+        else:
+            logits = self._forward(inputs)
+            self.counts["eager"] += 1
+        for layer in self.cache.layers:
+            layer.advance(q)
+        return logits.to(torch.float32, copy=True)
+
+    def _forward(self, inputs: _StepInputs) -> torch.Tensor:
+        """The static forward (what a graph captures): ``[k, V]`` logits in the model's dtype."""
+        self.slots.positions = inputs.slots
+        mask = static_causal_mask(inputs.slots, self.slot_range, self.kind, self.dtype)
+        q = inputs.ids.shape[0]
+        out = self.model(
+            input_ids=inputs.ids[None],
+            position_ids=inputs.positions[None],
+            attention_mask=mask,
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=self.logits_to_keep or q,
+        )
+        return out.logits[0]
+
+    def _replay(self, q: int, inputs: _StepInputs) -> torch.Tensor:
+        if q not in self._graphs:
+            try:
+                self._capture(q, inputs)
+            except RuntimeError as err:  # a capture-unsafe operation inside the model's forward
+                if self.strict:
+                    raise
+                logger.warning("CUDA graph capture failed for width %d, running these steps eagerly: %s", q, err)
+                self.use_graphs = False
+                self.counts["eager"] += 1
+                return self._forward(inputs)
+        graph, output = self._graphs[q]
+        graph.replay()
+        self.counts["replay"] += 1
+        return output
+
+    def _capture(self, q: int, inputs: _StepInputs) -> None:
+        """Warm up on a side stream, then capture width ``q`` into the shared pool (the standard recipe).
+
+        The warm-up forwards write this step's keys/values at this step's slots, exactly what the replay
+        that follows writes again, so they leave the cache as one step would.
+        """
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(device=self.device)
+        stream = self._stream
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(WARMUP_STEPS):
+                self._forward(inputs)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, stream=stream):
+            output = self._forward(inputs)
+        self._pool = graph.pool()
+        self._graphs[q] = (graph, output)
+        self.counts["capture"] += 1

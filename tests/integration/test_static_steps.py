@@ -1,0 +1,190 @@
+"""Static-shape decoding steps (``cuda_graphs``) end to end on the CPU, in their eager form (``cuda_graphs="eager"``).
+
+The eager static steps are the CPU reference of the CUDA-graph path: the same forwards over the same
+fixed-capacity buffers, without capture. Checked here: greedy TriForce output equals plain ``generate()``
+token for token with the static path forced on (no drafter, n-gram, a level-0 draft model with an evicting
+StreamingLLM cache, full acceptance, eager attention, Qwen2), the static path is really taken, it drafts
+exactly what the dynamic-shape path drafts (equal per-level acceptance counts), the level-0 static draft
+cache gives the dynamic one's logits across evictions and restarts, and the ``cuda_graphs`` setting is
+validated and resolved before any forward.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import LogitsProcessorList
+
+import hf_triforce
+from hf_triforce import TriForceConfig
+from hf_triforce.caches.streaming import StreamingLLMCache
+from hf_triforce.drafting import graphs
+from hf_triforce.drafting.model import ModelDrafter
+from hf_triforce.errors import TriForceConfigError, TriForceError, UnsupportedDeviceError, UnsupportedModelError
+from hf_triforce.integration import rotary_inv_freq
+
+pytestmark = pytest.mark.integration
+
+SMALL = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4)
+
+
+@pytest.fixture
+def runners(monkeypatch) -> list[graphs.StaticStepRunner]:
+    """Every ``StaticStepRunner`` built during the test, to check which steps ran on the static path."""
+    built: list[graphs.StaticStepRunner] = []
+    init = graphs.StaticStepRunner.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(graphs.StaticStepRunner, "__init__", record)
+    return built
+
+
+def _levels(model) -> dict:
+    return hf_triforce.last_stats(model).to_dict()["levels"]
+
+
+def _static_equals_dynamic(model, prompt, assert_greedy_equal, cfg: TriForceConfig, new_tokens: int, assistant=None):
+    """Greedy equality with the static path, and the same drafts (acceptance counts) as the dynamic path."""
+    assert_greedy_equal(model, prompt, cfg, new_tokens, assistant_model=assistant)
+    static_levels = _levels(model)
+    dynamic = TriForceConfig(**{**cfg.to_dict(), "cuda_graphs": False})
+    assert_greedy_equal(model, prompt, dynamic, new_tokens, assistant_model=assistant)
+    assert static_levels == _levels(model), "the static path drafted differently from the dynamic path"
+    return static_levels
+
+
+@pytest.mark.parametrize("drafter", ["none", "ngram", "model"])
+def test_greedy_equal_with_static_steps(zoo, make_prompt, assert_greedy_equal, runners, drafter):
+    model = zoo.target("llama_gqa")
+    assistant = zoo.draft("llama_gqa") if drafter == "model" else None
+    prompt = make_prompt(200, seed=3, repetitive=drafter == "ngram")
+    # A 40-token draft cache with 4 sinks evicts (and restarts) many times over 48 new tokens.
+    cfg = TriForceConfig(**SMALL, drafter=drafter, cuda_graphs="eager", draft_cache_budget=40, draft_sinks=4)
+    _static_equals_dynamic(model, prompt, assert_greedy_equal, cfg, 48, assistant)
+    level1 = [r for r in runners if r.graph_widths == {1, 2, 3}]
+    level0 = [r for r in runners if r.logits_to_keep == 1]
+    assert len(level1) == 1 and level1[0].counts["eager"] > 0
+    assert len(level0) == (1 if drafter == "model" else 0)
+    assert all(r.counts["eager"] > 0 for r in level0)
+    assert all(r.counts["replay"] == r.counts["capture"] == 0 for r in runners)  # no CUDA here
+
+
+def test_greedy_equal_with_full_acceptance(zoo, make_prompt, assert_greedy_equal):
+    """Target as its own level-0 drafter, whole sequence in the view: drafts run to their end (no crops)."""
+    model = zoo.target("llama_gqa")
+    cfg = TriForceConfig(
+        chunk_size=8,
+        retrieval_budget=256,
+        recent_window=16,
+        gamma1=3,
+        gamma2=8,
+        drafter="model",
+        draft_cache_budget=512,
+        draft_sinks=4,
+        cuda_graphs="eager",
+    )
+    levels = _static_equals_dynamic(model, make_prompt(50, seed=8), assert_greedy_equal, cfg, 37, model)
+    assert levels["draft"]["acceptance_rate"] >= 0.9 and levels["retrieval"]["acceptance_rate"] >= 0.9
+
+
+def test_greedy_equal_qwen2_with_refreshes(zoo, make_prompt, assert_greedy_equal):
+    model, assistant = zoo.target("qwen2"), zoo.draft("qwen2")
+    cfg = TriForceConfig(
+        **{**SMALL, "refresh_every": 2}, drafter="model", cuda_graphs="eager", refresh_below_acceptance=0.5
+    )
+    _static_equals_dynamic(model, make_prompt(150, seed=4), assert_greedy_equal, cfg, 32, assistant)
+    assert hf_triforce.last_stats(model).retrieval_refreshes >= 3
+
+
+def test_greedy_equal_with_eager_attention(model_factory, make_prompt, assert_greedy_equal):
+    """The static path's additive (eager-attention) mask."""
+    model = model_factory("llama_mha", seed=0)
+    model.config._attn_implementation = "eager"
+    cfg = TriForceConfig(**SMALL, drafter="ngram", cuda_graphs="eager")
+    _static_equals_dynamic(model, make_prompt(120, seed=2, repetitive=True), assert_greedy_equal, cfg, 24)
+
+
+def test_static_draft_cache_matches_dynamic(zoo, make_prompt):
+    """Level 0: a ModelDrafter on static layers gives the dynamic one's logits, through evictions and restarts."""
+    model = zoo.draft("llama_gqa")
+    drafters = []
+    for static in (False, True):
+        cache = StreamingLLMCache(1, budget=24, sinks=4, inv_freq=rotary_inv_freq(model), evict_batch=4)
+        drafter = ModelDrafter(model, cache, LogitsProcessorList(), do_sample=False)
+        if static:
+            drafter.use_static_steps("eager")
+        drafters.append(drafter)
+    sequence = make_prompt(120, seed=9)[0]
+    max_diff = 0.0
+    with torch.no_grad():
+        # Catch-ups of 1..40 tokens (evictions), rollbacks of 3 tokens and one past the window (a restart).
+        for end in [5, 6, 9, 10, 30, 31, 33, 36, 37, 35, 60, 61, 62, 40, 41, 100, 101, 103]:
+            dynamic, static = (d._catch_up(sequence[:end]) for d in drafters)
+            max_diff = max(max_diff, float((static - dynamic).abs().max()))
+            torch.testing.assert_close(static, dynamic, atol=1e-5, rtol=1e-5)
+            assert drafters[0].cache.get_seq_length() == drafters[1].cache.get_seq_length()
+    assert drafters[1].runner.counts["eager"] == drafters[1].forwards
+
+
+# ---------------------------------------------------------------------------------------------------
+# The cuda_graphs setting
+
+
+@pytest.mark.parametrize("value", ["yes", "graphs", 1, 0, None, "Auto"])
+def test_bad_cuda_graphs_values(value):
+    with pytest.raises(TriForceConfigError, match="cuda_graphs="):
+        TriForceConfig(**SMALL, cuda_graphs=value)
+
+
+@pytest.mark.parametrize("value", [True, False, "auto", "eager"])
+def test_cuda_graphs_round_trip(value):
+    cfg = TriForceConfig(**SMALL, cuda_graphs=value)
+    assert TriForceConfig.from_dict(cfg.to_dict()) == cfg
+    assert cfg.to_dict()["cuda_graphs"] is value or cfg.to_dict()["cuda_graphs"] == value
+
+
+def test_graphs_on_a_cpu_model_raise_before_any_forward(zoo, make_prompt):
+    model = zoo.target("llama_gqa")
+    calls = []
+    handle = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        with pytest.raises(UnsupportedDeviceError, match="cuda_graphs=True needs the target model on a CUDA device"):
+            model.generate(make_prompt(20), max_new_tokens=4, triforce_config=TriForceConfig(**SMALL, cuda_graphs=True))
+    finally:
+        handle.remove()
+    assert not calls
+    assert issubclass(UnsupportedDeviceError, TriForceError) and issubclass(UnsupportedDeviceError, ValueError)
+
+
+@pytest.mark.parametrize("setting", [False, "auto"])
+def test_default_cpu_path_is_dynamic(zoo, make_prompt, runners, setting):
+    """Graphs are opt-in (default False, unmeasured on a GPU so far); 'auto' on the CPU is dynamic too."""
+    model = zoo.target("llama_gqa")
+    model.generate(make_prompt(100), max_new_tokens=8, triforce_config=TriForceConfig(**SMALL, cuda_graphs=setting))
+    assert TriForceConfig().cuda_graphs is False and not runners
+
+
+def test_resolve_step_mode_on_cpu(zoo):
+    model = zoo.target("llama_gqa")
+    assert graphs.resolve_step_mode(False, model) == "dynamic"
+    assert graphs.resolve_step_mode("auto", model) == "dynamic"
+    assert graphs.resolve_step_mode("eager", model) == "eager"
+    with pytest.raises(UnsupportedDeviceError):
+        graphs.resolve_step_mode(True, model)
+
+
+def test_blockers(model_factory, monkeypatch):
+    model = model_factory("llama_gqa", enable=False)
+    assert graphs.graph_blockers(model) == [] and graphs.mask_kind(model) == "bool"
+    monkeypatch.setattr(model.model.rotary_emb, "rope_type", "dynamic")
+    assert any("RoPE type 'dynamic'" in r for r in graphs.graph_blockers(model))
+    assert graphs.static_blockers(model) == []  # eager static steps do not mind host reads
+    flash = SimpleNamespace(config=SimpleNamespace(_attn_implementation="flash_attention_2"))
+    assert graphs.mask_kind(flash) is None
+    with pytest.raises(UnsupportedModelError, match="sdpa or eager"):
+        graphs.resolve_step_mode("eager", flash)
