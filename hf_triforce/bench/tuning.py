@@ -48,7 +48,7 @@ KNOBS: dict[str, list[Any]] = {
     "chunk_size": [4, 8, 16, 32],
     "gamma2": [2, 4, 6, 8, 12],
     "gamma1": [1, 2, 4],
-    "refresh_every": [4, 8, 32, 128, 1024],
+    "refresh_every": [1, 4, 8, 32, 1024],
     "drafter": ["none", "ngram", "model"],
     "draft_acceptance_floor": [0.0, 0.15, 0.5],
 }
