@@ -123,6 +123,20 @@ class RetrievalCache(Cache):
         return sum(layer.buffer.nbytes() for layer in self.layers)
 
 
+def gather_selection(buffer: KVBuffer, keys: torch.Tensor, values: torch.Tensor, indices: torch.Tensor) -> int:
+    """Write the tokens at ``[B, H_kv, S]`` ``indices`` of ``[B, H_kv, L, D]`` keys/values into ``buffer[:S]``.
+
+    In place, straight into the buffer's storage (one Triton launch for keys and values on CUDA,
+    ``torch.gather`` otherwise; see :func:`hf_triforce.kernels.retrieval.gather_kv_into`); the buffer's
+    length becomes ``S``, which is returned (a view layer's ``static_length``).
+    """
+    selected = indices.shape[-1]
+    buffer.reserve(selected, keys)
+    buffer.length = selected
+    kernels.gather_kv_into(keys, values, indices, buffer.keys, buffer.values)
+    return selected
+
+
 class ViewLayer(CacheLayerMixin):
     """One layer of a sparse view: gathered tokens, then a tail of recent and drafted tokens."""
 
@@ -130,18 +144,11 @@ class ViewLayer(CacheLayerMixin):
     is_croppable = True
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, extra_capacity: int) -> None:
-        """Gather ``[B, H_kv, S]`` token ``indices`` of the full ``[B, H_kv, L, D]`` keys/values into the buffer.
-
-        The gather writes straight into the buffer's first ``S`` slots (one Triton launch for keys and
-        values on CUDA, ``torch.gather`` otherwise; see :func:`hf_triforce.kernels.retrieval.gather_kv_into`).
-        """
+        """Gather ``[B, H_kv, S]`` token ``indices`` of the full ``[B, H_kv, L, D]`` keys/values into the buffer
+        (:func:`gather_selection`), with room for ``extra_capacity`` more tokens."""
         super().__init__()
-        selected = indices.shape[-1]
-        self.buffer = KVBuffer(selected + extra_capacity)
-        self.buffer.reserve(selected, keys)
-        self.buffer.length = selected
-        kernels.gather_kv_into(keys, values, indices, self.buffer.keys, self.buffer.values)
-        self.static_length = selected
+        self.buffer = KVBuffer(indices.shape[-1] + extra_capacity)
+        self.static_length = gather_selection(self.buffer, keys, values, indices)
         self.is_initialized = True
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -163,27 +170,13 @@ class ViewLayer(CacheLayerMixin):
         self.buffer.crop(tokens_to_remove)
 
 
-class RetrievalView(Cache):
-    """A sparse, compacted view of a :class:`RetrievalCache` for level-1 (self-speculative) drafting.
+class SparseViewMixin:
+    """Bookkeeping shared by :class:`RetrievalView` and the fixed-capacity ``StaticRetrievalView``.
 
-    Each layer holds the gathered tokens chosen at selection time (different per KV head, keys
-    post-RoPE so they keep their true positions), followed by the full cache's tokens appended since
-    the selection, followed by drafted tokens. Drafted tokens never enter the full cache.
-
-    ``get_seq_length()`` reports the *true* sequence length (the position of the next token);
-    ``get_query_offset()``/``get_mask_sizes()`` report the compacted *visible* length, so the causal
-    mask lines up with the keys returned by ``update``. Forwards over a view must pass explicit
-    ``position_ids`` and ``attention_mask=None``.
+    Expects ``self.layers`` (each with a ``buffer`` and a ``static_length``: the gathered tokens come
+    first), ``self.source`` (the :class:`RetrievalCache`) and ``self.source_length`` (its length at the
+    selection).
     """
-
-    def __init__(self, source: RetrievalCache, indices: list[torch.Tensor], extra_capacity: int) -> None:
-        layers = []
-        for layer, idx in zip(source.layers, indices, strict=True):
-            layers.append(ViewLayer(layer.buffer.keys, layer.buffer.values, idx, extra_capacity))
-        super().__init__(layers=layers)
-        self.source = source
-        self.source_length = source.get_seq_length()
-        self.capacity = layers[0].buffer.capacity
 
     @property
     def visible_length(self) -> int:
@@ -211,3 +204,26 @@ class RetrievalView(Cache):
     def kv_nbytes(self) -> int:
         """Bytes allocated for the view's keys and values over all layers."""
         return sum(layer.buffer.nbytes() for layer in self.layers)
+
+
+class RetrievalView(SparseViewMixin, Cache):
+    """A sparse, compacted view of a :class:`RetrievalCache` for level-1 (self-speculative) drafting.
+
+    Each layer holds the gathered tokens chosen at selection time (different per KV head, keys
+    post-RoPE so they keep their true positions), followed by the full cache's tokens appended since
+    the selection, followed by drafted tokens. Drafted tokens never enter the full cache.
+
+    ``get_seq_length()`` reports the *true* sequence length (the position of the next token);
+    ``get_query_offset()``/``get_mask_sizes()`` report the compacted *visible* length, so the causal
+    mask lines up with the keys returned by ``update``. Forwards over a view must pass explicit
+    ``position_ids`` and ``attention_mask=None``.
+    """
+
+    def __init__(self, source: RetrievalCache, indices: list[torch.Tensor], extra_capacity: int) -> None:
+        layers = []
+        for layer, idx in zip(source.layers, indices, strict=True):
+            layers.append(ViewLayer(layer.buffer.keys, layer.buffer.values, idx, extra_capacity))
+        super().__init__(layers=layers)
+        self.source = source
+        self.source_length = source.get_seq_length()
+        self.capacity = layers[0].buffer.capacity

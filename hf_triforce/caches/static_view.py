@@ -21,8 +21,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from ..kernels import retrieval as kernels  # a module import, as in retrieval.py (kernels imports .selection)
-from .retrieval import RetrievalCache
+from .retrieval import RetrievalCache, SparseViewMixin, gather_selection
 from .static_buffer import SlotWrites, StaticKVBuffer, StepSlots
 
 
@@ -51,7 +50,7 @@ class StaticViewLayer(SlotWrites, CacheLayerMixin):
         self.buffer.crop(tokens_to_remove)
 
 
-class StaticRetrievalView(Cache):
+class StaticRetrievalView(SparseViewMixin, Cache):
     """A fixed-capacity sparse view of a :class:`RetrievalCache`, rewritten in place at every re-selection.
 
     ``get_seq_length()`` is the *true* sequence length (the position of the next token), ``visible_length``
@@ -87,36 +86,5 @@ class StaticRetrievalView(Cache):
         storage addresses captured by CUDA graphs stay valid.
         """
         for view_layer, layer, idx in zip(self.layers, self.source.layers, indices, strict=True):
-            buffer, selected = view_layer.buffer, idx.shape[-1]
-            buffer.reserve(selected, layer.buffer.keys)
-            buffer.length = selected
-            kernels.gather_kv_into(layer.buffer.keys, layer.buffer.values, idx, buffer.keys, buffer.values)
-            view_layer.static_length = selected
+            view_layer.static_length = gather_selection(view_layer.buffer, layer.buffer.keys, layer.buffer.values, idx)
         self.source_length = self.source.get_seq_length()
-
-    @property
-    def visible_length(self) -> int:
-        return self.layers[0].buffer.length
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        layer = self.layers[layer_idx]
-        return self.source_length + layer.buffer.length - layer.static_length
-
-    def get_query_offset(self, layer_idx: int = 0) -> int:
-        return self.layers[layer_idx].buffer.length
-
-    def tail_length(self) -> int:
-        """Tokens of the full cache appended since the selection (``source length - selection length``)."""
-        return self.source.get_seq_length() - self.source_length
-
-    def sync(self) -> None:
-        """Drop drafted tokens and copy the full cache's tokens added since the selection (exact KV), in place."""
-        start = self.source_length
-        for view_layer, layer in zip(self.layers, self.source.layers, strict=True):
-            keys = layer.buffer.keys[:, :, start:]
-            values = layer.buffer.values[:, :, start:]
-            view_layer.buffer.write(view_layer.static_length, keys, values)
-
-    def kv_nbytes(self) -> int:
-        """Bytes allocated for the view's keys and values over all layers."""
-        return sum(layer.buffer.nbytes() for layer in self.layers)

@@ -33,7 +33,7 @@ class ModelDrafter:
     def __init__(self, model, cache: StreamingLLMCache, logits_processor: LogitsProcessorList, do_sample: bool):
         self.model, self.cache = model, cache
         self.logits_processor, self.do_sample = logits_processor, do_sample
-        self.consumed = torch.empty(0, dtype=torch.long)
+        self.consumed = torch.empty(0, dtype=torch.long, device=model.device)
         self.forwards = 0
         self.runner = None
 
@@ -53,7 +53,6 @@ class ModelDrafter:
 
     def propose(self, prefix: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Draft ``k`` tokens after ``prefix`` (``[n]``); returns ``([k] tokens, [k, V] probs or None)``."""
-        self.consumed = self.consumed.to(prefix.device)  # created on the CPU; a no-op after the first call
         scores = self._catch_up(prefix)
         tokens, probs = [], []
         for i in range(k):

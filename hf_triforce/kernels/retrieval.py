@@ -170,8 +170,7 @@ def score_chunks_triton(query: torch.Tensor, summaries: torch.Tensor) -> torch.T
     import triton
 
     group = hq // hkv
-    block_c = min(64, max(16, triton.next_power_of_2(n_chunks)))
-    grid = (b * hkv, triton.cdiv(n_chunks, block_c))
+    block_c, grid = _tiles(b * hkv, n_chunks)
     _kernels().score[grid](
         query,
         summaries,
@@ -221,8 +220,7 @@ def gather_kv_triton(
         return
     import triton
 
-    block_s = min(64, max(16, triton.next_power_of_2(n_slots)))
-    grid = (b * hkv, triton.cdiv(n_slots, block_s))
+    block_s, grid = _tiles(b * hkv, n_slots)
     _kernels().gather[grid](
         keys,
         values,
@@ -238,6 +236,14 @@ def gather_kv_triton(
         BLOCK_S=block_s,
         BLOCK_D=triton.next_power_of_2(d),
     )
+
+
+def _tiles(rows: int, length: int) -> tuple[int, tuple[int, int]]:
+    """Block size along ``length`` (a power of two in [16, 64]) and the ``(rows, blocks)`` launch grid."""
+    import triton
+
+    block = min(64, max(16, triton.next_power_of_2(length)))
+    return block, (rows, triton.cdiv(length, block))
 
 
 def _kernels():

@@ -26,6 +26,7 @@ from transformers import (
 )
 
 import hf_triforce
+from hf_triforce.drafting import graphs
 
 VOCAB = 256
 INITIALIZER_RANGE = 0.15
@@ -173,3 +174,17 @@ def model_factory() -> Callable[..., torch.nn.Module]:
     """``model_factory(family, num_layers=2, seed=0, vocab_size=256, enable=True)``: a fresh model, see
     :func:`build_model` (for tests that need their own instance, e.g. to compare with a never-enabled one)."""
     return build_model
+
+
+@pytest.fixture
+def runners(monkeypatch) -> list[graphs.StaticStepRunner]:
+    """Every ``StaticStepRunner`` built during the test, to check which steps ran on the static path."""
+    built: list[graphs.StaticStepRunner] = []
+    init = graphs.StaticStepRunner.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(graphs.StaticStepRunner, "__init__", record)
+    return built

@@ -29,19 +29,6 @@ def _on_cuda(model_factory, family: str = "llama_gqa", dtype=torch.float32, **kw
     return model_factory(family, **kwargs).to(CUDA, dtype)
 
 
-@pytest.fixture
-def runners(monkeypatch) -> list[graphs.StaticStepRunner]:
-    built: list[graphs.StaticStepRunner] = []
-    init = graphs.StaticStepRunner.__init__
-
-    def record(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        built.append(self)
-
-    monkeypatch.setattr(graphs.StaticStepRunner, "__init__", record)
-    return built
-
-
 def _selection(length: int, selected: int, kv_heads: int, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     rows = [torch.randperm(length, generator=gen)[:selected].sort().values for _ in range(kv_heads)]

@@ -30,20 +30,6 @@ pytestmark = pytest.mark.integration
 SMALL = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4)
 
 
-@pytest.fixture
-def runners(monkeypatch) -> list[graphs.StaticStepRunner]:
-    """Every ``StaticStepRunner`` built during the test, to check which steps ran on the static path."""
-    built: list[graphs.StaticStepRunner] = []
-    init = graphs.StaticStepRunner.__init__
-
-    def record(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        built.append(self)
-
-    monkeypatch.setattr(graphs.StaticStepRunner, "__init__", record)
-    return built
-
-
 def _levels(model) -> dict:
     return hf_triforce.last_stats(model).to_dict()["levels"]
 
