@@ -8,6 +8,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from .backend import ATTN_CHOICES
 from .bench.shapes import PRESETS
 from .config import DRAFTERS
 
@@ -65,6 +66,10 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, ...")
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"), help="model dtype")
     p.add_argument("--prefill-chunk-size", type=int, default=None, help="chunked prefill (long prompts)")
+    p.add_argument(
+        "--attn-implementation", default="auto", choices=ATTN_CHOICES,
+        help="attention backend (default auto: flash attention on CUDA when installed, else sdpa)",
+    )  # fmt: skip
     p.add_argument("--plot", default=None, help="write a PNG: speedup and per-level latency vs context length")
     p.set_defaults(func=_run_bench)
 
@@ -173,6 +178,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         device=args.device,
         dtype=args.dtype,
         prefill_chunk_size=args.prefill_chunk_size,
+        attn_implementation=args.attn_implementation,
     )
     if args.question:
         options.question = args.question

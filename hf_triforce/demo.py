@@ -37,7 +37,7 @@ class DemoOptions:
     seed: int = 0
 
 
-def load_model(path: str | None):
+def load_model(path: str | None, attn_implementation: str = "sdpa"):
     """``(model, tokenizer)``: SmolLM2-135M-Instruct when ``path`` is None, else ``from_pretrained(path)``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -45,7 +45,7 @@ def load_model(path: str | None):
 
     if path is None:
         try:
-            return load_smollm2()
+            return load_smollm2(attn_implementation=attn_implementation)
         except FileNotFoundError as err:
             raise ModelLoadError(str(err)) from None
     if not Path(path).expanduser().exists():
@@ -60,7 +60,7 @@ def load_model(path: str | None):
         )
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"could not load a causal LM from {path}: {err}") from None
     return model.eval(), tokenizer

@@ -90,9 +90,22 @@ def _make_capturing_attention(base: str) -> Callable:
             capture.store(module.layer_idx, query)
         if _use_grouped_sdpa(base, query, key, attention_mask, kwargs):
             return gqa_sdpa_attention(module, query, key, value, attention_mask, **kwargs)
-        return _base_attention(base, module)(module, query, key, value, attention_mask, **kwargs)
+        with _implementation_named(module.config, base):
+            return _base_attention(base, module)(module, query, key, value, attention_mask, **kwargs)
 
     return attention
+
+
+@contextlib.contextmanager
+def _implementation_named(config, base: str) -> Iterator[None]:
+    """Show the base implementation's name to it: flash attention looks its kernel up by
+    ``module.config._attn_implementation`` (``lazy_import_flash_attention``), which holds the capture name."""
+    name = config._attn_implementation
+    config._attn_implementation = base
+    try:
+        yield
+    finally:
+        config._attn_implementation = name
 
 
 def _use_grouped_sdpa(base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any]) -> bool:

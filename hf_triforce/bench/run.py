@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ..backend import preferred_attn_implementation
 from ..config import TriForceConfig
 from ..documents import DEFAULT_QUESTION, question_prompt, read_document
 from .bandwidth import kv_bytes_per_token
@@ -43,6 +44,7 @@ class BenchOptions:
     device: str | None = None
     dtype: str | None = None
     prefill_chunk_size: int | None = None
+    attn_implementation: str = "auto"
 
 
 def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
@@ -107,17 +109,19 @@ def _load_models(options: BenchOptions):
 
     dtype = getattr(torch, options.dtype) if options.dtype else None
     device = options.device or "cpu"
+    attn = preferred_attn_implementation(device, options.attn_implementation)
+    logger.info("attention implementation: %s", attn)
     if options.preset is not None:
         context = max(options.prompt_tokens) + options.new_tokens + 64
-        model = random_model(options.preset, context, dtype or torch.float32, device, seed=options.seed)
+        model = random_model(options.preset, context, dtype or torch.float32, device, options.seed, attn)
         tokenizer = None
     else:
-        model, tokenizer = load_model(options.model)
+        model, tokenizer = load_model(options.model, attn)
         model = model.to(device=device, dtype=dtype) if dtype else model.to(device)
     assistant = None
     if options.draft_preset is not None:
         context = model.config.max_position_embeddings
-        assistant = random_model(options.draft_preset, context, model.dtype, device, seed=options.seed + 1)
+        assistant = random_model(options.draft_preset, context, model.dtype, device, options.seed + 1, attn)
         if assistant.config.vocab_size != model.config.vocab_size:
             assistant.resize_token_embeddings(model.config.vocab_size)
     return model, tokenizer, assistant
@@ -136,4 +140,5 @@ def _prompt(options: BenchOptions, tokenizer, document, tokens: int, limit, mode
 def _shape_facts(model) -> dict[str, Any]:
     c = model.config.get_text_config()
     names = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "vocab_size")
-    return {**{k: getattr(c, k) for k in names}, "dtype": str(model.dtype).removeprefix("torch.")}
+    facts = {k: getattr(c, k) for k in names}
+    return {**facts, "dtype": str(model.dtype).removeprefix("torch."), "attn_implementation": c._attn_implementation}

@@ -27,7 +27,7 @@ PRESETS: dict[str, dict] = {
 }  # fmt: skip
 
 
-def preset_config(name: str, context: int) -> LlamaConfig:
+def preset_config(name: str, context: int, attn_implementation: str = "sdpa") -> LlamaConfig:
     """The ``LlamaConfig`` of preset ``name`` with room for ``context`` positions.
 
     Raises:
@@ -37,10 +37,12 @@ def preset_config(name: str, context: int) -> LlamaConfig:
         raise ValueError(f"unknown shape preset {name!r}: choose one of {sorted(PRESETS)}.")
     shape = {"tie_word_embeddings": False, **PRESETS[name]}
     return LlamaConfig(max_position_embeddings=context, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-                       initializer_range=0.02, attn_implementation="sdpa", **shape)  # fmt: skip
+                       initializer_range=0.02, attn_implementation=attn_implementation, **shape)  # fmt: skip
 
 
-def random_model(name: str, context: int, dtype: torch.dtype, device: str | torch.device, seed: int = 0):
+def random_model(
+    name: str, context: int, dtype: torch.dtype, device: str | torch.device, seed: int = 0, attn_implementation="sdpa"
+):
     """A ``LlamaForCausalLM`` of preset ``name`` with seeded random weights, in eval mode on ``device``.
 
     The weights are created directly in ``dtype`` on ``device`` (a 7B/8B shape does not fit in float32
@@ -51,7 +53,7 @@ def random_model(name: str, context: int, dtype: torch.dtype, device: str | torc
         >>> model.config.num_hidden_layers
         2
     """
-    config = preset_config(name, context)
+    config = preset_config(name, context, attn_implementation)
     torch.manual_seed(seed)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)

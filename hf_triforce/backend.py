@@ -1,0 +1,37 @@
+"""Which attention implementation to load a model with: flash attention when installed, SDPA otherwise."""
+
+from __future__ import annotations
+
+import torch
+from transformers.utils import is_flash_attn_2_available, is_flash_attn_3_available
+
+ATTN_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3")
+
+
+def preferred_attn_implementation(device: str | torch.device, requested: str = "auto") -> str:
+    """The ``attn_implementation`` to pass to ``from_pretrained`` for a model that will run on ``device``.
+
+    ``"auto"`` picks FlashAttention 3 on a Hopper GPU when ``flash_attn_interface`` is installed, else
+    FlashAttention 2 on a CUDA GPU when ``flash_attn`` is installed, else ``"sdpa"`` (PyTorch's fused
+    attention, itself a flash kernel on CUDA for unmasked calls). Any other value is returned as given,
+    after checking it is one of :data:`ATTN_CHOICES`.
+
+    Note: TriForce's fixed-shape steps (``TriForceConfig.cuda_graphs``) need ``sdpa`` or ``eager``;
+    under flash attention ``cuda_graphs="auto"`` runs the dynamic steps instead.
+
+    Raises:
+        ValueError: ``requested`` is not one of :data:`ATTN_CHOICES`.
+
+    Example:
+        >>> preferred_attn_implementation("cpu")
+        'sdpa'
+    """
+    if requested not in ATTN_CHOICES:
+        raise ValueError(f"attn_implementation={requested!r}: choose one of {', '.join(ATTN_CHOICES)}.")
+    if requested != "auto":
+        return requested
+    if torch.device(device).type != "cuda":
+        return "sdpa"
+    if is_flash_attn_3_available() and torch.cuda.get_device_capability(device)[0] == 9:
+        return "flash_attention_3"
+    return "flash_attention_2" if is_flash_attn_2_available() else "sdpa"
