@@ -67,6 +67,11 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"), help="model dtype")
     p.add_argument("--prefill-chunk-size", type=int, default=None, help="chunked prefill (long prompts)")
     p.add_argument(
+        "--real-acceptance", default=None,
+        help="level-1 acceptance for the modeled speedup: a rate, or an eval-drafts JSON (default for --preset: "
+        "benchmarks/results/eval-drafts.json when present)",
+    )  # fmt: skip
+    p.add_argument(
         "--attn-implementation", default="auto", choices=ATTN_CHOICES,
         help="attention backend (default auto: flash attention on CUDA when installed, else sdpa)",
     )  # fmt: skip
@@ -157,6 +162,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _run_bench(args: argparse.Namespace) -> int:
     from .bench.plot import write_plot
+    from .bench.real_acceptance import parse_real_acceptance
     from .bench.report import markdown_table, write_results
     from .bench.run import BenchOptions, run_benchmark
 
@@ -179,6 +185,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         prefill_chunk_size=args.prefill_chunk_size,
         attn_implementation=args.attn_implementation,
+        real_acceptance=parse_real_acceptance(args.real_acceptance, args.preset),
     )
     if args.question:
         options.question = args.question

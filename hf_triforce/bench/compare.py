@@ -26,6 +26,7 @@ class RunResult:
     prefill_seconds: float
     decode_seconds_per_token: float
     stats: dict[str, Any] | None = None
+    peak_gpu_bytes: int | None = None
 
     @property
     def tokens_per_second(self) -> float:
@@ -33,7 +34,8 @@ class RunResult:
         return 1.0 / self.decode_seconds_per_token
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in ("new_tokens", "prefill_seconds", "decode_seconds_per_token")}
+        names = ("new_tokens", "prefill_seconds", "decode_seconds_per_token", "peak_gpu_bytes")
+        out = {k: getattr(self, k) for k in names}
         out["tokens_per_second"] = self.tokens_per_second
         if self.stats is not None:
             out["triforce"] = self.stats
@@ -73,6 +75,8 @@ class Comparison:
 def measure(model, input_ids: torch.LongTensor, streamer=None, seed: int = 0, **generate_kwargs) -> RunResult:
     """Run ``model.generate(input_ids, **generate_kwargs)`` once, timing prefill and decode separately.
 
+    On a CUDA device the peak of ``torch.cuda.max_memory_allocated`` during the call is recorded too.
+
     Args:
         model: a model (``hf_triforce.enable``-d when ``triforce_config`` is among the kwargs).
         input_ids: ``[1, prompt]`` token ids.
@@ -86,13 +90,17 @@ def measure(model, input_ids: torch.LongTensor, streamer=None, seed: int = 0, **
 
     timer = TimingStreamer(inner=streamer)
     torch.manual_seed(seed)
+    on_gpu = input_ids.device.type == "cuda"
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats(input_ids.device)
     with torch.inference_mode():
         sequences = model.generate(input_ids, streamer=timer, **generate_kwargs)
+    peak = torch.cuda.max_memory_allocated(input_ids.device) if on_gpu else None
     stats = None
     if generate_kwargs.get("triforce_config") is not None:
         stats = hf_triforce.last_stats(model).to_dict()
     new_tokens = sequences.shape[1] - input_ids.shape[1]
-    return RunResult(sequences, new_tokens, timer.prefill_seconds, timer.decode_seconds_per_token, stats)
+    return RunResult(sequences, new_tokens, timer.prefill_seconds, timer.decode_seconds_per_token, stats, peak)
 
 
 def compare(

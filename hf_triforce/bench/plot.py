@@ -26,7 +26,12 @@ def write_plot(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     fig, (speed, latency) = plt.subplots(1, 2, figsize=(11, 4))
     for label, rows in _series(results["rows"]).items():
         x = [r["prompt_tokens"] for r in rows]
-        speed.plot(x, [r["speedup"] for r in rows], marker="o", label=label)
+        speed.plot(x, [r["speedup"] for r in rows], marker="o", label=f"measured, {label}")
+        modeled = [(r.get("modeled_speedup") or {}).get("real_text_acceptance") for r in rows]
+        if any(m is not None for m in modeled):
+            nan = float("nan")
+            modeled = [nan if m is None else m for m in modeled]
+            speed.plot(x, modeled, marker="s", linestyle="--", label=f"modeled (real-text acceptance), {label}")
         latency.plot(
             x, [1e3 * r["plain"]["decode_seconds_per_token"] for r in rows], marker="o", label=f"plain, {label}"
         )

@@ -114,8 +114,8 @@ def _phase_section(rows: list[dict[str, Any]]) -> list[str]:
         "Bytes read per forward (bandwidth model, DESIGN.md section 5): weights + the KV it attends to.",
         "",
         "| prompt | T | plain ms/token | plain + fast linears ms/token | level-1 step | verification | "
-        "refresh | level-0 draft | weights | full KV | view KV |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "refresh | level-0 draft | weights | full KV | view KV | peak memory plain / TriForce |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     return lines + [_phase_row(r) for r in rows]
 
@@ -128,8 +128,17 @@ def _phase_row(r: dict[str, Any]) -> str:
     sizes = [_mib(r.get("weight_bytes")), _mib(t["full_cache_bytes"]), _mib(t["view_bytes"])]
     return (
         f"| {r['prompt_tokens']} | {r['temperature']} | {1000 * r['plain']['decode_seconds_per_token']:.1f} | "
-        f"{fast_ms} | " + " | ".join(phases + sizes) + " |"
+        f"{fast_ms} | " + " | ".join([*phases, *sizes, _peak(r)]) + " |"
     )
+
+
+def _peak(r: dict[str, Any]) -> str:
+    """GPU peak allocated memory of each run, or the process's peak RSS (both runs together) on the CPU."""
+    plain, triforce = r["plain"].get("peak_gpu_bytes"), r["triforce"].get("peak_gpu_bytes")
+    if plain is not None and triforce is not None:
+        return f"{plain / 2**30:.1f} / {triforce / 2**30:.1f} GiB (GPU)"
+    rss = r.get("peak_rss_bytes")
+    return "-" if rss is None else f"{rss / 2**30:.1f} GiB (process RSS)"
 
 
 def _phase(phase: dict[str, Any] | None) -> str:
@@ -184,27 +193,49 @@ def _bandwidth_section(results: dict[str, Any]) -> list[str]:
         "Floor = (weights + attended KV) / peak bandwidth"
         + (f" ({bandwidth / 1e12:.2f} TB/s)." if bandwidth else " (no peak bandwidth known for a CPU: floors omitted).")
         + " Modeled speedup = expected tokens per verification x plain step / (gamma2 level-1 steps + one "
-        "verification), from this run's measured latencies and acceptance (hf_triforce.bench.bandwidth).",
+        "verification), from this run's measured latencies (hf_triforce.bench.bandwidth; level 0 not modeled), "
+        "with this run's level-1 acceptance, and with the acceptance of a real model on real text (in brackets). "
+        "With random weights (a shape preset) only the latter means anything, and the measured speedup is "
+        "that of random-weights drafts.",
         "",
         "| prompt | T | plain step ms (floor) | level-1 step ms (floor) | verification / plain step | "
-        "modeled speedup | measured speedup |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "modeled, this run's acceptance | modeled, real-text acceptance | measured speedup |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    return lines + [_bandwidth_row(r, bandwidth) for r in results["rows"]]
+    lines += [_bandwidth_row(r, bandwidth) for r in results["rows"]]
+    sources = sorted({r["real_acceptance"]["source"] for r in results["rows"] if r.get("real_acceptance")})
+    return lines + (["", "Real-text acceptance: " + "; ".join(sources) + "."] if sources else [])
 
 
 def _bandwidth_row(r: dict[str, Any], bandwidth: float | None) -> str:
     t = r["triforce"]["triforce"]
     plain_ms = 1e3 * r["plain"]["decode_seconds_per_token"]
-    level1_ms = _phase_ms(t, "level1")
-    verify_ms = _phase_ms(t, "verify")
+    level1_ms, verify_ms = _phase_ms(t, "level1"), _phase_ms(t, "verify")
     floors = _floors(r, bandwidth)
-    acceptance = t["levels"]["retrieval"]["acceptance_rate"]
-    modeled = modeled_speedup(plain_ms, level1_ms, verify_ms, acceptance, r["config"]["gamma2"])
+    modeled = modeled_speedups(r)
+    real = modeled["real_text_acceptance"]
+    real_text = "-" if real is None else f"{real:.2f}x ({r['real_acceptance']['level1']:.3f})"
     return (
         f"| {r['prompt_tokens']} | {r['temperature']} | {plain_ms:.1f} ({floors[0]}) | {level1_ms:.1f} ({floors[1]}) | "
-        f"{verify_ms / plain_ms:.2f} | {modeled:.2f}x | {r['speedup']:.2f}x |"
+        f"{verify_ms / plain_ms:.2f} | {modeled['this_run_acceptance']:.2f}x | {real_text} | {r['speedup']:.2f}x |"
     )
+
+
+def modeled_speedups(r: dict[str, Any]) -> dict[str, float | None]:
+    """Speedups the bandwidth model predicts from a row's measured step latencies (level 0 not modeled).
+
+    ``this_run_acceptance`` uses the row's own level-1 acceptance (meaningless with random weights);
+    ``real_text_acceptance`` uses ``r["real_acceptance"]`` (a real model on real text), or is ``None``.
+    """
+    t = r["triforce"]["triforce"]
+    latencies = (1e3 * r["plain"]["decode_seconds_per_token"], _phase_ms(t, "level1"), _phase_ms(t, "verify"))
+    gamma2 = r["config"]["gamma2"]
+    own = modeled_speedup(*latencies, t["levels"]["retrieval"]["acceptance_rate"], gamma2)
+    real = r.get("real_acceptance")
+    return {
+        "this_run_acceptance": own,
+        "real_text_acceptance": None if real is None else modeled_speedup(*latencies, real["level1"], gamma2),
+    }
 
 
 def _phase_ms(stats: dict[str, Any], phase: str) -> float:

@@ -16,7 +16,8 @@ from ..documents import DEFAULT_QUESTION, question_prompt, read_document
 from .bandwidth import kv_bytes_per_token
 from .compare import compare
 from .profile import profile_phases
-from .report import machine_info
+from .real_acceptance import real_acceptance
+from .report import machine_info, modeled_speedups
 from .shapes import random_model
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class BenchOptions:
     dtype: str | None = None
     prefill_chunk_size: int | None = None
     attn_implementation: str = "auto"
+    real_acceptance: str | float | None = None
 
 
 def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
@@ -76,6 +78,10 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
         row.update(shape=options.preset or "model", random_weights=options.preset is not None)
         row["model_config"] = _shape_facts(model)
         row["kv_bytes_per_token"] = kv_bytes_per_token(model.config.get_text_config(), model.dtype.itemsize)
+        if options.real_acceptance is not None:
+            spec = options.real_acceptance
+            row["real_acceptance"] = real_acceptance(spec, budget, row["prompt_tokens"], temperature).to_dict()
+        row["modeled_speedup"] = modeled_speedups(row)
         if options.profile:
             torch.manual_seed(options.seed)
             row["profile"] = profile_phases(model, ids, triforce_config=config, **extra, **kwargs)

@@ -15,6 +15,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from hf_triforce.bench.bandwidth import modeled_speedup
 from hf_triforce.cli import main
 from hf_triforce.demo import ModelLoadError
 from hf_triforce.documents import DocumentError, question_prompt, read_document
@@ -184,14 +185,22 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
     out, png = tmp_path / "preset.json", tmp_path / "preset.png"
     argv = ["bench", "--preset", "tiny", "--draft-preset", "tiny", "--drafters", "model", "--prompt-tokens", "1k"]
     argv += ["--temperatures", "0", "--budgets", "128", "--new-tokens", "12", "--output", str(out), "--plot", str(png)]
-    assert main(argv + ["--attn-implementation", "eager"]) == 0
+    assert main(argv + ["--attn-implementation", "eager", "--real-acceptance", "0.9"]) == 0
     row = json.loads(out.read_text())["rows"][0]
+    assert row["real_acceptance"] == {"level1": 0.9, "source": "given on the command line"}
+    phases = row["triforce"]["triforce"]["phases"]
+    plain_ms = 1e3 * row["plain"]["decode_seconds_per_token"]
+    latencies = [plain_ms] + [phases[p]["ms_per_call"] for p in ("level1", "verify")]
+    expected = modeled_speedup(*latencies, 0.9, row["config"]["gamma2"])
+    assert row["modeled_speedup"]["real_text_acceptance"] == pytest.approx(expected)
     assert row["random_weights"] and row["shape"] == "tiny" and row["prompt_tokens"] == 1024
     assert row["model_config"]["attn_implementation"] == "eager"
     assert row["identical_output"] is True
     assert row["triforce"]["triforce"]["levels"]["draft"]["drafted"] > 0, "the draft preset was not used"
     assert row["kv_bytes_per_token"] == 2 * 2 * 2 * 16 * 4  # K and V x layers x KV heads x head_dim x fp32
     assert "## Against the bandwidth model" in out.with_suffix(".md").read_text()
+    page = out.with_suffix(".md").read_text()
+    assert "GiB (process RSS)" in page and "Real-text acceptance: given on the command line" in page
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
