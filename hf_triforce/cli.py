@@ -12,6 +12,8 @@ from .backend import ATTN_CHOICES
 from .bench.shapes import PRESETS
 from .config import DRAFTERS
 
+CUDA_GRAPHS: dict[str, bool | str] = {"off": False, "auto": "auto", "on": True, "eager": "eager"}
+
 logger = logging.getLogger("hf_triforce")
 
 
@@ -70,6 +72,10 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         "--real-acceptance", default=None,
         help="level-1 acceptance for the modeled speedup: a rate, or an eval-drafts JSON (default for --preset: "
         "benchmarks/results/eval-drafts.json when present)",
+    )  # fmt: skip
+    p.add_argument(
+        "--cuda-graphs", default="off", choices=tuple(CUDA_GRAPHS),
+        help="TriForceConfig.cuda_graphs: off (default), auto, on, eager (fixed-shape steps without graphs)",
     )  # fmt: skip
     p.add_argument(
         "--attn-implementation", default="auto", choices=ATTN_CHOICES,
@@ -186,6 +192,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         prefill_chunk_size=args.prefill_chunk_size,
         attn_implementation=args.attn_implementation,
         real_acceptance=parse_real_acceptance(args.real_acceptance, args.preset),
+        cuda_graphs=CUDA_GRAPHS[args.cuda_graphs],
     )
     if args.question:
         options.question = args.question

@@ -47,6 +47,7 @@ class BenchOptions:
     prefill_chunk_size: int | None = None
     attn_implementation: str = "auto"
     real_acceptance: str | float | None = None
+    cuda_graphs: bool | str = False
 
 
 def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
@@ -93,7 +94,7 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
 def _config(options: BenchOptions, budget: int, drafter: str) -> TriForceConfig:
     names = ("gamma1", "gamma2", "prefill_chunk_size")
     extra = {k: getattr(options, k) for k in names if getattr(options, k) is not None}
-    return TriForceConfig(retrieval_budget=budget, drafter=drafter, **extra)
+    return TriForceConfig(retrieval_budget=budget, drafter=drafter, cuda_graphs=options.cuda_graphs, **extra)
 
 
 def _kwargs(options: BenchOptions, temperature: float) -> dict[str, Any]:

@@ -185,7 +185,7 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
     out, png = tmp_path / "preset.json", tmp_path / "preset.png"
     argv = ["bench", "--preset", "tiny", "--draft-preset", "tiny", "--drafters", "model", "--prompt-tokens", "1k"]
     argv += ["--temperatures", "0", "--budgets", "128", "--new-tokens", "12", "--output", str(out), "--plot", str(png)]
-    assert main(argv + ["--attn-implementation", "eager", "--real-acceptance", "0.9"]) == 0
+    assert main(argv + ["--attn-implementation", "eager", "--real-acceptance", "0.9", "--cuda-graphs", "eager"]) == 0
     row = json.loads(out.read_text())["rows"][0]
     assert row["real_acceptance"] == {"level1": 0.9, "source": "given on the command line"}
     phases = row["triforce"]["triforce"]["phases"]
@@ -194,7 +194,7 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
     expected = modeled_speedup(*latencies, 0.9, row["config"]["gamma2"])
     assert row["modeled_speedup"]["real_text_acceptance"] == pytest.approx(expected)
     assert row["random_weights"] and row["shape"] == "tiny" and row["prompt_tokens"] == 1024
-    assert row["model_config"]["attn_implementation"] == "eager"
+    assert row["model_config"]["attn_implementation"] == "eager" and row["config"]["cuda_graphs"] == "eager"
     assert row["identical_output"] is True
     assert row["triforce"]["triforce"]["levels"]["draft"]["drafted"] > 0, "the draft preset was not used"
     assert row["kv_bytes_per_token"] == 2 * 2 * 2 * 16 * 4  # K and V x layers x KV heads x head_dim x fp32

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Issue 5's GPU measurements in one go, for a machine with one NVIDIA GPU, PyTorch and transformers
+# installed and no network (nothing is installed: the repo is imported from its checkout).
+#
+#   bash benchmarks/gpu_run.sh                 # results under $OUT (the device tool) or benchmarks/results/
+#   DEVICE=cpu PRESET_7B=tiny PRESET_8B=tiny CONTEXTS_7B=1k CONTEXTS_8B=1k DRAFT_PRESET=tiny \
+#     BUDGET=128 DTYPE=float32 bash benchmarks/gpu_run.sh   # a smoke test of this script on a CPU
+#
+# Steps: versions; the gpu-marked tests (Triton kernels vs references, CUDA-graph capture/replay, bf16
+# greedy losslessness); the llama2-7b MHA shape and the llama3.1-8b GQA shape at long context (plain
+# generate() vs TriForce, drafter none, T=0, budget 4K; per-level latencies, floors, modeled speedup with
+# real-text acceptance); the 68M-class level-0 step with CUDA graphs. About 15 minutes on an H100.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+PY=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+DTYPE=${DTYPE:-bfloat16}
+BUDGET=${BUDGET:-4096}
+PRESET_7B=${PRESET_7B:-llama2-7b}
+PRESET_8B=${PRESET_8B:-llama3.1-8b}
+DRAFT_PRESET=${DRAFT_PRESET:-draft-68m}
+CONTEXTS_7B=${CONTEXTS_7B:-32k,64k,max}   # "max": the longest context that fits this GPU's memory
+CONTEXTS_8B=${CONTEXTS_8B:-32k,64k,128k}
+PREFILL_CHUNK=${PREFILL_CHUNK:-8192}
+CUDA_GRAPHS=${CUDA_GRAPHS:-auto}           # TriForceConfig.cuda_graphs for the level-0/1 steps; "off" if capture fails
+RESULTS=${OUT:-benchmarks/results}
+STEPS=${STEPS:-versions,tests,7b,8b,level0}
+mkdir -p "$RESULTS"
+LOG="$RESULTS/gpu-run.log"
+tag=$($PY -c "import torch; print(torch.cuda.get_device_name().split()[1].lower() if torch.cuda.is_available() else 'cpu')")
+
+run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; }
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
+bench() {  # bench NAME ARGS...: one JSON + .md per shape
+    local name=$1; shift
+    run $PY -m hf_triforce bench --device "$DEVICE" --dtype "$DTYPE" --temperatures 0 --budgets "$BUDGET" \
+        --new-tokens 128 --prefill-chunk-size "$PREFILL_CHUNK" --output "$RESULTS/$name.json" \
+        --cuda-graphs "$CUDA_GRAPHS" "$@"
+}
+
+want versions && run bash -c "nvidia-smi || true; $PY -c 'import torch, transformers, triton; \
+print(torch.__version__, transformers.__version__, triton.__version__, torch.cuda.is_available())'"
+want tests && run $PY -m pytest -q -p no:cacheprovider -m gpu tests
+want 7b && bench "$tag-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_7B" --drafters none
+want 8b && bench "$tag-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafters none
+# Level 0: the 68M-class draft model under the 7B shape with CUDA graphs, short context (its step does not
+# depend on it). PNGs are left out (the device returns 8 files at most): `make plots`-style regeneration from the
+# JSON with hf_triforce.bench.plot.write_plot.
+want level0 && bench "$tag-level0" --preset "$PRESET_7B" --draft-preset "$DRAFT_PRESET" --drafters model \
+    --prompt-tokens 16k
+echo "results in $RESULTS" | tee -a "$LOG"
