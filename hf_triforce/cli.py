@@ -53,7 +53,10 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
 def _add_bench(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument(
-        "--prompt-tokens", default="7000", help="comma-separated prompt lengths, e.g. 7000 or 32k,64k (default 7000)"
+        "--prompt-tokens",
+        default="7000",
+        help="comma-separated prompt lengths, e.g. 7000 or 32k,64k,max (max: the longest that fits the GPU, with "
+        "--preset; default 7000)",
     )
     p.add_argument("--temperatures", default="0,0.6", help="comma-separated temperatures (default 0,0.6)")
     p.add_argument("--budgets", default="512", help="comma-separated retrieval budgets (default 512)")
@@ -175,7 +178,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     options = BenchOptions(
         model=args.model,
         document=args.document,
-        prompt_tokens=_ints(args.prompt_tokens),
+        prompt_tokens=_lengths(args.prompt_tokens),
         temperatures=[float(t) for t in args.temperatures.split(",")],
         budgets=_ints(args.budgets),
         drafters=args.drafters.split(","),
@@ -204,6 +207,11 @@ def _run_bench(args: argparse.Namespace) -> int:
     if args.plot:
         print(f"wrote {write_plot(results, args.plot)}")
     return 0
+
+
+def _lengths(text: str) -> list[int | str]:
+    """Like :func:`_ints`, keeping ``max`` (the longest context that fits the GPU) as is."""
+    return [x if x == "max" else _ints(x)[0] for x in text.split(",")]
 
 
 def _ints(text: str) -> list[int]:

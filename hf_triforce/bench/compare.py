@@ -111,6 +111,7 @@ def compare(
     warmup: bool = True,
     seed: int = 0,
     reference_fast_linears: bool = False,
+    plain_prefill_chunk_size: int | None = None,
     **generate_kwargs,
 ) -> Comparison:
     """Measure plain ``generate()`` then TriForce with the same kwargs and seed; prefill excluded.
@@ -124,6 +125,8 @@ def compare(
         seed: sampling seed, the same for both runs.
         reference_fast_linears: also measure plain ``generate()`` with TriForce's CPU linear fast path
             (:mod:`hf_triforce.kernels.linear`), to show how much of the speedup that path alone gives.
+        plain_prefill_chunk_size: transformers' ``prefill_chunk_size`` for the plain runs (memory only: the
+            prefill is not timed), to match ``triforce_config.prefill_chunk_size`` at long context.
 
     Example:
         >>> result = compare(model, ids, TriForceConfig(retrieval_budget=512), max_new_tokens=128)  # doctest: +SKIP
@@ -133,16 +136,17 @@ def compare(
 
     hf_triforce.enable(model)
     extra = {"assistant_model": assistant_model} if assistant_model is not None else {}
+    chunk = {"prefill_chunk_size": plain_prefill_chunk_size} if plain_prefill_chunk_size else {}
     if warmup:
         _warm_up(model, input_ids, triforce_config, extra, generate_kwargs)
     logger.info("plain generate(): %d prompt tokens", input_ids.shape[1])
-    plain = measure(model, input_ids, seed=seed, **generate_kwargs)
+    plain = measure(model, input_ids, seed=seed, **chunk, **generate_kwargs)
     logger.info("TriForce generate(): %d prompt tokens", input_ids.shape[1])
     fast = measure(model, input_ids, seed=seed, triforce_config=triforce_config, **extra, **generate_kwargs)
     reference = None
     if reference_fast_linears:
         with small_batch_linears(model):
-            reference = measure(model, input_ids, seed=seed, **generate_kwargs)
+            reference = measure(model, input_ids, seed=seed, **chunk, **generate_kwargs)
     return Comparison(plain, fast, generate_kwargs, reference)
 
 

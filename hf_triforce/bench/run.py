@@ -15,10 +15,11 @@ from ..config import TriForceConfig
 from ..documents import DEFAULT_QUESTION, question_prompt, read_document
 from .bandwidth import kv_bytes_per_token
 from .compare import compare
+from .memory import check_fits, longest_context
 from .profile import profile_phases
 from .real_acceptance import real_acceptance
 from .report import machine_info, modeled_speedups
-from .shapes import random_model
+from .shapes import preset_config, random_model
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ class BenchOptions:
     model: str | None = None
     document: str | None = None
     question: str = DEFAULT_QUESTION
-    prompt_tokens: list[int] = field(default_factory=lambda: [7000])
+    prompt_tokens: list[int | str] = field(default_factory=lambda: [7000])  # "max": the longest that fits (CUDA)
     temperatures: list[float] = field(default_factory=lambda: [0.0, 0.6])
     budgets: list[int] = field(default_factory=lambda: [512])
     drafters: list[str] = field(default_factory=lambda: ["ngram"])
@@ -60,10 +61,11 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
     Example:
         >>> run_benchmark(BenchOptions(prompt_tokens=[7000], temperatures=[0.0]))  # doctest: +SKIP
     """
+    prompt_lengths = _checked_prompt_lengths(options)
     model, tokenizer, assistant = _load_models(options)
     document = read_document(options.document) if tokenizer is not None else None
     limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    grid = list(itertools.product(options.prompt_tokens, options.temperatures, options.budgets, options.drafters))
+    grid = list(itertools.product(prompt_lengths, options.temperatures, options.budgets, options.drafters))
     rows, warm = [], False
     for tokens, temperature, budget, drafter in tqdm(grid, desc="benchmark", unit="config"):
         ids = _prompt(options, tokenizer, document, tokens, limit, model)
@@ -72,7 +74,7 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
         extra = {"assistant_model": assistant} if assistant is not None and drafter in ("auto", "model") else {}
         on_cpu = model.device.type == "cpu"
         result = compare(model, ids, config, warmup=not warm, seed=options.seed, reference_fast_linears=on_cpu,
-                         **extra, **kwargs)  # fmt: skip
+                         plain_prefill_chunk_size=options.prefill_chunk_size, **extra, **kwargs)  # fmt: skip
         warm = True
         row = {"prompt_tokens": ids.shape[1], "temperature": temperature, "budget": budget, "drafter": drafter}
         row.update(result.to_dict(), config=config.to_dict(), weight_bytes=_weight_bytes(model))
@@ -89,6 +91,42 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
         logger.info("%s: speedup %.2fx", row["prompt_tokens"], result.speedup)
         rows.append(row)
     return {"title": "plain generate() vs TriForce", "command": command, "machine": machine_info(), "rows": rows}
+
+
+def _checked_prompt_lengths(options: BenchOptions) -> list[int]:
+    """``options.prompt_tokens`` with ``"max"`` resolved; for a shape preset on CUDA, each checked to fit.
+
+    Raises:
+        MemoryBudgetError: a length does not fit the GPU's free memory (before anything is loaded).
+        ValueError: ``"max"`` without a shape preset on a CUDA device.
+    """
+    cases = _memory_cases(options)
+    if "max" in options.prompt_tokens and not cases:
+        raise ValueError("--prompt-tokens max (the longest context that fits) needs --preset and --device cuda.")
+    longest = min((longest_context(**c) for c in cases), default=0) - options.new_tokens
+    lengths = [longest if t == "max" else t for t in options.prompt_tokens]
+    for tokens, case in itertools.product(lengths, cases):
+        check_fits(context=tokens + options.new_tokens, **case)
+    return lengths
+
+
+def _memory_cases(options: BenchOptions) -> list[dict[str, Any]]:
+    """The :func:`~hf_triforce.bench.memory.check_fits` arguments of each budget and drafter of a shape preset
+    on a CUDA device, against the GPU's free memory now; empty otherwise (nothing to check)."""
+    device = torch.device(options.device or "cpu")
+    if options.preset is None or device.type != "cuda":
+        return []
+    common = dict(
+        config=preset_config(options.preset, 1),
+        dtype_bytes=getattr(torch, options.dtype or "float32").itemsize,
+        available_bytes=torch.cuda.mem_get_info(device)[0],
+        plain_prefill_chunk=options.prefill_chunk_size,
+    )
+    draft = preset_config(options.draft_preset, 1) if options.draft_preset else None
+    return [
+        dict(common, triforce_config=_config(options, budget, drafter), draft_config=draft)
+        for budget, drafter in itertools.product(options.budgets, options.drafters)
+    ]
 
 
 def _config(options: BenchOptions, budget: int, drafter: str) -> TriForceConfig:
@@ -119,7 +157,7 @@ def _load_models(options: BenchOptions):
     attn = preferred_attn_implementation(device, options.attn_implementation)
     logger.info("attention implementation: %s", attn)
     if options.preset is not None:
-        context = max(options.prompt_tokens) + options.new_tokens + 64
+        context = max(_checked_prompt_lengths(options)) + options.new_tokens + 64
         model = random_model(options.preset, context, dtype or torch.float32, device, options.seed, attn)
         tokenizer = None
     else:
