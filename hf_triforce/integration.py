@@ -25,6 +25,8 @@ from tqdm.auto import tqdm
 from .errors import UnsupportedModelError
 from .kernels.attention import gqa_sdpa_attention
 from .kernels.linear import linear_forward
+from .kernels.retrieval import triton_enabled
+from .kernels.verification import MAX_ROWS, verify_attention
 
 MIN_TRANSFORMERS = "5.17"
 MAX_TRANSFORMERS = "6"
@@ -88,6 +90,8 @@ def _make_capturing_attention(base: str) -> Callable:
         capture = kwargs.pop("triforce_capture", None)
         if capture is not None:
             capture.store(module.layer_idx, query)
+        if _use_split_kv(base, query, key, attention_mask, kwargs):
+            return verify_attention(query, key, value, kwargs.get("scaling")).transpose(1, 2).contiguous(), None
         if _use_grouped_sdpa(base, query, key, attention_mask, kwargs):
             return gqa_sdpa_attention(module, query, key, value, attention_mask, **kwargs)
         with _implementation_named(module.config, base):
@@ -118,6 +122,19 @@ def _use_grouped_sdpa(base: str, query: torch.Tensor, key: torch.Tensor, mask, k
     grouped = query.shape[1] != key.shape[1]
     on_cpu = query.device.type == "cpu"
     return base == "sdpa" and plain and grouped and on_cpu and mask is not None and query.shape[2] > 1
+
+
+def _use_split_kv(base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any]) -> bool:
+    """The full-cache verification on CUDA: the split-KV kernel (:mod:`~hf_triforce.kernels.verification`).
+
+    Only inside :func:`capturing_queries` (TriForce's own verification forwards: batch 1, no padding, the new
+    tokens' keys last), where the mask is bottom-right causal, which the kernel computes instead of reading.
+    """
+    plain = kwargs.get("position_bias") is None and kwargs.get("softcap") is None and not kwargs.get("dropout")
+    plain = plain and kwargs.get("sliding_window") is None and query.shape[0] == 1
+    rows = query.shape[2] * query.shape[1] // key.shape[1]  # a verification's few tokens, not a prefill chunk
+    multi = mask is not None and query.shape[2] > 1 and rows <= MAX_ROWS
+    return base == "sdpa" and plain and multi and triton_enabled(query, key)
 
 
 _CAPTURE_NAMES: dict[str, str] = {}

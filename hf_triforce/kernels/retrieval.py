@@ -39,6 +39,7 @@ import os
 import torch
 
 from ..caches.selection import gather_tokens, score_chunks
+from .guard import first_launch_guard
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,8 @@ def chunk_scores(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
         [16.0, 16.0, 16.0, 16.0, 16.0]
     """
     if triton_enabled(query, summaries):
-        return score_chunks_triton(query, summaries)
+        kernel = functools.partial(score_chunks_triton, query, summaries)
+        return first_launch_guard("score_chunks", kernel, functools.partial(score_chunks, query, summaries))
     return score_chunks(query, summaries)
 
 
@@ -129,9 +131,14 @@ def gather_kv_into(
         >>> ok[0, 0].tolist(), ov[0, 0, 1].tolist()
         ([[0.0, 1.0], [10.0, 11.0]], [-10.0, -11.0])
     """
-    if triton_enabled(keys, values, indices, out_keys, out_values):
-        gather_kv_triton(keys, values, indices, out_keys, out_values)
+    args = (keys, values, indices, out_keys, out_values)
+    if triton_enabled(*args):
+        first_launch_guard("gather_kv", functools.partial(gather_kv_triton, *args), functools.partial(_gather, *args))
         return
+    _gather(*args)
+
+
+def _gather(keys, values, indices, out_keys, out_values) -> None:
     out_keys.copy_(gather_tokens(keys, indices))
     out_values.copy_(gather_tokens(values, indices))
 

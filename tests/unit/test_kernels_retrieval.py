@@ -1,7 +1,8 @@
 """Triton retrieval kernels (hf_triforce.kernels.retrieval) against their pure-torch references.
 
-On the CPU the kernels run under Triton's interpreter: an autouse fixture sets ``TRITON_INTERPRET=1``
-with ``monkeypatch`` for each test of this module only, and it is gone after each test. That works
+On the CPU the kernels run under Triton's interpreter: the ``triton_mode`` fixture (tests/unit/conftest.py)
+sets ``TRITON_INTERPRET=1`` with ``monkeypatch`` for each test of this module only, and it is gone after
+each test. That works
 although Triton is already imported by then (transformers imports torch._dynamo, which imports it, at
 collection): ``triton.jit`` reads the variable when it decorates, and the package's kernels are jitted
 lazily, once per mode, on first launch; they also call nothing from Triton's own ``@jit`` standard
@@ -33,23 +34,13 @@ from hf_triforce.caches.selection import (  # noqa: E402
 )
 from hf_triforce.kernels import retrieval as kr  # noqa: E402
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("triton_mode")]
 
 HEADS = [(4, 4), (9, 3), (32, 8)]  # (H_q, H_kv): MHA, SmolLM2's GQA, Llama-3-8B's GQA
 HEAD_DIMS = [64, 128]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 EPS32 = torch.finfo(torch.float32).eps
 _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-@pytest.fixture(autouse=True)
-def _triton_mode(request, monkeypatch):
-    """Interpreter for the CPU tests, compiled kernels for the ``gpu`` one; Triton never disabled here."""
-    monkeypatch.delenv(kr.DISABLE_ENV, raising=False)
-    if request.node.get_closest_marker("gpu") is None:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    else:
-        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
 
 
 def _gen(seed: int) -> torch.Generator:

@@ -1,0 +1,49 @@
+"""A Triton kernel's first launch, with its pure-torch reference as the way out if it cannot compile.
+
+The kernels are tested against their references on the CPU (Triton's interpreter), but a GPU, driver or
+Triton version they have not met can still refuse to compile one. That happens on the first launch,
+before anything is written, so falling back to the reference (the same result: lossless) is safe; it is
+logged once as a warning, and the kernel is not tried again in this process. A kernel whose first launch
+succeeded is trusted: later errors propagate. Under ``TRITON_INTERPRET=1`` (the tests) nothing is caught.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_BROKEN: set[str] = set()
+_WORKING: set[str] = set()
+
+
+def first_launch_guard(name: str, kernel: Callable[[], T], reference: Callable[[], T]) -> T:
+    """``kernel()``, or ``reference()`` if ``kernel``'s first launch in this process raised (see the module).
+
+    Example:
+        >>> first_launch_guard("demo", lambda: 1 / 0, lambda: 0.0)  # logs a warning once
+        0.0
+    """
+    if name in _BROKEN:
+        return reference()
+    if name in _WORKING:
+        return kernel()
+    try:
+        out = kernel()
+    except Exception as exc:
+        from .retrieval import _interpreting
+
+        if _interpreting():
+            raise
+        _BROKEN.add(name)
+        logger.warning(
+            "Triton kernel %s failed on its first launch (%s: %s); using its pure-torch reference from now on "
+            "(same results, slower). Please report this with your GPU, torch and triton versions.",
+            name, type(exc).__name__, exc,
+        )  # fmt: skip
+        return reference()
+    _WORKING.add(name)
+    return out

@@ -1,0 +1,129 @@
+"""Attention of a few new tokens over a long cache (the full-cache verification), split over the keys.
+
+The verification forward runs ``gamma2 + 1`` query tokens against the whole cache, with a causal mask
+among the new tokens. transformers' ``sdpa`` then takes the masked path: on CUDA it first copies every
+KV head to its whole query group (``repeat_kv``: a GQA model's 128K-token cache copied 4x per layer), and
+the masked kernels parallelize over heads and query blocks only, a few dozen thread blocks streaming 128K
+keys each. :func:`verify_attention_triton` is flash-decoding for that case:
+
+* the GQA group is folded into the query rows, so each key/value tile is read once per KV head;
+* the keys are split into ``splits`` ranges processed in parallel (``B x H_kv x splits`` programs), each
+  writing an unnormalized partial output with its running max and sum; a log-sum-exp merge in torch
+  combines them;
+* the causal mask is computed, not read: query ``i`` of ``q`` sees keys ``0 .. L - q + i`` (bottom-right),
+  which is what the verification's mask is (the tests check it on every verification forward).
+
+Its pure-torch reference is :func:`verify_attention_reference` (``scaled_dot_product_attention`` with that
+mask). :func:`verify_attention` dispatches: the kernel on CUDA when Triton is enabled
+(:func:`~hf_triforce.kernels.retrieval.triton_enabled`), the reference otherwise. It has not run on a GPU
+yet: CPU tests run it under ``TRITON_INTERPRET=1``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .attention import gqa_sdpa_attention
+from .guard import first_launch_guard
+from .retrieval import _interpreting, triton_enabled
+
+BLOCK_N = 64  # keys per tile
+MAX_ROWS = 128  # query tokens x GQA group size the kernel takes (one tile of rows); a verification has ~7 x 4
+
+
+def verify_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
+    """Bottom-right causal attention of ``q`` new tokens over ``L`` cached keys, GQA heads unexpanded.
+
+    Args:
+        query: ``[B, H_q, q, D]`` post-RoPE queries of the last ``q`` positions.
+        key: ``[B, H_kv, L, D]`` (``L >= q``, the query tokens' own keys last); ``H_q`` a multiple of ``H_kv``.
+        value: ``[B, H_kv, L, D]``.
+        scale: softmax scale, default ``D ** -0.5``.
+
+    Returns:
+        ``[B, H_q, q, D]`` in ``query.dtype``.
+
+    Example:
+        >>> q, k = torch.randn(1, 4, 3, 16), torch.randn(1, 2, 40, 16)
+        >>> verify_attention(q, k, k).shape
+        torch.Size([1, 4, 3, 16])
+    """
+    args = (query, key, value, scale)
+    if triton_enabled(query, key, value):
+        kernel, reference = (functools.partial(f, *args) for f in (verify_attention_triton, verify_attention_reference))
+        return first_launch_guard("verify_attention", kernel, reference)
+    return verify_attention_reference(*args)
+
+
+def verify_attention_reference(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
+    """The pure-torch reference of :func:`verify_attention` (``scaled_dot_product_attention``, explicit mask)."""
+    return gqa_sdpa_attention(None, query, key, value, None, scaling=scale)[0].transpose(1, 2)
+
+
+def verify_attention_triton(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None, splits: int | None = None
+) -> torch.Tensor:
+    """:func:`verify_attention` as one split-KV Triton launch and a log-sum-exp merge.
+
+    ``splits`` key ranges are processed in parallel (default: about two programs per multiprocessor).
+    CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``.
+    """
+    import triton
+
+    b, hq, q_len, d = _check_inputs(query, key, value)
+    hkv, kv_len = key.shape[1], key.shape[2]
+    group = hq // hkv
+    block_m, block_d = max(16, triton.next_power_of_2(group * q_len)), max(16, triton.next_power_of_2(d))
+    split_len = BLOCK_N * triton.cdiv(triton.cdiv(kv_len, splits or _default_splits(b * hkv, kv_len, key)), BLOCK_N)
+    n_splits = triton.cdiv(kv_len, split_len)
+    acc = torch.empty(b, hkv, n_splits, block_m, d, dtype=torch.float32, device=query.device)
+    m, s = (torch.empty(b, hkv, n_splits, block_m, dtype=torch.float32, device=query.device) for _ in range(2))
+    precision = "ieee" if query.dtype == torch.float32 else "tf32"
+    _launch()[(b * hkv, n_splits)](
+        query, key, value, acc, m, s, hkv, q_len, kv_len, d, split_len, scale or d**-0.5,
+        *query.stride(), *key.stride(), *value.stride(), *acc.stride()[:4], *m.stride()[:3],
+        GROUP=group, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_D=block_d, PRECISION=precision,
+    )  # fmt: skip
+    return merge_splits(acc, m, s, group, q_len).to(query.dtype)
+
+
+def merge_splits(acc: torch.Tensor, m: torch.Tensor, s: torch.Tensor, group: int, q_len: int) -> torch.Tensor:
+    """Combine per-split partial attention: ``acc`` ``[B, H_kv, S, M, D]``, max ``m`` and sum ``s`` ``[B, H_kv, S, M]``
+    (rows ``g * q_len + i``) -> ``[B, H_kv * group, q_len, D]`` float32."""
+    rows = group * q_len
+    acc, m, s = acc[..., :rows, :], m[..., :rows], s[..., :rows]
+    weight = torch.exp(m - m.amax(2, keepdim=True))  # splits that saw no key have m = -inf: weight 0
+    out = (acc * weight[..., None]).sum(2) / (s * weight).sum(2)[..., None]
+    b, hkv, _, d = out.shape
+    return out.view(b, hkv, group, q_len, d).reshape(b, hkv * group, q_len, d)
+
+
+def _default_splits(programs: int, kv_len: int, like: torch.Tensor) -> int:
+    """About two programs per multiprocessor, at least ``BLOCK_N`` keys each."""
+    sms = torch.cuda.get_device_properties(like.device).multi_processor_count if like.is_cuda else 4
+    return max(1, min(-(-kv_len // BLOCK_N), -(-2 * sms // programs)))
+
+
+def _check_inputs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[int, int, int, int]:
+    if query.dim() == 4 and key.dim() == 4 and query.shape[1] * query.shape[2] > MAX_ROWS * key.shape[1]:
+        raise ValueError(f"verify_attention_triton takes at most {MAX_ROWS} query rows per KV head (tokens x group).")
+    if query.dim() != 4 or key.shape != value.shape or key.dim() != 4:
+        raise ValueError(f"expected query [B, H_q, q, D], key = value [B, H_kv, L, D]; got {query.shape}, {key.shape}.")
+    b, hq, q_len, d = query.shape
+    if key.shape[0] != b or key.shape[3] != d or hq % key.shape[1] or not 0 < q_len <= key.shape[2]:
+        raise ValueError(f"incompatible query {tuple(query.shape)} and key {tuple(key.shape)}.")
+    if len({query.device, key.device, value.device}) != 1 or (not query.is_cuda and not _interpreting()):
+        raise ValueError("verify_attention_triton needs CUDA tensors on one device (or TRITON_INTERPRET=1).")
+    return b, hq, q_len, d
+
+
+def _launch():
+    from ._verify_triton import launcher
+
+    return launcher(_interpreting())
