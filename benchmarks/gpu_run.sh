@@ -9,7 +9,8 @@
 # Steps: versions; the gpu-marked tests (Triton kernels vs references, CUDA-graph capture/replay, bf16
 # greedy losslessness); the llama2-7b MHA shape and the llama3.1-8b GQA shape at long context (plain
 # generate() vs TriForce, drafter none, T=0, budget 4K; per-level latencies, floors, modeled speedup with
-# real-text acceptance); the 68M-class level-0 step with CUDA graphs. About 15 minutes on an H100.
+# real-text acceptance), the 8B shape again without Triton kernels; the 68M-class level-0 step with CUDA
+# graphs. About 15-20 minutes on an H100: split it over two device calls with STEPS (each call has 10 minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -47,6 +48,10 @@ print(torch.__version__, transformers.__version__, triton.__version__, torch.cud
 want tests && run $PY -m pytest -q -p no:cacheprovider -m gpu tests
 want 7b && bench "$tag-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_7B" --drafters none
 want 8b && bench "$tag-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafters none
+# The same without any Triton kernel (retrieval scoring/gather, split-KV verification): what they are worth.
+# Its markdown is dropped (the device returns 8 files at most): hf_triforce.bench.report.markdown_table rebuilds it.
+want 8b && HF_TRIFORCE_DISABLE_TRITON=1 bench "$tag-$PRESET_8B-no-triton" --preset "$PRESET_8B" \
+    --prompt-tokens "$CONTEXTS_8B" --drafters none && rm -f "$RESULTS/$tag-$PRESET_8B-no-triton.md"
 # Level 0: the 68M-class draft model under the 7B shape with CUDA graphs, short context (its step does not
 # depend on it). PNGs are left out (the device returns 8 files at most): `make plots`-style regeneration from the
 # JSON with hf_triforce.bench.plot.write_plot.

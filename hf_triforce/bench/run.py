@@ -62,7 +62,7 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
         >>> run_benchmark(BenchOptions(prompt_tokens=[7000], temperatures=[0.0]))  # doctest: +SKIP
     """
     prompt_lengths = _checked_prompt_lengths(options)
-    model, tokenizer, assistant = _load_models(options)
+    model, tokenizer, assistant = _load_models(options, max(prompt_lengths))
     document = read_document(options.document) if tokenizer is not None else None
     limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
     grid = list(itertools.product(prompt_lengths, options.temperatures, options.budgets, options.drafters))
@@ -148,7 +148,7 @@ def _weight_bytes(model) -> int:
     return sum(unique.values())
 
 
-def _load_models(options: BenchOptions):
+def _load_models(options: BenchOptions, longest_prompt: int):
     """``(target, tokenizer or None, assistant or None)`` on the requested device and dtype."""
     from ..demo import load_model
 
@@ -157,7 +157,7 @@ def _load_models(options: BenchOptions):
     attn = preferred_attn_implementation(device, options.attn_implementation)
     logger.info("attention implementation: %s", attn)
     if options.preset is not None:
-        context = max(_checked_prompt_lengths(options)) + options.new_tokens + 64
+        context = longest_prompt + options.new_tokens + 64
         model = random_model(options.preset, context, dtype or torch.float32, device, options.seed, attn)
         tokenizer = None
     else:
