@@ -30,7 +30,7 @@ from .guard import first_launch_guard
 from .retrieval import _interpreting, triton_enabled
 
 BLOCK_N = 64  # keys per tile
-MAX_ROWS = 128  # query tokens x GQA group size the kernel takes (one tile of rows); a verification has ~7 x 4
+MAX_ROWS = 64  # query tokens x GQA group the kernel takes (one tile of rows, registers); a verification: ~7 x 4
 
 
 def verify_attention(

@@ -81,9 +81,9 @@ def test_dispatch_on_the_cpu_is_the_reference(monkeypatch):
     "shapes,message",
     [
         (((1, 4, 3, 16), (1, 3, 50, 16)), "incompatible"),  # 4 query heads over 3 KV heads
-        (((1, 4, 60, 16), (1, 2, 50, 16)), "incompatible"),  # more queries than keys
+        (((1, 4, 20, 16), (1, 2, 10, 16)), "incompatible"),  # more queries than keys
         (((4, 3, 16), (1, 2, 50, 16)), "expected query"),
-        (((1, 4, 65, 16), (1, 2, 80, 16)), "at most 128 query rows"),  # a prefill chunk, not a verification
+        (((1, 4, 33, 16), (1, 2, 80, 16)), "at most 64 query rows"),  # a prefill chunk, not a verification
     ],
 )
 def test_bad_shapes(shapes, message):
