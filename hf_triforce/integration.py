@@ -127,8 +127,9 @@ def _use_grouped_sdpa(base: str, query: torch.Tensor, key: torch.Tensor, mask, k
 def _use_split_kv(base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any]) -> bool:
     """The full-cache verification on CUDA: the split-KV kernel (:mod:`~hf_triforce.kernels.verification`).
 
-    Only inside :func:`capturing_queries` (TriForce's own verification forwards: batch 1, no padding, the new
-    tokens' keys last), where the mask is bottom-right causal, which the kernel computes instead of reading.
+    Only inside :func:`capturing_queries` and :func:`view_attention` (TriForce's own verification and level-1
+    forwards: batch 1, no padding, the new tokens' keys last), where the mask is bottom-right causal, which the
+    kernel computes instead of reading.
     """
     plain = kwargs.get("position_bias") is None and kwargs.get("softcap") is None and not kwargs.get("dropout")
     plain = plain and kwargs.get("sliding_window") is None and query.shape[0] == 1
@@ -154,12 +155,31 @@ def _capture_name(base: str) -> str:
 @contextlib.contextmanager
 def capturing_queries(model: torch.nn.Module, capture: QueryCapture, keep: int) -> Iterator[dict[str, Any]]:
     """Within the block, forwards given the yielded kwargs record their last ``keep`` queries per layer."""
+    capture.keep = keep
+    with _wrapped_attention(model):
+        yield {"triforce_capture": capture}
+
+
+@contextlib.contextmanager
+def view_attention(model: torch.nn.Module) -> Iterator[None]:
+    """Level-1 forwards over a dynamic retrieval view: on CUDA with Triton, through the same wrapper as the
+    verification, so a multi-token step's attention reads a GQA view once (the split-KV kernel) instead of
+    transformers' masked sdpa copying it per query head. Elsewhere transformers' attention, unchanged."""
+    parameter = next(model.parameters(), None)
+    if parameter is None or not triton_enabled(parameter):
+        yield
+        return
+    with _wrapped_attention(model):
+        yield
+
+
+@contextlib.contextmanager
+def _wrapped_attention(model: torch.nn.Module) -> Iterator[None]:
     config = model.config
     base = config._attn_implementation
-    capture.keep = keep
     config._attn_implementation = _capture_name(base)
     try:
-        yield {"triforce_capture": capture}
+        yield
     finally:
         config._attn_implementation = base
 

@@ -9,7 +9,7 @@ from transformers.generation.candidate_generator import CandidateGenerator
 from ..caches.retrieval import RetrievalCache, RetrievalView
 from ..caches.static_view import StaticRetrievalView
 from ..config import TriForceConfig
-from ..integration import QueryCapture
+from ..integration import QueryCapture, view_attention
 from ..sampling import verify_greedy, verify_sampled
 from ..stats import TriForceStats
 from .graphs import StaticStepRunner, resolve_step_mode
@@ -194,7 +194,9 @@ class TriForceCandidateGenerator(CandidateGenerator):
             return self.runner.step(inputs, position)
         q = inputs.shape[0]
         positions = torch.arange(position, position + q, device=inputs.device)[None]
-        out = self.model(
-            input_ids=inputs[None], position_ids=positions, past_key_values=self.view, use_cache=True, logits_to_keep=q
-        )
+        with view_attention(self.model):
+            out = self.model(
+                input_ids=inputs[None], position_ids=positions, past_key_values=self.view, use_cache=True,
+                logits_to_keep=q,
+            )  # fmt: skip
         return out.logits[0, -q:].float()
