@@ -319,6 +319,7 @@ def disable(model: torch.nn.Module) -> torch.nn.Module:
         del model.generate
         del model._hf_triforce_enabled
         model.__dict__.pop("_hf_triforce_last_stats", None)
+        model.__dict__.pop("_hf_triforce_step_runner", None)  # graphs.KEPT_RUNNER_ATTR: frees its view storage
         if hasattr(model.generation_config, "triforce_config"):
             del model.generation_config.triforce_config
     return model

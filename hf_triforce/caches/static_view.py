@@ -79,6 +79,19 @@ class StaticRetrievalView(SparseViewMixin, Cache):
         self.source_length = 0
         self.capacity = capacity
 
+    def rebind(self, source: RetrievalCache) -> None:
+        """Serve another full cache (a later ``generate()`` call), keeping this view's storage and so the CUDA
+        graphs captured over it; empty until the next :meth:`refresh`.
+
+        Raises:
+            ValueError: ``source`` has another number of layers.
+        """
+        if len(source.layers) != len(self.layers):
+            raise ValueError(f"a {len(self.layers)}-layer view cannot serve a {len(source.layers)}-layer cache.")
+        self.source, self.source_length = source, 0
+        for layer in self.layers:
+            layer.static_length = layer.buffer.length = 0
+
     def refresh(self, indices: list[torch.Tensor]) -> None:
         """Gather the tokens at per-layer ``indices`` (``[B, H_kv, S]``, ``S <= capacity``) into slots ``0 .. S``.
 

@@ -282,3 +282,32 @@ class StaticStepRunner:
         self._pool = graph.pool()
         self._graphs[q] = (graph, output)
         self.counts["capture"] += 1
+
+
+KEPT_RUNNER_ATTR = "_hf_triforce_step_runner"
+
+
+def kept_runner(model: torch.nn.Module, key: tuple) -> StaticStepRunner | None:
+    """The level-1 runner a previous ``generate()`` call of ``model`` kept under ``key``, if its weights are the
+    same tensors (graphs replay the addresses they captured); else ``None``.
+
+    Reusing it skips the per-call graph captures (``gamma1 + 1`` widths), which would otherwise land in every
+    call's first decoding steps. One runner is kept per model (its view storage stays allocated between calls);
+    :func:`hf_triforce.disable` drops it. Not for concurrent ``generate()`` calls on one model.
+    """
+    kept = model.__dict__.get(KEPT_RUNNER_ATTR)
+    if kept is None or kept[0] != (key, _weights_signature(model)):
+        return None
+    return kept[1]
+
+
+def keep_runner(model: torch.nn.Module, key: tuple, runner: StaticStepRunner) -> None:
+    """Keep ``runner`` on ``model`` for later calls with the same ``key`` (see :func:`kept_runner`)."""
+    model.__dict__[KEPT_RUNNER_ATTR] = ((key, _weights_signature(model)), runner)
+
+
+def _weights_signature(model: torch.nn.Module) -> tuple:
+    """Addresses, dtype and device of the first and the output weights: changed by ``.to()`` or reloading."""
+    first = next(model.parameters())
+    out = model.get_output_embeddings().weight
+    return first.data_ptr(), out.data_ptr(), first.dtype, first.device

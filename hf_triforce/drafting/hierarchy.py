@@ -12,7 +12,7 @@ from ..config import TriForceConfig
 from ..integration import QueryCapture, view_attention
 from ..sampling import verify_greedy, verify_sampled
 from ..stats import TriForceStats
-from .graphs import StaticStepRunner, resolve_step_mode
+from .graphs import StaticStepRunner, keep_runner, kept_runner, resolve_step_mode
 from .model import ModelDrafter
 
 PROBE_EVERY = 8  # level-1 steps between level-0 drafts while level 0 is paused
@@ -125,12 +125,22 @@ class TriForceCandidateGenerator(CandidateGenerator):
         if self.step_mode == "dynamic":
             return self.cache.sparse_view(indices, extra)
         if self.runner is None:
-            view = StaticRetrievalView(self.cache, self.config.retrieval_budget + extra)
-            widths = range(1, self.config.gamma1 + 2)
-            graphs, strict = self.step_mode == "graphs", self.config.cuda_graphs is True
-            self.runner = StaticStepRunner(self.model, view, widths, use_graphs=graphs, strict=strict)
+            self.runner = self._level1_runner(self.config.retrieval_budget + extra)
         self.runner.cache.refresh(indices)
         return self.runner.cache
+
+    def _level1_runner(self, capacity: int) -> StaticStepRunner:
+        """The static level-1 runner: the one an earlier call of this model kept (same shapes), else a new one."""
+        graphs, strict = self.step_mode == "graphs", self.config.cuda_graphs is True
+        key = (capacity, self.config.gamma1, graphs, strict, len(self.cache.layers))
+        runner = kept_runner(self.model, key)
+        if runner is not None:
+            runner.cache.rebind(self.cache)
+            return runner
+        view = StaticRetrievalView(self.cache, capacity)
+        runner = StaticStepRunner(self.model, view, range(1, self.config.gamma1 + 2), use_graphs=graphs, strict=strict)
+        keep_runner(self.model, key, runner)
+        return runner
 
     def _draft(self, ids: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
         tokens, scores = ids[:0], []

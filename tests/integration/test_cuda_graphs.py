@@ -108,9 +108,10 @@ def test_bfloat16_greedy_equals_plain_generate(model_factory, make_prompt, draft
     * Plain ``generate()`` computes each token's logits in a one-token forward; TriForce's full-cache
       verification computes ``gamma2 + 1`` positions in one multi-token forward. The logits of a position
       are the same function of the same weights and KV cache, but not the same kernels: cuBLAS picks
-      GEMV/GEMM kernels and split-K reductions by the number of rows, and SDPA picks a different kernel
-      for one unmasked query (decode) than for several masked ones (flash vs memory-efficient), so the
-      float32 accumulations happen in different orders. After rounding to bf16 (8 bits of mantissa) at
+      GEMV/GEMM kernels and split-K reductions by the number of rows, and the attention differs too (SDPA's
+      flash kernel for one unmasked query in decode; hf_triforce's split-KV Triton kernel, or SDPA's
+      memory-efficient one without Triton, for the verification), so the float32 accumulations happen in
+      different orders. After rounding to bf16 (8 bits of mantissa) at
       every layer boundary, the logits of the two paths differ in the last bits (the test reports the
       size), and so does the KV cache the two paths write.
     * Greedy output can only change where the top-2 logits are closer than that noise. The test
