@@ -104,6 +104,7 @@ class MemoryEstimate:
     summaries: int = 0
     view: int = 0
     draft: int = 0
+    kept_view: int = 0
 
     @property
     def after_prefill(self) -> int:
@@ -112,8 +113,8 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        """Peak bytes: ``weights + draft + kv + max(prefill, summaries + view + decode)``."""
-        return self.weights + self.draft + self.kv + max(self.prefill, self.after_prefill)
+        """Peak bytes: ``weights + draft + kept_view + kv + max(prefill, summaries + view + decode)``."""
+        return self.weights + self.draft + self.kept_view + self.kv + max(self.prefill, self.after_prefill)
 
     @property
     def prefill_bound(self) -> bool:
@@ -123,13 +124,14 @@ class MemoryEstimate:
     def describe(self) -> str:
         """The terms of the peak in GiB, e.g. ``"weights 12.6 + KV cache 58.6 + prefill activations 11.1 GiB"``."""
         phase = ("prefill",) if self.prefill_bound else ("summaries", "view", "decode")
-        names = ("weights", "draft", "kv", *phase)
+        names = ("weights", "draft", "kept_view", "kv", *phase)
         parts = [f"{_LABELS[n]} {getattr(self, n) / GIB:.1f}" for n in names if getattr(self, n)]
         return " + ".join(parts) + " GiB"
 
 
 _LABELS = {"weights": "weights", "draft": "draft model", "kv": "KV cache", "prefill": "prefill activations",
-           "summaries": "chunk summaries", "view": "retrieval views", "decode": "decoding transients"}  # fmt: skip
+           "summaries": "chunk summaries", "view": "retrieval views", "decode": "decoding transients",
+           "kept_view": "TriForce view kept from an earlier call"}  # fmt: skip
 
 
 def _text(config):
@@ -477,10 +479,13 @@ def required_bytes(
 
 
 def _estimates(config, context, dtype_bytes, tc, draft_config, plain_prefill_chunk) -> list[MemoryEstimate]:
-    """``[plain, triforce]``; the draft model's weights stay loaded during the plain run too."""
+    """``[plain, triforce]``; the draft model's weights, and a static TriForce view kept from the previous
+    row's call, stay allocated during the plain run too."""
     plain = plain_generate_estimate(config, context, dtype_bytes, plain_prefill_chunk)
     if draft_config is not None:
         plain = dataclasses.replace(plain, draft=draft_weight_bytes(draft_config, _text(config), dtype_bytes))
+    if _static_view(tc):  # the static level-1 view stays on the model between calls (graphs.keep_runner)
+        plain = dataclasses.replace(plain, kept_view=view_bytes(config, context, dtype_bytes, tc))
     return [plain, triforce_generate_estimate(config, context, dtype_bytes, tc, draft_config)]
 
 

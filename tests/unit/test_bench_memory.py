@@ -283,3 +283,14 @@ def test_bench_refuses_a_prompt_that_does_not_fit_before_loading_anything(gpu_wi
         run_benchmark(_bench_options(prompt_tokens=[120000]))  # would build a 7B model on "cuda" otherwise
     with pytest.raises(ValueError, match="needs --preset and --device cuda"):
         run_benchmark(BenchOptions(preset="tiny", prompt_tokens=["max"]))
+
+
+def test_a_static_view_kept_from_an_earlier_call_counts_in_the_plain_run():
+    from hf_triforce.bench.memory import _estimates
+
+    cfg = preset_config("llama3.1-8b", 1)
+    dynamic, static = TriForceConfig(retrieval_budget=4096), TriForceConfig(retrieval_budget=4096, cuda_graphs=True)
+    plain_dynamic = _estimates(cfg, 65536, 2, dynamic, None, None)[0]
+    plain_static = _estimates(cfg, 65536, 2, static, None, None)[0]
+    assert plain_dynamic.kept_view == 0
+    assert plain_static.total - plain_dynamic.total == plain_static.kept_view == view_bytes(cfg, 65536, 2, static)
