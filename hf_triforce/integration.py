@@ -94,22 +94,28 @@ def _make_capturing_attention(base: str) -> Callable:
             return verify_attention(query, key, value, kwargs.get("scaling")).transpose(1, 2).contiguous(), None
         if _use_grouped_sdpa(base, query, key, attention_mask, kwargs):
             return gqa_sdpa_attention(module, query, key, value, attention_mask, **kwargs)
-        with _implementation_named(module.config, base):
+        # Show the base implementation its own name: flash attention looks its kernel up by
+        # module.config._attn_implementation (lazy_import_flash_attention), which holds the capture name here.
+        with _attn_implementation_as(module.config, base):
             return _base_attention(base, module)(module, query, key, value, attention_mask, **kwargs)
 
     return attention
 
 
 @contextlib.contextmanager
-def _implementation_named(config, base: str) -> Iterator[None]:
-    """Show the base implementation's name to it: flash attention looks its kernel up by
-    ``module.config._attn_implementation`` (``lazy_import_flash_attention``), which holds the capture name."""
-    name = config._attn_implementation
-    config._attn_implementation = base
+def _attn_implementation_as(config, name: str) -> Iterator[None]:
+    """Within the block, ``config._attn_implementation`` is ``name``; restored after."""
+    previous = config._attn_implementation
+    config._attn_implementation = name
     try:
         yield
     finally:
-        config._attn_implementation = name
+        config._attn_implementation = previous
+
+
+def _plain_attention(kwargs: dict[str, Any]) -> bool:
+    """No position bias, softcap or dropout: attention the fast paths compute exactly."""
+    return kwargs.get("position_bias") is None and kwargs.get("softcap") is None and not kwargs.get("dropout")
 
 
 def _use_grouped_sdpa(base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any]) -> bool:
@@ -118,7 +124,7 @@ def _use_grouped_sdpa(base: str, query: torch.Tensor, key: torch.Tensor, mask, k
     That is a masked multi-token forward over a GQA cache: the full-cache verification of a draft.
     Single-token steps and the prefill keep transformers' own path (identical numerics to plain decoding).
     """
-    plain = kwargs.get("position_bias") is None and kwargs.get("softcap") is None and not kwargs.get("dropout")
+    plain = _plain_attention(kwargs)
     grouped = query.shape[1] != key.shape[1]
     on_cpu = query.device.type == "cpu"
     return base == "sdpa" and plain and grouped and on_cpu and mask is not None and query.shape[2] > 1
@@ -131,8 +137,7 @@ def _use_split_kv(base: str, query: torch.Tensor, key: torch.Tensor, mask, kwarg
     forwards: batch 1, no padding, the new tokens' keys last), where the mask is bottom-right causal, which the
     kernel computes instead of reading.
     """
-    plain = kwargs.get("position_bias") is None and kwargs.get("softcap") is None and not kwargs.get("dropout")
-    plain = plain and kwargs.get("sliding_window") is None and query.shape[0] == 1
+    plain = _plain_attention(kwargs) and kwargs.get("sliding_window") is None and query.shape[0] == 1
     rows = query.shape[2] * query.shape[1] // key.shape[1]  # a verification's few tokens, not a prefill chunk
     multi = mask is not None and query.shape[2] > 1 and rows <= MAX_ROWS
     return base == "sdpa" and plain and multi and triton_enabled(query, key)
@@ -156,7 +161,7 @@ def _capture_name(base: str) -> str:
 def capturing_queries(model: torch.nn.Module, capture: QueryCapture, keep: int) -> Iterator[dict[str, Any]]:
     """Within the block, forwards given the yielded kwargs record their last ``keep`` queries per layer."""
     capture.keep = keep
-    with _wrapped_attention(model):
+    with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
         yield {"triforce_capture": capture}
 
 
@@ -169,19 +174,8 @@ def view_attention(model: torch.nn.Module) -> Iterator[None]:
     if parameter is None or not triton_enabled(parameter):
         yield
         return
-    with _wrapped_attention(model):
+    with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
         yield
-
-
-@contextlib.contextmanager
-def _wrapped_attention(model: torch.nn.Module) -> Iterator[None]:
-    config = model.config
-    base = config._attn_implementation
-    config._attn_implementation = _capture_name(base)
-    try:
-        yield
-    finally:
-        config._attn_implementation = base
 
 
 @contextlib.contextmanager
@@ -319,7 +313,9 @@ def disable(model: torch.nn.Module) -> torch.nn.Module:
         del model.generate
         del model._hf_triforce_enabled
         model.__dict__.pop("_hf_triforce_last_stats", None)
-        model.__dict__.pop("_hf_triforce_step_runner", None)  # graphs.KEPT_RUNNER_ATTR: frees its view storage
+        from .drafting.graphs import KEPT_RUNNER_ATTR  # (drafting imports this module)
+
+        model.__dict__.pop(KEPT_RUNNER_ATTR, None)  # the kept level-1 runner: frees its view storage
         if hasattr(model.generation_config, "triforce_config"):
             del model.generation_config.triforce_config
     return model

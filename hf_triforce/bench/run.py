@@ -103,7 +103,8 @@ def _checked_prompt_lengths(options: BenchOptions) -> list[int]:
     cases = _memory_cases(options)
     if "max" in options.prompt_tokens and not cases:
         raise ValueError("--prompt-tokens max (the longest context that fits) needs --preset and --device cuda.")
-    longest = min((longest_context(**c) for c in cases), default=0) - options.new_tokens
+    if "max" in options.prompt_tokens:
+        longest = min(longest_context(**c) for c in cases) - options.new_tokens
     lengths = [longest if t == "max" else t for t in options.prompt_tokens]
     for tokens, case in itertools.product(lengths, cases):
         check_fits(context=tokens + options.new_tokens, **case)

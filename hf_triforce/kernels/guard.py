@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -20,19 +20,19 @@ _BROKEN: set[str] = set()
 _WORKING: set[str] = set()
 
 
-def first_launch_guard(name: str, kernel: Callable[[], T], reference: Callable[[], T]) -> T:
-    """``kernel()``, or ``reference()`` if ``kernel``'s first launch in this process raised (see the module).
+def first_launch_guard(name: str, kernel: Callable[..., T], reference: Callable[..., T], *args: Any) -> T:
+    """``kernel(*args)``, or ``reference(*args)`` if ``kernel``'s first launch in this process raised (see the module).
 
     Example:
-        >>> first_launch_guard("demo", lambda: 1 / 0, lambda: 0.0)  # logs a warning once
+        >>> first_launch_guard("demo", lambda x: x / 0, lambda x: 0.0, 1.0)  # logs a warning once
         0.0
     """
     if name in _BROKEN:
-        return reference()
+        return reference(*args)
     if name in _WORKING:
-        return kernel()
+        return kernel(*args)
     try:
-        out = kernel()
+        out = kernel(*args)
     except Exception as exc:
         from .retrieval import _interpreting
 
@@ -44,6 +44,6 @@ def first_launch_guard(name: str, kernel: Callable[[], T], reference: Callable[[
             "(same results, slower). Please report this with your GPU, torch and triton versions.",
             name, type(exc).__name__, exc,
         )  # fmt: skip
-        return reference()
+        return reference(*args)
     _WORKING.add(name)
     return out

@@ -101,8 +101,7 @@ def chunk_scores(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
         [16.0, 16.0, 16.0, 16.0, 16.0]
     """
     if triton_enabled(query, summaries):
-        kernel = functools.partial(score_chunks_triton, query, summaries)
-        return first_launch_guard("score_chunks", kernel, functools.partial(score_chunks, query, summaries))
+        return first_launch_guard("score_chunks", score_chunks_triton, score_chunks, query, summaries)
     return score_chunks(query, summaries)
 
 
@@ -133,7 +132,7 @@ def gather_kv_into(
     """
     args = (keys, values, indices, out_keys, out_values)
     if triton_enabled(*args):
-        first_launch_guard("gather_kv", functools.partial(gather_kv_triton, *args), functools.partial(_gather, *args))
+        first_launch_guard("gather_kv", gather_kv_triton, _gather, *args)
         return
     _gather(*args)
 

@@ -21,8 +21,6 @@ yet: CPU tests run it under ``TRITON_INTERPRET=1``.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from .attention import gqa_sdpa_attention
@@ -54,8 +52,7 @@ def verify_attention(
     """
     args = (query, key, value, scale)
     if triton_enabled(query, key, value):
-        kernel, reference = (functools.partial(f, *args) for f in (verify_attention_triton, verify_attention_reference))
-        return first_launch_guard("verify_attention", kernel, reference)
+        return first_launch_guard("verify_attention", verify_attention_triton, verify_attention_reference, *args)
     return verify_attention_reference(*args)
 
 
