@@ -62,7 +62,7 @@ def main() -> None:
         f"decode speed: plain {result.plain.tokens_per_second:.1f} tok/s, "
         f"TriForce {result.triforce.tokens_per_second:.1f} tok/s, speedup {result.speedup:.2f}x"
     )
-    print(f"level-1 (retrieval) acceptance: {stats.retrieval.acceptance_rate:.2f}")
+    print(f"level-1 (retrieval) acceptance: {stats.level1.acceptance_rate:.2f}")
     print(f"tokens per full-cache forward: {stats.mean_accepted_length:.2f}")
     print("identical text:", "yes" if result.identical else "NO")
 

@@ -77,9 +77,9 @@ def main() -> None:
         plain = model.generate(input_ids, **kwargs)
 
     print("Answer:", tokenizer.decode(fast[0, input_ids.shape[1] :], skip_special_tokens=True).strip())
-    print(f"level-0 (draft model) acceptance: {stats.draft.acceptance_rate:.2f} "
-          f"({stats.draft.accepted}/{stats.draft.drafted} drafted tokens)")  # fmt: skip
-    print(f"level-1 (retrieval) acceptance: {stats.retrieval.acceptance_rate:.2f}")
+    print(f"level-0 (draft model) acceptance: {stats.level0.acceptance_rate:.2f} "
+          f"({stats.level0.accepted}/{stats.level0.drafted} drafted tokens)")  # fmt: skip
+    print(f"level-1 (retrieval) acceptance: {stats.level1.acceptance_rate:.2f}")
     print(f"draft cache: {stats.draft_cache_bytes / 2**20:.1f} MiB (StreamingLLM, {config.draft_cache_budget} tokens)")
     print("identical to plain generate():", torch.equal(fast, plain))
 

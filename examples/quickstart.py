@@ -49,8 +49,8 @@ def main() -> None:
 
     print("Answer:", tokenizer.decode(fast[0, input_ids.shape[1] :], skip_special_tokens=True).strip())
     print("identical to plain generate():", torch.equal(fast, plain))
-    print(f"level-0 (n-gram) acceptance: {stats.draft.acceptance_rate:.2f}")
-    print(f"level-1 (retrieval) acceptance: {stats.retrieval.acceptance_rate:.2f}")
+    print(f"level-0 (n-gram) acceptance: {stats.level0.acceptance_rate:.2f}")
+    print(f"level-1 (retrieval) acceptance: {stats.level1.acceptance_rate:.2f}")
     print(f"tokens per full-cache forward: {stats.mean_accepted_length:.2f} (plain generate(): 1.00)")
 
 

@@ -48,9 +48,9 @@ def main() -> None:
         config = TriForceConfig(retrieval_budget=BUDGET, drafter=drafter)
         run = measure(model, input_ids, triforce_config=config, **kwargs)
         stats = hf_triforce.last_stats(model)
-        level0 = f"{stats.draft.acceptance_rate:.2f}" if stats.draft.drafted else "-"
+        level0 = f"{stats.level0.acceptance_rate:.2f}" if stats.level0.drafted else "-"
         name = "two levels (none)" if drafter == "none" else "three levels (ngram)"
-        print(f"{name:<26}{level0:>13}{stats.retrieval.acceptance_rate:>13.2f}"
+        print(f"{name:<26}{level0:>13}{stats.level1.acceptance_rate:>13.2f}"
               f"{stats.mean_accepted_length:>16.2f}{run.tokens_per_second:>8.1f}")  # fmt: skip
         outputs[drafter] = run.sequences
     print("two levels (drafter='none') identical to plain generate():", torch.equal(outputs["none"], plain.sequences))

@@ -8,9 +8,10 @@ Example:
     >>> hf_triforce.last_stats(model).to_dict()  # doctest: +SKIP
 """
 
+import warnings
+
 from .caches import RetrievalCache, RetrievalView, StreamingLLMCache
 from .config import TriForceConfig
-from .drafting import TriForceCandidateGenerator
 from .errors import (
     TriForceConfigError,
     TriForceError,
@@ -18,32 +19,17 @@ from .errors import (
     UnsupportedGenerationError,
     UnsupportedModelError,
 )
-from .integration import SUPPORTED_MODEL_TYPES, disable, enable
+from .generation import disable, enable, is_enabled, last_stats
+from .hf.model import SUPPORTED_MODEL_TYPES
 from .stats import TriForceStats
 
-__version__ = "0.1.0"
-
-
-def last_stats(model) -> TriForceStats:
-    """Statistics of the model's most recent TriForce ``generate()`` call.
-
-    Raises:
-        ValueError: when no TriForce generation has run on this model.
-    """
-    stats = getattr(model, "_hf_triforce_last_stats", None)
-    if stats is None:
-        raise ValueError(
-            "No TriForce generation has run on this model yet: call model.generate(..., triforce_config=...)."
-        )
-    return stats
-
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "RetrievalCache",
     "RetrievalView",
     "StreamingLLMCache",
-    "TriForceCandidateGenerator",
     "TriForceConfig",
     "TriForceConfigError",
     "TriForceError",
@@ -53,5 +39,22 @@ __all__ = [
     "UnsupportedModelError",
     "disable",
     "enable",
+    "is_enabled",
     "last_stats",
 ]
+
+
+def __getattr__(name: str):
+    """``TriForceCandidateGenerator`` (0.1) is :class:`hf_triforce.hierarchy.Level1Drafter`; removed in 0.3."""
+    if name == "TriForceCandidateGenerator":
+        warnings.warn(
+            "hf_triforce.TriForceCandidateGenerator is now hf_triforce.hierarchy.Level1Drafter (it never was driven "
+            "by transformers' assisted generation, and its methods are draft/observe_verification); the old name is "
+            "removed in hf_triforce 0.3.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        from .hierarchy import Level1Drafter
+
+        return Level1Drafter
+    raise AttributeError(f"module 'hf_triforce' has no attribute {name!r}")

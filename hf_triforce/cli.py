@@ -8,9 +8,9 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from .backend import ATTN_CHOICES
 from .bench.shapes import PRESETS
 from .config import DRAFTERS
+from .hf.backend import ATTN_CHOICES
 
 CUDA_GRAPHS: dict[str, bool | str] = {"off": False, "auto": "auto", "on": True, "eager": "eager"}
 

@@ -157,6 +157,36 @@ class TriForceConfig:
         """Smallest valid ``retrieval_budget``: sink chunk + recent window + one retrieved chunk."""
         return 2 * self.chunk_size + self.recent_window
 
+    def full_cache_capacity(self, max_length: int) -> int:
+        """Slots per layer the full cache reserves for a call of ``max_length`` tokens.
+
+        A verification forward appends the ``gamma2`` level-1 drafts and the token before them past the sequence
+        (``max_length - 1`` tokens cached at most) before the rejected ones are cropped: ``max_length + gamma2 + 2``.
+
+        Example:
+            >>> TriForceConfig(gamma2=6).full_cache_capacity(1000)
+            1008
+        """
+        return max_length + self.gamma2 + 2
+
+    @property
+    def view_extra_capacity(self) -> int:
+        """Slots a level-1 view holds beyond its selection: the full cache's tokens appended until the next
+        re-selection (``refresh_every``), one round of level-1 (``gamma2``) and level-0 (``gamma1``) drafts, and 2.
+        """
+        return self.refresh_every + self.gamma2 + self.gamma1 + 2
+
+    @property
+    def view_capacity(self) -> int:
+        """Slots per layer of the fixed-capacity (static) level-1 view: ``retrieval_budget + view_extra_capacity``."""
+        return self.retrieval_budget + self.view_extra_capacity
+
+    @property
+    def draft_evict_batch(self) -> int:
+        """Window tokens the level-0 StreamingLLM cache evicts at once beyond what a forward needs (amortizes the
+        re-rotation of the keys that move down), leaving room for a ``gamma1``-token step: at most 16."""
+        return min(16, (self.draft_cache_budget - self.draft_sinks - self.gamma1 - 1) // 2)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable dict that ``from_dict`` turns back into an equal config."""
         return asdict(self)

@@ -98,7 +98,7 @@ def _generate_kwargs(options: DemoOptions) -> dict:
 def format_table(result: Comparison, options: DemoOptions, config: TriForceConfig, tokenizer, prompt: int) -> str:
     """The comparison as a small text table."""
     stats = result.triforce.stats
-    draft, retrieval = stats["levels"]["draft"], stats["levels"]["retrieval"]
+    draft, retrieval = stats["levels"]["level0"], stats["levels"]["level1"]
     rows = [
         ("", "plain generate()", "TriForce"),
         ("new tokens", str(result.plain.new_tokens), str(result.triforce.new_tokens)),

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..config import TriForceConfig
-from ..integration import small_batch_linears
+from ..hf.linears import small_batch_linears
 from .timing import TimingStreamer
 
 logger = logging.getLogger(__name__)

@@ -34,8 +34,8 @@ from tqdm.auto import tqdm
 
 from ..config import TriForceConfig
 from ..documents import DocumentError, read_document
-from ..drafting import NGramDrafter
 from ..errors import TriForceConfigError
+from ..hierarchy import NGramDrafter
 from .level0 import measure_drafter, model_drafter, truncated_model
 from .level1 import measure_view
 from .needle import NeedlePrompt, build_needle_prompt, needle_coverage, needle_overlap
@@ -331,7 +331,7 @@ def run_end_to_end(model, tokenizer, document: str, options: EvalOptions, drafts
     """
     import hf_triforce
 
-    was_enabled = getattr(model, "_hf_triforce_enabled", False)
+    was_enabled = hf_triforce.is_enabled(model)
     hf_triforce.enable(model)
     context = options.e2e_context_tokens
     prompt_tokens = context - options.e2e_new_tokens

@@ -413,7 +413,7 @@ def _end_to_end_section(results: dict[str, Any]) -> list[str]:
             greedy.setdefault(r["task"], r["tokens"])
     for r in rows:
         s = r["stats"]
-        draft, level1 = s["levels"]["draft"], s["levels"]["retrieval"]
+        draft, level1 = s["levels"]["level0"], s["levels"]["level1"]
         d = f"{draft['acceptance_rate']:.3f} ({draft['drafted']})" if draft["drafted"] else "-"
         steps = s["phases"].get("level1", {}).get("calls", 0)
         same = ("yes" if r["tokens"] == greedy[r["task"]] else "NO") if r["temperature"] == 0 else "n/a"

@@ -3,7 +3,7 @@
 No small model sharing the target's tokenizer is available offline, so the tiny-model drafter evaluated
 here is training-free: the target's first ``k`` decoder layers, its final norm and its LM head
 (:func:`truncated_model`, sharing the target's weights; an "early exit" draft). It runs with the
-package's :class:`~hf_triforce.drafting.ModelDrafter` and :class:`~hf_triforce.caches.StreamingLLMCache`,
+package's :class:`~hf_triforce.hierarchy.ModelDrafter` and :class:`~hf_triforce.caches.StreamingLLMCache`,
 as TriForce runs any draft model.
 
 At each position ``j`` the drafter proposes one token after the reference prefix; its acceptance is
@@ -25,9 +25,10 @@ import torch
 
 from ..caches.streaming import StreamingLLMCache
 from ..config import TriForceConfig
-from ..drafting import ModelDrafter, NGramDrafter
 from ..errors import UnsupportedModelError
-from ..integration import rotary_inv_freq, small_batch_linears
+from ..hf.linears import small_batch_linears
+from ..hf.model import rotary_inv_freq
+from ..hierarchy import ModelDrafter, NGramDrafter
 from .acceptance import logits_processors, processed_probs, token_acceptance
 from .reference import Reference
 

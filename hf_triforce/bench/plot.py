@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-LEVELS = (("level1", "level-1 step (retrieval view)"), ("verify", "full-cache verification"))
+LEVELS = (("level1", "level-1 step (retrieval view)"), ("level2", "full-cache verification"))
 
 
 def write_plot(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:

@@ -24,10 +24,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..stats import upgrade_stats_dicts
+
 logger = logging.getLogger(__name__)
 
 BUSY_LIMIT = 0.25  # cores a timed row lacked (taken by other processes) above which it is marked not comparable
-PHASES = (("level1", "level-1 step"), ("verify", "verification"), ("refresh", "refresh"), ("draft", "level-0 draft"))
+PHASES = (("level1", "level-1 step"), ("level2", "verification"), ("refresh", "refresh"), ("level0", "level-0 draft"))
 
 
 def kind_of(results: dict[str, Any]) -> str | None:
@@ -68,7 +70,7 @@ def generate_all(results_dir: str | Path, out_dir: str | Path) -> list[Path]:
     (out / "data").mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for path in sorted(Path(results_dir).glob("*.json")):
-        results = json.loads(path.read_text())
+        results = upgrade_stats_dicts(json.loads(path.read_text()))
         kind = kind_of(results)
         if kind is None:
             logger.warning("skipping %s: not a bench or tuning result", path)
@@ -110,7 +112,7 @@ def bench_tables(results: dict[str, Any]) -> str:
             f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['budget']} | "
             f"{r['plain']['tokens_per_second']:.1f} | {_tps(r.get('plain_fast_linears'))} | "
             f"{r['triforce']['tokens_per_second']:.1f} | {r['speedup']:.2f}x | {identical} | "
-            f"{_rate(t['levels']['draft'])} | {_rate(t['levels']['retrieval'])} | {t['mean_accepted_length']:.2f} |"
+            f"{_rate(t['levels']['level0'])} | {_rate(t['levels']['level1'])} | {t['mean_accepted_length']:.2f} |"
         )
     lines += ["", "| prompt | T | plain ms/token | " + " | ".join(f"{name} ms (calls)" for _, name in PHASES) + " |"]
     lines.append("|---:|---:|---:|" + "---:|" * len(PHASES))
@@ -207,7 +209,7 @@ def tuning_table(results: dict[str, Any], knob: str, rows: list[dict[str, Any]])
         phases = r["triforce"]["phases"]
         lines.append(
             f"| {value} | {level0} | {r['level1_acceptance']:.2f} | {r['tokens_per_forward']:.2f} | "
-            f"{_phase_ms(phases.get('level1')):.1f} | {_phase_ms(phases.get('verify')):.1f} | "
+            f"{_phase_ms(phases.get('level1')):.1f} | {_phase_ms(phases.get('level2')):.1f} | "
             f"{r['tokens_per_second']:.1f} | {r['speedup']:.2f}x | {'yes' if r['identical_output'] else 'NO'} |"
         )
     return "\n".join(lines) + "\n"

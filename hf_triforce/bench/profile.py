@@ -25,7 +25,7 @@ def profile_phases(model, input_ids: torch.LongTensor, top: int = 6, **generate_
         phases of :class:`hf_triforce.stats.PhaseTimes` (``level1``, ``verify``, ...), host time.
 
     Example:
-        >>> profile_phases(model, ids, max_new_tokens=32, triforce_config=cfg)["verify"]["ops"]  # doctest: +SKIP
+        >>> profile_phases(model, ids, max_new_tokens=32, triforce_config=cfg)["level2"]["ops"]  # doctest: +SKIP
         {'aten::_scaled_dot_product_flash_attention_for_cpu': 70.6, 'aten::mm': 44.2, ...}
     """
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if input_ids.is_cuda else [])

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 import torch
 
 from ..caches.retrieval import RetrievalCache
-from ..integration import QueryCapture, capturing_queries, prefill_progress, small_batch_linears
+from ..hf.attention import QueryCapture, capturing_queries
+from ..hf.linears import small_batch_linears
+from ..hf.progress import prefill_progress
+from ..hf.versions import cache_kwargs
 from .acceptance import processed_probs
 
 
@@ -148,7 +151,7 @@ def _step(model, cache: RetrievalCache, tokens: torch.LongTensor, start: int) ->
         out = model(
             input_ids=tokens,
             position_ids=positions,
-            past_key_values=cache,
+            **cache_kwargs(cache),
             use_cache=True,
             logits_to_keep=1,
             **capture_kwargs,

@@ -124,7 +124,7 @@ def _phase_row(r: dict[str, Any]) -> str:
     t = r["triforce"]["triforce"]
     fast = r.get("plain_fast_linears")
     fast_ms = "-" if fast is None else f"{1000 * fast['decode_seconds_per_token']:.1f}"
-    phases = [_phase(t["phases"].get(name)) for name in ("level1", "verify", "refresh", "draft")]
+    phases = [_phase(t["phases"].get(name)) for name in ("level1", "level2", "refresh", "level0")]
     sizes = [_mib(r.get("weight_bytes")), _mib(t["full_cache_bytes"]), _mib(t["view_bytes"])]
     return (
         f"| {r['prompt_tokens']} | {r['temperature']} | {1000 * r['plain']['decode_seconds_per_token']:.1f} | "
@@ -152,12 +152,12 @@ def _mib(n: int | None) -> str:
 def _row(r: dict[str, Any]) -> str:
     t = r["triforce"]["triforce"]
     levels = t["levels"]
-    draft = f"{levels['draft']['acceptance_rate']:.2f}" if levels["draft"]["drafted"] else "-"
+    draft = f"{levels['level0']['acceptance_rate']:.2f}" if levels["level0"]["drafted"] else "-"
     identical = "yes" if r["identical_output"] else ("n/a" if r["temperature"] > 0 else "NO")
     return (
         f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['budget']} | "
         f"{r['plain']['tokens_per_second']:.2f} | {r['triforce']['tokens_per_second']:.2f} | "
-        f"{r['speedup']:.2f}x | {identical} | {draft} | {levels['retrieval']['acceptance_rate']:.2f} | "
+        f"{r['speedup']:.2f}x | {identical} | {draft} | {levels['level1']['acceptance_rate']:.2f} | "
         f"{t['mean_accepted_length']:.2f} | {_tps(r.get('plain_fast_linears'))} |"
     )
 
@@ -210,7 +210,7 @@ def _bandwidth_section(results: dict[str, Any]) -> list[str]:
 def _bandwidth_row(r: dict[str, Any], bandwidth: float | None) -> str:
     t = r["triforce"]["triforce"]
     plain_ms = 1e3 * r["plain"]["decode_seconds_per_token"]
-    level1_ms, verify_ms = _phase_ms(t, "level1"), _phase_ms(t, "verify")
+    level1_ms, verify_ms = _phase_ms(t, "level1"), _phase_ms(t, "level2")
     floors = _floors(r, bandwidth)
     modeled = modeled_speedups(r)
     real = modeled["real_text_acceptance"]
@@ -228,9 +228,9 @@ def modeled_speedups(r: dict[str, Any]) -> dict[str, float | None]:
     ``real_text_acceptance`` uses ``r["real_acceptance"]`` (a real model on real text), or is ``None``.
     """
     t = r["triforce"]["triforce"]
-    latencies = (1e3 * r["plain"]["decode_seconds_per_token"], _phase_ms(t, "level1"), _phase_ms(t, "verify"))
+    latencies = (1e3 * r["plain"]["decode_seconds_per_token"], _phase_ms(t, "level1"), _phase_ms(t, "level2"))
     gamma2 = r["config"]["gamma2"]
-    own = modeled_speedup(*latencies, t["levels"]["retrieval"]["acceptance_rate"], gamma2)
+    own = modeled_speedup(*latencies, t["levels"]["level1"]["acceptance_rate"], gamma2)
     real = r.get("real_acceptance")
     return {
         "this_run_acceptance": own,

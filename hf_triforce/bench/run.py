@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..backend import preferred_attn_implementation
 from ..config import TriForceConfig
 from ..documents import DEFAULT_QUESTION, question_prompt, read_document
+from ..hf.backend import preferred_attn_implementation
 from .bandwidth import kv_bytes_per_token
 from .compare import compare
 from .memory import check_fits, longest_context

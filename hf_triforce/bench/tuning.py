@@ -210,13 +210,13 @@ def _row(
         "identical_output": bool(torch.equal(run.sequences, plain.sequences)),
         "tokens_per_second": run.tokens_per_second,
         "speedup": speedup,
-        "level0_acceptance": levels["draft"]["acceptance_rate"] if levels["draft"]["drafted"] else None,
-        "level1_acceptance": levels["retrieval"]["acceptance_rate"],
+        "level0_acceptance": levels["level0"]["acceptance_rate"] if levels["level0"]["drafted"] else None,
+        "level1_acceptance": levels["level1"]["acceptance_rate"],
         "tokens_per_forward": stats["mean_accepted_length"],
         "level1_forwards_per_token": stats["phases"].get("level1", {}).get("calls", 0) / stats["new_tokens"],
         "cores_lacked": busy,  # see _contention
         "triforce": stats,
-        "summary": f"{speedup:.2f}x, level-1 acc. {levels['retrieval']['acceptance_rate']:.2f}, "
+        "summary": f"{speedup:.2f}x, level-1 acc. {levels['level1']['acceptance_rate']:.2f}, "
         f"{stats['mean_accepted_length']:.2f} tokens/forward",
     }
 

@@ -21,9 +21,10 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from ..caches.retrieval import RetrievalCache
-from ..caches.selection import gather_tokens
-from ..integration import small_batch_linears
+from ..hf.linears import small_batch_linears
+from ..hf.versions import cache_kwargs
 from ..kernels.linear import MAX_ROWS
+from ..kernels.retrieval import gather_tokens
 
 DEFAULT_MAX_ROWS = MAX_ROWS  # rows per forward: the CPU few-row linear path covers up to this many
 
@@ -118,7 +119,7 @@ def _forward(model, cache: RetrievalCache, selection, selected_at: int, lengths,
     out = model(
         input_ids=input_ids[None],
         position_ids=lengths[None],
-        past_key_values=SharedViewCache(keys, values),
+        **cache_kwargs(SharedViewCache(keys, values)),
         attention_mask=mask,
         use_cache=True,
     )

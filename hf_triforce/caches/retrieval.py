@@ -3,48 +3,25 @@
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
 
-from ..kernels import retrieval as kernels  # a module import: hf_triforce.kernels imports .selection back
+from ..kernels.retrieval import chunk_means, chunk_scores
+from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
-from .selection import chunk_means, select_token_indices
+from .selection import select_token_indices
+from .view import RetrievalView
 
 
-class RetrievalLayer(CacheLayerMixin):
+class RetrievalLayer(BufferedLayer):
     """One layer of the full cache: keys/values in a growable buffer and lazily computed chunk means."""
 
-    is_sliding = False
-    is_croppable = True
-
     def __init__(self, capacity: int = 0, chunk_size: int = 8) -> None:
-        super().__init__()
-        self.buffer = KVBuffer(capacity)
+        super().__init__(KVBuffer(capacity))
         self.chunk_size = chunk_size
         self._summaries: torch.Tensor | None = None
         self._n_summarized = 0
 
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
-        self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        self.keys, self.values = self.buffer.append(key_states, value_states)
-        return self.keys, self.values
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.get_seq_length() + query_length, 0
-
-    def get_seq_length(self) -> int:
-        return self.buffer.length
-
-    def get_max_length(self) -> int:
-        return -1
-
     def crop(self, tokens_to_remove: int) -> None:
-        self.buffer.crop(tokens_to_remove)
-        self.keys, self.values = (self.buffer.keys, self.buffer.values) if self.is_initialized else (None, None)
+        super().crop(tokens_to_remove)
         self._n_summarized = min(self._n_summarized, self.buffer.length // self.chunk_size)
 
     def reset(self) -> None:
@@ -73,13 +50,13 @@ class RetrievalLayer(CacheLayerMixin):
         self._summaries = grown
 
 
-class RetrievalCache(Cache):
+class RetrievalCache(BufferedCache):
     """The target model's full KV cache, with chunk summaries for query-aware retrieval.
 
-    Used as ``past_key_values`` of the target model: it behaves like ``DynamicCache`` (appends,
+    Used as the cache of the target model's full-cache forwards: it behaves like ``DynamicCache`` (appends,
     negative ``crop``) but stores keys/values in preallocated buffers and keeps the mean key of every
-    ``chunk_size`` tokens. :meth:`sparse_view` builds a :class:`RetrievalView` of ``budget`` tokens
-    per layer and KV head for the level-1 draft forwards.
+    ``chunk_size`` tokens. :meth:`sparse_view` builds a :class:`~hf_triforce.caches.view.RetrievalView` of
+    ``budget`` tokens per layer and KV head for the level-1 draft forwards.
 
     Args:
         num_layers: decoder layers of the model.
@@ -107,7 +84,7 @@ class RetrievalCache(Cache):
         indices = []
         for layer, query in zip(self.layers, queries, strict=True):
             if length > budget:
-                scores = kernels.chunk_scores(query, layer.summaries())
+                scores = chunk_scores(query, layer.summaries())
             else:  # everything is kept; only the [B, H_kv] shape matters (the indices are gathered per KV head)
                 kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1
                 scores = query.new_zeros(query.shape[0], kv_heads, 0)
@@ -115,115 +92,6 @@ class RetrievalCache(Cache):
         return indices
 
     def sparse_view(self, indices: list[torch.Tensor], extra_capacity: int) -> RetrievalView:
-        """A :class:`RetrievalView` holding the gathered tokens plus room for ``extra_capacity`` more."""
+        """A :class:`~hf_triforce.caches.view.RetrievalView` holding the gathered tokens plus room for
+        ``extra_capacity`` more."""
         return RetrievalView(self, indices, extra_capacity)
-
-    def kv_nbytes(self) -> int:
-        """Bytes allocated for keys and values over all layers."""
-        return sum(layer.buffer.nbytes() for layer in self.layers)
-
-
-def gather_selection(buffer: KVBuffer, keys: torch.Tensor, values: torch.Tensor, indices: torch.Tensor) -> int:
-    """Write the tokens at ``[B, H_kv, S]`` ``indices`` of ``[B, H_kv, L, D]`` keys/values into ``buffer[:S]``.
-
-    In place, straight into the buffer's storage (one Triton launch for keys and values on CUDA,
-    ``torch.gather`` otherwise; see :func:`hf_triforce.kernels.retrieval.gather_kv_into`); the buffer's
-    length becomes ``S``, which is returned (a view layer's ``static_length``).
-    """
-    selected = indices.shape[-1]
-    buffer.reserve(selected, keys)
-    buffer.length = selected
-    kernels.gather_kv_into(keys, values, indices, buffer.keys, buffer.values)
-    return selected
-
-
-class ViewLayer(CacheLayerMixin):
-    """One layer of a sparse view: gathered tokens, then a tail of recent and drafted tokens."""
-
-    is_sliding = False
-    is_croppable = True
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, extra_capacity: int) -> None:
-        """Gather ``[B, H_kv, S]`` token ``indices`` of the full ``[B, H_kv, L, D]`` keys/values into the buffer
-        (:func:`gather_selection`), with room for ``extra_capacity`` more tokens."""
-        super().__init__()
-        self.buffer = KVBuffer(indices.shape[-1] + extra_capacity)
-        self.static_length = gather_selection(self.buffer, keys, values, indices)
-        self.is_initialized = True
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        return self.buffer.append(key_states, value_states)
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.buffer.length + query_length, 0
-
-    def get_seq_length(self) -> int:
-        return self.buffer.length
-
-    def get_max_length(self) -> int:
-        return -1
-
-    def crop(self, tokens_to_remove: int) -> None:
-        self.buffer.crop(tokens_to_remove)
-
-
-class SparseViewMixin:
-    """Bookkeeping shared by :class:`RetrievalView` and the fixed-capacity ``StaticRetrievalView``.
-
-    Expects ``self.layers`` (each with a ``buffer`` and a ``static_length``: the gathered tokens come
-    first), ``self.source`` (the :class:`RetrievalCache`) and ``self.source_length`` (its length at the
-    selection).
-    """
-
-    @property
-    def visible_length(self) -> int:
-        return self.layers[0].buffer.length
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        layer = self.layers[layer_idx]
-        return self.source_length + layer.buffer.length - layer.static_length
-
-    def get_query_offset(self, layer_idx: int = 0) -> int:
-        return self.layers[layer_idx].buffer.length
-
-    def tail_length(self) -> int:
-        """Tokens of the full cache appended since the selection (``source length - selection length``)."""
-        return self.source.get_seq_length() - self.source_length
-
-    def sync(self) -> None:
-        """Drop drafted tokens and copy the full cache's tokens added since the selection (exact KV)."""
-        start = self.source_length
-        for view_layer, layer in zip(self.layers, self.source.layers, strict=True):
-            keys = layer.buffer.keys[:, :, start:]
-            values = layer.buffer.values[:, :, start:]
-            view_layer.buffer.write(view_layer.static_length, keys, values)
-
-    def kv_nbytes(self) -> int:
-        """Bytes allocated for the view's keys and values over all layers."""
-        return sum(layer.buffer.nbytes() for layer in self.layers)
-
-
-class RetrievalView(SparseViewMixin, Cache):
-    """A sparse, compacted view of a :class:`RetrievalCache` for level-1 (self-speculative) drafting.
-
-    Each layer holds the gathered tokens chosen at selection time (different per KV head, keys
-    post-RoPE so they keep their true positions), followed by the full cache's tokens appended since
-    the selection, followed by drafted tokens. Drafted tokens never enter the full cache.
-
-    ``get_seq_length()`` reports the *true* sequence length (the position of the next token);
-    ``get_query_offset()``/``get_mask_sizes()`` report the compacted *visible* length, so the causal
-    mask lines up with the keys returned by ``update``. Forwards over a view must pass explicit
-    ``position_ids`` and ``attention_mask=None``.
-    """
-
-    def __init__(self, source: RetrievalCache, indices: list[torch.Tensor], extra_capacity: int) -> None:
-        layers = []
-        for layer, idx in zip(source.layers, indices, strict=True):
-            layers.append(ViewLayer(layer.buffer.keys, layer.buffer.values, idx, extra_capacity))
-        super().__init__(layers=layers)
-        self.source = source
-        self.source_length = source.get_seq_length()
-        self.capacity = layers[0].buffer.capacity

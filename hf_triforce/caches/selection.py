@@ -1,51 +1,12 @@
-"""Query-aware, GQA-aware chunk selection for the retrieval cache (pure tensor functions)."""
+"""Which tokens a retrieval view keeps: the sink chunk, the top-scoring chunks and the recent window.
+
+The chunk scores come from :func:`hf_triforce.kernels.retrieval.chunk_scores` (query . mean key, summed over
+a GQA group); this module turns them into token indices.
+"""
 
 from __future__ import annotations
 
 import torch
-
-
-def chunk_means(keys: torch.Tensor, chunk_size: int) -> torch.Tensor:
-    """Mean key of each complete chunk.
-
-    Args:
-        keys: ``[B, H_kv, L, D]`` post-RoPE keys.
-        chunk_size: tokens per chunk.
-
-    Returns:
-        ``[B, H_kv, L // chunk_size, D]`` chunk summaries (a trailing partial chunk is left out).
-
-    Example:
-        >>> chunk_means(torch.ones(1, 2, 17, 4), 8).shape
-        torch.Size([1, 2, 2, 4])
-    """
-    b, h, length, d = keys.shape
-    n = length // chunk_size
-    return keys[:, :, : n * chunk_size].reshape(b, h, n, chunk_size, d).mean(dim=3)
-
-
-def score_chunks(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
-    """Score every chunk for every KV head with the query heads of its GQA group.
-
-    The score of chunk ``c`` for KV head ``h`` is ``sum_{g in group(h)} q_g . s_{h,c}``, i.e. the
-    query heads sharing KV head ``h`` (``H_q / H_kv`` consecutive heads, as ``repeat_kv`` lays them
-    out) are summed.
-
-    Args:
-        query: ``[B, H_q, D]`` post-RoPE query of the current token.
-        summaries: ``[B, H_kv, C, D]`` chunk summaries.
-
-    Returns:
-        ``[B, H_kv, C]`` scores.
-
-    Example:
-        >>> score_chunks(torch.ones(1, 4, 8), torch.ones(1, 2, 5, 8)).shape
-        torch.Size([1, 2, 5])
-    """
-    b, hq, d = query.shape
-    hkv = summaries.shape[1]
-    grouped = query.reshape(b, hkv, hq // hkv, d).sum(dim=2)
-    return torch.einsum("bhd,bhcd->bhc", grouped.to(summaries.dtype), summaries)
 
 
 def select_token_indices(
@@ -92,8 +53,3 @@ def _top_chunks(scores: torch.Tensor, k: int) -> torch.Tensor:
     if k == 0:
         return scores.new_zeros((*scores.shape[:2], 0), dtype=torch.long)
     return scores.topk(k, dim=-1).indices.sort(dim=-1).values
-
-
-def gather_tokens(states: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    """Gather ``[B, H, S, D]`` states at per-head token ``indices`` ``[B, H, S]`` from ``[B, H, L, D]``."""
-    return states.gather(2, indices[..., None].expand(-1, -1, -1, states.shape[-1]))

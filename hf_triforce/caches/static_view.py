@@ -1,6 +1,6 @@
 """``StaticRetrievalView``: the level-1 sparse view on fixed-capacity storage, for static-shape (CUDA graph) steps.
 
-Same contents and bookkeeping as :class:`~hf_triforce.caches.retrieval.RetrievalView` (gathered tokens,
+Same contents and bookkeeping as :class:`~hf_triforce.caches.view.RetrievalView` (gathered tokens,
 then the full cache's tokens appended since the selection, then drafted tokens, compacted at slots
 ``0 .. visible_length``), but:
 
@@ -9,7 +9,7 @@ then the full cache's tokens appended since the selection, then drafted tokens, 
 * ``update`` writes a step's keys/values at the slots of a *tensor* (``index_copy_``) and returns the whole
   ``[B, H_kv, capacity, D]`` storage every step (a constant shape);
 * ``get_mask_sizes`` reports the capacity; the forward is given an explicit 4D causal mask built from the
-  same slot tensor (:func:`~hf_triforce.drafting.graphs.static_causal_mask`), which hides every slot after
+  same slot tensor (:func:`~hf_triforce.hierarchy.static_steps.static_causal_mask`), which hides every slot after
   the step's own. Positions come from explicit ``position_ids`` (true positions; the view is compacted).
 
 Host-side state (``length``, ``static_length``, ``source_length``) changes only outside the forward: the
@@ -19,43 +19,31 @@ step runner advances it after each step, ``crop``/``sync``/``refresh`` run betwe
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
 
-from .retrieval import RetrievalCache, SparseViewMixin, gather_selection
+from .base import BufferedCache, BufferedLayer
+from .retrieval import RetrievalCache
 from .static_buffer import SlotWrites, StaticKVBuffer, StepSlots
+from .view import SparseViewMixin, gather_selection
 
 
-class StaticViewLayer(SlotWrites, CacheLayerMixin):
+class StaticViewLayer(SlotWrites, BufferedLayer):
     """One layer of a :class:`StaticRetrievalView`: ``capacity`` fixed slots, the first ``static_length`` gathered."""
 
-    is_sliding = False
-    is_croppable = True
-
     def __init__(self, capacity: int, slots: StepSlots) -> None:
-        super().__init__()
-        self.buffer = StaticKVBuffer(capacity)
+        super().__init__(StaticKVBuffer(capacity))
         self.slots = slots
         self.static_length = 0
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.is_initialized = True
-
-    def get_seq_length(self) -> int:
-        return self.buffer.length
 
     def get_max_length(self) -> int:
         return self.buffer.capacity
 
-    def crop(self, tokens_to_remove: int) -> None:
-        self.buffer.crop(tokens_to_remove)
 
-
-class StaticRetrievalView(SparseViewMixin, Cache):
+class StaticRetrievalView(SparseViewMixin, BufferedCache):
     """A fixed-capacity sparse view of a :class:`RetrievalCache`, rewritten in place at every re-selection.
 
     ``get_seq_length()`` is the *true* sequence length (the position of the next token), ``visible_length``
     the compacted slots in use. Forwards over it go through a
-    :class:`~hf_triforce.drafting.graphs.StaticStepRunner`, which sets the step's slots, passes the mask
+    :class:`~hf_triforce.hierarchy.static_steps.StaticStepRunner`, which sets the step's slots, passes the mask
     and true ``position_ids``, and advances the visible length afterwards.
 
     Args:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
 
+from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
 
 
@@ -37,37 +37,15 @@ def rotate_keys(keys: torch.Tensor, inv_freq: torch.Tensor, shift: int) -> torch
     return torch.cat([head * cos + rotated_half * sin, rest], dim=-1)
 
 
-class StreamingLayer(CacheLayerMixin):
+class StreamingLayer(BufferedLayer):
     """One layer: ``sinks`` first tokens, then a window of the most recent ones, at contiguous slots."""
 
-    is_sliding = False
-    is_croppable = True
-
     def __init__(self, budget: int, sinks: int, inv_freq: torch.Tensor) -> None:
-        super().__init__()
+        super().__init__(KVBuffer(budget))
         self.budget, self.sinks, self.inv_freq = budget, sinks, inv_freq
-        self.buffer = KVBuffer(budget)
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        self.keys, self.values = self.buffer.append(key_states, value_states)
-        return self.keys, self.values
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.buffer.length + query_length, 0
-
-    def get_seq_length(self) -> int:
-        return self.buffer.length
 
     def get_max_length(self) -> int:
         return self.budget
-
-    def crop(self, tokens_to_remove: int) -> None:
-        self.buffer.crop(tokens_to_remove)
 
     def evict(self, count: int) -> None:
         """Drop the ``count`` oldest window tokens; the rest move down ``count`` slots (keys re-rotated)."""
@@ -79,7 +57,7 @@ class StreamingLayer(CacheLayerMixin):
         self.buffer.write(start, keys, values)
 
 
-class StreamingLLMCache(Cache):
+class StreamingLLMCache(BufferedCache):
     """StreamingLLM KV cache (Xiao et al. 2024): ``sinks`` first tokens plus the most recent window.
 
     Positions are cache slots, as in StreamingLLM: the token in slot ``i`` is rotated at position
@@ -125,7 +103,3 @@ class StreamingLLMCache(Cache):
         for layer in self.layers:
             layer.evict(count)
         return count
-
-    def kv_nbytes(self) -> int:
-        """Bytes allocated for keys and values over all layers."""
-        return sum(layer.buffer.nbytes() for layer in self.layers)

@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .dispatch import interpreting
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -34,9 +36,7 @@ def first_launch_guard(name: str, kernel: Callable[..., T], reference: Callable[
     try:
         out = kernel(*args)
     except Exception as exc:
-        from .retrieval import _interpreting
-
-        if _interpreting():
+        if interpreting():
             raise
         _BROKEN.add(name)
         logger.warning(

@@ -17,11 +17,11 @@ view's buffer. Here:
   ``C = L / chunk_size`` float32 scores per KV head (8K at 128K context with 16-token chunks), a
   ``1 / D`` fraction of the summaries the scoring reads.
 
-The pure-torch references are :func:`~hf_triforce.caches.selection.score_chunks` and
-:func:`~hf_triforce.caches.selection.gather_tokens`. :func:`chunk_scores` and :func:`gather_kv_into`
-dispatch: Triton when every tensor is on CUDA, Triton imports, and ``HF_TRIFORCE_DISABLE_TRITON`` is
-not set (``1``/``true``/``yes``/``on``); the reference otherwise (always on the CPU, so CPU results
-are exactly those of the references). This module imports Triton on first CUDA use only (torch's
+The pure-torch references, :func:`chunk_means` (the summaries), :func:`score_chunks` and
+:func:`gather_tokens`, are the first section of this module. :func:`chunk_scores` and :func:`gather_kv_into`
+dispatch: Triton when :func:`~hf_triforce.kernels.dispatch.triton_enabled` (every tensor on CUDA, Triton
+importable, ``HF_TRIFORCE_DISABLE_TRITON`` not set), the reference otherwise (always on the CPU, so CPU
+results are exactly those of the references). This module imports Triton on first CUDA use only (torch's
 ``_dynamo``, which ``transformers.generation`` imports, loads it anyway when it is installed).
 
 CPU tests run the kernels under Triton's interpreter: with ``TRITON_INTERPRET=1`` in the environment
@@ -32,57 +32,67 @@ this works even when Triton was imported earlier without the variable.
 
 from __future__ import annotations
 
-import functools
-import logging
-import os
-
 import torch
 
-from ..caches.selection import gather_tokens, score_chunks
+from .dispatch import check_device, interpreting, triton_enabled
 from .guard import first_launch_guard
 
-logger = logging.getLogger(__name__)
+# --------------------------------------------------------------------------------------------------------------
+# the pure-torch references
+# --------------------------------------------------------------------------------------------------------------
 
-DISABLE_ENV = "HF_TRIFORCE_DISABLE_TRITON"
-_TRUE = {"1", "true", "yes", "on"}
 
-__all__ = [
-    "DISABLE_ENV",
-    "chunk_scores",
-    "gather_kv_into",
-    "gather_kv_triton",
-    "score_chunks_triton",
-    "triton_enabled",
-]
+def chunk_means(keys: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """Mean key of each complete chunk.
+
+    Args:
+        keys: ``[B, H_kv, L, D]`` post-RoPE keys.
+        chunk_size: tokens per chunk.
+
+    Returns:
+        ``[B, H_kv, L // chunk_size, D]`` chunk summaries (a trailing partial chunk is left out).
+
+    Example:
+        >>> chunk_means(torch.ones(1, 2, 17, 4), 8).shape
+        torch.Size([1, 2, 2, 4])
+    """
+    b, h, length, d = keys.shape
+    n = length // chunk_size
+    return keys[:, :, : n * chunk_size].reshape(b, h, n, chunk_size, d).mean(dim=3)
+
+
+def score_chunks(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
+    """Score every chunk for every KV head with the query heads of its GQA group.
+
+    The score of chunk ``c`` for KV head ``h`` is ``sum_{g in group(h)} q_g . s_{h,c}``, i.e. the
+    query heads sharing KV head ``h`` (``H_q / H_kv`` consecutive heads, as ``repeat_kv`` lays them
+    out) are summed.
+
+    Args:
+        query: ``[B, H_q, D]`` post-RoPE query of the current token.
+        summaries: ``[B, H_kv, C, D]`` chunk summaries.
+
+    Returns:
+        ``[B, H_kv, C]`` scores.
+
+    Example:
+        >>> score_chunks(torch.ones(1, 4, 8), torch.ones(1, 2, 5, 8)).shape
+        torch.Size([1, 2, 5])
+    """
+    b, hq, d = query.shape
+    hkv = summaries.shape[1]
+    grouped = query.reshape(b, hkv, hq // hkv, d).sum(dim=2)
+    return torch.einsum("bhd,bhcd->bhc", grouped.to(summaries.dtype), summaries)
+
+
+def gather_tokens(states: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """Gather ``[B, H, S, D]`` states at per-head token ``indices`` ``[B, H, S]`` from ``[B, H, L, D]``."""
+    return states.gather(2, indices[..., None].expand(-1, -1, -1, states.shape[-1]))
 
 
 # --------------------------------------------------------------------------------------------------------------
 # dispatch
 # --------------------------------------------------------------------------------------------------------------
-
-
-def triton_enabled(*tensors: torch.Tensor) -> bool:
-    """Whether the Triton kernels serve these tensors: all on CUDA, Triton importable, not disabled.
-
-    Example:
-        >>> triton_enabled(torch.zeros(2))  # a CPU tensor: always the torch reference
-        False
-    """
-    if not tensors or not all(t.is_cuda for t in tensors):
-        return False
-    if os.environ.get(DISABLE_ENV, "").strip().lower() in _TRUE:
-        return False
-    return _triton_importable()
-
-
-@functools.cache
-def _triton_importable() -> bool:
-    try:
-        import triton  # noqa: F401
-    except Exception as exc:  # ImportError, or a broken install: fall back, say so once
-        logger.warning("Triton unavailable (%s): retrieval uses the pure-torch path.", exc)
-        return False
-    return True
 
 
 def chunk_scores(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
@@ -148,7 +158,7 @@ def _gather(keys, values, indices, out_keys, out_values) -> None:
 
 
 def score_chunks_triton(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
-    """:func:`~hf_triforce.caches.selection.score_chunks` in one Triton launch, float32 accumulation.
+    """:func:`score_chunks` in one Triton launch, float32 accumulation.
 
     Query head ``j`` belongs to KV head ``j // (H_q / H_kv)`` (``repeat_kv``'s layout). Each program
     sums its group's query heads in float32, then takes float32 dot products with ``BLOCK_C`` chunk
@@ -255,25 +265,7 @@ def _tiles(rows: int, length: int) -> tuple[int, tuple[int, int]]:
 def _kernels():
     from ._retrieval_triton import compiled_kernels
 
-    return compiled_kernels(_interpreting())
-
-
-def _interpreting() -> bool:
-    """Whether ``triton.jit`` would build interpreted kernels now (``TRITON_INTERPRET``)."""
-    import triton
-
-    knobs = getattr(triton, "knobs", None)  # triton >= 3.4; older releases read the variable directly
-    if knobs is not None:
-        return bool(knobs.runtime.interpret)
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on")
-
-
-def _check_device(*tensors: torch.Tensor) -> None:
-    devices = {t.device for t in tensors}
-    if len(devices) != 1:
-        raise ValueError(f"Triton retrieval kernels need all tensors on one device, got {sorted(map(str, devices))}.")
-    if not tensors[0].is_cuda and not _interpreting():
-        raise ValueError("Triton retrieval kernels need CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors).")
+    return compiled_kernels(interpreting())
 
 
 def _check_score_inputs(query: torch.Tensor, summaries: torch.Tensor) -> tuple[int, int, int]:
@@ -284,7 +276,7 @@ def _check_score_inputs(query: torch.Tensor, summaries: torch.Tensor) -> tuple[i
     hkv = summaries.shape[1]
     if summaries.shape[0] != b or summaries.shape[3] != d or hkv == 0 or hq % hkv:
         raise ValueError(f"incompatible query {tuple(query.shape)} and summaries {tuple(summaries.shape)}.")
-    _check_device(query, summaries)
+    check_device("score_chunks_triton", query, summaries)
     return b, hq, d
 
 
@@ -303,5 +295,5 @@ def _check_gather_inputs(keys, values, indices, out_keys, out_values) -> tuple[i
             raise ValueError(f"{name} must be {keys.dtype} {expected}, got {out.dtype} {tuple(out.shape)}.")
     if out_values.stride() != out_keys.stride():
         raise ValueError("out_values must have the strides of out_keys.")
-    _check_device(keys, values, indices, out_keys, out_values)
+    check_device("gather_kv_triton", keys, values, indices, out_keys, out_values)
     return b, hkv, n_slots, d

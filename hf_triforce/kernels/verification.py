@@ -15,7 +15,7 @@ keys each. :func:`verify_attention_triton` is flash-decoding for that case:
 
 Its pure-torch reference is :func:`verify_attention_reference` (``scaled_dot_product_attention`` with that
 mask). :func:`verify_attention` dispatches: the kernel on CUDA when Triton is enabled
-(:func:`~hf_triforce.kernels.retrieval.triton_enabled`), the reference otherwise. It has not run on a GPU
+(:func:`~hf_triforce.kernels.dispatch.triton_enabled`), the reference otherwise. It has not run on a GPU
 yet: CPU tests run it under ``TRITON_INTERPRET=1``.
 """
 
@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 
 from .attention import gqa_sdpa_attention
+from .dispatch import check_device, interpreting, triton_enabled
 from .guard import first_launch_guard
-from .retrieval import _interpreting, triton_enabled
 
 BLOCK_N = 64  # keys per tile
 MAX_ROWS = 64  # query tokens x GQA group the kernel takes (one tile of rows, registers); a verification: ~7 x 4
@@ -115,12 +115,11 @@ def _check_inputs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -
     b, hq, q_len, d = query.shape
     if key.shape[0] != b or key.shape[3] != d or hq % key.shape[1] or not 0 < q_len <= key.shape[2]:
         raise ValueError(f"incompatible query {tuple(query.shape)} and key {tuple(key.shape)}.")
-    if len({query.device, key.device, value.device}) != 1 or (not query.is_cuda and not _interpreting()):
-        raise ValueError("verify_attention_triton needs CUDA tensors on one device (or TRITON_INTERPRET=1).")
+    check_device("verify_attention_triton", query, key, value)
     return b, hq, q_len, d
 
 
 def _launch():
     from ._verify_triton import launcher
 
-    return launcher(_interpreting())
+    return launcher(interpreting())

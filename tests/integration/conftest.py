@@ -26,7 +26,7 @@ from transformers import (
 )
 
 import hf_triforce
-from hf_triforce.drafting import graphs
+from hf_triforce.hierarchy import static_steps
 
 VOCAB = 256
 INITIALIZER_RANGE = 0.15
@@ -177,14 +177,14 @@ def model_factory() -> Callable[..., torch.nn.Module]:
 
 
 @pytest.fixture
-def runners(monkeypatch) -> list[graphs.StaticStepRunner]:
+def runners(monkeypatch) -> list[static_steps.StaticStepRunner]:
     """Every ``StaticStepRunner`` built during the test, to check which steps ran on the static path."""
-    built: list[graphs.StaticStepRunner] = []
-    init = graphs.StaticStepRunner.__init__
+    built: list[static_steps.StaticStepRunner] = []
+    init = static_steps.StaticStepRunner.__init__
 
     def record(self, *args, **kwargs):
         init(self, *args, **kwargs)
         built.append(self)
 
-    monkeypatch.setattr(graphs.StaticStepRunner, "__init__", record)
+    monkeypatch.setattr(static_steps.StaticStepRunner, "__init__", record)
     return built

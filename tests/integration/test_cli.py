@@ -173,8 +173,8 @@ def test_bench_writes_json_and_markdown(capsys, tmp_path, model_dir, document):
     for row in results["rows"]:
         assert row["plain"]["new_tokens"] == row["triforce"]["new_tokens"] == 10
         assert row["speedup"] > 0 and row["weight_bytes"] > 0
-        assert {"level1", "verify"} <= set(row["profile"]), row["profile"]
-        assert row["profile"]["verify"]["ops"], "the verification's operators were not attributed to it"
+        assert {"level1", "level2"} <= set(row["profile"]), row["profile"]
+        assert row["profile"]["level2"]["ops"], "the verification's operators were not attributed to it"
     assert results["rows"][0]["identical_output"] is True
     page = out.with_suffix(".md").read_text()
     for heading in ("| prompt | T |", "## Where the time goes", "### Operators per phase"):
@@ -190,13 +190,13 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
     assert row["real_acceptance"] == {"level1": 0.9, "source": "given on the command line"}
     phases = row["triforce"]["triforce"]["phases"]
     plain_ms = 1e3 * row["plain"]["decode_seconds_per_token"]
-    latencies = [plain_ms] + [phases[p]["ms_per_call"] for p in ("level1", "verify")]
+    latencies = [plain_ms] + [phases[p]["ms_per_call"] for p in ("level1", "level2")]
     expected = modeled_speedup(*latencies, 0.9, row["config"]["gamma2"])
     assert row["modeled_speedup"]["real_text_acceptance"] == pytest.approx(expected)
     assert row["random_weights"] and row["shape"] == "tiny" and row["prompt_tokens"] == 1024
     assert row["model_config"]["attn_implementation"] == "eager" and row["config"]["cuda_graphs"] == "eager"
     assert row["identical_output"] is True
-    assert row["triforce"]["triforce"]["levels"]["draft"]["drafted"] > 0, "the draft preset was not used"
+    assert row["triforce"]["triforce"]["levels"]["level0"]["drafted"] > 0, "the draft preset was not used"
     assert row["kv_bytes_per_token"] == 2 * 2 * 2 * 16 * 4  # K and V x layers x KV heads x head_dim x fp32
     assert "## Against the bandwidth model" in out.with_suffix(".md").read_text()
     page = out.with_suffix(".md").read_text()

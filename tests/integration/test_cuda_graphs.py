@@ -17,7 +17,8 @@ import hf_triforce
 from hf_triforce import TriForceConfig
 from hf_triforce.caches.retrieval import RetrievalCache
 from hf_triforce.caches.static_view import StaticRetrievalView
-from hf_triforce.drafting import graphs
+from hf_triforce.hf.versions import cache_kwargs
+from hf_triforce.hierarchy import static_steps
 
 pytestmark = [pytest.mark.integration, pytest.mark.gpu]
 
@@ -42,17 +43,17 @@ def test_graph_replay_equals_eager_static_step(model_factory, dtype):
     tokens = torch.randint(0, model.config.vocab_size, (160,), generator=torch.Generator().manual_seed(0)).to(CUDA)
     source = RetrievalCache(layers, chunk_size=8, capacity=256)
     views = [StaticRetrievalView(source, capacity=80) for _ in range(2)]
-    eager = graphs.StaticStepRunner(model, views[0], range(1, 4), use_graphs=False)
-    graphed = graphs.StaticStepRunner(model, views[1], range(1, 4), use_graphs=True, strict=True)
+    eager = static_steps.StaticStepRunner(model, views[0], range(1, 4), use_graphs=False)
+    graphed = static_steps.StaticStepRunner(model, views[1], range(1, 4), use_graphs=True, strict=True)
     with torch.no_grad():
-        model(input_ids=tokens[None, :100], past_key_values=source, use_cache=True)
+        model(input_ids=tokens[None, :100], **cache_kwargs(source), use_cache=True)
         for view in views:
             view.refresh([_selection(100, 48, kv_heads, seed=s) for s in range(layers)])
         position, cursor = 100, 100
         plan = [(3, 1), (1, 1), (2, 2), (3, 3), "sync", (3, 2), (1, 1), "refresh", (2, 1), (3, 3), (1, 1)]
         for item in plan:
             if item == "sync":
-                model(input_ids=tokens[None, cursor : cursor + 5], past_key_values=source, use_cache=True)
+                model(input_ids=tokens[None, cursor : cursor + 5], **cache_kwargs(source), use_cache=True)
                 cursor, position = cursor + 5, source.get_seq_length()
                 for view in views:
                     view.sync()

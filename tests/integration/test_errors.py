@@ -147,7 +147,7 @@ def test_unsupported_family(factory):
     assert model.config.model_type in message
     for family in ("llama", "mistral", "qwen2", "qwen3"):
         assert family in message
-    assert not getattr(model, "_hf_triforce_enabled", False)
+    assert not hf_triforce.is_enabled(model)
     assert "generate" not in vars(model), "a rejected model must keep its own generate()"
 
 

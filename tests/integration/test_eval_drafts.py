@@ -25,10 +25,11 @@ from hf_triforce.bench.reference import decode_reference, prefill_prompt
 from hf_triforce.bench.streaming_view import streaming_indices
 from hf_triforce.bench.view_forward import row_mask, view_logits
 from hf_triforce.bench.view_policy import ViewPolicy, group_scores, select_indices
-from hf_triforce.caches.retrieval import RetrievalView
-from hf_triforce.caches.selection import score_chunks
+from hf_triforce.caches.view import RetrievalView
 from hf_triforce.cli import main
-from hf_triforce.drafting import NGramDrafter
+from hf_triforce.hf.versions import cache_kwargs
+from hf_triforce.hierarchy import NGramDrafter
+from hf_triforce.kernels.retrieval import score_chunks
 
 pytestmark = pytest.mark.integration
 
@@ -108,7 +109,7 @@ def test_batched_view_logits_equal_one_token_forwards_over_a_retrieval_view(pref
             out = model(
                 input_ids=ref.tokens[i : i + 1][None],
                 position_ids=torch.tensor([[length]]),
-                past_key_values=view,
+                **cache_kwargs(view),
                 use_cache=True,
             )
         torch.testing.assert_close(batched[i], out.logits[0, -1].float(), atol=1e-4, rtol=1e-4)
@@ -130,7 +131,7 @@ def test_streaming_view_equals_attention_over_sinks_and_window_by_hand(prefilled
         )
     with torch.no_grad():
         expected = model(
-            input_ids=ref.tokens[3:4][None], position_ids=torch.tensor([[length]]), past_key_values=by_hand
+            input_ids=ref.tokens[3:4][None], position_ids=torch.tensor([[length]]), **cache_kwargs(by_hand)
         ).logits[0, -1]
     policy = ViewPolicy(kind="streaming", budget=budget, sinks=sinks)
     selection = select_indices(cache, ref.query(3), length, policy)
@@ -269,7 +270,7 @@ def test_eval_drafts_cli_end_to_end(capsys, tmp_path, saved_model):
     assert {r["drafter"] for r in e2e} == {"none", "ngram", "model-1L"}
     greedy = [r["tokens"] for r in e2e if r["temperature"] == 0 and r["task"] == e2e[0]["task"]]
     assert all(tokens == greedy[0] for tokens in greedy), "greedy TriForce output must not depend on the drafter"
-    assert any(r["stats"]["levels"]["draft"]["drafted"] for r in e2e if r["drafter"] == "model-1L")
+    assert any(r["stats"]["levels"]["level0"]["drafted"] for r in e2e if r["drafter"] == "model-1L")
     value, positions = pooled(main_rows, task_kind="natural", temperature=0.0)
     assert positions == 4 * 9 and 0 <= value <= 1
     page = out.with_suffix(".md").read_text()

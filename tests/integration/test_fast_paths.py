@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import hf_triforce.integration as integration
+import hf_triforce.hf.attention as integration
 from hf_triforce import TriForceConfig
 
 pytestmark = pytest.mark.integration

@@ -53,9 +53,9 @@ def test_every_family_and_drafter(zoo, make_prompt, assert_greedy_equal, family,
     stats = hf_triforce.last_stats(model).to_dict()
     assert stats["new_tokens"] == 24
     if drafter == "none":
-        assert stats["levels"]["draft"]["drafted"] == 0
+        assert stats["levels"]["level0"]["drafted"] == 0
     else:
-        assert stats["levels"]["draft"]["drafted"] > 0
+        assert stats["levels"]["level0"]["drafted"] > 0
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ def test_gammas(zoo, llama, make_prompt, assert_greedy_equal, drafter, gamma1, g
     cfg = small_config(drafter=drafter, gamma1=gamma1, gamma2=gamma2, draft_cache_budget=64, draft_sinks=4)
     assert_greedy_equal(llama, prompt, cfg, 29, assistant_model=assistant_for(zoo, drafter))
     stats = hf_triforce.last_stats(llama)
-    assert stats.retrieval.drafted <= gamma2 * stats.target_forwards
+    assert stats.level1.drafted <= gamma2 * stats.target_forwards
 
 
 @pytest.mark.parametrize("gamma1,gamma2", [(1, 1), (2, 5), (3, 8)])
@@ -124,8 +124,8 @@ def test_gammas_with_full_acceptance(llama, make_prompt, assert_greedy_equal, ga
     assert_greedy_equal(llama, prompt, cfg, 37, assistant_model=llama)
     stats = hf_triforce.last_stats(llama)
     if gamma2 > 1:  # with gamma2 == 1 level 1 drafts one token per round and level 0 has no room
-        assert stats.draft.drafted > 0 and stats.draft.acceptance_rate >= 0.9
-    assert stats.retrieval.acceptance_rate >= 0.9
+        assert stats.level0.drafted > 0 and stats.level0.acceptance_rate >= 0.9
+    assert stats.level1.acceptance_rate >= 0.9
     if gamma2 > 1:
         assert stats.mean_accepted_length > 1.5
 
@@ -157,7 +157,7 @@ def test_level0_pauses_when_its_drafts_are_rejected(llama, make_prompt, assert_g
     for floor in (0.0, 1.0):
         cfg = small_config(drafter="ngram", gamma1=2, gamma2=6, draft_acceptance_floor=floor)
         assert_greedy_equal(llama, prompt, cfg, 48)
-        drafted[floor] = hf_triforce.last_stats(llama).draft.drafted
+        drafted[floor] = hf_triforce.last_stats(llama).level0.drafted
     assert drafted[0.0] > 0
     assert drafted[1.0] < drafted[0.0] / 2, drafted
 
@@ -168,8 +168,8 @@ def test_level0_keeps_drafting_while_accepted(llama, make_prompt, assert_greedy_
     cfg = small_config(drafter="model", retrieval_budget=256, gamma1=2, gamma2=6, draft_acceptance_floor=1.0)
     assert_greedy_equal(llama, prompt, cfg, 37, assistant_model=llama)
     stats = hf_triforce.last_stats(llama)
-    steps = stats.retrieval.drafted - stats.draft.accepted  # every level-1 step adds one token of its own
-    assert stats.draft.drafted >= 2 * (steps - 2), (stats.draft.drafted, steps)
+    steps = stats.level1.drafted - stats.level0.accepted  # every level-1 step adds one token of its own
+    assert stats.level0.drafted >= 2 * (steps - 2), (stats.level0.drafted, steps)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -311,7 +311,7 @@ LEVEL_KEYS = {"drafted", "accepted", "acceptance_rate"}
 
 def check_stats(stats: dict, new_tokens: int, gamma2: int) -> None:
     assert STATS_KEYS <= set(stats)
-    assert set(stats["levels"]) == {"draft", "retrieval"}
+    assert set(stats["levels"]) == {"level0", "level1"}
     assert stats["new_tokens"] == new_tokens
     assert stats["decoded_tokens"] == new_tokens - 1, "the prefill forward produces the first token"
     assert 0 <= stats["prefill_seconds"] <= stats["seconds"]
@@ -325,7 +325,7 @@ def check_stats(stats: dict, new_tokens: int, gamma2: int) -> None:
         assert 0.0 <= level["acceptance_rate"] <= 1.0
         if level["drafted"]:
             assert level["acceptance_rate"] == pytest.approx(level["accepted"] / level["drafted"])
-    retrieval = stats["levels"]["retrieval"]
+    retrieval = stats["levels"]["level1"]
     assert retrieval["drafted"] <= gamma2 * stats["target_forwards"]
     assert stats["decoded_tokens"] <= retrieval["accepted"] + stats["target_forwards"]
 
@@ -352,7 +352,7 @@ def test_full_budget_retrieval_acceptance(llama, make_prompt, drafter):
     assert torch.equal(expected, out)
     stats = hf_triforce.last_stats(llama).to_dict()
     check_stats(stats, 40, cfg.gamma2)
-    assert stats["levels"]["retrieval"]["acceptance_rate"] >= 0.9
+    assert stats["levels"]["level1"]["acceptance_rate"] >= 0.9
     assert stats["mean_accepted_length"] > 3
 
 
@@ -376,7 +376,7 @@ def test_draft_cache_evicts(zoo, llama, make_prompt, assert_greedy_equal, assist
     draft = zoo.draft("llama_gqa") if assistant == "tiny" else llama
     assert_greedy_equal(llama, prompt, cfg, 64, assistant_model=draft)
     stats = hf_triforce.last_stats(llama)
-    assert stats.draft.drafted > 0
+    assert stats.level0.drafted > 0
     check_stats(stats.to_dict(), 64, cfg.gamma2)
 
 

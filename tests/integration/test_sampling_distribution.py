@@ -135,7 +135,7 @@ class Sampler:
             return self._triforce[key]
         config = TriForceConfig(drafter=drafter, **SPARSE)
         assistant = self.draft if drafter in ("model", "auto") else None
-        totals = dict.fromkeys(("draft_drafted", "draft_accepted", "retrieval_drafted", "retrieval_accepted"), 0)
+        totals = dict.fromkeys(("level0_drafted", "level0_accepted", "level1_drafted", "level1_accepted"), 0)
         totals["retrieval_refreshes"] = 0
         sequences = []
         with torch.random.fork_rng(devices=[]):
@@ -152,7 +152,7 @@ class Sampler:
                     )
                 )
                 stats = hf_triforce.last_stats(self.target).to_dict()
-                for level in ("draft", "retrieval"):
+                for level in ("level0", "level1"):
                     for count in ("drafted", "accepted"):
                         totals[f"{level}_{count}"] += stats["levels"][level][count]
                 totals["retrieval_refreshes"] += stats["retrieval_refreshes"]
@@ -233,12 +233,12 @@ def test_sampled_triforce_matches_plain_generate(sampler, processors, drafter):
         f"{HISTOGRAM_TOKENS} new tokens). Level totals: {totals}.\n" + describe(table, labels, ("plain", "triforce"))
     )
     # The exact-sampling paths the test is about really ran: rejections (and acceptances) at both levels.
-    assert 0 < totals["retrieval_accepted"] < totals["retrieval_drafted"], totals
+    assert 0 < totals["level1_accepted"] < totals["level1_drafted"], totals
     assert totals["retrieval_refreshes"] > len(TRIFORCE_SEEDS), totals
     if drafter == "none":
-        assert totals["draft_drafted"] == 0, totals
+        assert totals["level0_drafted"] == 0, totals
     else:
-        assert 0 < totals["draft_accepted"] < totals["draft_drafted"], totals
+        assert 0 < totals["level0_accepted"] < totals["level0_drafted"], totals
 
 
 def _draw_from_target(target_probs, draft_probs, token=None):

@@ -20,10 +20,10 @@ from transformers import LogitsProcessorList
 import hf_triforce
 from hf_triforce import TriForceConfig
 from hf_triforce.caches.streaming import StreamingLLMCache
-from hf_triforce.drafting import graphs
-from hf_triforce.drafting.model import ModelDrafter
 from hf_triforce.errors import TriForceConfigError, TriForceError, UnsupportedDeviceError, UnsupportedModelError
-from hf_triforce.integration import rotary_inv_freq
+from hf_triforce.generation.state import state_of
+from hf_triforce.hf.model import rotary_inv_freq
+from hf_triforce.hierarchy import ModelDrafter, static_steps
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,7 @@ def test_greedy_equal_with_static_steps(zoo, make_prompt, assert_greedy_equal, r
 
 
 def _kept_level1_steps(model) -> int:
-    kept = model.__dict__.get(graphs.KEPT_RUNNER_ATTR)
+    kept = state_of(model).level1_runner
     return 0 if kept is None else kept[1].counts["eager"]
 
 
@@ -75,9 +75,10 @@ def test_level1_runner_is_reused_across_calls(model_factory, make_prompt, assert
     assert len(runners) == 1 and _kept_level1_steps(model) == runners[0].counts["eager"]
     other = TriForceConfig(**{**cfg.to_dict(), "retrieval_budget": cfg.retrieval_budget + cfg.chunk_size})
     assert_greedy_equal(model, make_prompt(200, seed=4, repetitive=True), other, 16)
-    assert len(runners) == 2 and model.__dict__[graphs.KEPT_RUNNER_ATTR][1] is runners[1]
+    state = state_of(model)
+    assert len(runners) == 2 and state.level1_runner[1] is runners[1]
     hf_triforce.disable(model)
-    assert graphs.KEPT_RUNNER_ATTR not in model.__dict__
+    assert state_of(model) is None and not hf_triforce.is_enabled(model)
 
 
 def test_greedy_equal_with_full_acceptance(zoo, make_prompt, assert_greedy_equal):
@@ -95,7 +96,7 @@ def test_greedy_equal_with_full_acceptance(zoo, make_prompt, assert_greedy_equal
         cuda_graphs="eager",
     )
     levels = _static_equals_dynamic(model, make_prompt(50, seed=8), assert_greedy_equal, cfg, 37, model)
-    assert levels["draft"]["acceptance_rate"] >= 0.9 and levels["retrieval"]["acceptance_rate"] >= 0.9
+    assert levels["level0"]["acceptance_rate"] >= 0.9 and levels["level1"]["acceptance_rate"] >= 0.9
 
 
 def test_greedy_equal_qwen2_with_refreshes(zoo, make_prompt, assert_greedy_equal):
@@ -177,20 +178,20 @@ def test_default_cpu_path_is_dynamic(zoo, make_prompt, runners, setting):
 
 def test_resolve_step_mode_on_cpu(zoo):
     model = zoo.target("llama_gqa")
-    assert graphs.resolve_step_mode(False, model) == "dynamic"
-    assert graphs.resolve_step_mode("auto", model) == "dynamic"
-    assert graphs.resolve_step_mode("eager", model) == "eager"
+    assert static_steps.resolve_step_mode(False, model) == "dynamic"
+    assert static_steps.resolve_step_mode("auto", model) == "dynamic"
+    assert static_steps.resolve_step_mode("eager", model) == "eager"
     with pytest.raises(UnsupportedDeviceError):
-        graphs.resolve_step_mode(True, model)
+        static_steps.resolve_step_mode(True, model)
 
 
 def test_blockers(model_factory, monkeypatch):
     model = model_factory("llama_gqa", enable=False)
-    assert graphs.graph_blockers(model) == [] and graphs.mask_kind(model) == "bool"
+    assert static_steps.graph_blockers(model) == [] and static_steps.mask_kind(model) == "bool"
     monkeypatch.setattr(model.model.rotary_emb, "rope_type", "dynamic")
-    assert any("RoPE type 'dynamic'" in r for r in graphs.graph_blockers(model))
-    assert graphs.static_blockers(model) == []  # eager static steps do not mind host reads
+    assert any("RoPE type 'dynamic'" in r for r in static_steps.graph_blockers(model))
+    assert static_steps.static_blockers(model) == []  # eager static steps do not mind host reads
     flash = SimpleNamespace(config=SimpleNamespace(_attn_implementation="flash_attention_2"))
-    assert graphs.mask_kind(flash) is None
+    assert static_steps.mask_kind(flash) is None
     with pytest.raises(UnsupportedModelError, match="sdpa or eager"):
-        graphs.resolve_step_mode("eager", flash)
+        static_steps.resolve_step_mode("eager", flash)

@@ -15,9 +15,10 @@ import torch
 from transformers.models.llama.modeling_llama import repeat_kv
 
 from hf_triforce.caches.retrieval import RetrievalCache
-from hf_triforce.caches.selection import gather_tokens
 from hf_triforce.caches.static_view import StaticRetrievalView
-from hf_triforce.drafting.graphs import StaticStepRunner, static_causal_mask
+from hf_triforce.hf.versions import cache_kwargs
+from hf_triforce.hierarchy.static_steps import StaticStepRunner, static_causal_mask
+from hf_triforce.kernels.retrieval import gather_tokens
 
 pytestmark = pytest.mark.integration
 logger = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def _forward(model, cache, tokens: torch.Tensor, position: int) -> torch.Tensor:
     """Dynamic-shape forward (as level 1 runs today): float32 logits ``[q, V]``."""
     q = tokens.shape[0]
     positions = torch.arange(position, position + q)[None]
-    out = model(input_ids=tokens[None], position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=q)
+    out = model(input_ids=tokens[None], position_ids=positions, **cache_kwargs(cache), use_cache=True, logits_to_keep=q)
     return out.logits[0].float()
 
 

@@ -1,6 +1,6 @@
 """The verification's and level-1 steps' attention: what the split-KV kernel assumes, and TriForce through it.
 
-:func:`hf_triforce.integration._use_split_kv` sends TriForce's masked multi-token forwards on CUDA (the
+:func:`hf_triforce.hf.attention._use_split_kv` sends TriForce's masked multi-token forwards on CUDA (the
 verification, and level-1 steps over a dynamic view through ``view_attention``) to
 :func:`~hf_triforce.kernels.verification.verify_attention`, which computes the bottom-right causal mask
 instead of reading the one transformers built. The first test checks, on every such forward of real
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import hf_triforce.integration as integration
+import hf_triforce.hf.attention as integration
 import hf_triforce.kernels.verification as kv
 from hf_triforce import TriForceConfig
 from hf_triforce.kernels.attention import _bottom_right_causal

@@ -45,6 +45,6 @@ def test_greedy_identical_and_retrieval_accepted(model_and_ids, plain_output, dr
     assert torch.equal(out, plain_output)
     stats = hf_triforce.last_stats(model).to_dict()
     assert stats["new_tokens"] == NEW_TOKENS
-    retrieval = stats["levels"]["retrieval"]
+    retrieval = stats["levels"]["level1"]
     assert retrieval["drafted"] > 0
     assert retrieval["acceptance_rate"] >= 0.8, stats

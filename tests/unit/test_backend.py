@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import hf_triforce.backend as backend
-from hf_triforce.backend import preferred_attn_implementation
+import hf_triforce.hf.backend as backend
+from hf_triforce.hf.backend import preferred_attn_implementation
 
 pytestmark = pytest.mark.unit
 

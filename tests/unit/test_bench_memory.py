@@ -36,6 +36,7 @@ from hf_triforce.bench.shapes import preset_config, random_model
 from hf_triforce.caches import RetrievalCache
 from hf_triforce.config import TriForceConfig
 from hf_triforce.errors import TriForceError
+from hf_triforce.hf.versions import cache_kwargs, output_cache
 
 pytestmark = pytest.mark.unit
 
@@ -180,7 +181,7 @@ def test_cache_terms_equal_the_caches_of_real_generate_calls(dtype):
     ids = torch.randint(0, model.config.vocab_size, (1, prompt), generator=torch.Generator().manual_seed(0))
     kwargs = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False)
     out = model.generate(ids, return_dict_in_generate=True, **kwargs)
-    cached = sum(layer.keys.nbytes + layer.values.nbytes for layer in out.past_key_values.layers)
+    cached = sum(layer.keys.nbytes + layer.values.nbytes for layer in output_cache(out).layers)
     assert plain_generate_estimate(model.config, prompt + new - 1, size).kv == cached  # the last token is not fed
 
     tc = TriForceConfig(retrieval_budget=64, chunk_size=8, recent_window=16, drafter="model", draft_cache_budget=48)
@@ -242,7 +243,7 @@ def test_one_forward_prefill_estimate_bounds_the_measured_activations(kv_heads):
     ids = torch.randint(0, cfg.vocab_size, (1, prompt))
     tracker = LiveBytes()
     with torch.inference_mode(), tracker:
-        model(ids, past_key_values=DynamicCache(config=cfg), use_cache=True, logits_to_keep=1)
+        model(ids, **cache_kwargs(DynamicCache(config=cfg)), use_cache=True, logits_to_keep=1)
     measured = tracker.peak - plain_generate_estimate(cfg, prompt, BF16).kv  # the cache it wrote is not transient
     estimate = prefill_bytes(cfg, prompt, BF16)
     assert 0 <= estimate - measured <= logits_bytes(cfg, 1, BF16)

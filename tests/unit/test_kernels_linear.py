@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hf_triforce.integration import small_batch_linears
+from hf_triforce.hf.linears import small_batch_linears
 from hf_triforce.kernels.linear import MAX_ROWS, linear_forward, small_batch_linear, use_small_batch_linear
 
 pytestmark = pytest.mark.unit

@@ -26,13 +26,10 @@ import torch
 pytest.importorskip("triton")
 
 from hf_triforce.caches.retrieval import RetrievalCache  # noqa: E402
-from hf_triforce.caches.selection import (  # noqa: E402
-    chunk_means,
-    gather_tokens,
-    score_chunks,
-    select_token_indices,
-)
+from hf_triforce.caches.selection import select_token_indices  # noqa: E402
 from hf_triforce.kernels import retrieval as kr  # noqa: E402
+from hf_triforce.kernels.dispatch import DISABLE_ENV  # noqa: E402
+from hf_triforce.kernels.retrieval import chunk_means, gather_tokens, score_chunks  # noqa: E402
 
 pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("triton_mode")]
 
@@ -223,7 +220,7 @@ def test_dispatch_uses_the_reference_on_cpu(monkeypatch):
 def test_triton_enabled_for_cuda_tensors_unless_disabled(monkeypatch, value, enabled):
     cuda_like = SimpleNamespace(is_cuda=True)  # stands in for a CUDA tensor: only ``is_cuda`` is read
     if value is not None:
-        monkeypatch.setenv(kr.DISABLE_ENV, value)
+        monkeypatch.setenv(DISABLE_ENV, value)
     assert kr.triton_enabled(cuda_like, cuda_like) is enabled
     assert kr.triton_enabled(cuda_like, torch.zeros(1)) is False  # one CPU tensor: the reference
     assert kr.triton_enabled() is False
@@ -369,6 +366,6 @@ def test_cuda_kernels_match_reference(dtype, monkeypatch):
     assert torch.equal(_bits(view.layers[0].buffer.keys), _bits(gather_tokens(keys, indices)))
     assert torch.equal(_bits(view.layers[0].buffer.values), _bits(gather_tokens(values, indices)))
 
-    monkeypatch.setenv(kr.DISABLE_ENV, "1")  # the escape hatch: back to the torch reference
+    monkeypatch.setenv(DISABLE_ENV, "1")  # the escape hatch: back to the torch reference
     assert not kr.triton_enabled(query, summaries)
     assert kr.chunk_scores(query, summaries).dtype == summaries.dtype

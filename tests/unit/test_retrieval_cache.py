@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
 
-from hf_triforce.caches.retrieval import RetrievalCache, RetrievalView
-from hf_triforce.caches.selection import chunk_means
+from hf_triforce.caches.retrieval import RetrievalCache
+from hf_triforce.caches.view import RetrievalView
+from hf_triforce.hf.versions import cache_kwargs
+from hf_triforce.kernels.retrieval import chunk_means
 
 pytestmark = pytest.mark.unit
 
@@ -223,14 +225,14 @@ def test_view_forward_equals_full_cache_forward_when_everything_fits():
     cache = RetrievalCache(num_layers=2, chunk_size=8)
     ref_cache = DynamicCache()
     with torch.no_grad():
-        model(input_ids=prompt, position_ids=torch.arange(200)[None], past_key_values=cache, use_cache=True)
-        model(input_ids=prompt, past_key_values=ref_cache, use_cache=True)
+        model(input_ids=prompt, position_ids=torch.arange(200)[None], **cache_kwargs(cache), use_cache=True)
+        model(input_ids=prompt, **cache_kwargs(ref_cache), use_cache=True)
         queries = [torch.randn(1, 4, 16, generator=_gen(2)) for _ in range(2)]
         view = cache.sparse_view(cache.select(queries, budget=256, recent_window=16), extra_capacity=8)
         got = model(
-            input_ids=new, position_ids=torch.arange(200, 203)[None], attention_mask=None, past_key_values=view
+            input_ids=new, position_ids=torch.arange(200, 203)[None], attention_mask=None, **cache_kwargs(view)
         ).logits
-        ref = model(input_ids=new, past_key_values=ref_cache, use_cache=True).logits
+        ref = model(input_ids=new, **cache_kwargs(ref_cache), use_cache=True).logits
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
 
 
@@ -242,7 +244,7 @@ def test_view_forward_attention_equals_attention_by_hand_in_every_layer():
     new = torch.randint(0, 128, (1, 3), generator=_gen(4))
     cache = RetrievalCache(num_layers=2, chunk_size=8)
     with torch.no_grad():
-        model(input_ids=prompt, position_ids=torch.arange(200)[None], past_key_values=cache, use_cache=True)
+        model(input_ids=prompt, position_ids=torch.arange(200)[None], **cache_kwargs(cache), use_cache=True)
     queries = [torch.randn(1, n_heads, d, generator=_gen(5)) for _ in range(2)]
     indices = cache.select(queries, budget=64, recent_window=16)
     view = cache.sparse_view(indices, extra_capacity=8)
@@ -257,7 +259,7 @@ def test_view_forward_attention_equals_attention_by_hand_in_every_layer():
     handles = [layer.self_attn.register_forward_hook(hook, with_kwargs=True) for layer in model.model.layers]
     try:
         with torch.no_grad():
-            model(input_ids=new, position_ids=torch.arange(200, 203)[None], attention_mask=None, past_key_values=view)
+            model(input_ids=new, position_ids=torch.arange(200, 203)[None], attention_mask=None, **cache_kwargs(view))
     finally:
         for handle in handles:
             handle.remove()

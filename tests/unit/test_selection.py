@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.models.llama.modeling_llama import repeat_kv
 
-from hf_triforce.caches.selection import chunk_means, gather_tokens, score_chunks, select_token_indices
+from hf_triforce.caches.selection import select_token_indices
+from hf_triforce.kernels.retrieval import chunk_means, gather_tokens, score_chunks
 
 pytestmark = pytest.mark.unit
 

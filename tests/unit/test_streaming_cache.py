@@ -16,7 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessorList
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb, repeat_kv
 
 from hf_triforce.caches.streaming import StreamingLLMCache, rotate_keys
-from hf_triforce.drafting.model import ModelDrafter
+from hf_triforce.hierarchy import ModelDrafter
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ forward runs eagerly. Replay and eager forward are the same kernels on the same 
 form is the CPU reference the tests check against the dynamic-shape path.
 
 What the forward reads on the host, and how this design keeps it out of the captured region
-(checked against transformers 5.23 ``masking_utils.py``, ``cache_utils.StaticLayer`` and
+(checked against transformers 5.23-5.24 ``masking_utils.py``, ``cache_utils.StaticLayer`` and
 ``models/llama/modeling_llama.py``):
 
 * No ``cache_position`` argument exists any more: ``StaticLayer`` keeps a tensor ``cumulative_length``
@@ -40,28 +40,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Literal
+from typing import Literal, Protocol
 
 import torch
-from transformers.cache_utils import Cache
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask, sdpa_mask
+from transformers import Cache
 
 from ..errors import UnsupportedDeviceError, UnsupportedModelError
+from ..hf.masks import MaskKind, mask_kind
+from ..hf.model import attn_implementation, is_dispatched, rope_types
+from ..hf.versions import cache_kwargs
 
 logger = logging.getLogger(__name__)
 
 StepMode = Literal["dynamic", "eager", "graphs"]
-MaskKind = Literal["bool", "additive"]
 WARMUP_STEPS = 2  # eager forwards on the side stream before a capture (idempotent: same slots, same states)
-
-
-def mask_kind(model: torch.nn.Module) -> MaskKind | None:
-    """``"bool"`` (sdpa), ``"additive"`` (eager) or ``None`` (an implementation the static path cannot mask)."""
-    implementation = model.config._attn_implementation
-    if implementation not in ALL_MASK_ATTENTION_FUNCTIONS:
-        return None
-    function = ALL_MASK_ATTENTION_FUNCTIONS[implementation]
-    return {sdpa_mask: "bool", eager_mask: "additive"}.get(function)
 
 
 def static_causal_mask(
@@ -89,13 +81,10 @@ def static_causal_mask(
 def graph_blockers(model: torch.nn.Module) -> list[str]:
     """Reasons ``model``'s forward cannot be captured in a CUDA graph by :class:`StaticStepRunner` (empty: it can)."""
     reasons = static_blockers(model)
-    rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
-    rope = getattr(rotary, "rope_type", "default")
-    rope_types = rope.values() if isinstance(rope, dict) else [rope]
-    if any("dynamic" in r or r == "longrope" for r in rope_types):
-        reasons.append(f"RoPE type {rope!r} recomputes its frequencies from max(position_ids) on the host")
-    device_map = getattr(model, "hf_device_map", None)
-    if device_map and len(set(device_map.values())) > 1:
+    for rope in rope_types(model):
+        if "dynamic" in rope or rope == "longrope":
+            reasons.append(f"RoPE type {rope!r} recomputes its frequencies from max(position_ids) on the host")
+    if is_dispatched(model):
         reasons.append("the model is dispatched over several devices (accelerate hooks)")
     return reasons
 
@@ -103,7 +92,7 @@ def graph_blockers(model: torch.nn.Module) -> list[str]:
 def static_blockers(model: torch.nn.Module) -> list[str]:
     """Reasons the static-shape path cannot run ``model`` at all, graphs or not."""
     if mask_kind(model) is None:
-        return [f"attn_implementation={model.config._attn_implementation!r} (the static path needs sdpa or eager)"]
+        return [f"attn_implementation={attn_implementation(model)!r} (the static path needs sdpa or eager)"]
     return []
 
 
@@ -240,9 +229,9 @@ class StaticStepRunner:
             input_ids=inputs.ids[None],
             position_ids=inputs.positions[None],
             attention_mask=mask,
-            past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=self.logits_to_keep or q,
+            **cache_kwargs(self.cache),
         )
         return out.logits[0]
 
@@ -284,26 +273,29 @@ class StaticStepRunner:
         self.counts["capture"] += 1
 
 
-KEPT_RUNNER_ATTR = "_hf_triforce_step_runner"
+class RunnerSlot(Protocol):
+    """Where a level-1 runner is kept between ``generate()`` calls (the enabled model's state object)."""
+
+    level1_runner: tuple[tuple, StaticStepRunner] | None
 
 
-def kept_runner(model: torch.nn.Module, key: tuple) -> StaticStepRunner | None:
-    """The level-1 runner a previous ``generate()`` call of ``model`` kept under ``key``, if its weights are the
-    same tensors (graphs replay the addresses they captured); else ``None``.
+def kept_runner(slot: RunnerSlot, model: torch.nn.Module, key: tuple) -> StaticStepRunner | None:
+    """The level-1 runner a previous ``generate()`` call of ``model`` kept in ``slot`` under ``key``, if its weights
+    are the same tensors (graphs replay the addresses they captured); else ``None``.
 
     Reusing it skips the per-call graph captures (``gamma1 + 1`` widths), which would otherwise land in every
     call's first decoding steps. One runner is kept per model (its view storage stays allocated between calls);
     :func:`hf_triforce.disable` drops it. Not for concurrent ``generate()`` calls on one model.
     """
-    kept = model.__dict__.get(KEPT_RUNNER_ATTR)
+    kept = slot.level1_runner
     if kept is None or kept[0] != (key, _weights_signature(model)):
         return None
     return kept[1]
 
 
-def keep_runner(model: torch.nn.Module, key: tuple, runner: StaticStepRunner) -> None:
-    """Keep ``runner`` on ``model`` for later calls with the same ``key`` (see :func:`kept_runner`)."""
-    model.__dict__[KEPT_RUNNER_ATTR] = ((key, _weights_signature(model)), runner)
+def keep_runner(slot: RunnerSlot, model: torch.nn.Module, key: tuple, runner: StaticStepRunner) -> None:
+    """Keep ``runner`` in ``slot`` for later calls of ``model`` with the same ``key`` (see :func:`kept_runner`)."""
+    slot.level1_runner = ((key, _weights_signature(model)), runner)
 
 
 def _weights_signature(model: torch.nn.Module) -> tuple:

@@ -6,7 +6,7 @@ import torch
 
 
 class NGramDrafter:
-    """Deterministic level-0 drafter (a one-hot draft distribution).
+    """Deterministic level-0 drafter (a one-hot draft distribution); a :class:`~hf_triforce.hierarchy.drafter.Drafter`.
 
     For ``n`` from ``ngram_max`` down to ``ngram_min`` it looks for the most recent earlier occurrence
     of the last ``n`` tokens and proposes the tokens that followed it.
@@ -15,8 +15,6 @@ class NGramDrafter:
         >>> NGramDrafter(2, 1).propose(torch.tensor([5, 6, 7, 8, 5, 6]), 2)
         (tensor([7, 8]), None)
     """
-
-    deterministic = True
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
         self.ngram_max, self.ngram_min = ngram_max, ngram_min

@@ -7,11 +7,14 @@ from transformers import LogitsProcessorList
 
 from ..caches.static_streaming import use_static_layers
 from ..caches.streaming import StreamingLLMCache
-from .graphs import StaticStepRunner
+from ..hf.versions import cache_kwargs
+from .static_steps import StaticStepRunner
 
 
 class ModelDrafter:
     """Drafts with a small model sharing the target's vocabulary, through the same logits processors.
+
+    A :class:`~hf_triforce.hierarchy.drafter.Drafter`: sampled drafts come with their distributions.
 
     The draft model sees ``sinks`` first tokens and a recent window (StreamingLLM); it stays in sync
     with the accepted sequence by rolling back its cache to the longest common prefix of what it has
@@ -27,8 +30,6 @@ class ModelDrafter:
         >>> drafter = ModelDrafter(tiny_model, cache, LogitsProcessorList(), do_sample=False)  # doctest: +SKIP
         >>> tokens, probs = drafter.propose(prefix_ids, k=2)  # doctest: +SKIP
     """
-
-    deterministic = False
 
     def __init__(self, model, cache: StreamingLLMCache, logits_processor: LogitsProcessorList, do_sample: bool):
         self.model, self.cache = model, cache
@@ -104,7 +105,7 @@ class ModelDrafter:
         if self.runner is not None:  # StreamingLLM: a token's position is its cache slot
             logits = self.runner.step(tokens, self.cache.get_seq_length())[-1]
         else:
-            out = self.model(input_ids=tokens[None], past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+            out = self.model(input_ids=tokens[None], use_cache=True, logits_to_keep=1, **cache_kwargs(self.cache))
             logits = out.logits[0, -1].float()
         self.consumed = torch.cat([self.consumed, tokens])
         self.forwards += 1

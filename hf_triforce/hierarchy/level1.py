@@ -1,56 +1,64 @@
-"""The hierarchical candidate generator: level 0 drafts, level 1 (retrieval view) verifies and drafts."""
+"""Level 1 of the hierarchy: the target's weights over a retrieval view draft tokens for the full cache.
+
+Level 1 runs the *target* model over a sparse view of its own KV cache (a ``retrieval_budget``-token
+:class:`~hf_triforce.caches.view.RetrievalView`). Each round it produces up to ``gamma2`` tokens: with a level-0
+drafter it verifies ``gamma1``-token drafts exactly (token matching, or speculative sampling with residual
+resampling), so every level-1 token is distributed exactly as level 1's own ``p_hat``; without one, it decodes
+one token per step. It returns those tokens with their processed ``p_hat`` scores, which is the ``q`` that the
+full cache (level 2) verifies against.
+"""
 
 from __future__ import annotations
 
 import torch
 from transformers import LogitsProcessorList
-from transformers.generation.candidate_generator import CandidateGenerator
 
-from ..caches.retrieval import RetrievalCache, RetrievalView
+from ..caches.retrieval import RetrievalCache
 from ..caches.static_view import StaticRetrievalView
+from ..caches.view import RetrievalView
 from ..config import TriForceConfig
-from ..integration import QueryCapture, view_attention
+from ..hf.attention import QueryCapture, view_attention
+from ..hf.versions import cache_kwargs
 from ..sampling import verify_greedy, verify_sampled
 from ..stats import TriForceStats
-from .graphs import StaticStepRunner, keep_runner, kept_runner, resolve_step_mode
-from .model import ModelDrafter
+from .drafter import Drafter
+from .model_drafter import ModelDrafter
+from .schedule import Level0Gate, RefreshRule
+from .static_steps import RunnerSlot, StaticStepRunner, keep_runner, kept_runner, resolve_step_mode
 
-PROBE_EVERY = 8  # level-1 steps between level-0 drafts while level 0 is paused
-RATE_SMOOTHING = 0.1  # weight of the newest level-1 step in level 0's running acceptance rate
 
+class Level1Drafter:
+    """Drafts level-1 tokens (with their processed scores) for the full-cache verification.
 
-class TriForceCandidateGenerator(CandidateGenerator):
-    """Produces level-1 candidates for the full-cache verification, with their processed logits.
-
-    Level 1 runs the *target* model over a :class:`RetrievalView` (a ``retrieval_budget``-token
-    sparse view of the full :class:`RetrievalCache`). With a level-0 drafter it verifies
-    ``gamma1``-token drafts exactly (greedy matching or speculative sampling with residual
-    resampling), so each level-1 token is distributed exactly as level 1's own distribution
-    ``p_hat``; the returned ``candidate_logits`` are those processed ``p_hat`` scores, which is the
-    ``q`` the full cache verifies against.
-
-    Follows the transformers ``CandidateGenerator`` contract: ``get_candidates(input_ids)`` returns
-    ``(candidate_ids [1, cur + g], candidate_logits [1, g, V] or None)`` and
-    ``update_candidate_strategy(input_ids, scores, num_matches)`` is called after every verification.
-    ``model_kwargs_overrides`` must be merged into the verification forward (it carries the query
-    capture used to re-select chunks).
+    Driven by :mod:`hf_triforce.generation`: :meth:`observe_prefill` after the prefill, then per round
+    :meth:`draft` before the full-cache verification and :meth:`observe_verification` after it. The full
+    cache's verification forwards run inside :func:`~hf_triforce.hf.attention.capturing_queries` with
+    :attr:`capture`, which keeps the queries each re-selection scores the chunks with.
 
     Args:
         model: the target model.
-        cache: the target's :class:`RetrievalCache` (holding every token but the last of ``input_ids``).
-        config: the :class:`TriForceConfig`.
+        cache: the target's :class:`~hf_triforce.caches.retrieval.RetrievalCache` (every token but the last of
+            the sequence).
+        config: the :class:`~hf_triforce.config.TriForceConfig`.
         logits_processor: the ``generate()`` call's processors, used at every level.
         do_sample: sampling (exact speculative sampling) or greedy (token matching).
-        drafter: a level-0 drafter (``NGramDrafter``/``ModelDrafter``) or ``None``.
+        drafter: a level-0 :class:`~hf_triforce.hierarchy.drafter.Drafter`, or ``None`` (two levels).
         max_length: the call's ``max_length``; drafts never run past it.
         eos_token_ids: token ids that end generation (drafting stops after one).
-        stats: a :class:`TriForceStats` to update.
+        stats: a :class:`~hf_triforce.stats.TriForceStats` to update.
+        runner_slot: where a static level-1 runner is kept between calls (the model's state), or ``None``.
 
     With ``config.cuda_graphs`` resolving to a static mode (see
-    :func:`~hf_triforce.drafting.graphs.resolve_step_mode`), level 1 runs over a
-    :class:`StaticRetrievalView` through a :class:`StaticStepRunner` (CUDA graphs per width
-    ``1 .. gamma1 + 1``, or the same static forward eagerly), and a :class:`ModelDrafter` is switched to
-    static steps too; the default on the CPU is the dynamic-shape path.
+    :func:`~hf_triforce.hierarchy.static_steps.resolve_step_mode`), level 1 runs over a
+    :class:`~hf_triforce.caches.static_view.StaticRetrievalView` through a
+    :class:`~hf_triforce.hierarchy.static_steps.StaticStepRunner` (CUDA graphs per width ``1 .. gamma1 + 1``, or
+    the same static forward eagerly), and a :class:`~hf_triforce.hierarchy.model_drafter.ModelDrafter` is
+    switched to static steps too; the default on the CPU is the dynamic-shape path.
+
+    Example:
+        >>> level1 = Level1Drafter(model, cache, TriForceConfig(), LogitsProcessorList(), False)  # doctest: +SKIP
+        >>> level1.observe_prefill()  # doctest: +SKIP
+        >>> candidates, scores = level1.draft(input_ids)  # [1, cur + g], [1, g, V]  # doctest: +SKIP
     """
 
     def __init__(
@@ -60,32 +68,35 @@ class TriForceCandidateGenerator(CandidateGenerator):
         config: TriForceConfig,
         logits_processor: LogitsProcessorList,
         do_sample: bool,
-        drafter=None,
+        drafter: Drafter | None = None,
         max_length: int = 2**31,
         eos_token_ids: list[int] | None = None,
         stats: TriForceStats | None = None,
+        runner_slot: RunnerSlot | None = None,
     ) -> None:
         self.model, self.cache, self.config = model, cache, config
         self.logits_processor, self.do_sample, self.drafter = logits_processor, do_sample, drafter
         self.max_length = max_length
         self.eos_token_ids = set(eos_token_ids or [])
         self.stats = stats if stats is not None else TriForceStats()
+        self.runner_slot = runner_slot
         self.capture = QueryCapture()
-        self.model_kwargs_overrides = {"triforce_capture": self.capture}
         self.view: RetrievalView | StaticRetrievalView | None = None
+        self.gate = Level0Gate(config.draft_acceptance_floor)
+        self.refresh = RefreshRule(config)
         self._queries: list[torch.Tensor] | None = None
-        self._force_refresh = False
         self._last_drafted = 0
-        self._level0_rate = 1.0
-        self._steps_since_draft = 0
         self.step_mode = resolve_step_mode(config.cuda_graphs, model, "target model")
         self.runner: StaticStepRunner | None = None
         if isinstance(drafter, ModelDrafter):
             draft_mode = resolve_step_mode(config.cuda_graphs, drafter.model, "draft model")
             drafter.use_static_steps(draft_mode, strict=config.cuda_graphs is True)
 
-    def get_candidates(self, input_ids: torch.LongTensor) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
-        """Level-1 candidates ``[1, cur + g]`` and their processed level-1 scores ``[1, g, V]``."""
+    def draft(self, input_ids: torch.LongTensor) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
+        """Level-1 candidates ``[1, cur + g]`` and their processed level-1 scores ``[1, g, V]`` (``g <= gamma2``).
+
+        ``g = 0`` (``input_ids`` and ``None``) when ``max_length`` leaves no room for drafts.
+        """
         budget = min(self.config.gamma2, self.max_length - input_ids.shape[1] - 1)
         self._last_drafted = 0
         if budget <= 0:
@@ -95,37 +106,34 @@ class TriForceCandidateGenerator(CandidateGenerator):
         self._last_drafted = tokens.shape[0]
         return torch.cat([input_ids, tokens[None]], dim=1), scores[None]
 
-    def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches: int):
+    def observe_verification(self, num_matches: int) -> None:
         """Record level-1 acceptance and keep the query of the newest cached token for the next selection."""
         self._queries = self.capture.at(int(num_matches))
-        self.stats.retrieval.record(self._last_drafted, int(num_matches))
-        threshold = self.config.refresh_below_acceptance
-        if threshold is not None and self._last_drafted and num_matches / self._last_drafted < threshold:
-            self._force_refresh = True
+        self.stats.level1.record(self._last_drafted, int(num_matches))
+        self.refresh.observe(self._last_drafted, int(num_matches))
 
     def observe_prefill(self) -> None:
         """Keep the last prompt token's query (captured during the prefill) for the first selection."""
         self._queries = self.capture.at(-1)
 
     def _prepare_view(self) -> None:
-        stale = self.view is None or self.view.tail_length() >= self.config.refresh_every
-        if stale or self._force_refresh:
-            cfg = self.config
-            with self.stats.phases.measure("refresh"):
-                indices = self.cache.select(self._queries, cfg.retrieval_budget, cfg.recent_window)
-                self.view = self._new_view(indices, cfg.refresh_every + cfg.gamma2 + cfg.gamma1 + 2)
-            self.stats.retrieval_refreshes += 1
-            self.stats.view_bytes = max(self.stats.view_bytes, self.view.kv_nbytes())
-            self._force_refresh = False
-        else:
+        if not self.refresh.due(None if self.view is None else self.view.tail_length()):
             self.view.sync()
+            return
+        cfg = self.config
+        with self.stats.phases.measure("refresh"):
+            indices = self.cache.select(self._queries, cfg.retrieval_budget, cfg.recent_window)
+            self.view = self._new_view(indices)
+        self.refresh.selected()
+        self.stats.retrieval_refreshes += 1
+        self.stats.view_bytes = max(self.stats.view_bytes, self.view.kv_nbytes())
 
-    def _new_view(self, indices: list[torch.Tensor], extra: int) -> RetrievalView | StaticRetrievalView:
+    def _new_view(self, indices: list[torch.Tensor]) -> RetrievalView | StaticRetrievalView:
         """A fresh dynamic view, or the one static view (and its step runner) rewritten in place."""
         if self.step_mode == "dynamic":
-            return self.cache.sparse_view(indices, extra)
+            return self.cache.sparse_view(indices, self.config.view_extra_capacity)
         if self.runner is None:
-            self.runner = self._level1_runner(self.config.retrieval_budget + extra)
+            self.runner = self._level1_runner(self.config.view_capacity)
         self.runner.cache.refresh(indices)
         return self.runner.cache
 
@@ -133,13 +141,14 @@ class TriForceCandidateGenerator(CandidateGenerator):
         """The static level-1 runner: the one an earlier call of this model kept (same shapes), else a new one."""
         graphs, strict = self.step_mode == "graphs", self.config.cuda_graphs is True
         key = (capacity, self.config.gamma1, graphs, strict, len(self.cache.layers))
-        runner = kept_runner(self.model, key)
+        runner = None if self.runner_slot is None else kept_runner(self.runner_slot, self.model, key)
         if runner is not None:
             runner.cache.rebind(self.cache)
             return runner
         view = StaticRetrievalView(self.cache, capacity)
         runner = StaticStepRunner(self.model, view, range(1, self.config.gamma1 + 2), use_graphs=graphs, strict=strict)
-        keep_runner(self.model, key, runner)
+        if self.runner_slot is not None:
+            keep_runner(self.runner_slot, self.model, key, runner)
         return runner
 
     def _draft(self, ids: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,7 +156,7 @@ class TriForceCandidateGenerator(CandidateGenerator):
         position = self.cache.get_seq_length()
         while tokens.shape[0] < budget:
             prefix = torch.cat([ids, tokens])
-            with self.stats.phases.measure("draft"):
+            with self.stats.phases.measure("level0"):
                 drafts, draft_probs = self._propose(prefix, budget - tokens.shape[0] - 1)
             with self.stats.phases.measure("level1"):
                 new, new_scores = self._level1_step(prefix, drafts, draft_probs, position)
@@ -160,21 +169,9 @@ class TriForceCandidateGenerator(CandidateGenerator):
 
     def _propose(self, prefix: torch.Tensor, room: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         k = min(self.config.gamma1, room)
-        if self.drafter is None or k <= 0 or not self._level0_worthwhile():
+        if self.drafter is None or k <= 0 or not self.gate.should_draft():
             return prefix[:0], None
         return self.drafter.propose(prefix, k)
-
-    def _level0_worthwhile(self) -> bool:
-        """Draft unless level 0's running acceptance is under ``draft_acceptance_floor`` (probe every 8 steps)."""
-        self._steps_since_draft += 1
-        if self._level0_rate >= self.config.draft_acceptance_floor or self._steps_since_draft >= PROBE_EVERY:
-            self._steps_since_draft = 0
-            return True
-        return False
-
-    def _record_level0(self, drafted: int, accepted: int) -> None:
-        if drafted:
-            self._level0_rate += RATE_SMOOTHING * (accepted / drafted - self._level0_rate)
 
     def _level1_step(self, prefix, drafts, draft_probs, position) -> tuple[torch.Tensor, torch.Tensor]:
         """One level-1 forward over ``[last token, drafts]``: verify the drafts, return new tokens + scores."""
@@ -185,8 +182,8 @@ class TriForceCandidateGenerator(CandidateGenerator):
         else:
             n_accepted, next_token = verify_greedy(drafts, scores)
         self.view.crop(-(drafts.shape[0] - n_accepted))
-        self.stats.draft.record(drafts.shape[0], n_accepted)
-        self._record_level0(drafts.shape[0], n_accepted)
+        self.stats.level0.record(drafts.shape[0], n_accepted)
+        self.gate.record(drafts.shape[0], n_accepted)
         new = torch.cat([drafts[:n_accepted], drafts.new_tensor([next_token])])
         return new, scores[: n_accepted + 1]
 
@@ -206,7 +203,7 @@ class TriForceCandidateGenerator(CandidateGenerator):
         positions = torch.arange(position, position + q, device=inputs.device)[None]
         with view_attention(self.model):
             out = self.model(
-                input_ids=inputs[None], position_ids=positions, past_key_values=self.view, use_cache=True,
-                logits_to_keep=q,
+                input_ids=inputs[None], position_ids=positions, use_cache=True, logits_to_keep=q,
+                **cache_kwargs(self.view),
             )  # fmt: skip
         return out.logits[0, -q:].float()

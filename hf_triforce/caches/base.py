@@ -1,0 +1,70 @@
+"""The base every hf_triforce cache layer extends: a transformers ``CacheLayerMixin`` over a :class:`KVBuffer`.
+
+A layer stores keys/values in a growable buffer (in-place appends, cheap negative crops, see
+:mod:`~hf_triforce.caches.buffers`) and reports its visible length to the causal mask. The retrieval, view and
+streaming layers extend it with what they add (chunk summaries, gathered tokens, eviction); the fixed-capacity
+(static) layers swap in a :class:`~hf_triforce.caches.static_buffer.StaticKVBuffer` and slot writes.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import Cache, CacheLayerMixin
+
+from .buffers import KVBuffer
+
+
+class BufferedLayer(CacheLayerMixin):
+    """A cache layer whose keys and values live in ``self.buffer``.
+
+    ``update`` appends ``[B, H_kv, q, D]`` states and returns the ``[B, H_kv, length, D]`` views; ``crop`` takes
+    transformers' negative count; ``get_mask_sizes`` is ``(length + q, 0)``.
+
+    Args:
+        buffer: the storage (``KVBuffer(capacity)`` preallocates ``capacity`` slots).
+
+    Example:
+        >>> layer = BufferedLayer(KVBuffer(capacity=8))
+        >>> keys, _ = layer.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
+        >>> keys.shape, layer.get_seq_length(), layer.get_mask_sizes(1)
+        (torch.Size([1, 2, 3, 4]), 3, (4, 0))
+    """
+
+    is_sliding = False
+    is_croppable = True
+
+    def __init__(self, buffer: KVBuffer) -> None:
+        super().__init__()
+        self.buffer = buffer
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.keys, self.values = self.buffer.append(key_states, value_states)
+        return self.keys, self.values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.buffer.length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.buffer.length
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def crop(self, tokens_to_remove: int) -> None:
+        self.buffer.crop(tokens_to_remove)
+        if self.keys is not None:  # set by update(): keep them the visible slots
+            self.keys, self.values = self.buffer.keys, self.buffer.values
+
+
+class BufferedCache(Cache):
+    """A transformers ``Cache`` of :class:`BufferedLayer` layers; adds :meth:`kv_nbytes`."""
+
+    def kv_nbytes(self) -> int:
+        """Bytes allocated for keys and values over all layers."""
+        return sum(layer.buffer.nbytes() for layer in self.layers)

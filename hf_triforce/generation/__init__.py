@@ -1,0 +1,12 @@
+"""One TriForce ``generate()`` call: switched on per model, validated, prefilled, then decoded in rounds.
+
+* :mod:`.enable`: ``enable``/``disable``/``last_stats`` (the public switches) and :mod:`.state`, the one state
+  object per enabled model;
+* :mod:`.call`: the ``custom_generate`` entry point: checks (:mod:`.validate`) and wiring of the three levels;
+* :mod:`.loop`: the prefill and the rounds (level-1 drafting, level-2 verification, stopping).
+"""
+
+from .enable import disable, enable, is_enabled, last_stats
+from .state import TriForceState
+
+__all__ = ["TriForceState", "disable", "enable", "is_enabled", "last_stats"]

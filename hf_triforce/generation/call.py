@@ -1,0 +1,102 @@
+"""One TriForce ``generate()`` call: checked, wired (level 0, level 1, level 2) and run as ``custom_generate``."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+from ..caches.streaming import StreamingLLMCache
+from ..config import TriForceConfig
+from ..hf.generate import decoder_only_output
+from ..hf.linears import small_batch_linears
+from ..hf.model import num_layers, rotary_inv_freq
+from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, NGramDrafter
+from .loop import TriForceRun
+from .state import state_of
+from .validate import as_config, check_assistant, resolve_drafter, validate_generation
+
+
+def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generate_kwargs: dict[str, Any]):
+    """Validate what can be checked from the call's kwargs and build the ``custom_generate`` callable.
+
+    Pops ``assistant_model`` from ``generate_kwargs`` (TriForce runs the draft model itself).
+
+    Example:
+        >>> kwargs = {"max_new_tokens": 8}
+        >>> decode = prepare_triforce_call(model, TriForceConfig(), kwargs)  # doctest: +SKIP
+        >>> model.generate(ids, custom_generate=decode, **kwargs)  # doctest: +SKIP
+    """
+    config = as_config(triforce_config)
+    assistant = generate_kwargs.pop("assistant_model", None)
+    drafter = resolve_drafter(config, assistant)
+    if assistant is not None and drafter == "model":
+        check_assistant(model, assistant)
+    return functools.partial(
+        triforce_decode,
+        triforce_config=config,
+        assistant_model=assistant if drafter == "model" else None,
+        drafter_kind=drafter,
+        triforce_streamer=generate_kwargs.get("streamer"),
+    )
+
+
+def triforce_decode(
+    model,
+    input_ids: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    generation_config: GenerationConfig,
+    synced_gpus: bool = False,
+    streamer=None,
+    *,
+    triforce_config: TriForceConfig,
+    assistant_model=None,
+    drafter_kind: str = "ngram",
+    triforce_streamer=None,
+    **model_kwargs,
+):
+    """TriForce decoding with the call's logits processors and stopping criteria (``custom_generate``).
+
+    Greedy output equals plain ``generate()``; sampled output has exactly its distribution.
+
+    Returns:
+        ``[1, prompt + new]`` token ids, or a ``GenerateDecoderOnlyOutput`` when
+        ``return_dict_in_generate=True`` (``sequences``, and ``scores``/``logits`` when requested).
+    """
+    validate_generation(input_ids, generation_config, model_kwargs, model.config)
+    run = TriForceRun(model, input_ids, logits_processor, stopping_criteria, generation_config, triforce_config)
+    run.level1 = _level1(run, _level0(run, drafter_kind, assistant_model))
+    with small_batch_linears(model, assistant_model):
+        sequences = run.decode(streamer or triforce_streamer)
+    state_of(model).last_stats = run.stats
+    if not generation_config.return_dict_in_generate:
+        return sequences
+    return decoder_only_output(sequences, run.scores, run.raw_logits)
+
+
+def _level0(run: TriForceRun, drafter_kind: str, assistant_model) -> Drafter | None:
+    """The level-0 drafter of ``drafter_kind`` (``"ngram"``, ``"model"`` with its StreamingLLM cache, ``"none"``)."""
+    cfg = run.config
+    if drafter_kind == "ngram":
+        return NGramDrafter(cfg.ngram_max, cfg.ngram_min)
+    if drafter_kind != "model":
+        return None
+    inv_freq = rotary_inv_freq(assistant_model)
+    cache = StreamingLLMCache(
+        num_layers(assistant_model), cfg.draft_cache_budget, cfg.draft_sinks, inv_freq, cfg.draft_evict_batch
+    )
+    run.draft_cache = cache
+    return ModelDrafter(assistant_model, cache, run.logits_processor, bool(run.generation_config.do_sample))
+
+
+def _level1(run: TriForceRun, drafter: Drafter | None) -> Level1Drafter:
+    gc = run.generation_config
+    eos = gc.eos_token_id
+    eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+    return Level1Drafter(
+        run.model, run.cache, run.config, run.logits_processor, bool(gc.do_sample), drafter, gc.max_length, eos_ids,
+        run.stats, runner_slot=state_of(run.model),
+    )  # fmt: skip

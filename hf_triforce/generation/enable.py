@@ -1,0 +1,79 @@
+"""The public switches: :func:`enable`, :func:`disable` and :func:`last_stats`."""
+
+from __future__ import annotations
+
+import torch
+
+from ..hf.generate import unwrap_generate, wrap_generate
+from ..hf.model import check_model_supported
+from ..stats import TriForceStats
+from .call import prepare_triforce_call
+from .state import attach_state, detach_state, state_of
+
+
+def enable(model: torch.nn.Module) -> torch.nn.Module:
+    """Opt a model instance in to TriForce: ``model.generate(..., triforce_config=cfg)``.
+
+    Idempotent, per instance; ``generate()`` without ``triforce_config`` is unchanged. Pipelines work
+    too: ``pipeline("text-generation", model=model, ...)(prompt, triforce_config=cfg)``. A default config can be
+    set with ``model.generation_config.triforce_config = cfg``.
+
+    Args:
+        model: a transformers causal LM of a supported family (see ``SUPPORTED_MODEL_TYPES``).
+
+    Returns:
+        the same model.
+
+    Raises:
+        UnsupportedModelError: the model's family or attention implementation is not supported.
+
+    Example:
+        >>> hf_triforce.enable(model)  # doctest: +SKIP
+        >>> out = model.generate(input_ids, max_new_tokens=64, triforce_config=TriForceConfig())  # doctest: +SKIP
+    """
+    check_model_supported(model)
+    if state_of(model) is not None:
+        return model
+    wrap_generate(model, prepare_triforce_call)
+    attach_state(model)
+    return model
+
+
+def disable(model: torch.nn.Module) -> torch.nn.Module:
+    """Undo :func:`enable`: ``generate()`` is the class's own again, and what TriForce kept is freed. Idempotent.
+
+    Example:
+        >>> hf_triforce.disable(model)  # doctest: +SKIP
+    """
+    if state_of(model) is not None:
+        unwrap_generate(model)
+        detach_state(model)
+    return model
+
+
+def is_enabled(model: torch.nn.Module) -> bool:
+    """Whether :func:`enable` was called on ``model`` (and not undone).
+
+    Example:
+        >>> hf_triforce.is_enabled(model)  # doctest: +SKIP
+        True
+    """
+    return state_of(model) is not None
+
+
+def last_stats(model: torch.nn.Module) -> TriForceStats:
+    """Statistics of the model's most recent TriForce ``generate()`` call.
+
+    Raises:
+        ValueError: when no TriForce generation has run on this model.
+
+    Example:
+        >>> hf_triforce.last_stats(model).to_dict()["levels"]["level1"]["acceptance_rate"]  # doctest: +SKIP
+        0.96
+    """
+    state = state_of(model)
+    if state is None or state.last_stats is None:
+        raise ValueError(
+            "No TriForce generation has run on this model yet: call model.generate(..., triforce_config=...)."
+        )
+    return state.last_stats

@@ -1,0 +1,49 @@
+"""One state object per enabled model: what TriForce keeps on a model between ``generate()`` calls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..stats import TriForceStats
+
+STATE_ATTR = "_hf_triforce"
+"""The one attribute :func:`hf_triforce.enable` sets on a model instance (besides the wrapped ``generate`` and
+``generation_config.triforce_config``, the default config that transformers' own options mechanism carries)."""
+
+
+@dataclass
+class TriForceState:
+    """What TriForce keeps on an enabled model.
+
+    Attributes:
+        last_stats: statistics of the latest TriForce ``generate()`` call (:func:`hf_triforce.last_stats`).
+        level1_runner: the static level-1 runner kept for the next call with the same shapes and weights
+            (``(key, runner)``; see :func:`hf_triforce.hierarchy.static_steps.kept_runner`), or ``None``.
+
+    Example:
+        >>> state = attach_state(model); state_of(model) is state  # doctest: +SKIP
+        True
+    """
+
+    last_stats: TriForceStats | None = None
+    level1_runner: tuple[tuple, Any] | None = None
+
+
+def state_of(model: torch.nn.Module) -> TriForceState | None:
+    """The model's :class:`TriForceState`, or ``None`` when TriForce is not enabled on it."""
+    return model.__dict__.get(STATE_ATTR)
+
+
+def attach_state(model: torch.nn.Module) -> TriForceState:
+    """Give ``model`` a fresh :class:`TriForceState` (replacing any) and return it."""
+    state = TriForceState()
+    model.__dict__[STATE_ATTR] = state
+    return state
+
+
+def detach_state(model: torch.nn.Module) -> None:
+    """Drop the model's state (its kept runner's view storage is freed with it)."""
+    model.__dict__.pop(STATE_ATTR, None)

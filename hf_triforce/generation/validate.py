@@ -1,0 +1,105 @@
+"""Everything a TriForce call checks before any work: the config, the drafter, the assistant, the generate options."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from transformers import GenerationConfig
+
+from ..config import TriForceConfig
+from ..errors import TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError
+from ..hf.model import check_model_supported, vocab_size
+from ..hf.versions import find_cache
+
+logger = logging.getLogger(__name__)
+
+
+def as_config(config) -> TriForceConfig:
+    """A :class:`TriForceConfig` from a config or its ``to_dict()``; anything else raises ``TriForceConfigError``."""
+    if isinstance(config, TriForceConfig):
+        return config
+    if isinstance(config, dict):
+        return TriForceConfig.from_dict(config)
+    raise TriForceConfigError(f"triforce_config must be a TriForceConfig or a dict, got {type(config).__name__}.")
+
+
+def resolve_drafter(config: TriForceConfig, assistant) -> str:
+    """The level-0 drafter kind, ``"model"``, ``"ngram"`` or ``"none"``, from ``config.drafter`` and the assistant."""
+    if config.drafter == "auto":
+        return "model" if assistant is not None else "ngram"
+    if config.drafter == "model" and assistant is None:
+        raise TriForceConfigError(
+            "drafter='model' needs a draft model: pass assistant_model=<small model> to generate()."
+        )
+    if config.drafter != "model" and assistant is not None:
+        logger.warning("assistant_model is ignored with drafter=%r.", config.drafter)
+    return config.drafter
+
+
+def check_assistant(model, assistant) -> None:
+    """Raise :class:`UnsupportedModelError` unless ``assistant`` can draft for ``model`` (family, vocabulary)."""
+    try:
+        check_model_supported(assistant)
+    except UnsupportedModelError as err:
+        raise UnsupportedModelError(f"assistant_model: {err}") from None
+    target_vocab, draft_vocab = vocab_size(model), vocab_size(assistant)
+    if target_vocab != draft_vocab:
+        raise UnsupportedModelError(
+            f"assistant_model has a vocabulary of {draft_vocab} tokens but the target has {target_vocab}: the draft "
+            "model must share the target's tokenizer and vocabulary. Use a draft model of the same family, or "
+            "drafter='ngram' / 'none'."
+        )
+
+
+def validate_generation(
+    input_ids: torch.Tensor, generation_config: GenerationConfig, model_kwargs: dict, model_config=None
+) -> None:
+    """Raise :class:`UnsupportedGenerationError` for what TriForce cannot serve losslessly."""
+    gc = generation_config
+    copies = max(gc.num_beams or 1, gc.num_return_sequences or 1)  # generate() expands input_ids by this
+    problems = {
+        "beam search (num_beams > 1)": (gc.num_beams or 1) > 1,
+        "num_return_sequences > 1": (gc.num_return_sequences or 1) > 1,
+        "batch size > 1 (pass one sequence at a time)": input_ids.shape[0] // copies != 1,
+        "an empty prompt": input_ids.shape[1] == 0,
+        "use_cache=False": model_kwargs.get("use_cache") is False,
+        "output_attentions / output_hidden_states": bool(gc.output_attentions or gc.output_hidden_states),
+        "contrastive search (penalty_alpha)": bool(gc.penalty_alpha),
+        "prompt_lookup_num_tokens / assistant_early_exit (TriForce drafts itself)": (
+            gc.prompt_lookup_num_tokens is not None or gc.assistant_early_exit is not None
+        ),
+        "a padded attention_mask": _has_padding(model_kwargs.get("attention_mask")),
+        "a pre-filled cache (cache= / past_key_values=)": _has_past(find_cache(model_kwargs)[1]),
+        "inputs_embeds": model_kwargs.get("inputs_embeds") is not None,
+    }
+    bad = [name for name, hit in problems.items() if hit]
+    if bad:
+        raise UnsupportedGenerationError(
+            f"TriForce generation does not support {', '.join(bad)}. Drop triforce_config for this call, or change "
+            "these options (TriForce serves greedy decoding and sampling of one sequence per call)."
+        )
+    _check_context_limit(input_ids.shape[1], gc.max_length, model_config)
+
+
+def _check_context_limit(prompt: int, max_length: int, model_config) -> None:
+    limit = getattr(model_config.get_text_config(), "max_position_embeddings", None) if model_config else None
+    if limit is None or max_length <= limit:
+        return
+    if prompt >= limit:
+        raise UnsupportedGenerationError(
+            f"The prompt has {prompt} tokens but the model's context limit is {limit} "
+            "(max_position_embeddings): shorten the prompt to fewer tokens than that."
+        )
+    raise UnsupportedGenerationError(
+        f"{prompt} prompt tokens + {max_length - prompt} new tokens exceed the model's context limit of {limit} "
+        f"(max_position_embeddings): set max_new_tokens to at most {limit - prompt} or shorten the prompt."
+    )
+
+
+def _has_padding(mask: torch.Tensor | None) -> bool:
+    return mask is not None and not bool((mask == 1).all())
+
+
+def _has_past(cache) -> bool:
+    return cache is not None and cache.get_seq_length() > 0

@@ -1,0 +1,154 @@
+"""Query capture and attention routing, through ``AttentionInterface``.
+
+Chunk selection needs the current *query*, which a ``Cache`` never sees. A neutral attention function
+registered with ``AttentionInterface`` (and the matching mask function with ``AttentionMaskInterface``)
+records it and delegates to the model's own implementation; it is switched on (the model's
+``config._attn_implementation`` renamed to it) only for the duration of TriForce's own forwards:
+:func:`capturing_queries` around the full-cache forwards, :func:`view_attention` around level-1 forwards on CUDA.
+On the way it routes the attention of a few new tokens over a long cache to hf_triforce's kernels where they
+compute exactly the same thing faster (grouped SDPA on the CPU, split-KV on CUDA).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from ..errors import UnsupportedModelError
+from ..kernels.attention import gqa_sdpa_attention
+from ..kernels.dispatch import triton_enabled
+from ..kernels.verification import MAX_ROWS, verify_attention
+
+_CAPTURE_PREFIX = "hf_triforce_capture_"
+
+
+class QueryCapture:
+    """Holds the post-RoPE queries of the last ``keep`` positions of a forward, per layer.
+
+    Passed to the model as the ``triforce_capture`` kwarg of a forward inside :func:`capturing_queries`.
+
+    Example:
+        >>> cap = QueryCapture(); cap.store(0, torch.randn(1, 4, 3, 8))
+        >>> cap.at(-1)[0].shape
+        torch.Size([1, 4, 8])
+    """
+
+    def __init__(self) -> None:
+        self.queries: dict[int, torch.Tensor] = {}
+        self.keep = 1
+
+    def store(self, layer_idx: int, query: torch.Tensor) -> None:
+        self.queries[layer_idx] = query[:, :, -self.keep :].detach().clone()
+
+    def at(self, index: int) -> list[torch.Tensor]:
+        """Per-layer ``[B, H_q, D]`` query at ``index`` of the kept positions."""
+        return [self.queries[i][:, :, index] for i in sorted(self.queries)]
+
+
+def _base_attention(base: str, module: torch.nn.Module) -> Callable:
+    if base == "eager":
+        modeling = sys.modules[type(module).__module__]
+        if not hasattr(modeling, "eager_attention_forward"):
+            raise UnsupportedModelError(f"{type(module).__name__} has no eager_attention_forward to delegate to.")
+        return modeling.eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[base]
+
+
+def _make_capturing_attention(base: str) -> Callable:
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        capture = kwargs.pop("triforce_capture", None)
+        if capture is not None:
+            capture.store(module.layer_idx, query)
+        if _use_split_kv(base, query, key, attention_mask, kwargs):
+            return verify_attention(query, key, value, kwargs.get("scaling")).transpose(1, 2).contiguous(), None
+        if _use_grouped_sdpa(base, query, key, attention_mask, kwargs):
+            return gqa_sdpa_attention(module, query, key, value, attention_mask, **kwargs)
+        # Show the base implementation its own name: flash attention looks its kernel up by
+        # module.config._attn_implementation (lazy_import_flash_attention), which holds the capture name here.
+        with _attn_implementation_as(module.config, base):
+            return _base_attention(base, module)(module, query, key, value, attention_mask, **kwargs)
+
+    return attention
+
+
+@contextlib.contextmanager
+def _attn_implementation_as(config, name: str) -> Iterator[None]:
+    """Within the block, ``config._attn_implementation`` is ``name``; restored after."""
+    previous = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+
+
+def _plain_attention(kwargs: dict[str, Any]) -> bool:
+    """No position bias, softcap or dropout: attention the fast paths compute exactly."""
+    return kwargs.get("position_bias") is None and kwargs.get("softcap") is None and not kwargs.get("dropout")
+
+
+def _use_grouped_sdpa(base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any]) -> bool:
+    """Where transformers' sdpa would copy the cache into every query head (``repeat_kv``) on the CPU.
+
+    That is a masked multi-token forward over a GQA cache: the full-cache verification of a draft.
+    Single-token steps and the prefill keep transformers' own path (identical numerics to plain decoding).
+    """
+    plain = _plain_attention(kwargs)
+    grouped = query.shape[1] != key.shape[1]
+    on_cpu = query.device.type == "cpu"
+    return base == "sdpa" and plain and grouped and on_cpu and mask is not None and query.shape[2] > 1
+
+
+def _use_split_kv(base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any]) -> bool:
+    """The full-cache verification on CUDA: the split-KV kernel (:mod:`~hf_triforce.kernels.verification`).
+
+    Only inside :func:`capturing_queries` and :func:`view_attention` (TriForce's own verification and level-1
+    forwards: batch 1, no padding, the new tokens' keys last), where the mask is bottom-right causal, which the
+    kernel computes instead of reading.
+    """
+    plain = _plain_attention(kwargs) and kwargs.get("sliding_window") is None and query.shape[0] == 1
+    rows = query.shape[2] * query.shape[1] // key.shape[1]  # a verification's few tokens, not a prefill chunk
+    multi = mask is not None and query.shape[2] > 1 and rows <= MAX_ROWS
+    return base == "sdpa" and plain and multi and triton_enabled(query, key)
+
+
+_CAPTURE_NAMES: dict[str, str] = {}
+
+
+def _capture_name(base: str) -> str:
+    """Register (once) and return the neutral name of the capturing wrapper around ``base``."""
+    if base not in _CAPTURE_NAMES:
+        # Neutral names: transformers special-cases implementation names containing "sdpa" or "flash".
+        name = f"{_CAPTURE_PREFIX}{len(_CAPTURE_NAMES)}"
+        AttentionInterface.register(name, _make_capturing_attention(base))
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
+        _CAPTURE_NAMES[base] = name
+    return _CAPTURE_NAMES[base]
+
+
+@contextlib.contextmanager
+def capturing_queries(model: torch.nn.Module, capture: QueryCapture, keep: int) -> Iterator[dict[str, Any]]:
+    """Within the block, forwards given the yielded kwargs record their last ``keep`` queries per layer."""
+    capture.keep = keep
+    with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
+        yield {"triforce_capture": capture}
+
+
+@contextlib.contextmanager
+def view_attention(model: torch.nn.Module) -> Iterator[None]:
+    """Level-1 forwards over a dynamic retrieval view: on CUDA with Triton, through the same wrapper as the
+    verification, so a multi-token step's attention reads a GQA view once (the split-KV kernel) instead of
+    transformers' masked sdpa copying it per query head. Elsewhere transformers' attention, unchanged."""
+    parameter = next(model.parameters(), None)
+    if parameter is None or not triton_enabled(parameter):
+        yield
+        return
+    with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
+        yield

@@ -1,0 +1,87 @@
+"""The hook into ``generate()``: ``triforce_config`` routes a call to ``custom_generate``; outputs; stop strings.
+
+``generate()`` rejects unknown keyword arguments, and transformers has no registry of decoding methods. What it
+offers is ``generate(custom_generate=<callable>)``: the usual input preparation (generation config, logits
+processors, stopping criteria, the cache), then the callable runs the decoding loop. :func:`wrap_generate`
+puts a wrapper on one model instance that takes ``triforce_config`` (an argument, an attribute of the call's
+``generation_config``, or a default on ``model.generation_config``) and, when one is set, passes the callable
+that the handler builds. ``triforce_config`` is an attribute of the model's generation config (``None`` by
+default), so pipelines forward it to ``generate()`` like any generation option.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from transformers import StoppingCriteriaList, StopStringCriteria
+from transformers.generation import GenerateDecoderOnlyOutput
+
+from .versions import CACHE_ARG
+
+Handler = Callable[[torch.nn.Module, Any, dict[str, Any]], Callable]
+"""``handler(model, triforce_config, generate_kwargs) -> custom_generate callable`` (may edit the kwargs)."""
+
+
+def wrap_generate(model: torch.nn.Module, handler: Handler) -> None:
+    """Route ``model.generate(..., triforce_config=cfg)`` through ``custom_generate=handler(model, cfg, kwargs)``.
+
+    Calls without a ``triforce_config`` run the class's own ``generate()`` unchanged. Undo with
+    :func:`unwrap_generate`.
+
+    Example:
+        >>> wrap_generate(model, lambda model, cfg, kwargs: my_decoding_loop)  # doctest: +SKIP
+    """
+    plain_generate = model.generate
+
+    @functools.wraps(plain_generate)
+    def generate(*args, triforce_config=None, **kwargs):
+        triforce_config = triforce_config or getattr(kwargs.get("generation_config"), "triforce_config", None)
+        triforce_config = triforce_config or getattr(model.generation_config, "triforce_config", None)
+        if triforce_config is None:
+            return plain_generate(*args, **kwargs)
+        _move_stop_strings(model, kwargs)
+        kwargs["custom_generate"] = handler(model, triforce_config, kwargs)
+        return plain_generate(*args, **kwargs)
+
+    model.generate = generate
+    model.generation_config.triforce_config = None
+
+
+def unwrap_generate(model: torch.nn.Module) -> None:
+    """Undo :func:`wrap_generate`: ``generate()`` is the class's own again."""
+    model.__dict__.pop("generate", None)
+    if hasattr(model.generation_config, "triforce_config"):
+        del model.generation_config.triforce_config
+
+
+def decoder_only_output(
+    sequences: torch.LongTensor, scores: tuple | None, logits: tuple | None, cache: Any = None
+) -> GenerateDecoderOnlyOutput:
+    """The ``return_dict_in_generate=True`` output, the cache under the installed release's field name."""
+    return GenerateDecoderOnlyOutput(sequences=sequences, scores=scores, logits=logits, **{CACHE_ARG: cache})
+
+
+def _move_stop_strings(model, kwargs: dict[str, Any]) -> None:
+    """Turn ``stop_strings`` into a ``StopStringCriteria`` in ``kwargs["stopping_criteria"]``.
+
+    ``generate(custom_generate=<callable>)`` keeps only the callable's own extra parameters, so the
+    ``tokenizer`` that stop strings need never reaches ``_get_stopping_criteria`` (transformers 5.x).
+    Building the criterion here gives the loop the exact stopping rule plain ``generate()`` uses.
+    """
+    config = kwargs.get("generation_config") or model.generation_config
+    stop_strings = kwargs.pop("stop_strings", None) or config.stop_strings
+    if stop_strings is None:
+        return
+    tokenizer = kwargs.pop("tokenizer", None)
+    if tokenizer is None:
+        raise ValueError("stop_strings need the tokenizer: pass tokenizer=<your tokenizer> to generate().")
+    if config.stop_strings is not None:
+        kwargs["generation_config"] = copy.deepcopy(config)
+        kwargs["generation_config"].stop_strings = None
+    criteria = StoppingCriteriaList(kwargs.get("stopping_criteria") or [])
+    criteria.append(StopStringCriteria(tokenizer, stop_strings))
+    kwargs["stopping_criteria"] = criteria

@@ -1,0 +1,91 @@
+"""The supported transformers range, and the names that differ between its releases.
+
+transformers 5.24 renamed the cache argument ``past_key_values`` to ``cache`` in ``generate()``, in every model's
+``forward()`` and in the generate outputs (``GenerateDecoderOnlyOutput.cache``). The old name still works there
+with a ``FutureWarning``; it leaves models' ``forward()`` in 5.40 and ``generate()`` in 6.0. hf_triforce passes
+:data:`CACHE_ARG` in its own calls, so it raises no deprecation warning on any supported release, and looks for a
+user's cache under both names (:data:`CACHE_ARGS`).
+
+Example:
+    >>> cache_argument("5.23.0"), cache_argument("5.24.0")
+    ('past_key_values', 'cache')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import transformers
+from packaging import version
+
+MIN_TRANSFORMERS = "5.17"
+"""Lowest supported (and tested) transformers release."""
+MAX_TRANSFORMERS = "6"
+"""First unsupported transformers release."""
+CACHE_RENAMED_IN = "5.24"
+"""The release that renamed ``past_key_values`` to ``cache``."""
+
+
+def check_transformers_version(current: str | None = None) -> None:
+    """Raise ``ImportError`` unless ``MIN_TRANSFORMERS <= transformers < MAX_TRANSFORMERS``.
+
+    Example:
+        >>> check_transformers_version("4.57.0")
+        Traceback (most recent call last):
+        ...
+        ImportError: hf_triforce needs transformers>=5.17,<6; found 4.57.0. Run: pip install 'transformers>=5.17,<6'
+    """
+    current = current or transformers.__version__
+    v = version.parse(current)
+    if not version.parse(MIN_TRANSFORMERS) <= v < version.parse(MAX_TRANSFORMERS):
+        raise ImportError(
+            f"hf_triforce needs transformers>={MIN_TRANSFORMERS},<{MAX_TRANSFORMERS}; found {current}. "
+            f"Run: pip install 'transformers>={MIN_TRANSFORMERS},<{MAX_TRANSFORMERS}'"
+        )
+
+
+def cache_argument(current: str | None = None) -> str:
+    """The name of the cache argument of ``forward()``/``generate()`` (and of the output field) in a release."""
+    v = version.parse(current or transformers.__version__)
+    return "cache" if v >= version.parse(CACHE_RENAMED_IN) else "past_key_values"
+
+
+check_transformers_version()
+
+CACHE_ARG = cache_argument()
+"""The cache argument's name in the installed release: ``"cache"`` (>= 5.24) or ``"past_key_values"``."""
+CACHE_ARGS = ("cache", "past_key_values")
+"""Every name a caller's cache may arrive under (the current one and the deprecated one)."""
+
+
+def cache_kwargs(cache: Any) -> dict[str, Any]:
+    """``{CACHE_ARG: cache}``: pass a cache to a model's ``forward()`` under the installed release's name.
+
+    Example:
+        >>> model(input_ids=ids, use_cache=True, **cache_kwargs(cache))  # doctest: +SKIP
+    """
+    return {CACHE_ARG: cache}
+
+
+def find_cache(kwargs: dict[str, Any]) -> tuple[str, Any] | tuple[None, None]:
+    """``(name, cache)`` of the cache in a call's ``kwargs`` under any name, or ``(None, None)``.
+
+    Example:
+        >>> find_cache({"past_key_values": None, "cache": "c"})
+        ('cache', 'c')
+    """
+    for name in CACHE_ARGS:
+        if kwargs.get(name) is not None:
+            return name, kwargs[name]
+    return None, None
+
+
+def output_cache(output: Any) -> Any:
+    """The cache a model or ``generate()`` output carries (``.cache`` since 5.24, ``.past_key_values`` before).
+
+    Example:
+        >>> out = model.generate(ids, return_dict_in_generate=True)  # doctest: +SKIP
+        >>> output_cache(out).get_seq_length()  # doctest: +SKIP
+        57
+    """
+    return getattr(output, CACHE_ARG)

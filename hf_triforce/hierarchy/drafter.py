@@ -1,0 +1,37 @@
+"""The level-0 ``Drafter`` protocol: what the level-1 drafting loop needs of a drafter."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """A level-0 drafter: proposes tokens that level 1 verifies with exact speculative sampling.
+
+    A drafter that samples returns the distributions it drew from (``q``, after the call's logits processors);
+    a deterministic one (n-gram lookup, a greedy model) returns ``None``, which the verification treats as a
+    one-hot ``q`` at each drafted token. Either way the verified output is exactly level 1's distribution.
+
+    Implemented by :class:`~hf_triforce.hierarchy.ngram.NGramDrafter` and
+    :class:`~hf_triforce.hierarchy.model_drafter.ModelDrafter`.
+
+    Example:
+        >>> from hf_triforce.hierarchy import NGramDrafter
+        >>> isinstance(NGramDrafter(), Drafter)
+        True
+    """
+
+    def propose(self, prefix: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Up to ``k`` tokens continuing ``prefix``.
+
+        Args:
+            prefix: ``[n]`` token ids (the accepted sequence so far, plus level 1's tokens of this round).
+            k: the most tokens to propose (``>= 1``).
+
+        Returns:
+            ``([m] token ids, m <= k; [m, V] draft probabilities or None)``.
+        """
+        ...
