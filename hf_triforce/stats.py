@@ -126,7 +126,9 @@ class TriForceStats:
     cache (level 2). ``target_forwards`` counts full-cache verification forwards (the prefill excluded) and
     ``mean_accepted_length`` is the mean number of tokens each of them produced. ``phases`` times the level-0
     drafts (``level0``), the level-1 forwards (``level1``), retrieval re-selections (``refresh``), the
-    full-cache verifications (``level2``) and the ``prefill``. ``*_bytes`` are the key/value bytes allocated by
+    full-cache verifications (``level2``), the ``prefill`` (of the uncached prompt tokens) and ``reuse`` (starting
+    from a caller's cache and handing it back). ``reused_tokens`` counts the prompt tokens a caller's cache
+    already held. ``*_bytes`` are the key/value bytes allocated by
     the full cache, the largest retrieval view, and the level-0 draft cache.
 
     Example:
@@ -137,6 +139,7 @@ class TriForceStats:
     new_tokens: int = 0
     seconds: float = 0.0
     prefill_seconds: float = 0.0
+    reused_tokens: int = 0
     target_forwards: int = 0
     decoded_tokens: int = 0
     retrieval_refreshes: int = 0

@@ -10,13 +10,16 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 
 from ..caches.streaming import StreamingLLMCache
 from ..config import TriForceConfig
+from ..hf.caches import callers_cache
 from ..hf.generate import decoder_only_output
 from ..hf.linears import small_batch_linears
 from ..hf.model import num_layers, rotary_inv_freq
 from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, NGramDrafter
+from ..stats import TriForceStats
 from .loop import TriForceRun
+from .reuse import hand_back, start_cache
 from .state import state_of
-from .validate import as_config, check_assistant, resolve_drafter, validate_generation
+from .validate import as_config, check_assistant, check_cache_implementation, resolve_drafter, validate_generation
 
 
 def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generate_kwargs: dict[str, Any]):
@@ -30,6 +33,7 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
         >>> model.generate(ids, custom_generate=decode, **kwargs)  # doctest: +SKIP
     """
     config = as_config(triforce_config)
+    check_cache_implementation(model, generate_kwargs)
     assistant = generate_kwargs.pop("assistant_model", None)
     drafter = resolve_drafter(config, assistant)
     if assistant is not None and drafter == "model":
@@ -62,19 +66,33 @@ def triforce_decode(
 
     Greedy output equals plain ``generate()``; sampled output has exactly its distribution.
 
+    A cache the caller passed (``cache=`` or ``past_key_values=``) holding a prefix of ``input_ids`` is reused:
+    only the rest is prefilled, and the caller's cache ends holding ``sequences`` minus the last token, as after
+    plain ``generate()`` (see :mod:`~hf_triforce.generation.reuse`).
+
     Returns:
         ``[1, prompt + new]`` token ids, or a ``GenerateDecoderOnlyOutput`` when
-        ``return_dict_in_generate=True`` (``sequences``, and ``scores``/``logits`` when requested).
+        ``return_dict_in_generate=True`` (``sequences``, the cache, and ``scores``/``logits`` when requested).
     """
     validate_generation(input_ids, generation_config, model_kwargs, model.config)
-    run = TriForceRun(model, input_ids, logits_processor, stopping_criteria, generation_config, triforce_config)
+    stats = TriForceStats()
+    with stats.phases.measure("reuse"):
+        start = start_cache(
+            model, triforce_config, input_ids, generation_config.max_length, callers_cache(model_kwargs)
+        )
+    run = TriForceRun(
+        model, input_ids, logits_processor, stopping_criteria, generation_config, triforce_config, start.cache,
+        start.reused, stats,
+    )  # fmt: skip
     run.level1 = _level1(run, _level0(run, drafter_kind, assistant_model))
     with small_batch_linears(model, assistant_model):
         sequences = run.decode(streamer or triforce_streamer)
-    state_of(model).last_stats = run.stats
+    with stats.phases.measure("reuse"):
+        returned = hand_back(start)
+    state_of(model).last_stats = stats
     if not generation_config.return_dict_in_generate:
         return sequences
-    return decoder_only_output(sequences, run.scores, run.raw_logits)
+    return decoder_only_output(sequences, run.scores, run.raw_logits, returned)
 
 
 def _level0(run: TriForceRun, drafter_kind: str, assistant_model) -> Drafter | None:

@@ -12,7 +12,6 @@ from ..caches.retrieval import RetrievalCache
 from ..caches.streaming import StreamingLLMCache
 from ..config import TriForceConfig
 from ..hf.attention import capturing_queries
-from ..hf.model import num_layers
 from ..hf.progress import prefill_progress, show_progress
 from ..hf.versions import cache_kwargs
 from ..hierarchy import Level1Drafter
@@ -35,9 +34,14 @@ class TriForceRun:
         stopping_criteria: the call's stopping criteria.
         generation_config: the call's generation config.
         config: the :class:`~hf_triforce.config.TriForceConfig`.
+        cache: the full cache, holding the first ``reused`` tokens of ``input_ids`` already.
+        reused: tokens of ``input_ids`` already in ``cache`` (a caller's prefix, see
+            :mod:`~hf_triforce.generation.reuse`); only the rest is prefilled.
+        stats: the :class:`~hf_triforce.stats.TriForceStats` to fill (a new one by default).
 
     Example:
-        >>> run = TriForceRun(model, ids, processors, criteria, generation_config, TriForceConfig())  # doctest: +SKIP
+        >>> cache = RetrievalCache(num_layers=30, chunk_size=8)  # doctest: +SKIP
+        >>> run = TriForceRun(model, ids, processors, criteria, gen_config, TriForceConfig(), cache)  # doctest: +SKIP
         >>> run.level1 = Level1Drafter(model, run.cache, run.config, processors, False)  # doctest: +SKIP
         >>> sequences = run.decode(streamer=None)  # [1, prompt + new]  # doctest: +SKIP
     """
@@ -50,14 +54,17 @@ class TriForceRun:
         stopping_criteria: StoppingCriteriaList,
         generation_config: GenerationConfig,
         config: TriForceConfig,
+        cache: RetrievalCache,
+        reused: int = 0,
+        stats: TriForceStats | None = None,
     ) -> None:
         self.model, self.input_ids = model, input_ids
         self.logits_processor, self.stopping_criteria = logits_processor, stopping_criteria
         self.generation_config, self.config = generation_config, config
         self.do_sample = bool(generation_config.do_sample)
-        capacity = config.full_cache_capacity(generation_config.max_length)
-        self.cache = RetrievalCache(num_layers(model), config.chunk_size, capacity)
-        self.stats = TriForceStats()
+        self.cache, self.reused = cache, reused
+        self.stats = stats if stats is not None else TriForceStats()
+        self.stats.reused_tokens = reused
         gc = generation_config
         self.scores = () if gc.return_dict_in_generate and gc.output_scores else None
         self.raw_logits = () if gc.return_dict_in_generate and gc.output_logits else None
@@ -106,17 +113,18 @@ class TriForceRun:
         self._append(token, scores[None], raw[None], streamer)
 
     def _prefill_forward(self) -> torch.Tensor:
-        """Prompt forward(s) into the full cache, with a progress bar for long prompts; last logits ``[1, 1, V]``."""
-        prompt = self.input_ids.shape[1]
-        step = self.config.prefill_chunk_size or prompt
-        starts = range(0, prompt, step)
+        """Forward(s) of the uncached prompt tokens into the full cache (a progress bar for long ones); last logits
+        ``[1, 1, V]``."""
+        new = self.input_ids[:, self.reused :]
+        step = self.config.prefill_chunk_size or new.shape[1]
+        starts = range(0, new.shape[1], step)
         if len(starts) == 1:
-            with prefill_progress(self.model, prompt):
-                return self._forward(self.input_ids, keep=1)
+            with prefill_progress(self.model, new.shape[1]):
+                return self._forward(new, keep=1)
         for start in tqdm(
-            starts, desc="TriForce prefill", unit="chunk", leave=False, disable=not show_progress(prompt)
+            starts, desc="TriForce prefill", unit="chunk", leave=False, disable=not show_progress(new.shape[1])
         ):
-            logits = self._forward(self.input_ids[:, start : start + step], keep=1)
+            logits = self._forward(new[:, start : start + step], keep=1)
         return logits
 
     def _round(self, streamer) -> None:

@@ -10,7 +10,6 @@ from transformers import GenerationConfig
 from ..config import TriForceConfig
 from ..errors import TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError
 from ..hf.model import check_model_supported, vocab_size
-from ..hf.versions import find_cache
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +69,6 @@ def validate_generation(
             gc.prompt_lookup_num_tokens is not None or gc.assistant_early_exit is not None
         ),
         "a padded attention_mask": _has_padding(model_kwargs.get("attention_mask")),
-        "a pre-filled cache (cache= / past_key_values=)": _has_past(find_cache(model_kwargs)[1]),
         "inputs_embeds": model_kwargs.get("inputs_embeds") is not None,
     }
     bad = [name for name, hit in problems.items() if hit]
@@ -101,5 +99,17 @@ def _has_padding(mask: torch.Tensor | None) -> bool:
     return mask is not None and not bool((mask == 1).all())
 
 
-def _has_past(cache) -> bool:
-    return cache is not None and cache.get_seq_length() > 0
+def check_cache_implementation(model, generate_kwargs: dict) -> None:
+    """Refuse ``cache_implementation`` (static, offloaded, quantized, ...) before ``generate()`` builds that cache.
+
+    TriForce keeps its own full cache, so the one ``cache_implementation`` asks for would be built and then not
+    used: an option silently ignored.
+    """
+    config = generate_kwargs.get("generation_config") or model.generation_config
+    implementation = generate_kwargs.get("cache_implementation", config.cache_implementation)
+    if implementation not in (None, "dynamic"):
+        raise UnsupportedGenerationError(
+            f"TriForce generation does not support cache_implementation={implementation!r}: it keeps its own full "
+            "cache (and level-1 view). Drop cache_implementation; to reuse a prefilled prefix, pass it as a "
+            "DynamicCache with cache=."
+        )

@@ -70,3 +70,12 @@ def is_dispatched(model: torch.nn.Module) -> bool:
     """Whether accelerate placed the model on several devices (``hf_device_map``: offload or model parallel)."""
     device_map = getattr(model, "hf_device_map", None)
     return bool(device_map) and len(set(device_map.values())) > 1
+
+
+def kv_shape(model: torch.nn.Module) -> tuple[int, int]:
+    """``(key/value heads, head dim)`` of the model's attention layers, from its config."""
+    config = model.config.get_text_config()
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return kv_heads, head_dim

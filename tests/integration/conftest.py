@@ -188,3 +188,28 @@ def runners(monkeypatch) -> list[static_steps.StaticStepRunner]:
 
     monkeypatch.setattr(static_steps.StaticStepRunner, "__init__", record)
     return built
+
+
+class ForwardCounter:
+    """Counts forwards of the watched modules; the first forward fails the test when ``forbid`` is set."""
+
+    def __init__(self, *modules: torch.nn.Module, forbid: bool = True) -> None:
+        self.calls = 0
+        self.forbid = forbid
+        self.handles = [m.register_forward_pre_hook(self._hook) for m in modules]
+
+    def _hook(self, module, args):
+        self.calls += 1
+        if self.forbid:
+            pytest.fail(f"{type(module).__name__}.forward ran before the bad input was rejected")
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+@pytest.fixture
+def forward_counter() -> type[ForwardCounter]:
+    """``forward_counter(*modules, forbid=True)``: counts the modules' forwards; the first one fails the test
+    unless ``forbid=False`` (bad inputs must be refused before any forward). Call ``.remove()`` when done."""
+    return ForwardCounter

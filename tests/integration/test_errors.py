@@ -23,27 +23,9 @@ pytestmark = pytest.mark.integration
 CFG = dict(chunk_size=8, retrieval_budget=64, recent_window=16)
 
 
-class ForwardCounter:
-    """Counts forwards of the watched modules; the first forward fails the test when ``forbid`` is set."""
-
-    def __init__(self, *modules: torch.nn.Module, forbid: bool = True) -> None:
-        self.calls = 0
-        self.forbid = forbid
-        self.handles = [m.register_forward_pre_hook(self._hook) for m in modules]
-
-    def _hook(self, module, args):
-        self.calls += 1
-        if self.forbid:
-            pytest.fail(f"{type(module).__name__}.forward ran before the bad input was rejected")
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-
-
 @pytest.fixture
-def no_forward(llama, llama_draft):
-    counter = ForwardCounter(llama, llama_draft)
+def no_forward(llama, llama_draft, forward_counter):
+    counter = forward_counter(llama, llama_draft)
     yield counter
     counter.remove()
     assert counter.calls == 0
@@ -101,9 +83,9 @@ def test_single_prompt_is_not_blamed_for_batch_size(llama, prompt, no_forward, k
 # Models
 
 
-def test_assistant_with_another_vocabulary(llama, prompt, no_forward, model_factory):
+def test_assistant_with_another_vocabulary(llama, prompt, no_forward, model_factory, forward_counter):
     other = model_factory("llama_gqa", num_layers=1, seed=5, vocab_size=300, enable=False)
-    watch = ForwardCounter(other)
+    watch = forward_counter(other)
     try:
         with pytest.raises(UnsupportedModelError, match="vocabulary") as info:
             llama.generate(
@@ -137,9 +119,9 @@ def tiny_opt():
 
 
 @pytest.mark.parametrize("factory", [tiny_gpt2, tiny_opt], ids=["gpt2", "opt"])
-def test_unsupported_family(factory):
+def test_unsupported_family(factory, forward_counter):
     model = factory()
-    counter = ForwardCounter(model)
+    counter = forward_counter(model)
     with pytest.raises(UnsupportedModelError) as info:
         hf_triforce.enable(model)
     counter.remove()
@@ -151,9 +133,9 @@ def test_unsupported_family(factory):
     assert "generate" not in vars(model), "a rejected model must keep its own generate()"
 
 
-def test_unsupported_assistant_family(llama, prompt, no_forward):
+def test_unsupported_assistant_family(llama, prompt, no_forward, forward_counter):
     gpt2 = tiny_gpt2()
-    watch = ForwardCounter(gpt2)
+    watch = forward_counter(gpt2)
     try:
         with pytest.raises(UnsupportedModelError, match="assistant_model") as info:
             llama.generate(

@@ -33,16 +33,19 @@ seeds, a goodness-of-fit test against the exact distribution of the continuation
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
 import pytest
 import torch
 from scipy.stats import chi2_contingency
+from transformers import DynamicCache
 
 import hf_triforce
 import hf_triforce.sampling
 from hf_triforce import TriForceConfig
+from hf_triforce.hf.versions import CACHE_ARG, cache_kwargs
 
 pytestmark = pytest.mark.integration
 
@@ -128,9 +131,15 @@ class Sampler:
             self._plain[key] = self.codes(sequences)
         return self._plain[key]
 
-    def triforce(self, processors: dict, drafter: str, memoize: bool = True) -> tuple[np.ndarray, dict[str, int]]:
-        """``NUM_SAMPLES`` TriForce continuations (run ``i`` seeded with ``i``) and the summed statistics."""
-        key = (tuple(sorted(processors.items())), drafter)
+    def triforce(
+        self, processors: dict, drafter: str, memoize: bool = True, cached: int = 0
+    ) -> tuple[np.ndarray, dict[str, int]]:
+        """``NUM_SAMPLES`` TriForce continuations (run ``i`` seeded with ``i``) and the summed statistics.
+
+        ``cached > 0``: every run is given a deep copy of a ``DynamicCache`` holding the first ``cached`` prompt
+        tokens (prefilled once by a plain forward), the documented pattern for several questions on one prefix.
+        """
+        key = (tuple(sorted(processors.items())), drafter, cached)
         if memoize and key in self._triforce:
             return self._triforce[key]
         config = TriForceConfig(drafter=drafter, **SPARSE)
@@ -138,9 +147,11 @@ class Sampler:
         totals = dict.fromkeys(("level0_drafted", "level0_accepted", "level1_drafted", "level1_accepted"), 0)
         totals["retrieval_refreshes"] = 0
         sequences = []
+        prefix = self.prefilled(cached) if cached else None
         with torch.random.fork_rng(devices=[]):
             for seed in TRIFORCE_SEEDS:
                 torch.manual_seed(seed)
+                reuse = {} if prefix is None else {CACHE_ARG: copy.deepcopy(prefix)}
                 sequences.append(
                     self.target.generate(
                         self.prompt,
@@ -149,6 +160,7 @@ class Sampler:
                         triforce_config=config,
                         assistant_model=assistant,
                         **processors,
+                        **reuse,
                     )
                 )
                 stats = hf_triforce.last_stats(self.target).to_dict()
@@ -156,10 +168,18 @@ class Sampler:
                     for count in ("drafted", "accepted"):
                         totals[f"{level}_{count}"] += stats["levels"][level][count]
                 totals["retrieval_refreshes"] += stats["retrieval_refreshes"]
+                totals["reused_tokens"] = stats["reused_tokens"]
         result = self.codes(torch.cat(sequences)), totals
         if memoize:
             self._triforce[key] = result
         return result
+
+    def prefilled(self, length: int) -> DynamicCache:
+        """A ``DynamicCache`` of the first ``length`` prompt tokens, prefilled by one plain forward."""
+        cache = DynamicCache(config=self.target.config)
+        with torch.no_grad():
+            self.target(input_ids=self.prompt[:, :length], use_cache=True, **cache_kwargs(cache))
+        return cache
 
 
 @pytest.fixture(scope="module")
@@ -239,6 +259,27 @@ def test_sampled_triforce_matches_plain_generate(sampler, processors, drafter):
         assert totals["level0_drafted"] == 0, totals
     else:
         assert 0 < totals["level0_accepted"] < totals["level0_drafted"], totals
+
+
+REUSE_CASES = [
+    pytest.param({"temperature": 0.7}, "none", id="temperature0.7-none"),
+    pytest.param({"top_p": 0.8}, "model", id="top_p0.8-model"),
+]
+
+
+@pytest.mark.parametrize("processors, drafter", REUSE_CASES)
+def test_sampled_triforce_from_a_prefilled_cache_matches_plain_generate(sampler, processors, drafter):
+    """The same test when each TriForce run starts from a copy of a cache holding 90 of the 100 prompt tokens."""
+    plain = sampler.plain(processors)
+    got, totals = sampler.triforce(processors, drafter, cached=PROMPT_LENGTH - 10)
+    p_value, table, labels = homogeneity_test(plain, got)
+    assert p_value > ALPHA, (
+        f"TriForce sampling from a reused cache ({drafter=}, {processors}) is not distributed like plain "
+        f"generate(): p-value {p_value:.3g} <= alpha {ALPHA}. Level totals: {totals}.\n"
+        + describe(table, labels, ("plain", "triforce"))
+    )
+    assert totals["reused_tokens"] == PROMPT_LENGTH - 10, totals
+    assert 0 < totals["level1_accepted"] < totals["level1_drafted"], totals
 
 
 def _draw_from_target(target_probs, draft_probs, token=None):

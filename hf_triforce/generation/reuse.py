@@ -1,0 +1,145 @@
+"""Starting a TriForce call from a cache the caller prefilled, and handing the grown cache back.
+
+The transformers patterns: prefill a shared prefix once into a ``DynamicCache`` and ``copy.deepcopy`` it per
+question; or pass the cache a call returned (``return_dict_in_generate=True``) to the next chat turn. Plain
+``generate()`` feeds ``input_ids[:, cached:]`` and leaves the caller's cache holding every token of
+``sequences`` but the last. A TriForce call does the same:
+
+* its full cache starts with the caller's keys and values: a :class:`~hf_triforce.caches.RetrievalCache` an
+  earlier TriForce call returned is used in place (nothing copied); a ``DynamicCache`` is copied into a new one
+  (one pass over the prefix's keys and values, a memory copy, no forward);
+* only ``input_ids[:, cached:]`` is prefilled (at least the last token, whose query selects the first chunks);
+* the chunk summaries of the prefix are computed at the first selection (one mean over its keys, as after a
+  fresh prefill); the draft model's StreamingLLM cache is built from token ids at its first proposal (the
+  sinks and the recent window: at most ``draft_cache_budget`` tokens through the small model), as always;
+* at the end a copied ``DynamicCache`` gets the new tokens' keys and values appended (``Cache.update``), so the
+  caller's object ends as plain ``generate()`` leaves it; the output's cache is the caller's object, or, when
+  the caller passed none, TriForce's own full cache (a transformers ``Cache`` holding ``sequences`` minus the
+  last token, usable by plain ``generate()`` too).
+
+A cache TriForce cannot start from is refused before any work (:class:`~hf_triforce.errors.UnsupportedGenerationError`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..caches.retrieval import RetrievalCache
+from ..config import TriForceConfig
+from ..errors import UnsupportedGenerationError
+from ..hf.caches import describe, plain_kv_layers
+from ..hf.model import kv_shape, num_layers
+
+
+@dataclass
+class StartingCache:
+    """The full cache a call decodes into, and what becomes of the caller's cache.
+
+    Attributes:
+        cache: TriForce's full cache for this call.
+        reused: tokens already in ``cache`` when the call starts (the caller's prefix).
+        callers: the caller's cache when it was copied (the new tokens are appended to it at the end), else None.
+        returned: the cache the output carries (the caller's object, or ``cache`` when the caller passed none).
+    """
+
+    cache: RetrievalCache
+    reused: int
+    callers: Any | None
+    returned: Any
+
+
+def start_cache(
+    model: torch.nn.Module, config: TriForceConfig, input_ids: torch.LongTensor, max_length: int, callers: Any | None
+) -> StartingCache:
+    """The full cache for a call over ``input_ids`` ``[1, n]``, starting from the caller's cache when given.
+
+    Raises:
+        UnsupportedGenerationError: a cache TriForce cannot start from (another kind, another model, more tokens
+            than ``n - 1``), before any work.
+
+    Example:
+        >>> start = start_cache(model, TriForceConfig(), ids, max_length=600, callers=prefilled)  # doctest: +SKIP
+        >>> start.reused  # tokens of ids already cached  # doctest: +SKIP
+        512
+    """
+    capacity = config.full_cache_capacity(max_length)
+    if callers is None:
+        cache = RetrievalCache(num_layers(model), config.chunk_size, capacity)
+        return StartingCache(cache, 0, None, cache)
+    reused = _check_callers_cache(model, callers, input_ids.shape[1])
+    if isinstance(callers, RetrievalCache) and callers.chunk_size == config.chunk_size:
+        for layer in callers.layers:
+            if layer.is_initialized:
+                layer.buffer.reserve(capacity, layer.buffer.keys)
+        return StartingCache(callers, reused, None, callers)
+    cache = RetrievalCache(num_layers(model), config.chunk_size, capacity)
+    for i, (keys, values) in enumerate(_key_values(callers)):
+        cache.update(keys, values, i)
+    return StartingCache(cache, reused, callers, callers)
+
+
+def hand_back(start: StartingCache) -> Any:
+    """Append the call's new tokens to a copied caller's cache; returns the cache the output carries."""
+    if start.callers is not None:
+        for i, layer in enumerate(start.cache.layers):
+            keys, values = layer.buffer.keys, layer.buffer.values
+            start.callers.update(keys[:, :, start.reused :], values[:, :, start.reused :], i)
+    return start.returned
+
+
+def _key_values(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per-layer ``([B, H_kv, L, D] keys, values)`` of a DynamicCache or RetrievalCache (empty ones left out)."""
+    pairs = []
+    for layer in cache.layers:
+        if isinstance(cache, RetrievalCache):
+            pairs.append((layer.buffer.keys, layer.buffer.values) if layer.is_initialized else (None, None))
+        else:
+            pairs.append((layer.keys, layer.values) if layer.is_initialized else (None, None))
+    return [(k, v) for k, v in pairs if k is not None]
+
+
+def _check_callers_cache(model: torch.nn.Module, cache: Any, input_length: int) -> int:
+    """Tokens in the caller's ``cache``; raises unless a call over ``input_length`` tokens can start from it."""
+    if not (isinstance(cache, RetrievalCache) or plain_kv_layers(cache)):
+        raise UnsupportedGenerationError(
+            f"TriForce cannot start from a {describe(cache)}: it needs the plain key/value tensors of every cached "
+            "token. Pass a DynamicCache (e.g. DynamicCache(config=model.config), prefilled by a forward or by plain "
+            "generate()), the cache an earlier TriForce call returned (return_dict_in_generate=True), or no cache."
+        )
+    pairs = _key_values(cache)
+    cached = cache.get_seq_length() if pairs else 0
+    if pairs:
+        _check_same_model(model, cache, pairs)
+    if cached > input_length - 1:
+        raise UnsupportedGenerationError(
+            f"The cache holds {cached} tokens but input_ids has {input_length}: as in plain generate(), the cached "
+            f"tokens are the first {cached} of input_ids and input_ids[:, {cached}:] is fed, so input_ids must extend "
+            "the cached tokens by at least one token. Pass the whole sequence (cached prefix + new tokens)."
+        )
+    return cached
+
+
+def _check_same_model(model: torch.nn.Module, cache: Any, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    layers, (kv_heads, head_dim) = num_layers(model), kv_shape(model)
+    parameter = next(model.parameters())
+    problems = []
+    if len(pairs) != layers:
+        problems.append(f"{len(pairs)} layers of keys/values, the model has {layers}")
+    shapes = {tuple(k.shape[1::2]) for k, _ in pairs}
+    if shapes != {(kv_heads, head_dim)}:
+        problems.append(f"(KV heads, head dim) {sorted(shapes)}, the model has {(kv_heads, head_dim)}")
+    if {k.shape[0] for k, _ in pairs} != {1}:
+        problems.append(f"a batch of {pairs[0][0].shape[0]} sequences, the call has one")
+    if len({k.shape[2] for k, _ in pairs}) != 1:
+        problems.append("layers of different lengths")
+    if {(k.dtype, k.device) for k, _ in pairs} != {(parameter.dtype, parameter.device)}:
+        problems.append(f"keys in {pairs[0][0].dtype} on {pairs[0][0].device}, the model is {parameter.dtype} on "
+                        f"{parameter.device}")  # fmt: skip
+    if problems:
+        raise UnsupportedGenerationError(
+            f"The cache passed to generate() does not fit this model: it holds {'; '.join(problems)}. It was made by "
+            "another model or configuration: prefill a cache with this model, or pass no cache."
+        )
