@@ -7,7 +7,7 @@ from typing import Any
 
 from .errors import TriForceConfigError
 
-DRAFTERS = ("auto", "model", "ngram", "none")
+DRAFTERS = ("auto", "model", "suffix", "ngram", "none")
 CUDA_GRAPH_MODES = (True, False, "auto", "eager")
 
 
@@ -41,8 +41,21 @@ class TriForceConfig:
         default=64,
         metadata={"help": "Most recent tokens (rounded to whole chunks) always kept in the sparse view."},
     )
-    gamma1: int = field(default=2, metadata={"help": "Tokens drafted by level 0 per level-1 verification."})
-    gamma2: int = field(default=6, metadata={"help": "Tokens drafted by level 1 per full-cache verification."})
+    gamma1: int = field(
+        default=2, metadata={"help": "Tokens drafted by level 0 per level-1 verification (the most, when adaptive)."}
+    )
+    gamma2: int = field(
+        default=6, metadata={"help": "Tokens drafted by level 1 per full-cache verification (the most, when adaptive)."}
+    )
+    adaptive: bool = field(
+        default=True,
+        metadata={
+            "help": "Choose each round's schedule and speculation lengths from the costs and acceptances measured "
+            "during the call (hf_triforce.hierarchy.planner): level 0 -> 1 -> 2 with up to gamma1/gamma2 drafts, "
+            "level 0 -> 2 directly, or a plain decoding step, whichever is expected to be fastest. False: always "
+            "gamma1/gamma2 through all three levels. Lossless either way."
+        },
+    )
     draft_cache_budget: int = field(
         default=256, metadata={"help": "Tokens in the level-0 draft model's StreamingLLM cache (sinks + window)."}
     )
@@ -69,11 +82,16 @@ class TriForceConfig:
         default="auto",
         metadata={
             "help": "Level-0 drafter: 'auto' (the assistant model when given, else n-gram lookup), 'model', "
-            "'ngram' or 'none' (two levels: retrieval self-drafting verified by the full cache)."
+            "'suffix' (the longest earlier match of the sequence's end, from a suffix automaton), 'ngram' (the latest "
+            "earlier occurrence of the last ngram_max..ngram_min tokens) or 'none' (two levels: retrieval "
+            "self-drafting verified by the full cache)."
         },
     )
     ngram_max: int = field(default=3, metadata={"help": "Longest n-gram matched by the n-gram drafter."})
     ngram_min: int = field(default=1, metadata={"help": "Shortest n-gram matched by the n-gram drafter."})
+    suffix_min_match: int = field(
+        default=1, metadata={"help": "Shortest match of the sequence's end that the suffix drafter drafts from."}
+    )
     draft_acceptance_floor: float = field(
         default=0.15,
         metadata={
@@ -101,7 +119,7 @@ class TriForceConfig:
     )
 
     def __post_init__(self) -> None:
-        self._check_positive("chunk_size", "gamma1", "gamma2", "refresh_every", "ngram_min")
+        self._check_positive("chunk_size", "gamma1", "gamma2", "refresh_every", "ngram_min", "suffix_min_match")
         self._check_budget()
         self._check_draft_cache()
         if self.drafter not in DRAFTERS:
@@ -112,6 +130,8 @@ class TriForceConfig:
             self._check_positive("prefill_chunk_size")
         if not 0.0 <= self.draft_acceptance_floor <= 1.0:
             raise TriForceConfigError(f"draft_acceptance_floor={self.draft_acceptance_floor} must be in [0, 1].")
+        if not isinstance(self.adaptive, bool):
+            raise TriForceConfigError(f"adaptive must be True or False, got {self.adaptive!r}.")
         if not (isinstance(self.cuda_graphs, bool) or self.cuda_graphs in ("auto", "eager")):
             raise TriForceConfigError(f"cuda_graphs={self.cuda_graphs!r} must be one of {CUDA_GRAPH_MODES}.")
         r = self.refresh_below_acceptance

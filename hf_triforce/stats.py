@@ -123,13 +123,16 @@ class TriForceStats:
     """What one TriForce ``generate()`` call did.
 
     ``level0`` counts level-0 drafts judged by level 1; ``level1`` counts level-1 drafts judged by the full
-    cache (level 2). ``target_forwards`` counts full-cache verification forwards (the prefill excluded) and
+    cache (level 2); ``level0_to_level2`` counts level-0 drafts judged by level 2 directly (rounds that skip
+    level 1). ``rounds`` counts the rounds of each schedule the planner chose (``"levels"``: level 0 -> 1 -> 2,
+    ``"level0"``: level 0 -> 2, ``"plain"``: a plain decoding step; see :mod:`hf_triforce.hierarchy.planner`).
+    ``target_forwards`` counts full-cache verification forwards (the prefill excluded) and
     ``mean_accepted_length`` is the mean number of tokens each of them produced. ``phases`` times the level-0
     drafts (``level0``), the level-1 forwards (``level1``), retrieval re-selections (``refresh``), the
     full-cache verifications (``level2``), the ``prefill`` (of the uncached prompt tokens) and ``reuse`` (starting
     from a caller's cache and handing it back). ``reused_tokens`` counts the prompt tokens a caller's cache
-    already held. ``*_bytes`` are the key/value bytes allocated by
-    the full cache, the largest retrieval view, and the level-0 draft cache.
+    already held. ``*_bytes`` are the key/value bytes allocated by the full cache, the largest retrieval view,
+    and the level-0 draft cache.
 
     Example:
         >>> stats = TriForceStats(); stats.level1.record(6, 5); stats.to_dict()["levels"]["level1"]
@@ -148,6 +151,8 @@ class TriForceStats:
     draft_cache_bytes: int = 0
     level0: LevelStats = field(default_factory=LevelStats)
     level1: LevelStats = field(default_factory=LevelStats)
+    level0_to_level2: LevelStats = field(default_factory=LevelStats)
+    rounds: dict[str, int] = field(default_factory=dict)
     phases: PhaseTimes = field(default_factory=PhaseTimes)
 
     @property
@@ -169,9 +174,10 @@ class TriForceStats:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict (JSON-serializable)."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("level0", "level1", "phases")}
+        out = {k: v for k, v in asdict(self).items() if k not in ("level0", "level1", "level0_to_level2", "phases")}
         out["mean_accepted_length"] = self.mean_accepted_length
         levels = {"level0": self.level0.to_dict(), "level1": self.level1.to_dict()}
+        levels["level0_to_level2"] = self.level0_to_level2.to_dict()
         out["levels"] = AliasedDict(levels, LEVEL_ALIASES, "levels key")
         out["phases"] = self.phases.to_dict()
         return out

@@ -14,7 +14,7 @@ from ..hf.caches import callers_cache
 from ..hf.generate import decoder_only_output
 from ..hf.linears import small_batch_linears
 from ..hf.model import num_layers, rotary_inv_freq
-from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, NGramDrafter
+from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, NGramDrafter, SuffixDrafter
 from ..stats import TriForceStats
 from .loop import TriForceRun
 from .reuse import hand_back, start_cache
@@ -96,10 +96,13 @@ def triforce_decode(
 
 
 def _level0(run: TriForceRun, drafter_kind: str, assistant_model) -> Drafter | None:
-    """The level-0 drafter of ``drafter_kind`` (``"ngram"``, ``"model"`` with its StreamingLLM cache, ``"none"``)."""
+    """The level-0 drafter of ``drafter_kind``: ``"suffix"``, ``"ngram"``, ``"model"`` (with its StreamingLLM
+    cache) or ``"none"``."""
     cfg = run.config
     if drafter_kind == "ngram":
         return NGramDrafter(cfg.ngram_max, cfg.ngram_min)
+    if drafter_kind == "suffix":
+        return SuffixDrafter(cfg.suffix_min_match)
     if drafter_kind != "model":
         return None
     inv_freq = rotary_inv_freq(assistant_model)

@@ -132,8 +132,10 @@ class TriForceRun:
         candidates, candidate_scores = self.level1.draft(self.input_ids)
         drafts = candidates[0, cur:]
         g = drafts.shape[0]
+        start = time.perf_counter()
         with self.stats.phases.measure("level2"):
             raw = self._forward(candidates[:, cur - 1 :], keep=g + 1)
+        seconds = time.perf_counter() - start
         scores = torch.stack(
             [self.logits_processor(candidates[:, : cur + i], raw[:, i].clone()) for i in range(g + 1)], 1
         )
@@ -147,7 +149,7 @@ class TriForceRun:
         self.cache.crop(-(g + 1 - appended))
         self.stats.target_forwards += 1
         self.stats.decoded_tokens += appended
-        self.level1.observe_verification(n_matches)
+        self.level1.observe_verification(n_matches, seconds)
 
     def _append(self, tokens: torch.Tensor, scores: torch.Tensor, raw: torch.Tensor, streamer) -> int:
         """Append tokens one at a time, stopping exactly where plain ``generate()`` would; returns the count."""

@@ -1,6 +1,7 @@
 """The levels below the full cache: level-0 drafters and level-1 drafting over the retrieval view.
 
-* :mod:`.drafter`: the level-0 ``Drafter`` protocol; :mod:`.ngram` and :mod:`.model_drafter` implement it;
+* :mod:`.drafter`: the level-0 ``Drafter`` protocol; :mod:`.suffix`, :mod:`.ngram` and :mod:`.model_drafter`
+  implement it;
 * :mod:`.level1`: :class:`Level1Drafter`, the target's weights over a retrieval view, verifying level 0;
 * :mod:`.schedule`: when level 0 drafts and when level 1 re-selects;
 * :mod:`.static_steps`: fixed-shape decoding steps (CUDA graphs) for levels 0 and 1.
@@ -10,5 +11,6 @@ from .drafter import Drafter
 from .level1 import Level1Drafter
 from .model_drafter import ModelDrafter
 from .ngram import NGramDrafter
+from .suffix import SuffixDrafter
 
-__all__ = ["Drafter", "Level1Drafter", "ModelDrafter", "NGramDrafter"]
+__all__ = ["Drafter", "Level1Drafter", "ModelDrafter", "NGramDrafter", "SuffixDrafter"]

@@ -15,14 +15,21 @@ class Drafter(Protocol):
     a deterministic one (n-gram lookup, a greedy model) returns ``None``, which the verification treats as a
     one-hot ``q`` at each drafted token. Either way the verified output is exactly level 1's distribution.
 
-    Implemented by :class:`~hf_triforce.hierarchy.ngram.NGramDrafter` and
-    :class:`~hf_triforce.hierarchy.model_drafter.ModelDrafter`.
+    Implemented by :class:`~hf_triforce.hierarchy.suffix.SuffixDrafter`,
+    :class:`~hf_triforce.hierarchy.ngram.NGramDrafter` and :class:`~hf_triforce.hierarchy.model_drafter.ModelDrafter`.
 
     Example:
         >>> from hf_triforce.hierarchy import NGramDrafter
         >>> isinstance(NGramDrafter(), Drafter)
         True
     """
+
+    def commit(self, sequence: torch.Tensor) -> None:
+        """The ``[n]`` tokens level 2 has committed so far (called once per round, before any proposal).
+
+        Committed tokens never change; tokens after them (this round's level-1 tokens) may be rolled back.
+        """
+        ...
 
     def propose(self, prefix: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Up to ``k`` tokens continuing ``prefix``.

@@ -10,6 +10,8 @@ full cache (level 2) verifies against.
 
 from __future__ import annotations
 
+import time
+
 import torch
 from transformers import LogitsProcessorList
 
@@ -23,7 +25,8 @@ from ..sampling import verify_greedy, verify_sampled
 from ..stats import TriForceStats
 from .drafter import Drafter
 from .model_drafter import ModelDrafter
-from .schedule import Level0Gate, RefreshRule
+from .planner import Plan, Planner
+from .schedule import RefreshRule
 from .static_steps import RunnerSlot, StaticStepRunner, keep_runner, kept_runner, resolve_step_mode
 
 
@@ -82,7 +85,8 @@ class Level1Drafter:
         self.runner_slot = runner_slot
         self.capture = QueryCapture()
         self.view: RetrievalView | StaticRetrievalView | None = None
-        self.gate = Level0Gate(config.draft_acceptance_floor)
+        self.planner = Planner(config, has_drafter=drafter is not None)
+        self.plan: Plan | None = None
         self.refresh = RefreshRule(config)
         self._queries: list[torch.Tensor] | None = None
         self._last_drafted = 0
@@ -93,24 +97,42 @@ class Level1Drafter:
             drafter.use_static_steps(draft_mode, strict=config.cuda_graphs is True)
 
     def draft(self, input_ids: torch.LongTensor) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
-        """Level-1 candidates ``[1, cur + g]`` and their processed level-1 scores ``[1, g, V]`` (``g <= gamma2``).
+        """Candidates ``[1, cur + g]`` for the full cache and the scores ``[1, g, V]`` they were drafted from.
 
-        ``g = 0`` (``input_ids`` and ``None``) when ``max_length`` leaves no room for drafts.
+        The round's :class:`~hf_triforce.hierarchy.planner.Plan` decides who drafts: level 1 (over the retrieval
+        view, verifying level 0; its processed scores are returned), level 0 alone (its probabilities' logs, or
+        ``None`` for a deterministic drafter), or nobody (``g = 0``: ``input_ids`` and ``None``, the verification is
+        a plain decoding step). ``g <= gamma2`` (``gamma1 + gamma2`` for level 0 alone), and never past
+        ``max_length``.
         """
-        budget = min(self.config.gamma2, self.max_length - input_ids.shape[1] - 1)
+        self.plan = self.planner.plan_round()
+        budget = min(self.plan.gamma2, self.max_length - input_ids.shape[1] - 1)
         self._last_drafted = 0
-        if budget <= 0:
+        self.stats.rounds[self.plan.kind] = self.stats.rounds.get(self.plan.kind, 0) + 1
+        if budget <= 0 or self.plan.kind == "plain":
             return input_ids, None
-        self._prepare_view()
-        tokens, scores = self._draft(input_ids[0], budget)
+        if self.drafter is not None:
+            with self.stats.phases.measure("level0"):
+                self.drafter.commit(input_ids[0])
+        if self.plan.kind == "level0":
+            tokens, scores = self._level0_draft(input_ids[0], budget)
+        else:
+            self._prepare_view()
+            tokens, scores = self._draft(input_ids[0], budget)
         self._last_drafted = tokens.shape[0]
-        return torch.cat([input_ids, tokens[None]], dim=1), scores[None]
+        return torch.cat([input_ids, tokens[None]], dim=1), None if scores is None else scores[None]
 
-    def observe_verification(self, num_matches: int) -> None:
-        """Record level-1 acceptance and keep the query of the newest cached token for the next selection."""
-        self._queries = self.capture.at(int(num_matches))
-        self.stats.level1.record(self._last_drafted, int(num_matches))
-        self.refresh.observe(self._last_drafted, int(num_matches))
+    def observe_verification(self, num_matches: int, seconds: float = 0.0) -> None:
+        """Record the verdict of the round's verification (``num_matches`` drafts accepted, the forward took
+        ``seconds``) and keep the query of the newest cached token for the next selection."""
+        drafted, accepted = self._last_drafted, int(num_matches)
+        self._queries = self.capture.at(accepted)
+        self.planner.observe_level2(self.plan, drafted, accepted, seconds)
+        if self.plan.kind == "levels":
+            self.stats.level1.record(drafted, accepted)
+            self.refresh.observe(drafted, accepted)
+        elif self.plan.kind == "level0":
+            self.stats.level0_to_level2.record(drafted, accepted)
 
     def observe_prefill(self) -> None:
         """Keep the last prompt token's query (captured during the prefill) for the first selection."""
@@ -121,9 +143,11 @@ class Level1Drafter:
             self.view.sync()
             return
         cfg = self.config
+        start = time.perf_counter()
         with self.stats.phases.measure("refresh"):
             indices = self.cache.select(self._queries, cfg.retrieval_budget, cfg.recent_window)
             self.view = self._new_view(indices)
+        self.planner.observe_refresh(time.perf_counter() - start)
         self.refresh.selected()
         self.stats.retrieval_refreshes += 1
         self.stats.view_bytes = max(self.stats.view_bytes, self.view.kv_nbytes())
@@ -158,8 +182,10 @@ class Level1Drafter:
             prefix = torch.cat([ids, tokens])
             with self.stats.phases.measure("level0"):
                 drafts, draft_probs = self._propose(prefix, budget - tokens.shape[0] - 1)
+            start = time.perf_counter()
             with self.stats.phases.measure("level1"):
                 new, new_scores = self._level1_step(prefix, drafts, draft_probs, position)
+            self.planner.observe_level1(drafts.shape[0], new.shape[0] - 1, time.perf_counter() - start)
             tokens = torch.cat([tokens, new])
             scores.append(new_scores)
             position += new.shape[0]
@@ -168,10 +194,26 @@ class Level1Drafter:
         return tokens, torch.cat(scores)
 
     def _propose(self, prefix: torch.Tensor, room: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        k = min(self.config.gamma1, room)
-        if self.drafter is None or k <= 0 or not self.gate.should_draft():
+        k = min(self.planner.gamma1(), room)
+        if self.drafter is None or k <= 0:
             return prefix[:0], None
-        return self.drafter.propose(prefix, k)
+        start = time.perf_counter()
+        proposal = self.drafter.propose(prefix, k)
+        self.planner.observe_level0(k, time.perf_counter() - start)
+        return proposal
+
+    def _level0_draft(self, ids: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Level 0's drafts for the full cache directly: tokens ``[g]`` and the log of their distributions ``[g, V]``
+        (``None`` for a deterministic drafter: a one-hot ``q``)."""
+        with self.stats.phases.measure("level0"):
+            tokens, probs = self._propose_for_level2(ids, budget)
+        return tokens, None if probs is None else probs.log()
+
+    def _propose_for_level2(self, ids: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        start = time.perf_counter()
+        proposal = self.drafter.propose(ids, budget)
+        self.planner.observe_level0(budget, time.perf_counter() - start)
+        return proposal
 
     def _level1_step(self, prefix, drafts, draft_probs, position) -> tuple[torch.Tensor, torch.Tensor]:
         """One level-1 forward over ``[last token, drafts]``: verify the drafts, return new tokens + scores."""
@@ -183,7 +225,6 @@ class Level1Drafter:
             n_accepted, next_token = verify_greedy(drafts, scores)
         self.view.crop(-(drafts.shape[0] - n_accepted))
         self.stats.level0.record(drafts.shape[0], n_accepted)
-        self.gate.record(drafts.shape[0], n_accepted)
         new = torch.cat([drafts[:n_accepted], drafts.new_tensor([next_token])])
         return new, scores[: n_accepted + 1]
 

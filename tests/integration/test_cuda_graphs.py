@@ -22,7 +22,9 @@ from hf_triforce.hierarchy import static_steps
 
 pytestmark = [pytest.mark.integration, pytest.mark.gpu]
 
-SMALL = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4)
+SMALL = dict(
+    chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, adaptive=False
+)  # same drafts on both paths
 CUDA = torch.device("cuda")
 
 

@@ -43,19 +43,17 @@ def config_drafter(drafter: str) -> str:
 # Families x drafters
 
 
-@pytest.mark.parametrize("drafter", ["none", "ngram", "model", "auto+assistant"])
+@pytest.mark.parametrize("drafter", ["none", "suffix", "ngram", "model", "auto+assistant"])
 @pytest.mark.parametrize("family", ["llama_mha", "llama_gqa", "mistral", "qwen2", "qwen3"])
 def test_every_family_and_drafter(zoo, make_prompt, assert_greedy_equal, family, drafter):
     model = zoo.target(family)
-    prompt = make_prompt(200, seed=3, repetitive=drafter == "ngram")
+    prompt = make_prompt(200, seed=3, repetitive=drafter in ("ngram", "suffix"))
     cfg = small_config(drafter=config_drafter(drafter))
     assert_greedy_equal(model, prompt, cfg, 24, assistant_model=assistant_for(zoo, drafter, family))
     stats = hf_triforce.last_stats(model).to_dict()
     assert stats["new_tokens"] == 24
-    if drafter == "none":
-        assert stats["levels"]["level0"]["drafted"] == 0
-    else:
-        assert stats["levels"]["level0"]["drafted"] > 0
+    level0_drafts = stats["levels"]["level0"]["drafted"] + stats["levels"]["level0_to_level2"]["drafted"]
+    assert (level0_drafts == 0) == (drafter == "none")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -98,7 +96,7 @@ GAMMAS = [(1, 1), (1, 4), (1, 8), (2, 3), (2, 6), (3, 2), (3, 5), (3, 8)]
 
 
 @pytest.mark.parametrize("gamma1,gamma2", GAMMAS)
-@pytest.mark.parametrize("drafter", ["ngram", "model"])
+@pytest.mark.parametrize("drafter", ["suffix", "ngram", "model"])
 def test_gammas(zoo, llama, make_prompt, assert_greedy_equal, drafter, gamma1, gamma2):
     prompt = make_prompt(120, seed=gamma1 * 10 + gamma2, repetitive=True)
     cfg = small_config(drafter=drafter, gamma1=gamma1, gamma2=gamma2, draft_cache_budget=64, draft_sinks=4)
@@ -117,6 +115,7 @@ def test_gammas_with_full_acceptance(llama, make_prompt, assert_greedy_equal, ga
         recent_window=16,
         gamma1=gamma1,
         gamma2=gamma2,
+        adaptive=False,  # the fixed schedule's mechanics
         drafter="model",
         draft_cache_budget=512,
         draft_sinks=4,
@@ -140,7 +139,9 @@ def test_gammas_with_full_acceptance(llama, make_prompt, assert_greedy_equal, ga
 )
 def test_refreshes(llama, make_prompt, assert_greedy_equal, refresh_every, refresh_below):
     prompt = make_prompt(300, seed=refresh_every)
-    cfg = small_config(drafter="ngram", refresh_every=refresh_every, refresh_below_acceptance=refresh_below)
+    cfg = small_config(
+        drafter="ngram", refresh_every=refresh_every, refresh_below_acceptance=refresh_below, adaptive=False
+    )
     assert_greedy_equal(llama, prompt, cfg, 40)
     stats = hf_triforce.last_stats(llama)
     assert stats.retrieval_refreshes >= 2, "a refresh should have happened mid-generation"
@@ -155,7 +156,7 @@ def test_level0_pauses_when_its_drafts_are_rejected(llama, make_prompt, assert_g
     prompt = make_prompt(200, seed=5)
     drafted = {}
     for floor in (0.0, 1.0):
-        cfg = small_config(drafter="ngram", gamma1=2, gamma2=6, draft_acceptance_floor=floor)
+        cfg = small_config(drafter="ngram", gamma1=2, gamma2=6, draft_acceptance_floor=floor, adaptive=False)
         assert_greedy_equal(llama, prompt, cfg, 48)
         drafted[floor] = hf_triforce.last_stats(llama).level0.drafted
     assert drafted[0.0] > 0
@@ -165,7 +166,9 @@ def test_level0_pauses_when_its_drafts_are_rejected(llama, make_prompt, assert_g
 def test_level0_keeps_drafting_while_accepted(llama, make_prompt, assert_greedy_equal):
     """With the target as its own drafter every draft is accepted, so even floor 1.0 never pauses it."""
     prompt = make_prompt(50, seed=3)
-    cfg = small_config(drafter="model", retrieval_budget=256, gamma1=2, gamma2=6, draft_acceptance_floor=1.0)
+    cfg = small_config(
+        drafter="model", retrieval_budget=256, gamma1=2, gamma2=6, draft_acceptance_floor=1.0, adaptive=False
+    )
     assert_greedy_equal(llama, prompt, cfg, 37, assistant_model=llama)
     stats = hf_triforce.last_stats(llama)
     steps = stats.level1.drafted - stats.level0.accepted  # every level-1 step adds one token of its own
@@ -309,25 +312,27 @@ STATS_KEYS = {
 LEVEL_KEYS = {"drafted", "accepted", "acceptance_rate"}
 
 
-def check_stats(stats: dict, new_tokens: int, gamma2: int) -> None:
+def check_stats(stats: dict, new_tokens: int, gamma2: int, gamma1: int = 2) -> None:
     assert STATS_KEYS <= set(stats)
-    assert set(stats["levels"]) == {"level0", "level1"}
+    assert set(stats["levels"]) == {"level0", "level1", "level0_to_level2"}
+    assert sum(stats["rounds"].values()) == stats["target_forwards"]
     assert stats["new_tokens"] == new_tokens
     assert stats["decoded_tokens"] == new_tokens - 1, "the prefill forward produces the first token"
     assert 0 <= stats["prefill_seconds"] <= stats["seconds"]
     assert stats["target_forwards"] <= max(new_tokens - 1, 0)
     if stats["target_forwards"]:
         assert stats["mean_accepted_length"] == pytest.approx(stats["decoded_tokens"] / stats["target_forwards"])
-        assert 1.0 <= stats["mean_accepted_length"] <= gamma2 + 1
+        assert 1.0 <= stats["mean_accepted_length"] <= gamma1 + gamma2 + 1
     for level in stats["levels"].values():
         assert set(level) == LEVEL_KEYS
         assert 0 <= level["accepted"] <= level["drafted"]
         assert 0.0 <= level["acceptance_rate"] <= 1.0
         if level["drafted"]:
             assert level["acceptance_rate"] == pytest.approx(level["accepted"] / level["drafted"])
-    retrieval = stats["levels"]["level1"]
-    assert retrieval["drafted"] <= gamma2 * stats["target_forwards"]
-    assert stats["decoded_tokens"] <= retrieval["accepted"] + stats["target_forwards"]
+    retrieval, direct = stats["levels"]["level1"], stats["levels"]["level0_to_level2"]
+    assert retrieval["drafted"] <= gamma2 * stats["rounds"].get("levels", 0)
+    assert direct["drafted"] <= (gamma1 + gamma2) * stats["rounds"].get("level0", 0)
+    assert stats["decoded_tokens"] <= retrieval["accepted"] + direct["accepted"] + stats["target_forwards"]
 
 
 @pytest.mark.parametrize("drafter", ["none", "ngram", "model"])
@@ -346,7 +351,7 @@ def test_stats_are_consistent(zoo, llama, make_prompt, drafter):
 def test_full_budget_retrieval_acceptance(llama, make_prompt, drafter):
     """With budget >= prompt + new tokens, level 1 sees every token: it equals level 2 up to float noise."""
     prompt = make_prompt(60, seed=8)
-    cfg = TriForceConfig(chunk_size=8, retrieval_budget=128, recent_window=16, drafter=drafter)
+    cfg = TriForceConfig(chunk_size=8, retrieval_budget=128, recent_window=16, drafter=drafter, adaptive=False)
     expected = llama.generate(prompt, max_new_tokens=40, do_sample=False)
     out = llama.generate(prompt, max_new_tokens=40, do_sample=False, triforce_config=cfg)
     assert torch.equal(expected, out)
@@ -376,7 +381,7 @@ def test_draft_cache_evicts(zoo, llama, make_prompt, assert_greedy_equal, assist
     draft = zoo.draft("llama_gqa") if assistant == "tiny" else llama
     assert_greedy_equal(llama, prompt, cfg, 64, assistant_model=draft)
     stats = hf_triforce.last_stats(llama)
-    assert stats.level0.drafted > 0
+    assert stats.level0.drafted + stats.level0_to_level2.drafted > 0
     check_stats(stats.to_dict(), 64, cfg.gamma2)
 
 
@@ -413,12 +418,13 @@ def sweep_cases(draw):
         gamma2=gamma2,
         refresh_every=draw(st.integers(1, 20)),
         refresh_below_acceptance=draw(st.sampled_from([None, 0.3, 0.8])),
-        drafter=draw(st.sampled_from(["none", "ngram", "model", "auto"])),
+        drafter=draw(st.sampled_from(["none", "suffix", "ngram", "model", "auto"])),
         draft_sinks=sinks,
         draft_cache_budget=sinks + gamma1 + 1 + draw(st.integers(0, 60)),
         ngram_min=1,
         ngram_max=draw(st.integers(1, 4)),
         draft_acceptance_floor=draw(st.sampled_from([0.0, 0.15, 0.6, 1.0])),
+        adaptive=draw(st.booleans()),
     )
     return {
         "cfg": cfg,
@@ -438,7 +444,7 @@ def test_randomized_configs(zoo, llama, make_prompt, assert_greedy_equal, case):
     uses_model = cfg.drafter == "model" or (cfg.drafter == "auto" and case["assistant"] == "tiny")
     assistant = (llama if case["assistant"] == "self" else zoo.draft("llama_gqa")) if uses_model else None
     out = assert_greedy_equal(llama, prompt, cfg, case["new_tokens"], assistant_model=assistant)
-    check_stats(hf_triforce.last_stats(llama).to_dict(), out.shape[1] - prompt.shape[1], cfg.gamma2)
+    check_stats(hf_triforce.last_stats(llama).to_dict(), out.shape[1] - prompt.shape[1], cfg.gamma2, cfg.gamma1)
 
 
 @pytest.mark.parametrize("chunk", [7, 64, 1000])

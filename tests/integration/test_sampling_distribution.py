@@ -80,6 +80,7 @@ CASES = [
     pytest.param({"temperature": 0.7}, "none", id="temperature0.7-none"),
     pytest.param({"temperature": 1.3}, "model", id="temperature1.3-model"),
     pytest.param({"top_k": 3}, "ngram", id="top_k3-ngram"),
+    pytest.param({"temperature": 0.9, "top_k": 4}, "suffix", id="temperature0.9-top_k4-suffix"),
     pytest.param({"top_p": 0.8}, "model", id="top_p0.8-model"),
     pytest.param({"temperature": 1.3, "top_k": 5, "top_p": 0.9}, "auto", id="temperature1.3-top_k5-top_p0.9-auto"),
 ]

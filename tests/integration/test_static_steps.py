@@ -27,7 +27,9 @@ from hf_triforce.hierarchy import ModelDrafter, static_steps
 
 pytestmark = pytest.mark.integration
 
-SMALL = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4)
+SMALL = dict(
+    chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, adaptive=False
+)  # same drafts on both paths
 
 
 def _levels(model) -> dict:
@@ -90,6 +92,7 @@ def test_greedy_equal_with_full_acceptance(zoo, make_prompt, assert_greedy_equal
         recent_window=16,
         gamma1=3,
         gamma2=8,
+        adaptive=False,
         drafter="model",
         draft_cache_budget=512,
         draft_sinks=4,

@@ -21,7 +21,7 @@ from hf_triforce.kernels.verification import MAX_ROWS
 
 pytestmark = pytest.mark.integration
 
-CFG = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, gamma1=2, gamma2=4)
+CFG = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, gamma1=2, gamma2=4, adaptive=False)
 
 
 @pytest.mark.parametrize("family", ["llama_gqa", "llama_mha", "mistral", "qwen3"])

@@ -24,7 +24,7 @@ def _stats() -> TriForceStats:
 
 def test_to_dict_uses_the_level_vocabulary_only():
     d = json.loads(json.dumps(_stats().to_dict()))
-    assert set(d["levels"]) == {"level0", "level1"}
+    assert set(d["levels"]) == {"level0", "level1", "level0_to_level2"}
     assert set(d["phases"]) == {"prefill", "level0", "level1", "refresh", "level2"}
     assert d["levels"]["level1"] == {"drafted": 6, "accepted": 5, "acceptance_rate": 5 / 6}
 

@@ -1,0 +1,102 @@
+"""What a decoding call measures about itself: per-token acceptance of each level, and forward cost by width.
+
+The speculation lengths are chosen from these (:mod:`~hf_triforce.hierarchy.planner`): a drafted token is worth
+its acceptance probability, a forward costs what forwards of its width have cost so far in this call.
+
+* :class:`Acceptance`: the probability that a level accepts one more drafted token (the per-token acceptance of
+  the TriForce paper), from each verdict "``accepted`` leading tokens of ``drafted``": every accepted token is
+  a success, a rejection one failure (tokens after it were never judged). Old verdicts fade geometrically.
+* :class:`StepCost`: seconds of one forward of ``w`` query tokens; measured widths by their running mean, others
+  by an affine fit ``a + b (w - 1)`` through the measured ones (or the nearest one with a prior slope).
+"""
+
+from __future__ import annotations
+
+FORGET = 0.9  # weight of the past at each new observation (about the last ten count)
+PRIOR_SLOPE = 0.1  # extra cost of one more query token, relative to the measured width, before two are measured
+
+
+def expected_tokens(acceptance: float, drafts: int) -> float:
+    """Tokens one verification yields for ``drafts`` drafted tokens accepted one after another with probability
+    ``acceptance``: the accepted prefix plus the verifier's own token, ``sum_{i=0..drafts} acceptance**i``.
+
+    Example:
+        >>> expected_tokens(0.5, 2), expected_tokens(1.0, 3), expected_tokens(0.9, 0)
+        (1.75, 4.0, 1.0)
+    """
+    return sum(acceptance**i for i in range(drafts + 1))
+
+
+class Acceptance:
+    """Running per-token acceptance of one level's drafts.
+
+    Args:
+        prior: the rate before any verdict.
+        weight: how many verdicts the prior counts for.
+
+    Example:
+        >>> a = Acceptance(prior=0.5, weight=1.0)
+        >>> a.observe(drafted=4, accepted=4); round(a.rate, 3)
+        0.908
+        >>> a.observe(drafted=4, accepted=0); round(a.rate, 3)
+        0.74
+    """
+
+    def __init__(self, prior: float = 0.8, weight: float = 2.0) -> None:
+        self.successes, self.failures = prior * weight, (1.0 - prior) * weight
+        self.verdicts = 0
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """Fold in one verdict: ``accepted`` leading tokens of ``drafted`` (nothing when nothing was drafted)."""
+        if drafted <= 0:
+            return
+        self.successes = FORGET * self.successes + accepted
+        self.failures = FORGET * self.failures + (1.0 if accepted < drafted else 0.0)
+        self.verdicts += 1
+
+    @property
+    def rate(self) -> float:
+        """The estimated probability of accepting one more drafted token."""
+        return self.successes / (self.successes + self.failures)
+
+
+class StepCost:
+    """Seconds of one forward by query width.
+
+    Example:
+        >>> cost = StepCost()
+        >>> cost.observe(1, 0.030); cost.observe(7, 0.060)
+        >>> round(cost(4), 4), round(cost(7), 4)
+        (0.045, 0.06)
+        >>> StepCost()(3) is None
+        True
+    """
+
+    def __init__(self) -> None:
+        self.mean: dict[int, float] = {}
+
+    def observe(self, width: int, seconds: float) -> None:
+        """Fold in one forward of ``width`` query tokens that took ``seconds``."""
+        previous = self.mean.get(width)
+        self.mean[width] = seconds if previous is None else FORGET * previous + (1.0 - FORGET) * seconds
+
+    @property
+    def known(self) -> bool:
+        return bool(self.mean)
+
+    def __call__(self, width: int) -> float | None:
+        """The estimated seconds of a ``width``-token forward (``None`` before any measurement)."""
+        if width in self.mean or not self.mean:
+            return self.mean.get(width)
+        if len(self.mean) == 1:
+            ((w0, c0),) = self.mean.items()
+            return c0 * max(0.1, 1.0 + PRIOR_SLOPE * (width - w0))
+        return max(0.0, self._affine(width))
+
+    def _affine(self, width: int) -> float:
+        widths, costs = list(self.mean), list(self.mean.values())
+        n = len(widths)
+        mean_w, mean_c = sum(widths) / n, sum(costs) / n
+        var = sum((w - mean_w) ** 2 for w in widths)
+        slope = sum((w - mean_w) * (c - mean_c) for w, c in zip(widths, costs, strict=True)) / var
+        return mean_c + max(slope, 0.0) * (width - mean_w)

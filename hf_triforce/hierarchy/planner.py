@@ -1,0 +1,166 @@
+"""How much to speculate, round by round: the schedule with the most expected tokens per second.
+
+Each round of a TriForce call ends with one full-cache (level-2) forward. What comes before it is a choice:
+
+* ``"levels"``: level 1 drafts ``gamma2`` tokens (each level-1 step verifying up to ``gamma1`` level-0 drafts);
+* ``"level0"``: level 0's drafts go to level 2 directly (level 1 skipped: worth it when the retrieval view costs
+  about what the full cache costs, i.e. at short context);
+* ``"plain"``: nothing is drafted; the level-2 forward is one plain decoding step.
+
+With the costs and acceptances a call has measured so far (:mod:`~hf_triforce.hierarchy.cost_model`), a round of
+``g`` drafts accepted with per-token probability ``a`` yields ``sum_{i<=g} a**i`` tokens (Leviathan et al. 2023)
+and costs the level-2 forward of width ``g + 1`` plus the drafting; the planner takes the schedule and length
+with the most tokens per second, within the user's ``gamma1``/``gamma2`` maxima. Every schedule is verified
+exactly, so the choice changes speed, never the output's distribution. Schedules not chosen are re-tried now
+and then (every ``PROBE_EVERY`` rounds) so that their estimates follow the call.
+
+With ``TriForceConfig.adaptive=False`` the planner always returns ``"levels"`` with ``gamma2``, and ``gamma1``
+unless the level-0 gate (``draft_acceptance_floor``) pauses level 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..config import TriForceConfig
+from .cost_model import Acceptance, StepCost, expected_tokens
+from .schedule import Level0Gate
+
+PROBE_EVERY = 16  # rounds between re-tries of a schedule that is not chosen
+Kind = Literal["levels", "level0", "plain"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One round's schedule: ``kind`` and the tokens drafted for level 2 (``gamma2``, 0 for ``"plain"``)."""
+
+    kind: Kind
+    gamma2: int
+
+
+class Planner:
+    """Chooses each round's schedule and each level-1 step's ``gamma1`` from what the call measured.
+
+    Args:
+        config: the call's :class:`~hf_triforce.config.TriForceConfig` (``gamma1``/``gamma2`` are the maxima,
+            ``adaptive`` switches the planning on).
+        has_drafter: whether a level-0 drafter exists.
+
+    Example:
+        >>> planner = Planner(TriForceConfig(gamma1=2, gamma2=6), has_drafter=True)
+        >>> planner.plan_round()  # nothing measured yet: the first rounds try each schedule, speculating first
+        Plan(kind='levels', gamma2=6)
+    """
+
+    def __init__(self, config: TriForceConfig, has_drafter: bool) -> None:
+        self.config, self.has_drafter = config, has_drafter
+        self.adaptive = config.adaptive
+        self.level2, self.level1, self.level0 = StepCost(), StepCost(), StepCost()
+        self.refresh_seconds = 0.0
+        self.a1, self.a0, self.a02 = Acceptance(0.8), Acceptance(0.6), Acceptance(0.5)
+        self.rounds = 0
+        self.last_tried: dict[Kind, int] = {}
+        self.gate = Level0Gate(config.draft_acceptance_floor)
+        self._steps_without_level0 = 0
+
+    # -- decisions --------------------------------------------------------------------------------------------
+
+    def plan_round(self) -> Plan:
+        """The schedule of the next round."""
+        self.rounds += 1
+        if not self.adaptive:
+            return Plan("levels", self.config.gamma2)
+        plan = self._probe() or self._best()
+        self.last_tried[plan.kind] = self.rounds
+        return plan
+
+    def gamma1(self) -> int:
+        """Level-0 drafts for the next level-1 step (0: level 1 decodes one token on its own)."""
+        if not self.has_drafter:
+            return 0
+        if not self.adaptive:
+            return self.config.gamma1 if self.gate.should_draft() else 0
+        if not self.a0.verdicts:  # level 0 never judged yet: try it first
+            return self.config.gamma1
+        best = max(range(self.config.gamma1 + 1), key=self._level1_rate)
+        self._steps_without_level0 = 0 if best else self._steps_without_level0 + 1
+        if self._steps_without_level0 >= PROBE_EVERY:  # re-measure level 0 now and then
+            self._steps_without_level0, best = 0, self.config.gamma1
+        return best
+
+    def _probe(self) -> Plan | None:
+        """A schedule that has not run for ``PROBE_EVERY`` rounds (or ever), to measure it."""
+        for kind in self._kinds():
+            if self.rounds - self.last_tried.get(kind, -PROBE_EVERY) >= PROBE_EVERY:
+                return Plan(kind, 0 if kind == "plain" else self._longest(kind))
+        return None
+
+    def _best(self) -> Plan:
+        candidates = [Plan("plain", 0)]
+        for kind in self._kinds()[:-1]:
+            candidates += [Plan(kind, g) for g in range(1, self._longest(kind) + 1)]
+        return max(candidates, key=self.rate)
+
+    def _kinds(self) -> list[Kind]:
+        """The schedules, in the order the first rounds try them (speculating first)."""
+        return ["levels", "level0", "plain"] if self.has_drafter else ["levels", "plain"]
+
+    def _longest(self, kind: Kind) -> int:
+        return self.config.gamma2 if kind == "levels" else self.config.gamma1 + self.config.gamma2
+
+    # -- the model --------------------------------------------------------------------------------------------
+
+    def rate(self, plan: Plan) -> float:
+        """Expected tokens per second of a round run by ``plan`` (0 when a cost it needs is unknown)."""
+        verify = self.level2(plan.gamma2 + 1)
+        if verify is None:
+            return 0.0
+        if plan.kind == "plain":
+            return 1.0 / verify
+        if plan.kind == "level0":
+            draft = self.level0(plan.gamma2)
+            return 0.0 if draft is None else expected_tokens(self.a02.rate, plan.gamma2) / (verify + draft)
+        per_token = self._level1_seconds_per_token()
+        if per_token is None:
+            return 0.0
+        refresh = self.refresh_seconds / self.config.refresh_every
+        tokens = expected_tokens(self.a1.rate, plan.gamma2)
+        return tokens / (verify + plan.gamma2 * per_token + tokens * refresh)
+
+    def _level1_rate(self, gamma1: int) -> float:
+        """Level-1 tokens per second of a level-1 step with ``gamma1`` level-0 drafts."""
+        step = self.level1(gamma1 + 1)
+        draft = self.level0(gamma1) if gamma1 else 0.0
+        if step is None or draft is None:
+            return 0.0 if gamma1 else 1.0  # unmeasured: level 1 on its own
+        return expected_tokens(self.a0.rate, gamma1) / (step + draft)
+
+    def _level1_seconds_per_token(self) -> float | None:
+        gammas = range(self.config.gamma1 + 1) if self.has_drafter else range(1)
+        rate = max(self._level1_rate(g) for g in gammas)
+        return None if rate <= 0 or not self.level1.known else 1.0 / rate
+
+    # -- observations -----------------------------------------------------------------------------------------
+
+    def observe_level2(self, plan: Plan, drafted: int, accepted: int, seconds: float) -> None:
+        """A round's verification: ``accepted`` of ``drafted`` tokens, a forward of ``drafted + 1`` in ``seconds``."""
+        self.level2.observe(drafted + 1, seconds)
+        if plan.kind == "levels":
+            self.a1.observe(drafted, accepted)
+        elif plan.kind == "level0":
+            self.a02.observe(drafted, accepted)
+
+    def observe_level1(self, drafted: int, accepted: int, seconds: float) -> None:
+        """A level-1 step over ``drafted`` level-0 drafts (``accepted`` kept), ``drafted + 1`` wide."""
+        self.level1.observe(drafted + 1, seconds)
+        self.a0.observe(drafted, accepted)
+        self.gate.record(drafted, accepted)
+
+    def observe_level0(self, requested: int, seconds: float) -> None:
+        """One level-0 proposal of up to ``requested`` tokens took ``seconds``."""
+        self.level0.observe(requested, seconds)
+
+    def observe_refresh(self, seconds: float) -> None:
+        """One re-selection of the retrieval chunks took ``seconds``."""
+        self.refresh_seconds = seconds if not self.refresh_seconds else 0.9 * self.refresh_seconds + 0.1 * seconds

@@ -1,0 +1,140 @@
+"""Suffix-automaton drafting: continue the sequence with what followed the longest earlier match of its end.
+
+A suffix automaton (Blumer et al. 1985) of a token sequence has one state per class of substrings that end at
+the same positions; appending a token costs O(1) amortized, so the automaton of the prompt and every committed
+token is built incrementally as decoding goes. To draft, the current end of the sequence (committed tokens plus
+the uncommitted level-1 tokens of this round) is matched: the longest suffix that also occurs *earlier* in the
+committed text, and the tokens that followed that occurrence are proposed. A longer match is more likely to
+continue the same way, so the number of proposed tokens grows with the match length (SuffixDecoding,
+Oliaro et al. 2024, sets the speculation length from the match length the same way). The drafter is
+deterministic (a one-hot ``q``), so every level verifies it exactly.
+
+Cost: one dict lookup per appended token and per matched tail token, plus a walk up the suffix links; a draft
+call at 8K tokens of history takes microseconds (see ``hf-triforce bench``'s level-0 timings).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class SuffixAutomaton:
+    """The suffix automaton of a growing token sequence, with the end of each state's first occurrence.
+
+    Example:
+        >>> sam = SuffixAutomaton(); sam.extend([5, 6, 7, 5, 6])
+        >>> sam.longest_earlier_match([])  # the suffix [5, 6] occurred before, ending at position 1
+        (2, 1)
+    """
+
+    def __init__(self) -> None:
+        self.next: list[dict[int, int]] = [{}]
+        self.link = [-1]
+        self.length = [0]
+        self.first_end = [-1]
+        self.last = 0
+        self.tokens: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def extend(self, tokens: list[int]) -> None:
+        """Append ``tokens`` to the indexed sequence."""
+        for token in tokens:
+            self._append(token)
+
+    def _append(self, token: int) -> None:
+        position = len(self.tokens)
+        self.tokens.append(token)
+        cur = self._new_state(self.length[self.last] + 1, position)
+        state = self.last
+        while state != -1 and token not in self.next[state]:
+            self.next[state][token] = cur
+            state = self.link[state]
+        if state == -1:
+            self.link[cur] = 0
+        else:
+            self.link[cur] = self._split(state, token)
+        self.last = cur
+
+    def _split(self, state: int, token: int) -> int:
+        """The state the new state links to, cloning ``next[state][token]`` when it is not solid."""
+        target = self.next[state][token]
+        if self.length[state] + 1 == self.length[target]:
+            return target
+        clone = self._new_state(self.length[state] + 1, self.first_end[target])
+        self.next[clone] = dict(self.next[target])
+        self.link[clone] = self.link[target]
+        while state != -1 and self.next[state].get(token) == target:
+            self.next[state][token] = clone
+            state = self.link[state]
+        self.link[target] = clone
+        return clone
+
+    def _new_state(self, length: int, first_end: int) -> int:
+        self.next.append({})
+        self.link.append(-1)
+        self.length.append(length)
+        self.first_end.append(first_end)
+        return len(self.length) - 1
+
+    def longest_earlier_match(self, tail: list[int]) -> tuple[int, int]:
+        """The longest suffix of ``indexed + tail`` that occurs in the indexed sequence followed by a token.
+
+        Returns:
+            ``(length, end)``: the match length and the end position of its first occurrence (``tokens[end + 1]``
+            followed it); ``(0, -1)`` when no suffix matches.
+        """
+        state, matched = self.last, len(self.tokens)
+        for token in tail:
+            while state and token not in self.next[state]:
+                state = self.link[state]
+                matched = self.length[state]
+            if token in self.next[state]:
+                state, matched = self.next[state][token], matched + 1
+        while state and self.first_end[state] + 1 >= len(self.tokens):  # only the final occurrence: nothing follows
+            state = self.link[state]
+            matched = self.length[state]
+        matched = min(matched, self.length[state])
+        return (matched, self.first_end[state]) if state else (0, -1)
+
+
+class SuffixDrafter:
+    """Level-0 drafter over a suffix automaton of the committed sequence; a
+    :class:`~hf_triforce.hierarchy.drafter.Drafter`.
+
+    Proposes what followed the longest earlier occurrence of the sequence's end, ``min(k, match length)`` tokens
+    (none when the match is shorter than ``min_match``). The automaton indexes the tokens level 2 has committed
+    (:meth:`commit`); the uncommitted level-1 tokens of the round are matched on top of it.
+
+    Args:
+        min_match: the shortest match that drafts.
+
+    Example:
+        >>> drafter = SuffixDrafter(min_match=2)
+        >>> drafter.commit(torch.tensor([5, 6, 7, 8, 5, 6]))
+        >>> drafter.propose(torch.tensor([5, 6, 7, 8, 5, 6]), k=3)
+        (tensor([7, 8]), None)
+    """
+
+    def __init__(self, min_match: int = 1) -> None:
+        self.min_match = min_match
+        self.automaton = SuffixAutomaton()
+
+    def commit(self, sequence: torch.Tensor) -> None:
+        """Index the committed ``[n]`` sequence's tokens not indexed yet (it only grows between calls)."""
+        indexed = len(self.automaton)
+        if sequence.shape[0] > indexed:
+            self.automaton.extend(sequence[indexed:].tolist())
+
+    def propose(self, prefix: torch.Tensor, k: int) -> tuple[torch.Tensor, None]:
+        """Up to ``k`` draft tokens ``[<=k]`` continuing ``prefix`` (``[n]``: committed tokens, then this round's)."""
+        if len(self.automaton) == 0:
+            self.commit(prefix)
+        tail = prefix[len(self.automaton) :].tolist()
+        matched, end = self.automaton.longest_earlier_match(tail)
+        if matched < self.min_match:
+            return prefix[:0], None
+        start = end + 1
+        tokens = self.automaton.tokens[start : start + min(k, matched)]
+        return prefix.new_tensor(tokens), None

@@ -1,0 +1,58 @@
+"""The package's shape: the public API, the deprecated names, and the import contracts' coverage."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+import tomllib
+
+import hf_triforce
+from hf_triforce.hierarchy import Level1Drafter
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", hf_triforce.__all__)
+def test_every_public_name_imports_and_is_documented(name):
+    namespace: dict = {}
+    exec(f"from hf_triforce import {name}", namespace)
+    obj = namespace[name]
+    assert obj is getattr(hf_triforce, name)
+    if callable(obj):
+        assert obj.__doc__ and obj.__doc__.strip(), f"hf_triforce.{name} has no docstring"
+
+
+def test_candidate_generator_is_a_deprecated_alias():
+    with pytest.warns(FutureWarning, match="Level1Drafter"):
+        from hf_triforce import TriForceCandidateGenerator
+    assert TriForceCandidateGenerator is Level1Drafter
+    with pytest.raises(AttributeError):
+        hf_triforce.NoSuchName  # noqa: B018
+
+
+def _contract(contract_id: str) -> dict:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return next(c for c in config["contracts"] if c["id"] == contract_id)
+
+
+def test_boundary_contract_covers_every_module_outside_hf():
+    """A new top-level module cannot escape the 'only hf/ imports transformers internals' contract unnoticed."""
+    modules = {f"hf_triforce.{m.name}" for m in pkgutil.iter_modules(hf_triforce.__path__)} - {"hf_triforce.hf"}
+    assert set(_contract("boundary")["source_modules"]) == modules
+
+
+def test_layers_name_every_core_package():
+    layered = {name.strip() for layer in _contract("layers")["layers"] for name in layer.split("|")}
+    packages = {f"hf_triforce.{m.name}" for m in pkgutil.iter_modules(hf_triforce.__path__) if m.ispkg}
+    assert packages - {"hf_triforce.hf"} <= layered
+
+
+def test_core_packages_import_on_their_own():
+    """Each layer imports without the package's __init__ having imported the layers above it first."""
+    for name in ("kernels", "sampling", "caches", "hierarchy", "generation", "hf"):
+        assert importlib.import_module(f"hf_triforce.{name}")

@@ -1,0 +1,105 @@
+"""The adaptive schedule: decisions from measured costs and acceptances (no model; costs are fed in)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hf_triforce import TriForceConfig
+from hf_triforce.hierarchy.cost_model import Acceptance, StepCost, expected_tokens
+from hf_triforce.hierarchy.planner import PROBE_EVERY, Plan, Planner
+
+pytestmark = pytest.mark.unit
+
+
+def planner(drafter=True, **config) -> Planner:
+    return Planner(TriForceConfig(**{"gamma1": 3, "gamma2": 6, **config}), has_drafter=drafter)
+
+
+def feed(p: Planner, c2=(0.10, 0.002), c1=(0.03, 0.004), c0=0.0002, a1=0.95, a0=0.7, a02=0.5, rounds=30) -> None:
+    """Costs ``c(w) = a + b (w - 1)`` of level-2 and level-1 forwards, level 0 per call, and steady acceptances."""
+    for w in range(1, 12):
+        p.level2.observe(w, c2[0] + c2[1] * (w - 1))
+    for w in range(1, 5):
+        p.level1.observe(w, c1[0] + c1[1] * (w - 1))
+    for k in range(1, 12):
+        p.level0.observe(k, c0)
+    for _ in range(rounds):
+        p.a1.observe(6, round(6 * a1) if a1 < 1 else 6)
+        p.a0.observe(3, 3 if a0 >= 1 else (1 if a0 < 0.6 else 2))
+        p.a02.observe(6, round(6 * a02))
+    p.rounds = 1000
+    p.last_tried = dict.fromkeys(["levels", "level0", "plain"], 1000)
+
+
+def test_fixed_schedule_when_not_adaptive():
+    p = planner(adaptive=False)
+    assert [p.plan_round() for _ in range(3)] == [Plan("levels", 6)] * 3
+    assert p.gamma1() == 3
+
+
+def test_first_rounds_try_every_schedule_speculating_first():
+    p = planner()
+    assert [p.plan_round().kind for _ in range(3)] == ["levels", "level0", "plain"]
+    assert p.gamma1() == 3  # level 0 is tried before anything is known of it
+    assert [planner(drafter=False).plan_round().kind for _ in range(1)] == ["levels"]
+
+
+def test_long_context_speculates_through_level1():
+    """A full-cache step costing 3x a level-1 step, level 1 accepted 95%: the longest level-1 rounds."""
+    p = planner()
+    feed(p)
+    plan = p.plan_round()
+    assert plan == Plan("levels", 6)
+    assert p.rate(plan) > 2 * p.rate(Plan("plain", 0))
+
+
+def test_short_context_without_a_good_drafter_decodes_plainly():
+    """Level 1 costs what level 2 costs and level 0 misses: plain steps are the fastest lossless schedule."""
+    p = planner()
+    feed(p, c2=(0.03, 0.01), c1=(0.03, 0.01), a1=0.5, a0=0.2, a02=0.0)
+    assert p.plan_round() == Plan("plain", 0)
+
+
+def test_short_context_with_a_good_drafter_skips_level1():
+    """Level 1 as expensive as level 2 but level 0 accepted by level 2: level 0 drafts for level 2 directly."""
+    p = planner()
+    feed(p, c2=(0.03, 0.001), c1=(0.03, 0.001), a1=0.9, a0=0.9, a02=0.85)
+    plan = p.plan_round()
+    assert plan.kind == "level0" and plan.gamma2 >= 4
+
+
+def test_gamma1_follows_level0_acceptance():
+    good, bad = planner(), planner()
+    feed(good, a0=1.0)
+    feed(bad, a0=0.0, c1=(0.03, 0.02))
+    assert good.gamma1() == 3
+    assert bad.gamma1() == 0
+
+
+def test_paused_level0_is_probed_again():
+    p = planner()
+    feed(p, a0=0.0, c1=(0.03, 0.02))
+    choices = [p.gamma1() for _ in range(PROBE_EVERY)]
+    assert choices[:-1] == [0] * (PROBE_EVERY - 1) and choices[-1] == 3
+
+
+def test_unchosen_schedules_are_probed_again():
+    p = planner()
+    feed(p)
+    kinds = [p.plan_round().kind for _ in range(PROBE_EVERY + 1)]
+    assert "plain" in kinds and "level0" in kinds and kinds.count("levels") >= PROBE_EVERY - 1
+
+
+def test_round_rate_matches_the_formula():
+    p = planner()
+    feed(p, rounds=0)
+    p.a1, p.refresh_seconds = Acceptance(prior=0.9, weight=1e9), 0.0
+    per_token = 1.0 / max(p._level1_rate(g) for g in range(4))
+    expected = expected_tokens(0.9, 4) / (p.level2(5) + 4 * per_token)
+    assert p.rate(Plan("levels", 4)) == pytest.approx(expected)
+
+
+def test_step_cost_extrapolates_with_a_prior_slope():
+    cost = StepCost()
+    cost.observe(7, 0.07)
+    assert cost(7) == 0.07 and cost(1) == pytest.approx(0.07 * (1 - 0.6))
