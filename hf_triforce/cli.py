@@ -8,8 +8,8 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from .bench.shapes import PRESETS
 from .config import DRAFTERS
+from .evaluation.models.shapes import PRESETS
 from .hf.backend import ATTN_CHOICES
 
 CUDA_GRAPHS: dict[str, bool | str] = {"off": False, "auto": "auto", "on": True, "eager": "eager"}
@@ -117,8 +117,8 @@ def _add_eval_drafts(p: argparse.ArgumentParser) -> None:
 def _run_eval_drafts(args: argparse.Namespace) -> int:
     import torch
 
-    from .bench.eval_drafts import EvalOptions, parse_fractions, run_eval_drafts
-    from .bench.eval_report import markdown_report, write_eval_results
+    from .evaluation.drafts.report import markdown_report, write_eval_results
+    from .evaluation.drafts.run import EvalOptions, parse_fractions, run_eval_drafts
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -170,10 +170,10 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from .bench.plot import write_plot
-    from .bench.real_acceptance import parse_real_acceptance
-    from .bench.report import markdown_table, write_results
-    from .bench.run import BenchOptions, run_benchmark
+    from .evaluation.bench.real_acceptance import parse_real_acceptance
+    from .evaluation.bench.report import markdown_table, write_results
+    from .evaluation.bench.run import BenchOptions, run_benchmark
+    from .evaluation.figures.bench_plot import write_plot
 
     options = BenchOptions(
         model=args.model,

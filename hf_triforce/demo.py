@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
-import torch
 from transformers import TextStreamer
 
-from .bench.compare import Comparison, RunResult, measure, peak_rss_bytes
 from .config import TriForceConfig
-from .documents import DEFAULT_DOCUMENT_TOKENS, DEFAULT_QUESTION, question_prompt, read_document
-from .errors import TriForceError
+from .evaluation.bench.compare import Comparison, RunResult, measure, peak_rss_bytes
+from .evaluation.common.documents import DEFAULT_DOCUMENT_TOKENS, DEFAULT_QUESTION, question_prompt, read_document
+from .evaluation.common.loading import load_model
 
 logger = logging.getLogger(__name__)
-
-
-class ModelLoadError(TriForceError):
-    """The model could not be loaded; the message says what to do."""
 
 
 @dataclass
@@ -35,35 +29,6 @@ class DemoOptions:
     budget: int = 512
     drafter: str = "ngram"
     seed: int = 0
-
-
-def load_model(path: str | None, attn_implementation: str = "sdpa"):
-    """``(model, tokenizer)``: SmolLM2-135M-Instruct when ``path`` is None, else ``from_pretrained(path)``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .assets import load_smollm2
-
-    if path is None:
-        try:
-            return load_smollm2(attn_implementation=attn_implementation)
-        except FileNotFoundError as err:
-            raise ModelLoadError(str(err)) from None
-    if not Path(path).expanduser().exists():
-        raise ModelLoadError(
-            f"model path {path} does not exist: pass a local directory saved with save_pretrained() "
-            "(model hubs are not reachable here), or omit --model to use the embedded SmolLM2."
-        )
-    if Path(path).expanduser().is_dir() and not (Path(path).expanduser() / "config.json").is_file():
-        raise ModelLoadError(
-            f"{path} holds no config.json: pass a directory saved with model.save_pretrained() and "
-            "tokenizer.save_pretrained()."
-        )
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
-    except (OSError, ValueError) as err:
-        raise ModelLoadError(f"could not load a causal LM from {path}: {err}") from None
-    return model.eval(), tokenizer
 
 
 def run_demo(options: DemoOptions, print_fn=print) -> Comparison:

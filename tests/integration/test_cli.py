@@ -15,10 +15,10 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from hf_triforce.bench.bandwidth import modeled_speedup
 from hf_triforce.cli import main
-from hf_triforce.demo import ModelLoadError
-from hf_triforce.documents import DocumentError, question_prompt, read_document
+from hf_triforce.evaluation.common.documents import DocumentError, question_prompt, read_document
+from hf_triforce.evaluation.common.loading import ModelLoadError
+from hf_triforce.evaluation.models.bandwidth import modeled_speedup
 
 pytestmark = pytest.mark.integration
 

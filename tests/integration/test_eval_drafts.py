@@ -16,17 +16,27 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from hf_triforce.bench.acceptance import acceptance, expected_round_accepted, processed_probs, token_acceptance
-from hf_triforce.bench.eval_report import pooled
-from hf_triforce.bench.level0 import measure_drafter, truncated_model
-from hf_triforce.bench.level1 import measure_view, replay_round
-from hf_triforce.bench.needle import DEFAULT_NEEDLE, DEFAULT_NEEDLE_REQUEST, build_needle_prompt, needle_overlap
-from hf_triforce.bench.reference import decode_reference, prefill_prompt
-from hf_triforce.bench.streaming_view import streaming_indices
-from hf_triforce.bench.view_forward import row_mask, view_logits
-from hf_triforce.bench.view_policy import ViewPolicy, group_scores, select_indices
 from hf_triforce.caches.view import RetrievalView
 from hf_triforce.cli import main
+from hf_triforce.evaluation.drafts.acceptance import (
+    acceptance,
+    expected_round_accepted,
+    processed_probs,
+    token_acceptance,
+)
+from hf_triforce.evaluation.drafts.level0 import measure_drafter, truncated_model
+from hf_triforce.evaluation.drafts.level1 import measure_view, replay_round
+from hf_triforce.evaluation.drafts.needle import (
+    DEFAULT_NEEDLE,
+    DEFAULT_NEEDLE_REQUEST,
+    build_needle_prompt,
+    needle_overlap,
+)
+from hf_triforce.evaluation.drafts.reference import decode_reference, prefill_prompt
+from hf_triforce.evaluation.drafts.report import pooled
+from hf_triforce.evaluation.drafts.streaming_view import streaming_indices
+from hf_triforce.evaluation.drafts.view_forward import row_mask, view_logits
+from hf_triforce.evaluation.drafts.view_policy import ViewPolicy, group_scores, select_indices
 from hf_triforce.hf.versions import cache_kwargs
 from hf_triforce.hierarchy import NGramDrafter
 from hf_triforce.kernels.retrieval import score_chunks

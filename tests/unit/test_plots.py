@@ -1,4 +1,4 @@
-"""``hf_triforce.bench.plots``: the docs' figures and tables regenerate from the recorded results."""
+"""``hf_triforce.evaluation.figures.plots``: the docs' figures and tables regenerate from the recorded results."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hf_triforce.bench.plots import demote_headings, device_line, generate_all, kind_of
+from hf_triforce.evaluation.figures.plots import demote_headings, device_line, generate_all, kind_of
 
 pytestmark = pytest.mark.unit
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..caches.retrieval import RetrievalCache
-from ..hf.attention import QueryCapture, capturing_queries
-from ..hf.linears import small_batch_linears
-from ..hf.progress import prefill_progress
-from ..hf.versions import cache_kwargs
+from ...caches.retrieval import RetrievalCache
+from ...hf.attention import QueryCapture, capturing_queries
+from ...hf.linears import small_batch_linears
+from ...hf.progress import prefill_progress
+from ...hf.versions import cache_kwargs
 from .acceptance import processed_probs
 
 

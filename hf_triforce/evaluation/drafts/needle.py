@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..documents import DocumentError
+from ..common.documents import DocumentError
 
 # A record made of real words that appears nowhere in the Python reference, so the answer can only come
 # from the inserted passage.
@@ -74,8 +74,8 @@ def build_needle_prompt(
     """The document cut to fit ``context_tokens`` with ``needle`` inserted at token ``depth`` of it.
 
     The passage goes between two blank lines after ``round(depth * D)`` of the ``D`` document tokens; the
-    request follows the document as in :func:`hf_triforce.documents.question_prompt`, and the assistant's
-    answer is started with the passage's first ``cue_words`` words (the cue). Small models asked to copy a
+    request follows the document as in :func:`hf_triforce.evaluation.common.documents.question_prompt`, and the
+    assistant's answer is started with the passage's first ``cue_words`` words (the cue). Small models asked to copy a
     passage without a cue tend to answer with boilerplate; with it, the correct continuation is the rest of
     the passage, copied from the middle of the document (an induction task).
 

@@ -6,7 +6,7 @@ token) / B``. For Llama-2-7B (MHA, fp16) that is 0.5 MiB of KV per token; at 128
 ~13.5 GB of weights plus ~64 GB of KV.
 
 Example:
-    >>> from hf_triforce.bench.shapes import preset_config
+    >>> from hf_triforce.evaluation.models.shapes import preset_config
     >>> cfg = preset_config("llama2-7b", context=131072)
     >>> kv_bytes_per_token(cfg, 2) / 2**20
     0.5

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from .assets import python_reference_text
-from .errors import TriForceError
+from ...errors import TriForceError
+from .smollm2 import python_reference_text
 
 DEFAULT_QUESTION = (
     "Using only the document above, explain how the 'with' statement works: what a context manager "

@@ -20,11 +20,11 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from ..caches.retrieval import RetrievalCache
-from ..hf.linears import small_batch_linears
-from ..hf.versions import cache_kwargs
-from ..kernels.linear import MAX_ROWS
-from ..kernels.retrieval import gather_tokens
+from ...caches.retrieval import RetrievalCache
+from ...hf.linears import small_batch_linears
+from ...hf.versions import cache_kwargs
+from ...kernels.linear import MAX_ROWS
+from ...kernels.retrieval import gather_tokens
 
 DEFAULT_MAX_ROWS = MAX_ROWS  # rows per forward: the CPU few-row linear path covers up to this many
 

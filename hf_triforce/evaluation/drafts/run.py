@@ -5,9 +5,10 @@ What is measured (all against the full-cache model, which is what every level is
 * **Level 1 (the sparse view)**: for natural continuations of the document and for needle tasks (a
   distinctive passage at a chosen depth that the answer must copy), the per-position acceptance of the
   retrieval view and of a StreamingLLM view of the same budget, at several budgets (fractions of the
-  context) and temperatures. See :mod:`~hf_triforce.bench.level1` and :mod:`~hf_triforce.bench.acceptance`:
-  argmax agreement at ``T = 0``, the exact speculative-sampling acceptance ``sum_x min(p, p_hat)`` at
-  ``T > 0``; no generation per cell, one reference continuation per (prompt, temperature).
+  context) and temperatures. See :mod:`~hf_triforce.evaluation.drafts.level1` and
+  :mod:`~hf_triforce.evaluation.drafts.acceptance`: argmax agreement at ``T = 0``, the exact
+  speculative-sampling acceptance ``sum_x min(p, p_hat)`` at ``T > 0``; no generation per cell, one
+  reference continuation per (prompt, temperature).
 * **Selection policy ablations** at the headline budget, one knob at a time from the ``TriForceConfig``
   defaults: how a GQA group's queries are combined, the recent window, the chunk size, the refresh
   stride and the refresh on falling acceptance.
@@ -32,15 +33,15 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..config import TriForceConfig
-from ..documents import DocumentError, read_document
-from ..errors import TriForceConfigError
-from ..hierarchy import NGramDrafter
+from ...config import TriForceConfig
+from ...errors import TriForceConfigError
+from ...hierarchy import NGramDrafter
+from ..bench.report import machine_info
+from ..common.documents import DocumentError, read_document
 from .level0 import measure_drafter, model_drafter, truncated_model
 from .level1 import measure_view
 from .needle import NeedlePrompt, build_needle_prompt, needle_coverage, needle_overlap
 from .reference import Reference, decode_reference, prefill_prompt
-from .report import machine_info
 from .view_policy import NEVER, ViewPolicy
 
 logger = logging.getLogger(__name__)
@@ -127,12 +128,12 @@ class Task:
 
 
 def run_eval_drafts(options: EvalOptions, command: str = "") -> dict[str, Any]:
-    """Run the whole evaluation; returns the JSON-ready results (see :mod:`~hf_triforce.bench.eval_report`).
+    """Run the whole evaluation; returns the JSON-ready results (see :mod:`~hf_triforce.evaluation.drafts.report`).
 
     Example:
         >>> run_eval_drafts(EvalOptions(needle_depths=[0.5], temperatures=[0.0]))  # doctest: +SKIP
     """
-    from ..demo import load_model
+    from ..common.loading import load_model
 
     start = time.perf_counter()
     model, tokenizer = load_model(options.model)

@@ -1,11 +1,11 @@
 """Documentation figures and tables, generated from the recorded results in ``benchmarks/results/``.
 
-``python -m hf_triforce.bench.plots benchmarks/results docs/assets/plots`` (``make plots``) reads every
+``python -m hf_triforce.evaluation.figures.plots benchmarks/results docs/assets/plots`` (``make plots``) reads every
 ``*.json`` result file and writes, per file, PNG figures (matplotlib, Agg backend) and markdown table
 snippets that the documentation includes, plus a copy of the JSON under ``data/`` so the site can link
 to it. Three formats are understood: ``hf-triforce bench`` results (rows of plain vs TriForce),
-``hf_triforce.bench.tuning`` sweeps (rows with a ``knob``) and ``hf-triforce eval-drafts`` draft-quality
-results (rendered by ``hf_triforce.bench.eval_report``); other files are skipped with a warning.
+``hf_triforce.evaluation.bench.tuning`` sweeps (rows with a ``knob``) and ``hf-triforce eval-drafts`` draft-quality
+results (rendered by ``hf_triforce.evaluation.drafts.report``); other files are skipped with a warning.
 Nothing is drawn by hand: regenerate after recording new results.
 
 Example:
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..stats import upgrade_stats_dicts
+from ...stats import upgrade_stats_dicts
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ def _bench_phase_png(results: dict[str, Any], path: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------
-# hf_triforce.bench.tuning sweeps
+# hf_triforce.evaluation.bench.tuning sweeps
 
 
 def write_tuning(results: dict[str, Any], out: Path, stem: str) -> list[Path]:
@@ -251,7 +251,7 @@ def _by_knob(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 def write_eval_drafts(results: dict[str, Any], out: Path, stem: str) -> list[Path]:
     """``<stem>.md`` (the eval report, headings moved two levels down) and ``<stem>.png`` (its figure)."""
-    from .eval_report import markdown_report, write_eval_plot
+    from ..drafts.report import markdown_report, write_eval_plot
 
     table = out / f"{stem}.md"
     table.write_text(demote_headings(markdown_report(results), 2))
@@ -328,7 +328,7 @@ def _phase_cell(phase: dict[str, Any] | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m hf_triforce.bench.plots RESULTS_DIR OUT_DIR``."""
+    """``python -m hf_triforce.evaluation.figures.plots RESULTS_DIR OUT_DIR``."""
     parser = argparse.ArgumentParser(description="Figures and tables for the docs from recorded benchmark results.")
     parser.add_argument("results_dir", nargs="?", default="benchmarks/results")
     parser.add_argument("out_dir", nargs="?", default="docs/assets/plots")

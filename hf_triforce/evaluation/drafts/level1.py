@@ -1,10 +1,10 @@
 """Level-1 acceptance of a view policy along a reference continuation, without running the hierarchy.
 
-For every position ``j >= 1`` of a :class:`~hf_triforce.bench.reference.Reference` (``y_0`` comes from
+For every position ``j >= 1`` of a :class:`~hf_triforce.evaluation.drafts.reference.Reference` (``y_0`` comes from
 the prefill, not from level 1), level 1 feeds ``y_{j-1}`` at its true position over its view of the
 ``n + j - 1`` cached tokens: the tokens chosen at the last selection plus every token cached since
 (exact full-cache keys/values, as ``RetrievalView.sync`` gives). Its logits ``p_hat`` are compared with
-the full cache's ``p`` by :func:`~hf_triforce.bench.acceptance.acceptance`; every position is measured
+the full cache's ``p`` by :func:`~hf_triforce.evaluation.drafts.acceptance.acceptance`; every position is measured
 once.
 
 The view follows ``TriForceCandidateGenerator``'s rounds, replayed along the reference: a round drafts
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..caches.retrieval import RetrievalCache
+from ...caches.retrieval import RetrievalCache
 from .acceptance import acceptance
 from .reference import Reference
 from .view_forward import DEFAULT_MAX_ROWS, view_logits

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import transformers
 
-from .bandwidth import device_bandwidth, modeled_speedup
+from ..models.bandwidth import device_bandwidth, modeled_speedup
 
 
 def machine_info() -> dict[str, Any]:
@@ -22,7 +22,7 @@ def machine_info() -> dict[str, Any]:
         >>> sorted(machine_info())[:3]
         ['cpu', 'cpu_count', 'cuda_device']
     """
-    from .. import __version__
+    from ... import __version__
 
     return {
         "cpu": _cpu_model(),
@@ -193,7 +193,8 @@ def _bandwidth_section(results: dict[str, Any]) -> list[str]:
         "Floor = (weights + attended KV) / peak bandwidth"
         + (f" ({bandwidth / 1e12:.2f} TB/s)." if bandwidth else " (no peak bandwidth known for a CPU: floors omitted).")
         + " Modeled speedup = expected tokens per verification x plain step / (gamma2 level-1 steps + one "
-        "verification), from this run's measured latencies (hf_triforce.bench.bandwidth; level 0 not modeled), "
+        "verification), from this run's measured latencies (hf_triforce.evaluation.models.bandwidth; level 0 not "
+        "modeled), "
         "with this run's level-1 acceptance, and with the acceptance of a real model on real text (in brackets). "
         "With random weights (a shape preset) only the latter means anything, and the measured speedup is "
         "that of random-weights drafts.",

@@ -46,7 +46,7 @@ per layer and KV head on the first selection; ``TriForceCandidateGenerator._prep
 alive during a re-selection on the dynamic path; one fixed ``StaticRetrievalView`` on the CUDA-graph path).
 
 Example:
-    >>> from hf_triforce.bench.shapes import preset_config
+    >>> from hf_triforce.evaluation.models.shapes import preset_config
     >>> from hf_triforce.config import TriForceConfig
     >>> cfg = preset_config("llama3.1-8b", context=131072)
     >>> longest_context(cfg, 2, TriForceConfig(), H100_BYTES) >= 131072
@@ -60,8 +60,8 @@ import logging
 import math
 from dataclasses import dataclass
 
-from ..config import TriForceConfig
-from ..errors import TriForceError
+from ...config import TriForceConfig
+from ...errors import TriForceError
 from .bandwidth import head_dim, kv_bytes_per_token, weight_bytes
 
 logger = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ def layer_keys_bytes(config, tokens: int, dtype_bytes: int) -> int:
     """Bytes of one layer's keys (or values) for ``tokens`` tokens: ``[1, kv_heads, tokens, head_dim]``. Exact.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> layer_keys_bytes(preset_config("llama2-7b", 4096), 1024, 2) / 2**20  # MiB
         8.0
     """
@@ -168,7 +168,7 @@ def activation_bytes_per_token(config, dtype_bytes: int) -> int:
     (live tensor storage tracked with a ``TorchDispatchMode``).
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> activation_bytes_per_token(preset_config("llama2-7b", 4096), 2)  # 8 + (2 x 128 + 4 x 4096 + 3 x 11008) x 2
         99336
     """
@@ -198,7 +198,7 @@ def repeat_kv_bytes(config, keys: int, dtype_bytes: int) -> int:
     """Bytes of transformers' ``repeat_kv`` copy of one layer's ``keys`` tokens (GQA with a mask). Exact when it runs.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> repeat_kv_bytes(preset_config("llama3.1-8b", 4096), 1024, 2) / 2**20  # 32 query heads, K and V
         16.0
     """
@@ -211,7 +211,7 @@ def logits_bytes(config, positions: int, dtype_bytes: int) -> int:
     """Logits of ``positions`` positions: the model's (its dtype), a float32 copy and processed scores. Estimate.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> logits_bytes(preset_config("llama2-7b", 4096), 1, 2)
         320000
     """
@@ -225,7 +225,7 @@ def forward_bytes(config, tokens: int, attended: int, dtype_bytes: int, keep: in
     tokens), the mask and a GQA model's ``repeat_kv`` copy; plus the logits of the last ``keep`` positions.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> cfg = preset_config("llama2-7b", 4096)
         >>> forward_bytes(cfg, 4096, 4096, 2) == 4096 * activation_bytes_per_token(cfg, 2) + logits_bytes(cfg, 1, 2)
         True
@@ -243,7 +243,7 @@ def prefill_bytes(config, prompt: int, dtype_bytes: int, chunk: int | None = Non
     ``[chunk, prompt]`` mask (and a GQA copy of one layer's cache); a one-forward prefill has no mask.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> cfg = preset_config("llama2-7b", 131072)
         >>> prefill_bytes(cfg, 131072, 2, chunk=8192) < prefill_bytes(cfg, 131072, 2)
         True
@@ -263,7 +263,7 @@ def plain_generate_estimate(
     the regrowth of one layer's keys per chunk when chunked. ``prompt_tokens`` defaults to ``context``.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> est = plain_generate_estimate(preset_config("llama2-7b", 4096), 4096, 2)
         >>> est.kv / 2**30, est.prefill_bound
         (2.0, True)
@@ -284,7 +284,7 @@ def plain_generate_bytes(config, context: int, dtype_bytes: int, prefill_chunk: 
     """Peak bytes of plain ``model.generate()`` over ``context`` tokens (:func:`plain_generate_estimate`).
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> round(plain_generate_bytes(preset_config("llama2-7b", 131072), 120000, 2) / 2**30, 1)  # GiB
         82.2
     """
@@ -305,7 +305,7 @@ def triforce_kv_bytes(config, context: int, dtype_bytes: int, triforce_config: T
     """Bytes of the ``RetrievalCache``'s keys and values (``RetrievalCache.kv_nbytes()``). Exact.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> triforce_kv_bytes(preset_config("llama2-7b", 4096), 1000, 2, TriForceConfig(gamma2=6)) / 2**19
         1008.0
     """
@@ -316,7 +316,7 @@ def summaries_bytes(config, context: int, dtype_bytes: int, triforce_config: Tri
     """Bytes of the chunk summaries: ``capacity // chunk_size + 1`` mean keys per layer and KV head. Exact.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> summaries_bytes(preset_config("llama2-7b", 4096), 1000, 2, TriForceConfig(chunk_size=8)) / 2**13 / 32
         127.0
     """
@@ -350,7 +350,7 @@ def view_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForce
     bound (``TriForceStats.view_bytes`` reports the measured size).
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> view_bytes(preset_config("llama2-7b", 4096), 10**5, 2, TriForceConfig(retrieval_budget=4096)) / 2**20
         2055.0
     """
@@ -380,7 +380,7 @@ def draft_cache_bytes(draft_config, dtype_bytes: int, triforce_config: TriForceC
     """Bytes of the level-0 model's StreamingLLM cache: ``draft_cache_budget`` tokens per layer. Exact.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> draft_cache_bytes(preset_config("draft-68m", 4096), 2, TriForceConfig(draft_cache_budget=256)) / 2**20
         1.5
     """
@@ -391,7 +391,7 @@ def draft_weight_bytes(draft_config, target_config, dtype_bytes: int) -> int:
     """Bytes of the draft model's weights once the benchmark resizes its embeddings to the target's vocabulary.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> draft, target = preset_config("draft-68m", 4096), preset_config("llama2-7b", 4096)
         >>> draft_weight_bytes(draft, target, 2) == weight_bytes(draft, 2)  # same 32000-token vocabulary
         True
@@ -406,7 +406,7 @@ def draft_bytes(draft_config, target_config, dtype_bytes: int, triforce_config: 
     """Level-0 model: weights, StreamingLLM cache and its largest forward (a window after the sinks).
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> draft, target = preset_config("draft-68m", 4096), preset_config("llama2-7b", 4096)
         >>> 0 < draft_bytes(draft, target, 2, TriForceConfig()) - draft_weight_bytes(draft, target, 2) < 2**30
         True
@@ -434,7 +434,7 @@ def triforce_generate_estimate(
     :func:`_triforce_decode_bytes`; ``draft`` is :func:`draft_bytes` when a draft model's config is given.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> est = triforce_generate_estimate(preset_config("llama2-7b", 4096), 32768, 2, TriForceConfig())
         >>> round(est.kv / 2**30, 3), round(est.summaries / est.kv, 3)  # the summaries: 1/16 of the cache
         (16.004, 0.063)
@@ -458,7 +458,7 @@ def triforce_generate_bytes(
     """Peak bytes of TriForce ``generate()`` over ``context`` tokens (:func:`triforce_generate_estimate`).
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> cfg, tc = preset_config("llama2-7b", 131072), TriForceConfig(prefill_chunk_size=8192)
         >>> round(triforce_generate_bytes(cfg, 120000, 2, tc) / 2**30, 1)  # GiB
         79.0
@@ -512,7 +512,7 @@ def check_fits(
     ``margin_bytes`` for the CUDA context and workspaces) must not exceed ``available_bytes``.
 
     Args:
-        config: the target's transformers config (e.g. :func:`hf_triforce.bench.shapes.preset_config`).
+        config: the target's transformers config (e.g. :func:`hf_triforce.evaluation.models.shapes.preset_config`).
         context: prompt + new tokens.
         dtype_bytes: bytes per weight/activation element (2 for bfloat16).
         triforce_config: the TriForce configuration (its ``prefill_chunk_size`` is TriForce's prefill).
@@ -528,14 +528,14 @@ def check_fits(
             longest context that fits and, when the prefill is what overflows, a ``--prefill-chunk-size`` that fits.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> cfg = preset_config("llama2-7b", 131072)
         >>> check_fits(cfg, 32768, 2, TriForceConfig(), H100_BYTES).total < H100_BYTES
         True
         >>> check_fits(cfg, 131072, 2, TriForceConfig(), H100_BYTES)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
             ...
-        hf_triforce.bench.memory.MemoryBudgetError: ...The longest context that fits is 105472 tokens...
+        hf_triforce.evaluation.models.memory.MemoryBudgetError: ...The longest context that fits is 105472 tokens...
     """
     margins = {"margin_fraction": margin_fraction, "margin_bytes": margin_bytes}
     estimates = _estimates(config, context, dtype_bytes, triforce_config, draft_config, plain_prefill_chunk)
@@ -573,7 +573,7 @@ def longest_context(
     ``available_bytes`` cannot fit. Same arguments as :func:`check_fits`.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> longest_context(preset_config("llama2-7b", 131072), 2, TriForceConfig(), H100_BYTES)
         105472
     """
@@ -593,7 +593,7 @@ def suggest_prefill_chunk(
     """The largest of :data:`PREFILL_CHUNKS` with which both runs fit (plain ``generate()`` given it too), or None.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> suggest_prefill_chunk(preset_config("llama3.1-8b", 131072), 131072, 2, TriForceConfig(), 40 * GIB)
         4096
     """
@@ -609,7 +609,7 @@ def describe_shape(config) -> str:
     """The numbers of a Llama-like shape, e.g. ``"32 layers, hidden 4096, 32 heads / 8 KV heads x 128, ..."``.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> describe_shape(preset_config("llama3.1-8b", 4096))
         '32 layers, hidden 4096, 32 heads / 8 KV heads x 128, intermediate 14336, vocab 128256'
     """

@@ -8,7 +8,7 @@ as TriForce runs any draft model.
 
 At each position ``j`` the drafter proposes one token after the reference prefix; its acceptance is
 measured against level 1's distribution ``p_hat_j`` (the verifier of level 0) with
-:mod:`~hf_triforce.bench.acceptance`: argmax agreement at ``T = 0``, ``p_hat(x)`` for an n-gram draft
+:mod:`~hf_triforce.evaluation.drafts.acceptance`: argmax agreement at ``T = 0``, ``p_hat(x)`` for an n-gram draft
 ``x`` and ``sum_x min(q, p_hat)`` for a sampled model draft at ``T > 0``.
 
 Example:
@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..caches.streaming import StreamingLLMCache
-from ..config import TriForceConfig
-from ..errors import UnsupportedModelError
-from ..hf.linears import small_batch_linears
-from ..hf.model import rotary_inv_freq
-from ..hierarchy import ModelDrafter, NGramDrafter
+from ...caches.streaming import StreamingLLMCache
+from ...config import TriForceConfig
+from ...errors import UnsupportedModelError
+from ...hf.linears import small_batch_linears
+from ...hf.model import rotary_inv_freq
+from ...hierarchy import ModelDrafter, NGramDrafter
 from .acceptance import logits_processors, processed_probs, token_acceptance
 from .reference import Reference
 

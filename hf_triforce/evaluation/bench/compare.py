@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from ..config import TriForceConfig
-from ..hf.linears import small_batch_linears
+from ...config import TriForceConfig
+from ...hf.linears import small_batch_linears
 from .timing import TimingStreamer
 
 logger = logging.getLogger(__name__)

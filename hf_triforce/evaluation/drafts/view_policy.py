@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 
-from ..caches.retrieval import RetrievalCache
-from ..caches.selection import select_token_indices
-from ..config import TriForceConfig
-from ..errors import TriForceConfigError
-from ..kernels.retrieval import chunk_means, score_chunks
+from ...caches.retrieval import RetrievalCache
+from ...caches.selection import select_token_indices
+from ...config import TriForceConfig
+from ...errors import TriForceConfigError
+from ...kernels.retrieval import chunk_means, score_chunks
 from .streaming_view import streaming_indices
 
 KINDS = ("retrieval", "streaming")

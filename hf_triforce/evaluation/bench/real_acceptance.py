@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .eval_report import pooled
+from ..drafts.report import pooled
 
 DEFAULT_PATH = Path("benchmarks/results/eval-drafts.json")
 

@@ -3,9 +3,9 @@
 Every row changes one knob of a baseline config (the demo's: ``retrieval_budget=512``, n-gram level 0)
 and runs TriForce on the same long prompt, greedy, with a fixed number of new tokens. Plain
 ``generate()`` runs once on the same prompt as the reference for speed and for token equality. The
-result feeds the tuning guide of the documentation (``hf_triforce.bench.plots``).
+result feeds the tuning guide of the documentation (``hf_triforce.evaluation.figures.plots``).
 
-Run it with ``python -m hf_triforce.bench.tuning --output benchmarks/results/cpu-smollm2-tuning.json``
+Run it with ``python -m hf_triforce.evaluation.bench.tuning --output benchmarks/results/cpu-smollm2-tuning.json``
 (``make tuning``). Speed figures are only comparable within one run and only when no other process
 takes the cores torch's threads use: each measurement records how many cores its threads lacked
 (``cores_lacked``) and is repeated when that is high. ``--threads 1`` keeps a sweep measurable beside
@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from ..config import TriForceConfig
-from ..documents import question_prompt, read_document
+from ...config import TriForceConfig
+from ..common.documents import question_prompt, read_document
 from .compare import RunResult, measure
 from .report import machine_info
 
@@ -77,7 +77,8 @@ def run_tuning(
     times, keeping the quietest run); ``on_row(results)`` is called with the results so far.
     """
     import hf_triforce
-    from hf_triforce.assets import load_smollm2
+
+    from ..common.smollm2 import load_smollm2
 
     model, tokenizer = load_smollm2()
     hf_triforce.enable(model)
@@ -87,7 +88,7 @@ def run_tuning(
     plain, plain_busy = measure_quietly(lambda: measure(model, ids, **kwargs))
     results = {
         "title": "TriForceConfig tuning sweep (one knob at a time)",
-        "command": "python -m hf_triforce.bench.tuning " + " ".join(sys.argv[1:]),
+        "command": "python -m hf_triforce.evaluation.bench.tuning " + " ".join(sys.argv[1:]),
         "machine": machine_info(),
         "prompt_tokens": ids.shape[1],
         "new_tokens": new_tokens,
@@ -127,7 +128,7 @@ class _DraftModel:
         if config.drafter != "model":
             return {}
         if self.model is None:
-            from hf_triforce.assets import load_smollm2
+            from ..common.smollm2 import load_smollm2
 
             self.model = load_smollm2()[0]
         return {"assistant_model": self.model}
@@ -222,7 +223,7 @@ def _row(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m hf_triforce.bench.tuning [--prompt-tokens N] [--new-tokens N] --output PATH``."""
+    """``python -m hf_triforce.evaluation.bench.tuning [--prompt-tokens N] [--new-tokens N] --output PATH``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--prompt-tokens", type=int, default=4000, help="document tokens in the prompt")
     parser.add_argument("--new-tokens", type=int, default=96, help="tokens generated per run")

@@ -10,16 +10,16 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..config import TriForceConfig
-from ..documents import DEFAULT_QUESTION, question_prompt, read_document
-from ..hf.backend import preferred_attn_implementation
-from .bandwidth import kv_bytes_per_token
+from ...config import TriForceConfig
+from ...hf.backend import preferred_attn_implementation
+from ..common.documents import DEFAULT_QUESTION, question_prompt, read_document
+from ..models.bandwidth import kv_bytes_per_token
+from ..models.memory import check_fits, longest_context
+from ..models.shapes import preset_config, random_model
 from .compare import compare
-from .memory import check_fits, longest_context
 from .profile import profile_phases
 from .real_acceptance import real_acceptance
 from .report import machine_info, modeled_speedups
-from .shapes import preset_config, random_model
 
 logger = logging.getLogger(__name__)
 
@@ -112,8 +112,8 @@ def _checked_prompt_lengths(options: BenchOptions) -> list[int]:
 
 
 def _memory_cases(options: BenchOptions) -> list[dict[str, Any]]:
-    """The :func:`~hf_triforce.bench.memory.check_fits` arguments of each budget and drafter of a shape preset
-    on a CUDA device, against the GPU's free memory now; empty otherwise (nothing to check)."""
+    """The :func:`~hf_triforce.evaluation.models.memory.check_fits` arguments of each budget and drafter of a shape
+    preset on a CUDA device, against the GPU's free memory now; empty otherwise (nothing to check)."""
     device = torch.device(options.device or "cpu")
     if options.preset is None or device.type != "cuda":
         return []
@@ -151,7 +151,7 @@ def _weight_bytes(model) -> int:
 
 def _load_models(options: BenchOptions, longest_prompt: int):
     """``(target, tokenizer or None, assistant or None)`` on the requested device and dtype."""
-    from ..demo import load_model
+    from ..common.loading import load_model
 
     dtype = getattr(torch, options.dtype) if options.dtype else None
     device = options.device or "cpu"

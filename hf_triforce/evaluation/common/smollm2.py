@@ -9,7 +9,7 @@ Nothing here touches a model hub:
   ``pydoc_data.topics``.
 
 Example:
-    >>> from hf_triforce.assets import load_smollm2, python_reference_text
+    >>> from hf_triforce.evaluation.common.smollm2 import load_smollm2, python_reference_text
     >>> model, tokenizer = load_smollm2()  # doctest: +SKIP
     >>> len(python_reference_text()) > 400_000
     True
