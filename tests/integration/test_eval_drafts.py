@@ -24,7 +24,7 @@ from hf_triforce.evaluation.drafts.acceptance import (
     processed_probs,
     token_acceptance,
 )
-from hf_triforce.evaluation.drafts.level0 import measure_drafter, truncated_model
+from hf_triforce.evaluation.drafts.level0 import measure_drafter
 from hf_triforce.evaluation.drafts.level1 import measure_view, replay_round
 from hf_triforce.evaluation.drafts.needle import (
     DEFAULT_NEEDLE,
@@ -37,6 +37,7 @@ from hf_triforce.evaluation.drafts.report import pooled
 from hf_triforce.evaluation.drafts.streaming_view import streaming_indices
 from hf_triforce.evaluation.drafts.view_forward import row_mask, view_logits
 from hf_triforce.evaluation.drafts.view_policy import ViewPolicy, group_scores, select_indices
+from hf_triforce.hf.model import truncated_model
 from hf_triforce.hf.versions import cache_kwargs
 from hf_triforce.hierarchy import NGramDrafter
 from hf_triforce.kernels.retrieval import score_chunks

@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 
 from ...config import TriForceConfig
 from ...hf.backend import preferred_attn_implementation
+from ...hf.model import attn_implementation
 from ..common.documents import DEFAULT_QUESTION, question_prompt, read_document
 from ..models.bandwidth import kv_bytes_per_token
 from ..models.memory import check_fits, longest_context
@@ -187,4 +188,5 @@ def _shape_facts(model) -> dict[str, Any]:
     c = model.config.get_text_config()
     names = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "vocab_size")
     facts = {k: getattr(c, k) for k in names}
-    return {**facts, "dtype": str(model.dtype).removeprefix("torch."), "attn_implementation": c._attn_implementation}
+    dtype = str(model.dtype).removeprefix("torch.")
+    return {**facts, "dtype": dtype, "attn_implementation": attn_implementation(model)}

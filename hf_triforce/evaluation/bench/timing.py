@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
-from transformers.generation.streamers import BaseStreamer
 
 
-class TimingStreamer(BaseStreamer):
+class TimingStreamer:
     """Records when each batch of tokens reaches the streamer; forwards them to ``inner`` if given.
+
+    A streamer as ``generate(streamer=...)`` uses one: it calls :meth:`put` with token ids and :meth:`end`.
 
     ``generate()`` first puts the prompt, then the token produced by the prefill, then the decoded
     tokens (one at a time for plain decoding, a verified run at a time for TriForce). Decode latency
@@ -21,7 +23,7 @@ class TimingStreamer(BaseStreamer):
         >>> timer.decode_seconds_per_token  # doctest: +SKIP
     """
 
-    def __init__(self, inner: BaseStreamer | None = None) -> None:
+    def __init__(self, inner: Any = None) -> None:
         self.inner = inner
         self.start = time.perf_counter()
         self.prompt_seen = False

@@ -2,7 +2,7 @@
 
 No small model sharing the target's tokenizer is available offline, so the tiny-model drafter evaluated
 here is training-free: the target's first ``k`` decoder layers, its final norm and its LM head
-(:func:`truncated_model`, sharing the target's weights; an "early exit" draft). It runs with the
+(:func:`hf_triforce.hf.model.truncated_model`, sharing the target's weights; an "early exit" draft). It runs with the
 package's :class:`~hf_triforce.hierarchy.ModelDrafter` and :class:`~hf_triforce.caches.StreamingLLMCache`,
 as TriForce runs any draft model.
 
@@ -18,16 +18,14 @@ Example:
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import torch
 
 from ...caches.streaming import StreamingLLMCache
 from ...config import TriForceConfig
-from ...errors import UnsupportedModelError
 from ...hf.linears import small_batch_linears
-from ...hf.model import rotary_inv_freq
+from ...hf.model import num_layers, rotary_inv_freq
 from ...hierarchy import ModelDrafter, NGramDrafter
 from .acceptance import logits_processors, processed_probs, token_acceptance
 from .reference import Reference
@@ -55,56 +53,10 @@ class DrafterMeasurement:
         return 0.0 if not self.proposals else self.coverage * self.acceptance
 
 
-def truncated_model(model, num_layers: int):
-    """A draft model made of ``model``'s first ``num_layers`` layers, final norm and LM head (shared weights).
-
-    Args:
-        model: a Llama-style causal LM (``model.model.layers``, ``.norm``, ``.embed_tokens``, ``.rotary_emb``).
-        num_layers: decoder layers kept (``1 <= num_layers <=`` the model's).
-
-    Raises:
-        UnsupportedModelError: the model does not have that layout, or ``num_layers`` is out of range.
-
-    Example:
-        >>> draft = truncated_model(model, 4)  # doctest: +SKIP
-        >>> draft.config.num_hidden_layers  # doctest: +SKIP
-        4
-    """
-    inner = getattr(model, "model", None)
-    parts = ("layers", "norm", "embed_tokens", "rotary_emb")
-    if inner is None or not all(hasattr(inner, p) for p in parts) or not hasattr(model, "lm_head"):
-        raise UnsupportedModelError(
-            f"{type(model).__name__} is not a Llama-style causal LM (model.layers, norm, embed_tokens, rotary_emb, "
-            "lm_head): a truncated-layer draft cannot be built from it; pass --draft-layers 0 to skip it."
-        )
-    total = len(inner.layers)
-    if not 1 <= num_layers <= total:
-        raise UnsupportedModelError(f"draft layers must be in [1, {total}], got {num_layers}.")
-    config = copy.deepcopy(model.config)
-    config.num_hidden_layers = num_layers
-    if getattr(config, "layer_types", None):
-        config.layer_types = config.layer_types[:num_layers]
-    with torch.device("meta"):
-        draft = type(model)(config)
-    draft.model.embed_tokens, draft.model.norm, draft.model.rotary_emb = (
-        inner.embed_tokens,
-        inner.norm,
-        inner.rotary_emb,
-    )
-    draft.model.layers = torch.nn.ModuleList(inner.layers[:num_layers])
-    draft.lm_head = model.lm_head
-    left = [name for name, t in (*draft.named_parameters(), *draft.named_buffers()) if t.is_meta]
-    if left:
-        raise UnsupportedModelError(f"truncated draft of {type(model).__name__} has unshared tensors {left[:3]}.")
-    draft.generation_config = copy.deepcopy(model.generation_config)
-    return draft.eval()
-
-
 def model_drafter(draft, config: TriForceConfig, temperature: float, top_p: float = 1.0) -> ModelDrafter:
     """A :class:`ModelDrafter` over a fresh :class:`StreamingLLMCache`, set up as TriForce decoding sets it up."""
-    layers = draft.config.get_text_config().num_hidden_layers
-    evict = min(16, (config.draft_cache_budget - config.draft_sinks - config.gamma1 - 1) // 2)
-    cache = StreamingLLMCache(layers, config.draft_cache_budget, config.draft_sinks, rotary_inv_freq(draft), evict)
+    budget, sinks = config.draft_cache_budget, config.draft_sinks
+    cache = StreamingLLMCache(num_layers(draft), budget, sinks, rotary_inv_freq(draft), config.draft_evict_batch)
     return ModelDrafter(draft, cache, logits_processors(temperature, top_p), do_sample=temperature > 0)
 
 

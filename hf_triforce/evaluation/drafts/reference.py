@@ -21,6 +21,7 @@ import torch
 from ...caches.retrieval import RetrievalCache
 from ...hf.attention import QueryCapture, capturing_queries
 from ...hf.linears import small_batch_linears
+from ...hf.model import num_layers
 from ...hf.progress import prefill_progress
 from ...hf.versions import cache_kwargs
 from .acceptance import processed_probs
@@ -69,8 +70,7 @@ class Reference:
 
 def new_cache(model, capacity: int) -> RetrievalCache:
     """An empty :class:`RetrievalCache` for ``model`` with room for ``capacity`` tokens."""
-    layers = model.config.get_text_config().num_hidden_layers
-    return RetrievalCache(layers, chunk_size=8, capacity=capacity)
+    return RetrievalCache(num_layers(model), chunk_size=8, capacity=capacity)
 
 
 def prefill_prompt(model, prompt: torch.LongTensor, capacity: int | None = None) -> tuple[RetrievalCache, Prefill]:
@@ -93,7 +93,7 @@ def decode_reference(
     temperature: float,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
-    eos_token_ids: set[int] | None = None,
+    eos_token_ids: list[int] | None = None,
 ) -> Reference:
     """Decode up to ``new_tokens`` tokens after the prefilled prompt, one full-cache forward per token.
 

@@ -35,10 +35,11 @@ from tqdm.auto import tqdm
 
 from ...config import TriForceConfig
 from ...errors import TriForceConfigError
+from ...hf.model import eos_token_ids, truncated_model
 from ...hierarchy import NGramDrafter
 from ..bench.report import machine_info
 from ..common.documents import DocumentError, read_document
-from .level0 import measure_drafter, model_drafter, truncated_model
+from .level0 import measure_drafter, model_drafter
 from .level1 import measure_view
 from .needle import NeedlePrompt, build_needle_prompt, needle_coverage, needle_overlap
 from .reference import Reference, decode_reference, prefill_prompt
@@ -208,7 +209,7 @@ def _measure_task(model, tokenizer, task: Task, options: EvalOptions, drafts, re
     n = task.prompt.shape[1]
     bar.set_postfix_str(f"{task.name}: prefill {n} tokens")
     cache, prefill = prefill_prompt(model, task.prompt, capacity=n + options.new_tokens + 8)
-    eos = _eos_ids(model, tokenizer)
+    eos = eos_token_ids(model.generation_config)
     for temperature in options.temperatures:
         bar.set_postfix_str(f"{task.name} T={temperature:g}")
         generator = torch.Generator().manual_seed(options.seed + len(results["references"]))
@@ -408,12 +409,6 @@ def _reference_record(task: Task, ref: Reference, tokenizer) -> dict[str, Any]:
 
 def _task_record(task: Task) -> dict[str, Any]:
     return {"name": task.name, "kind": task.kind, "prompt_tokens": task.prompt.shape[1], **task.info}
-
-
-def _eos_ids(model, tokenizer) -> set[int]:
-    """The end-of-sequence ids ``generate()`` stops at (the model's generation config)."""
-    eos = model.generation_config.eos_token_id
-    return set() if eos is None else ({eos} if isinstance(eos, int) else set(eos))
 
 
 def _check_context(model, options: EvalOptions) -> None:

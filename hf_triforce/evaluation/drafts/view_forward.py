@@ -18,10 +18,11 @@ Example:
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers import Cache, CacheLayerMixin
 
 from ...caches.retrieval import RetrievalCache
 from ...hf.linears import small_batch_linears
+from ...hf.model import vocab_size
 from ...hf.versions import cache_kwargs
 from ...kernels.linear import MAX_ROWS
 from ...kernels.retrieval import gather_tokens
@@ -103,7 +104,7 @@ def view_logits(
             rows = slice(start, start + max_rows)
             out.append(_forward(model, cache, selection, selected_at, lengths[rows], input_ids[rows]))
     if not out:
-        return torch.empty(0, model.get_output_embeddings().weight.shape[0])
+        return torch.empty(0, vocab_size(model))
     return torch.cat(out)
 
 
