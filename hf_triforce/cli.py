@@ -8,7 +8,18 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+import torch
+
 from .config import DRAFTERS
+from .demo import DemoOptions, run_demo
+from .evaluation.bench.real_acceptance import parse_real_acceptance
+from .evaluation.bench.report import markdown_table, write_results
+from .evaluation.bench.run import BenchOptions, run_benchmark
+from .evaluation.drafts.options import EvalOptions, parse_fractions
+from .evaluation.drafts.report import markdown_report, write_eval_results
+from .evaluation.drafts.run import run_eval_drafts
+from .evaluation.figures.bench_plot import write_plot
+from .evaluation.figures.drafts_plot import write_eval_plot
 from .evaluation.models.shapes import PRESETS
 from .hf.backend import ATTN_CHOICES
 
@@ -115,11 +126,6 @@ def _add_eval_drafts(p: argparse.ArgumentParser) -> None:
 
 
 def _run_eval_drafts(args: argparse.Namespace) -> int:
-    import torch
-
-    from .evaluation.drafts.report import markdown_report, write_eval_results
-    from .evaluation.drafts.run import EvalOptions, parse_fractions, run_eval_drafts
-
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     options = EvalOptions(
@@ -144,14 +150,13 @@ def _run_eval_drafts(args: argparse.Namespace) -> int:
     results = run_eval_drafts(options, command="hf-triforce " + shlex.join(sys.argv[1:]))
     print(markdown_report(results))
     if args.output:
-        for path in write_eval_results(results, args.output):
+        json_path, md_path = write_eval_results(results, args.output)
+        for path in (json_path, md_path, write_eval_plot(results, json_path.with_suffix(".png"))):
             print(f"wrote {path}")
     return 0
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from .demo import DemoOptions, run_demo
-
     options = DemoOptions(
         model=args.model,
         document=args.document,
@@ -170,11 +175,6 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from .evaluation.bench.real_acceptance import parse_real_acceptance
-    from .evaluation.bench.report import markdown_table, write_results
-    from .evaluation.bench.run import BenchOptions, run_benchmark
-    from .evaluation.figures.bench_plot import write_plot
-
     options = BenchOptions(
         model=args.model,
         document=args.document,

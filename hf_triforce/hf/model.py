@@ -52,6 +52,11 @@ def num_layers(model: torch.nn.Module) -> int:
     return model.config.get_text_config().num_hidden_layers
 
 
+def context_limit(model: torch.nn.Module) -> int | None:
+    """The longest sequence the model was configured for (``max_position_embeddings``), or None if it names none."""
+    return getattr(model.config.get_text_config(), "max_position_embeddings", None)
+
+
 def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList | None:
     """The decoder layers (``model.model.layers``) of a Llama-style causal LM, or ``None``."""
     return getattr(getattr(model, "model", None), "layers", None)

@@ -18,12 +18,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrained
 
 from hf_triforce.caches.view import RetrievalView
 from hf_triforce.cli import main
-from hf_triforce.evaluation.drafts.acceptance import (
-    acceptance,
-    expected_round_accepted,
-    processed_probs,
-    token_acceptance,
-)
+from hf_triforce.evaluation.drafts.acceptance import acceptance, processed_probs, token_acceptance
 from hf_triforce.evaluation.drafts.level0 import measure_drafter
 from hf_triforce.evaluation.drafts.level1 import measure_view, replay_round
 from hf_triforce.evaluation.drafts.needle import (
@@ -33,8 +28,8 @@ from hf_triforce.evaluation.drafts.needle import (
     needle_overlap,
 )
 from hf_triforce.evaluation.drafts.reference import decode_reference, prefill_prompt
-from hf_triforce.evaluation.drafts.report import pooled
 from hf_triforce.evaluation.drafts.streaming_view import streaming_indices
+from hf_triforce.evaluation.drafts.summary import pooled
 from hf_triforce.evaluation.drafts.view_forward import row_mask, view_logits
 from hf_triforce.evaluation.drafts.view_policy import ViewPolicy, group_scores, select_indices
 from hf_triforce.hf.model import truncated_model
@@ -162,7 +157,6 @@ def test_speculative_acceptance_formula():
     assert torch.equal(acceptance(p_logits, q_logits, 0.0), agree)
     tokens = q_logits.argmax(-1)
     torch.testing.assert_close(token_acceptance(p_logits, tokens, 0.7), p.gather(1, tokens[:, None])[:, 0])
-    assert expected_round_accepted(torch.tensor([1.0, 0.5, 0.5])) == 1.75
 
 
 def test_group_scores_combine_the_heads_of_each_kv_group():

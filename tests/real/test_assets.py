@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_triforce.evaluation.common.smollm2 import SMOLLM2_GGUF_NAME, python_reference_text, smollm2_gguf_path
+from hf_triforce.evaluation.common.documents import python_reference_text
+from hf_triforce.evaluation.common.smollm2 import SMOLLM2_GGUF_NAME, smollm2_gguf_path
 
 pytestmark = pytest.mark.real
 

@@ -3,43 +3,17 @@
 from __future__ import annotations
 
 import logging
-import resource
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ...config import TriForceConfig
+from ...generation import enable
 from ...hf.linears import small_batch_linears
-from .timing import TimingStreamer
+from .measure import RunResult, measure, peak_rss_bytes, warm_up
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class RunResult:
-    """One measured ``generate()`` call."""
-
-    sequences: torch.LongTensor
-    new_tokens: int
-    prefill_seconds: float
-    decode_seconds_per_token: float
-    stats: dict[str, Any] | None = None
-    peak_gpu_bytes: int | None = None
-
-    @property
-    def tokens_per_second(self) -> float:
-        """Decode throughput, prefill excluded."""
-        return 1.0 / self.decode_seconds_per_token
-
-    def to_dict(self) -> dict[str, Any]:
-        names = ("new_tokens", "prefill_seconds", "decode_seconds_per_token", "peak_gpu_bytes")
-        out = {k: getattr(self, k) for k in names}
-        out["tokens_per_second"] = self.tokens_per_second
-        if self.stats is not None:
-            out["triforce"] = self.stats
-        return out
 
 
 @dataclass
@@ -53,13 +27,16 @@ class Comparison:
 
     @property
     def speedup(self) -> float:
+        """Plain decode seconds per token over TriForce's (prefill excluded)."""
         return self.plain.decode_seconds_per_token / self.triforce.decode_seconds_per_token
 
     @property
     def identical(self) -> bool:
+        """Whether both runs produced the same token ids."""
         return torch.equal(self.plain.sequences, self.triforce.sequences)
 
     def to_dict(self) -> dict[str, Any]:
+        """The comparison as a JSON-ready row (the benchmark's result format)."""
         kwargs = {k: v for k, v in self.generate_kwargs.items() if isinstance(v, int | float | bool | str)}
         return {
             "generate_kwargs": kwargs,
@@ -70,37 +47,6 @@ class Comparison:
             "plain_fast_linears": None if self.plain_fast_linears is None else self.plain_fast_linears.to_dict(),
             "peak_rss_bytes": peak_rss_bytes(),
         }
-
-
-def measure(model, input_ids: torch.LongTensor, streamer=None, seed: int = 0, **generate_kwargs) -> RunResult:
-    """Run ``model.generate(input_ids, **generate_kwargs)`` once, timing prefill and decode separately.
-
-    On a CUDA device the peak of ``torch.cuda.max_memory_allocated`` during the call is recorded too.
-
-    Args:
-        model: a model (``hf_triforce.enable``-d when ``triforce_config`` is among the kwargs).
-        input_ids: ``[1, prompt]`` token ids.
-        streamer: optional streamer that also receives the tokens (e.g. a ``TextStreamer``).
-        seed: ``torch.manual_seed`` set before the call (sampling reproducibility).
-
-    Example:
-        >>> measure(model, ids, max_new_tokens=64, triforce_config=TriForceConfig()).tokens_per_second  # doctest: +SKIP
-    """
-    import hf_triforce
-
-    timer = TimingStreamer(inner=streamer)
-    torch.manual_seed(seed)
-    on_gpu = input_ids.device.type == "cuda"
-    if on_gpu:
-        torch.cuda.reset_peak_memory_stats(input_ids.device)
-    with torch.inference_mode():
-        sequences = model.generate(input_ids, streamer=timer, **generate_kwargs)
-    peak = torch.cuda.max_memory_allocated(input_ids.device) if on_gpu else None
-    stats = None
-    if generate_kwargs.get("triforce_config") is not None:
-        stats = hf_triforce.last_stats(model).to_dict()
-    new_tokens = sequences.shape[1] - input_ids.shape[1]
-    return RunResult(sequences, new_tokens, timer.prefill_seconds, timer.decode_seconds_per_token, stats, peak)
 
 
 def compare(
@@ -132,13 +78,11 @@ def compare(
         >>> result = compare(model, ids, TriForceConfig(retrieval_budget=512), max_new_tokens=128)  # doctest: +SKIP
         >>> result.speedup, result.identical  # doctest: +SKIP
     """
-    import hf_triforce
-
-    hf_triforce.enable(model)
+    enable(model)
     extra = {"assistant_model": assistant_model} if assistant_model is not None else {}
     chunk = {"prefill_chunk_size": plain_prefill_chunk_size} if plain_prefill_chunk_size else {}
     if warmup:
-        _warm_up(model, input_ids, triforce_config, extra, generate_kwargs)
+        warm_up(model, input_ids, triforce_config, generate_kwargs, **extra)
     logger.info("plain generate(): %d prompt tokens", input_ids.shape[1])
     plain = measure(model, input_ids, seed=seed, **chunk, **generate_kwargs)
     logger.info("TriForce generate(): %d prompt tokens", input_ids.shape[1])
@@ -148,22 +92,3 @@ def compare(
         with small_batch_linears(model):
             reference = measure(model, input_ids, seed=seed, **chunk, **generate_kwargs)
     return Comparison(plain, fast, generate_kwargs, reference)
-
-
-def _warm_up(model, input_ids, triforce_config, extra, generate_kwargs) -> None:
-    """A few tokens of each method. On the CPU over the whole prompt: the first plain run at a new cache size
-    was measured up to 10x slower per token (the allocator), which a short warm-up prompt did not cover."""
-    length = input_ids.shape[1]
-    if input_ids.device.type != "cpu":
-        length = min(length, 4 * triforce_config.retrieval_budget // 3)
-    short = input_ids[:, :length]
-    kwargs = {k: v for k, v in generate_kwargs.items() if k != "min_new_tokens"}
-    kwargs["max_new_tokens"] = 8
-    measure(model, short, **kwargs)
-    measure(model, short, triforce_config=triforce_config, **extra, **kwargs)
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far (Linux/macOS)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return usage if sys.platform == "darwin" else usage * 1024  # macOS reports bytes, Linux kilobytes

@@ -22,7 +22,7 @@ def profile_phases(model, input_ids: torch.LongTensor, top: int = 6, **generate_
 
     Returns:
         ``{phase: {"calls": int, "ms_per_call": float, "ops": {aten op: self ms per call}}}`` for the
-        phases of :class:`hf_triforce.stats.PhaseTimes` (``level1``, ``verify``, ...), host time.
+        phases of :class:`hf_triforce.stats.PhaseTimes` (``level1``, ``level2``, ...), host time.
 
     Example:
         >>> profile_phases(model, ids, max_new_tokens=32, triforce_config=cfg)["level2"]["ops"]  # doctest: +SKIP

@@ -8,14 +8,14 @@ recorded budget fraction nearest to the run's ``budget / context`` and the same 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..drafts.report import pooled
+from ..common.results import read_results
+from ..drafts.summary import pooled
 
 DEFAULT_PATH = Path("benchmarks/results/eval-drafts.json")
 
@@ -67,7 +67,7 @@ def real_acceptance(spec: str | float, budget: int, context: int, temperature: f
     """
     if isinstance(spec, float):
         return RealAcceptance(spec, "given on the command line")
-    return _from_eval_drafts(json.loads(Path(spec).read_text()), budget / context, temperature, spec)
+    return _from_eval_drafts(read_results(spec), budget / context, temperature, spec)
 
 
 def _from_eval_drafts(results: dict[str, Any], fraction: float, temperature: float, path: str) -> RealAcceptance:

@@ -1,73 +1,25 @@
-"""Where and with what a benchmark ran, and how its results are written."""
+"""The benchmark's results: written as JSON, and as a markdown page of tables (``hf-triforce bench``'s report)."""
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
-import platform
 from pathlib import Path
 from typing import Any
 
-import torch
-import transformers
-
+from ..common.formatting import acceptance_rate, mib, number, phase_cell, phase_ms, tokens_per_second
+from ..common.machine import device_name, library_versions
+from ..common.results import write_json
 from ..models.bandwidth import device_bandwidth, modeled_speedup
 
 
-def machine_info() -> dict[str, Any]:
-    """Device, CPU, core count and library versions, recorded next to every result.
+def write_results(results: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Write ``results`` as JSON and its ``"rows"`` as a markdown table beside it; returns both paths.
 
     Example:
-        >>> sorted(machine_info())[:3]
-        ['cpu', 'cpu_count', 'cuda_device']
+        >>> write_results(run_benchmark(BenchOptions()), "benchmarks/results/cpu.json")  # doctest: +SKIP
+        (PosixPath('benchmarks/results/cpu.json'), PosixPath('benchmarks/results/cpu.md'))
     """
-    from ... import __version__
-
-    return {
-        "cpu": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        "cuda_driver": _cuda_driver(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "hf_triforce": __version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _cuda_driver() -> str | None:
-    if not torch.cuda.is_available():
-        return None
-    try:
-        import subprocess
-
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
-        )
-        return out.stdout.strip() or None
-    except OSError:
-        return None
-
-
-def write_results(results: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """Write ``results`` as JSON and its ``"rows"`` as a markdown table beside it; returns both paths."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2) + "\n")
+    path = write_json(results, path)
     md = path.with_suffix(".md")
     md.write_text(markdown_table(results))
     return path, md
@@ -76,12 +28,10 @@ def write_results(results: dict[str, Any], path: str | os.PathLike[str]) -> tupl
 def markdown_table(results: dict[str, Any]) -> str:
     """A markdown page: the machine, then one table row per measured configuration."""
     m = results["machine"]
-    device = m["cuda_device"] or f"{m['cpu']} ({m['torch_threads']} threads)"
     lines = [
         f"# {results['title']}",
         "",
-        f"Device: {device}. torch {m['torch']}, transformers {m['transformers']}, hf_triforce {m['hf_triforce']}, "
-        f"Python {m['python']}; {m['date']}.",
+        f"Device: {device_name(m)}. {library_versions(m)}, Python {m['python']}; {m['date']}.",
         "",
         f"Command: `{results['command']}`",
         "",
@@ -123,9 +73,9 @@ def _phase_section(rows: list[dict[str, Any]]) -> list[str]:
 def _phase_row(r: dict[str, Any]) -> str:
     t = r["triforce"]["triforce"]
     fast = r.get("plain_fast_linears")
-    fast_ms = "-" if fast is None else f"{1000 * fast['decode_seconds_per_token']:.1f}"
-    phases = [_phase(t["phases"].get(name)) for name in ("level1", "level2", "refresh", "level0")]
-    sizes = [_mib(r.get("weight_bytes")), _mib(t["full_cache_bytes"]), _mib(t["view_bytes"])]
+    fast_ms = number(None if fast is None else 1000 * fast["decode_seconds_per_token"], 1)
+    phases = [phase_cell(t["phases"].get(name)) for name in ("level1", "level2", "refresh", "level0")]
+    sizes = [mib(r.get("weight_bytes"), 0), mib(t["full_cache_bytes"], 0), mib(t["view_bytes"], 0)]
     return (
         f"| {r['prompt_tokens']} | {r['temperature']} | {1000 * r['plain']['decode_seconds_per_token']:.1f} | "
         f"{fast_ms} | " + " | ".join([*phases, *sizes, _peak(r)]) + " |"
@@ -141,29 +91,17 @@ def _peak(r: dict[str, Any]) -> str:
     return "-" if rss is None else f"{rss / 2**30:.1f} GiB (process RSS)"
 
 
-def _phase(phase: dict[str, Any] | None) -> str:
-    return "-" if not phase or not phase["calls"] else f"{phase['ms_per_call']:.1f} ({phase['calls']})"
-
-
-def _mib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 2**20:.0f} MiB"
-
-
 def _row(r: dict[str, Any]) -> str:
     t = r["triforce"]["triforce"]
     levels = t["levels"]
-    draft = f"{levels['level0']['acceptance_rate']:.2f}" if levels["level0"]["drafted"] else "-"
     identical = "yes" if r["identical_output"] else ("n/a" if r["temperature"] > 0 else "NO")
     return (
         f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['budget']} | "
         f"{r['plain']['tokens_per_second']:.2f} | {r['triforce']['tokens_per_second']:.2f} | "
-        f"{r['speedup']:.2f}x | {identical} | {draft} | {levels['level1']['acceptance_rate']:.2f} | "
-        f"{t['mean_accepted_length']:.2f} | {_tps(r.get('plain_fast_linears'))} |"
+        f"{r['speedup']:.2f}x | {identical} | {acceptance_rate(levels['level0'])} | "
+        f"{levels['level1']['acceptance_rate']:.2f} | {t['mean_accepted_length']:.2f} | "
+        f"{tokens_per_second(r.get('plain_fast_linears'), 2)} |"
     )
-
-
-def _tps(run: dict[str, Any] | None) -> str:
-    return "-" if run is None else f"{run['tokens_per_second']:.2f}"
 
 
 def _profile_section(rows: list[dict[str, Any]]) -> list[str]:
@@ -211,7 +149,7 @@ def _bandwidth_section(results: dict[str, Any]) -> list[str]:
 def _bandwidth_row(r: dict[str, Any], bandwidth: float | None) -> str:
     t = r["triforce"]["triforce"]
     plain_ms = 1e3 * r["plain"]["decode_seconds_per_token"]
-    level1_ms, verify_ms = _phase_ms(t, "level1"), _phase_ms(t, "level2")
+    level1_ms, verify_ms = phase_ms(t["phases"].get("level1")), phase_ms(t["phases"].get("level2"))
     floors = _floors(r, bandwidth)
     modeled = modeled_speedups(r)
     real = modeled["real_text_acceptance"]
@@ -229,7 +167,8 @@ def modeled_speedups(r: dict[str, Any]) -> dict[str, float | None]:
     ``real_text_acceptance`` uses ``r["real_acceptance"]`` (a real model on real text), or is ``None``.
     """
     t = r["triforce"]["triforce"]
-    latencies = (1e3 * r["plain"]["decode_seconds_per_token"], _phase_ms(t, "level1"), _phase_ms(t, "level2"))
+    plain_ms = 1e3 * r["plain"]["decode_seconds_per_token"]
+    latencies = (plain_ms, phase_ms(t["phases"].get("level1")), phase_ms(t["phases"].get("level2")))
     gamma2 = r["config"]["gamma2"]
     own = modeled_speedup(*latencies, t["levels"]["level1"]["acceptance_rate"], gamma2)
     real = r.get("real_acceptance")
@@ -237,11 +176,6 @@ def modeled_speedups(r: dict[str, Any]) -> dict[str, float | None]:
         "this_run_acceptance": own,
         "real_text_acceptance": None if real is None else modeled_speedup(*latencies, real["level1"], gamma2),
     }
-
-
-def _phase_ms(stats: dict[str, Any], phase: str) -> float:
-    p = stats["phases"].get(phase)
-    return p["ms_per_call"] if p and p["calls"] else float("nan")
 
 
 def _floors(r: dict[str, Any], bandwidth: float | None) -> tuple[str, str]:

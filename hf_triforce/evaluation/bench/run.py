@@ -12,26 +12,26 @@ from tqdm.auto import tqdm
 
 from ...config import TriForceConfig
 from ...hf.backend import preferred_attn_implementation
-from ...hf.model import attn_implementation
-from ..common.documents import DEFAULT_QUESTION, question_prompt, read_document
+from ...hf.model import attn_implementation, context_limit
+from ..common.documents import DocumentQuestion, question_prompt, read_document
+from ..common.generate_kwargs import generate_kwargs
+from ..common.loading import load_model
+from ..common.machine import machine_info
 from ..models.bandwidth import kv_bytes_per_token
 from ..models.memory import check_fits, longest_context
 from ..models.shapes import preset_config, random_model
 from .compare import compare
 from .profile import profile_phases
 from .real_acceptance import real_acceptance
-from .report import machine_info, modeled_speedups
+from .report import modeled_speedups
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class BenchOptions:
+class BenchOptions(DocumentQuestion):
     """A sweep: every combination of prompt length, temperature, budget and drafter is measured."""
 
-    model: str | None = None
-    document: str | None = None
-    question: str = DEFAULT_QUESTION
     prompt_tokens: list[int | str] = field(default_factory=lambda: [7000])  # "max": the longest that fits (CUDA)
     temperatures: list[float] = field(default_factory=lambda: [0.0, 0.6])
     budgets: list[int] = field(default_factory=lambda: [512])
@@ -65,13 +65,13 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
     prompt_lengths = _checked_prompt_lengths(options)
     model, tokenizer, assistant = _load_models(options, max(prompt_lengths))
     document = read_document(options.document) if tokenizer is not None else None
-    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    limit = context_limit(model)
     grid = list(itertools.product(prompt_lengths, options.temperatures, options.budgets, options.drafters))
     rows, warm = [], False
     for tokens, temperature, budget, drafter in tqdm(grid, desc="benchmark", unit="config"):
         ids = _prompt(options, tokenizer, document, tokens, limit, model)
         config = _config(options, budget, drafter)
-        kwargs = _kwargs(options, temperature)
+        kwargs = generate_kwargs(options.new_tokens, temperature, options.top_p, min_new_tokens=options.new_tokens)
         extra = {"assistant_model": assistant} if assistant is not None and drafter in ("auto", "model") else {}
         on_cpu = model.device.type == "cpu"
         result = compare(model, ids, config, warmup=not warm, seed=options.seed, reference_fast_linears=on_cpu,
@@ -137,13 +137,6 @@ def _config(options: BenchOptions, budget: int, drafter: str) -> TriForceConfig:
     return TriForceConfig(retrieval_budget=budget, drafter=drafter, cuda_graphs=options.cuda_graphs, **extra)
 
 
-def _kwargs(options: BenchOptions, temperature: float) -> dict[str, Any]:
-    kwargs = dict(max_new_tokens=options.new_tokens, min_new_tokens=options.new_tokens)
-    if temperature > 0:
-        return dict(kwargs, do_sample=True, temperature=temperature, top_p=options.top_p)
-    return dict(kwargs, do_sample=False)
-
-
 def _weight_bytes(model) -> int:
     """Bytes of the model's parameters (tied weights counted once): what every forward reads."""
     unique = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
@@ -152,8 +145,6 @@ def _weight_bytes(model) -> int:
 
 def _load_models(options: BenchOptions, longest_prompt: int):
     """``(target, tokenizer or None, assistant or None)`` on the requested device and dtype."""
-    from ..common.loading import load_model
-
     dtype = getattr(torch, options.dtype) if options.dtype else None
     device = options.device or "cpu"
     attn = preferred_attn_implementation(device, options.attn_implementation)

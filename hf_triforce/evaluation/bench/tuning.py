@@ -20,29 +20,29 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import sys
-import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from ...config import TriForceConfig
+from ...generation import enable
 from ..common.documents import question_prompt, read_document
-from .compare import RunResult, measure
-from .report import machine_info
+from ..common.generate_kwargs import generate_kwargs
+from ..common.machine import machine_info
+from ..common.results import write_json
+from ..common.smollm2 import load_smollm2
+from .contention import MAX_CORES_LACKED, measure_quietly
+from .measure import RunResult, measure, warm_up
 
 logger = logging.getLogger(__name__)
 
 BASELINE: dict[str, Any] = {"retrieval_budget": 512, "drafter": "ngram"}
+WARM_UP_PROMPT_TOKENS = 700
 
 # knob -> values; every other knob keeps its baseline (TriForceConfig default) value.
-MAX_CORES_LACKED = 0.25  # idle cores short of this run's threads above which a timed run is not comparable
-
 KNOBS: dict[str, list[Any]] = {
     "retrieval_budget": [128, 256, 512, 1024, 2048],
     "chunk_size": [4, 8, 16, 32],
@@ -76,15 +76,11 @@ def run_tuning(
     other processes kept the CPU busy are measured again after the sweep (up to ``retry_passes``
     times, keeping the quietest run); ``on_row(results)`` is called with the results so far.
     """
-    import hf_triforce
-
-    from ..common.smollm2 import load_smollm2
-
     model, tokenizer = load_smollm2()
-    hf_triforce.enable(model)
+    enable(model)
     ids = question_prompt(tokenizer, read_document(document), document_tokens=prompt_tokens, reserve=new_tokens)
-    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
-    _warm_up(model, ids)
+    kwargs = generate_kwargs(new_tokens, min_new_tokens=new_tokens)
+    warm_up(model, ids, TriForceConfig(**BASELINE), kwargs, prompt_tokens=WARM_UP_PROMPT_TOKENS)
     plain, plain_busy = measure_quietly(lambda: measure(model, ids, **kwargs))
     results = {
         "title": "TriForceConfig tuning sweep (one knob at a time)",
@@ -128,8 +124,6 @@ class _DraftModel:
         if config.drafter != "model":
             return {}
         if self.model is None:
-            from ..common.smollm2 import load_smollm2
-
             self.model = load_smollm2()[0]
         return {"assistant_model": self.model}
 
@@ -139,63 +133,6 @@ def _measure_row(model, ids, kwargs, plain: RunResult, knob: str, value: Any, co
     row = _row(knob, value, config, run, plain, busy)
     logger.info("%s=%s: %s", knob, value, row["summary"])
     return row
-
-
-def measure_quietly(
-    run: Callable[[], RunResult], attempts: int = 3, max_cores_lacked: float = MAX_CORES_LACKED, wait_s: float = 20.0
-) -> tuple[RunResult, float | None]:
-    """``run()``, repeated (up to ``attempts``) while other processes used the CPU during it.
-
-    Returns the least disturbed run and how many cores its threads lacked on average (``None`` where
-    ``/proc/stat`` is unavailable). Speed measured while another process takes a core that torch's
-    threads need is meaningless: its threads wait for each other at every operator (20x slower seen).
-    """
-    best: tuple[RunResult, float | None] | None = None
-    for attempt in range(attempts):
-        before = _cpu_seconds()
-        result = run()
-        busy = _contention(before, _cpu_seconds())
-        if best is None or (busy is not None and best[1] is not None and busy < best[1]):
-            best = (result, busy)
-        if busy is None or busy <= max_cores_lacked or attempt + 1 == attempts:
-            break
-        logger.warning("other processes used %.2f cores during the run (attempt %d); retrying", busy, attempt + 1)
-        time.sleep(wait_s)
-    return best
-
-
-def _cpu_seconds() -> tuple[float, float, float] | None:
-    """``(wall, busy CPU seconds of the machine, CPU seconds of this process)``, or None off Linux."""
-    try:
-        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    tick = os.sysconf("SC_CLK_TCK")
-    busy = (sum(values) - values[3] - values[4]) / tick  # all but idle and iowait
-    own = os.times()
-    return time.perf_counter(), busy, own.user + own.system
-
-
-def _contention(before, after) -> float | None:
-    """Cores this run's threads lacked: other processes' busy cores beyond those its threads left free.
-
-    Between two :func:`_cpu_seconds` samples, other processes kept ``other`` cores busy on average;
-    with ``threads`` torch threads on ``cpus`` cores, up to ``cpus - threads`` of them cost nothing.
-    """
-    if before is None or after is None:
-        return None
-    wall = after[0] - before[0]
-    if wall <= 0:
-        return None
-    other = max((after[1] - before[1]) - (after[2] - before[2]), 0.0) / wall
-    free = max((os.cpu_count() or 1) - torch.get_num_threads(), 0)
-    return max(other - free, 0.0)
-
-
-def _warm_up(model, ids: torch.LongTensor) -> None:
-    short = ids[:, :700]
-    measure(model, short, max_new_tokens=8, do_sample=False)
-    measure(model, short, max_new_tokens=8, do_sample=False, triforce_config=TriForceConfig(**BASELINE))
 
 
 def _row(
@@ -215,7 +152,7 @@ def _row(
         "level1_acceptance": levels["level1"]["acceptance_rate"],
         "tokens_per_forward": stats["mean_accepted_length"],
         "level1_forwards_per_token": stats["phases"].get("level1", {}).get("calls", 0) / stats["new_tokens"],
-        "cores_lacked": busy,  # see _contention
+        "cores_lacked": busy,  # see contention.measure_quietly
         "triforce": stats,
         "summary": f"{speedup:.2f}x, level-1 acc. {levels['level1']['acceptance_rate']:.2f}, "
         f"{stats['mean_accepted_length']:.2f} tokens/forward",
@@ -234,14 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)  # 1 thread is not slowed down much by another busy process
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    path = Path(args.output)
-    path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(results: dict[str, Any]) -> None:
-        path.write_text(json.dumps(results, indent=2) + "\n")
+        write_json(results, args.output)
 
     write(run_tuning(args.prompt_tokens, args.new_tokens, args.document, on_row=write))
-    logger.info("wrote %s", path)
+    logger.info("wrote %s", args.output)
     return 0
 
 

@@ -1,14 +1,18 @@
-"""Long documents and the question-answering chat prompt used by the demo and the benchmarks."""
+"""Long documents and the question-answering chat prompt used by the demo, the benchmarks and the examples.
+
+The default document is the Python language reference that every CPython ships in ``pydoc_data.topics``
+(~465K characters, offline).
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ...errors import TriForceError
-from .smollm2 import python_reference_text
 
 DEFAULT_QUESTION = (
     "Using only the document above, explain how the 'with' statement works: what a context manager "
@@ -19,6 +23,37 @@ DEFAULT_DOCUMENT_TOKENS = 7000
 
 class DocumentError(TriForceError):
     """A document or question that cannot be turned into a prompt; the message says what to do."""
+
+
+@dataclass
+class DocumentQuestion:
+    """Which model is asked which question about which document (``--model``, ``--document``, ``--question``).
+
+    Attributes:
+        model: a local model directory, or None for the embedded SmolLM2-135M-Instruct.
+        document: a UTF-8 text file, or None for the Python language reference.
+        question: asked after the document.
+    """
+
+    model: str | None = None
+    document: str | None = None
+    question: str = DEFAULT_QUESTION
+
+
+def python_reference_text() -> str:
+    """Return the Python language reference (~465K characters) from ``pydoc_data.topics``.
+
+    The topics are joined in sorted key order, so the text is the same on every call for a given
+    CPython version.
+
+    Example:
+        >>> text = python_reference_text()
+        >>> text == python_reference_text() and len(text) > 400_000
+        True
+    """
+    from pydoc_data.topics import topics  # about 1 MB of text: read only when the default document is used
+
+    return "\n\n".join(topics[key] for key in sorted(topics))
 
 
 def read_document(path: str | os.PathLike[str] | None) -> str:

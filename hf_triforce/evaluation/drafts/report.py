@@ -1,94 +1,60 @@
-"""Tables, verdicts and the figure of ``hf-triforce eval-drafts`` results.
+"""The markdown report of ``hf-triforce eval-drafts`` results: setup, must-show verdicts, one section per measure.
 
-Acceptance figures are pooled over positions: ``sum of per-position acceptance / positions`` over every
-continuation that matches (e.g. all natural prompts at one temperature).
+Figures come pooled from :mod:`.summary`; the figure beside the report is
+:func:`hf_triforce.evaluation.figures.drafts_plot.write_eval_plot`.
 
 Example:
     >>> paths = write_eval_results(results, "benchmarks/results/eval-drafts.json")  # doctest: +SKIP
     >>> [p.suffix for p in paths]  # doctest: +SKIP
-    ['.json', '.md', '.png']
+    ['.json', '.md']
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
 from typing import Any
 
-NEEDLE_TARGET = 0.9
-KIND_ORDER = ("retrieval", "streaming")
+from ..common.formatting import number
+from ..common.machine import device_name, library_versions
+from ..common.results import write_json
+from .summary import (
+    KIND_ORDER,
+    NEEDLE_TARGET,
+    budget_label,
+    drafter_cost,
+    fraction_label,
+    level0_pooled,
+    pooled,
+    round_rate,
+    verdicts,
+)
 
 
-def write_eval_results(results: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
-    """Write ``results`` as JSON, a markdown report and a PNG figure beside it; returns the three paths."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_finite(results), indent=1, default=_json_default, allow_nan=False) + "\n")
+def write_eval_results(results: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Write ``results`` as strict JSON (NaN as null) and the markdown report beside it; returns both paths."""
+    path = write_json(results, path, indent=1, strict=True)
     md = path.with_suffix(".md")
     md.write_text(markdown_report(results))
-    return path, md, write_eval_plot(results, path.with_suffix(".png"))
-
-
-def pooled(rows: list[dict[str, Any]], **match: Any) -> tuple[float, int]:
-    """``(pooled acceptance, positions)`` of the rows whose fields equal ``match``.
-
-    Example:
-        >>> pooled([{"kind": "a", "accepted_sum": 3.0, "positions": 4}], kind="a")
-        (0.75, 4)
-    """
-    chosen = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
-    positions = sum(r["positions"] for r in chosen)
-    if not positions:
-        return float("nan"), 0
-    return sum(r["accepted_sum"] for r in chosen) / positions, positions
-
-
-def verdicts(results: dict[str, Any]) -> dict[str, Any]:
-    """The issue's must-show checks computed from ``results``.
-
-    * ``needle``: at the headline budget and ``T = 0``, retrieval >= 0.9 at every needle depth (with
-      StreamingLLM beside it);
-    * ``natural``: retrieval >= StreamingLLM at every budget and temperature on natural continuations.
-    """
-    main = [r for r in results["views"] if r["group"] == "main"]
-    headline = results["options"]["headline_fraction"]
-    needle = {}
-    for depth in results["options"]["needle_depths"]:
-        args = dict(task_kind="needle", depth=depth, budget_fraction=headline, temperature=0.0)
-        needle[str(depth)] = {kind: pooled(main, kind=kind, **args)[0] for kind in ("retrieval", "streaming")}
-    natural = {}
-    for fraction in results["options"]["budget_fractions"]:
-        for t in results["options"]["temperatures"]:
-            args = dict(task_kind="natural", budget_fraction=fraction, temperature=t)
-            r, s = (pooled(main, kind=kind, **args)[0] for kind in ("retrieval", "streaming"))
-            natural[f"{fraction:g}@T={t:g}"] = {"retrieval": r, "streaming": s}
-    needle_ok = [v["retrieval"] >= NEEDLE_TARGET for v in needle.values() if not math.isnan(v["retrieval"])]
-    natural_ok = [v["retrieval"] >= v["streaming"] for v in natural.values() if not math.isnan(v["retrieval"])]
-    return {
-        "needle": needle,
-        "needle_met": bool(needle_ok) and all(needle_ok),
-        "natural": natural,
-        "natural_met": bool(natural_ok) and all(natural_ok),
-    }
+    return path, md
 
 
 def markdown_report(results: dict[str, Any]) -> str:
     """The markdown page: setup, must-show verdicts, then one section per measurement."""
     m = results["machine"]
     o = results["options"]
-    device = m["cuda_device"] or f"{m['cpu']} ({m['torch_threads']} threads)"
     lines = [
         f"# {results['title']}",
         "",
-        f"Device: {device}. torch {m['torch']}, transformers {m['transformers']}, hf_triforce {m['hf_triforce']}; "
-        f"{m['date']}; {results.get('seconds', float('nan')) / 60:.1f} minutes.",
+        f"Device: {device_name(m)}. {library_versions(m)}; {m['date']}; "
+        f"{results.get('seconds', float('nan')) / 60:.1f} minutes.",
         "",
         f"Command: `{results['command']}`",
         "",
         f"Prompts of up to {o['context_tokens'] - o['new_tokens']} tokens, continuations of up to {o['new_tokens']} "
-        f"tokens; budgets {', '.join(_fraction(f) for f in o['budget_fractions'])} of {o['context_tokens']} tokens; "
+        f"tokens; budgets {', '.join(fraction_label(f) for f in o['budget_fractions'])} of {o['context_tokens']} "
+        "tokens; "
         f"temperatures {', '.join(f'{t:g}' for t in o['temperatures'])} (top-p {o['top_p']:g}). Level-1 acceptance is "
         "measured per position against the full-cache model along a reference continuation (greedy at T=0, sampled "
         "otherwise): argmax agreement at T=0, the exact speculative-sampling acceptance sum_x min(p, p_hat) at T>0. "
@@ -112,7 +78,7 @@ def markdown_report(results: dict[str, Any]) -> str:
 
 def _verdict_section(results: dict[str, Any]) -> list[str]:
     v = verdicts(results)
-    headline = _fraction(results["options"]["headline_fraction"])
+    headline = fraction_label(results["options"]["headline_fraction"])
     needle = ", ".join(f"{d}: {x['retrieval']:.3f} vs {x['streaming']:.3f}" for d, x in v["needle"].items())
     worst = min(v["natural"].items(), key=lambda kv: kv[1]["retrieval"] - kv[1]["streaming"], default=None)
     lines = [
@@ -140,17 +106,16 @@ def _natural_section(results: dict[str, Any]) -> list[str]:
         "",
         f"Pooled over {o['natural_prompts']} prompt(s) (raw document text); retrieval / StreamingLLM.",
         "",
-        "| budget | " + " | ".join(f"T={t:g} retrieval | T={t:g} streaming" for t in temps) + " |",
-        "|---|" + "---:|---:|" * len(temps),
+        *_temperature_columns("budget", temps),
     ]
     for fraction in o["budget_fractions"]:
         cells = []
         for t in temps:
-            for kind in ("retrieval", "streaming"):
+            for kind in KIND_ORDER:
                 cells.append(
-                    _num(pooled(main, task_kind="natural", budget_fraction=fraction, temperature=t, kind=kind)[0])
+                    number(pooled(main, task_kind="natural", budget_fraction=fraction, temperature=t, kind=kind)[0])
                 )
-        lines.append(f"| {_budget(results, fraction)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {budget_label(results, fraction)} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -162,45 +127,34 @@ def _needle_section(results: dict[str, Any]) -> list[str]:
     temps = o["temperatures"]
     lines = [
         "",
-        f"## Needle tasks: level-1 acceptance by depth (budget {_budget(results, o['headline_fraction'])})",
+        f"## Needle tasks: level-1 acceptance by depth (budget {budget_label(results, o['headline_fraction'])})",
         "",
         "A passage of real words placed at a token depth of the document; the prompt asks for it word for word and "
         "starts the answer with its first words, so the correct continuation copies it from the middle of the "
         "document. `copied` is the fraction of the greedy reference answer's token 4-grams found in the passage "
         "(the full model really copies it when this is high).",
         "",
-        "| depth | copied (T=0) | " + " | ".join(f"T={t:g} retrieval | T={t:g} streaming" for t in temps) + " |",
-        "|---|---:|" + "---:|---:|" * len(temps),
+        *_temperature_columns("depth | copied (T=0)", temps, before="|---|---:|"),
     ]
     for name, task in tasks.items():
         cells = []
         for t in temps:
-            for kind in ("retrieval", "streaming"):
+            for kind in KIND_ORDER:
                 args = dict(task=name, budget_fraction=o["headline_fraction"], temperature=t, kind=kind)
-                cells.append(_num(pooled(main, **args)[0]))
+                cells.append(number(pooled(main, **args)[0]))
         ref = refs.get((name, 0.0), {})
-        copied = _num(ref.get("needle_overlap", float("nan")), 2)
+        copied = number(ref.get("needle_overlap", float("nan")), 2)
         lines.append(f"| {task['depth']:g} ({task['actual_depth']:.3f}) | {copied} | " + " | ".join(cells) + " |")
     lines += ["", "All budgets at T=0 (retrieval / StreamingLLM):", ""]
-    lines += ["| depth | " + " | ".join(_budget(results, f) for f in o["budget_fractions"]) + " |"]
+    lines += ["| depth | " + " | ".join(budget_label(results, f) for f in o["budget_fractions"]) + " |"]
     lines += ["|---|" + "---:|" * len(o["budget_fractions"])]
     for name, task in tasks.items():
         cells = []
         for f in o["budget_fractions"]:
-            r, s = (
-                pooled(main, task=name, budget_fraction=f, temperature=0.0, kind=k)[0]
-                for k in ("retrieval", "streaming")
-            )
-            cells.append(f"{_num(r)} / {_num(s)}")
+            r, s = (pooled(main, task=name, budget_fraction=f, temperature=0.0, kind=k)[0] for k in KIND_ORDER)
+            cells.append(f"{number(r)} / {number(s)}")
         lines.append(f"| {task['depth']:g} | " + " | ".join(cells) + " |")
     return lines
-
-
-def round_rate(rows: list[dict[str, Any]], **match: Any) -> float:
-    """Replayed level-1 ``accepted / drafted`` over the matching view rows (``TriForceStats``' definition)."""
-    chosen = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
-    drafted = sum(r.get("round_drafted", 0) for r in chosen)
-    return sum(r.get("round_accepted", 0) for r in chosen) / drafted if drafted else float("nan")
 
 
 def _round_section(results: dict[str, Any]) -> list[str]:
@@ -209,17 +163,17 @@ def _round_section(results: dict[str, Any]) -> list[str]:
     temps = o["temperatures"]
     lines = [
         "",
-        f"## Replayed rounds at budget {_budget(results, o['headline_fraction'])}: accepted / drafted level-1 tokens",
+        f"## Replayed rounds at budget {budget_label(results, o['headline_fraction'])}: "
+        "accepted / drafted level-1 tokens",
         "",
         "The statistic `hf_triforce.last_stats(model)` reports for level 1 (compare with the end-to-end section): "
         "every round drafts gamma2 tokens and the drafts after the first rejection count as rejected, so it is "
         "lower than the per-position acceptance above.",
         "",
-        "| task | " + " | ".join(f"T={t:g} retrieval | T={t:g} streaming" for t in temps) + " |",
-        "|---|" + "---:|---:|" * len(temps),
+        *_temperature_columns("task", temps),
     ]
     for kind in ("natural", "needle"):
-        cells = [_num(round_rate(main, task_kind=kind, temperature=t, kind=k)) for t in temps for k in KIND_ORDER]
+        cells = [number(round_rate(main, task_kind=kind, temperature=t, kind=k)) for t in temps for k in KIND_ORDER]
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     return lines
 
@@ -234,7 +188,7 @@ def _ablation_section(results: dict[str, Any]) -> list[str]:
     header = " | ".join(f"natural T={t:g} | needle T={t:g}" for t in temps)
     lines = [
         "",
-        f"## Selection policy ablations (budget {_budget(results, o['headline_fraction'])}, one knob at a time)",
+        f"## Selection policy ablations (budget {budget_label(results, o['headline_fraction'])}, one knob at a time)",
         "",
         "Every other knob keeps its TriForceConfig default (marked *). `needle min` is the worst depth at T=0; "
         "`all` pools every position of every task and temperature.",
@@ -247,7 +201,7 @@ def _ablation_section(results: dict[str, Any]) -> list[str]:
             chosen = [r for r in rows if r["knob"] == knob and _key(r["value"]) == value]
             cells = []
             for t in temps:
-                cells += [_num(pooled(chosen, task_kind=k, temperature=t)[0]) for k in ("natural", "needle")]
+                cells += [number(pooled(chosen, task_kind=k, temperature=t)[0]) for k in ("natural", "needle")]
             depths = {r["task"] for r in chosen if r["task_kind"] == "needle"}
             worst = min((pooled(chosen, task=d, temperature=0.0)[0] for d in depths), default=float("nan"))
             refreshes = sum(r["refreshes"] for r in chosen) / max(1, len(chosen))
@@ -255,7 +209,7 @@ def _ablation_section(results: dict[str, Any]) -> list[str]:
             lines.append(
                 f"| {knob} | {_show(knob, value)}{mark} | "
                 + " | ".join(cells)
-                + f" | {_num(worst)} | {_num(pooled(chosen)[0])} | {refreshes:.1f} |"
+                + f" | {number(worst)} | {number(pooled(chosen)[0])} | {refreshes:.1f} |"
             )
     return lines
 
@@ -284,38 +238,9 @@ def _level0_section(results: dict[str, Any]) -> list[str]:
         for t in temps:
             for kind in ("natural", "needle"):
                 acc, cov, _ = level0_pooled(rows, drafter=name, task_kind=kind, temperature=t)
-                cells.append(f"{_num(acc)} ({_num(cov, 2)})")
+                cells.append(f"{number(acc)} ({number(cov, 2)})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines + _level0_value_section(results)
-
-
-def level0_pooled(rows: list[dict[str, Any]], **match: Any) -> tuple[float, float, float]:
-    """``(acceptance of proposals, coverage, accepted per position)`` of the matching level-0 rows.
-
-    Example:
-        >>> level0_pooled([{"d": 1, "acceptance": 0.5, "proposals": 2, "positions": 4}], d=1)
-        (0.5, 0.5, 0.25)
-    """
-    chosen = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
-    proposals = sum(r["proposals"] for r in chosen)
-    positions = sum(r["positions"] for r in chosen)
-    accepted = sum(r["acceptance"] * r["proposals"] for r in chosen if r["proposals"])
-    acc = accepted / proposals if proposals else float("nan")
-    cov = proposals / positions if positions else float("nan")
-    return acc, cov, (accepted / positions if positions else float("nan"))
-
-
-def drafter_cost(name: str, num_layers: int | None) -> float:
-    """Cost of one level-0 proposal relative to a level-1 step: 0 for none / n-gram, k / layers for model-kL.
-
-    Example:
-        >>> drafter_cost("model-4L", 30), drafter_cost("ngram", 30)
-        (0.13333333333333333, 0.0)
-    """
-    if not name.startswith("model-"):
-        return 0.0
-    layers = int(name.removeprefix("model-").removesuffix("L"))
-    return layers / num_layers if num_layers else float("nan")
 
 
 def _level0_value_section(results: dict[str, Any]) -> list[str]:
@@ -337,8 +262,8 @@ def _level0_value_section(results: dict[str, Any]) -> list[str]:
         a = {k: (0.0 if name == "none" else v) for k, v in a.items()}
         value = {k: (1 + v) / (1 + c) for k, v in a.items()}
         lines.append(
-            f"| {name} | {_num(c, 2)} | {_num(a['natural'])} | {_num(a['needle'])} | {_num(value['natural'], 2)} | "
-            f"{_num(value['needle'], 2)} |"
+            f"| {name} | {number(c, 2)} | {number(a['natural'])} | {number(a['needle'])} | "
+            f"{number(value['natural'], 2)} | {number(value['needle'], 2)} |"
         )
     return lines
 
@@ -375,8 +300,9 @@ def _defaults_section(results: dict[str, Any]) -> list[str]:
         at_default = overall.get(default, float("nan"))
         tie = not math.isnan(at_default) and at_default >= overall[best] - 0.005
         lines.append(
-            f"| {knob} | {_show(knob, default)} | {_num(at_default)} | {_show(knob, best)} ({_num(overall[best])}) | "
-            f"{_show(knob, best_needle)} ({_num(worst[best_needle])}) | "
+            f"| {knob} | {_show(knob, default)} | {number(at_default)} | "
+            f"{_show(knob, best)} ({number(overall[best])}) | "
+            f"{_show(knob, best_needle)} ({number(worst[best_needle])}) | "
             f"{'yes' if tie else f'no (best +{overall[best] - at_default:.3f})'} |"
         )
     return lines + [
@@ -435,68 +361,15 @@ def _reference_section(results: dict[str, Any]) -> list[str]:
     ]
     for r in results["references"]:
         text = " ".join(r["text"].split())[:110].replace("|", "\\|")
-        copied = _num(r.get("needle_overlap", float("nan")), 2)
+        copied = number(r.get("needle_overlap", float("nan")), 2)
         lines.append(f"| {r['task']} | {r['temperature']:g} | {r['new_tokens']} | {copied} | {text} |")
     return lines
 
 
-def write_eval_plot(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
-    """PNG with level-1 acceptance vs budget (natural text) and vs needle depth (headline budget)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    o = results["options"]
-    main = [r for r in results["views"] if r["group"] == "main"]
-    fig, (by_budget, by_depth) = plt.subplots(1, 2, figsize=(11, 4.2))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, t in enumerate(o["temperatures"]):
-        for kind, style in (("retrieval", "-"), ("streaming", "--")):
-            color = colors[i % len(colors)]
-            label = f"{kind}, T={t:g}"
-            x = [_budget_tokens(results, f) for f in o["budget_fractions"]]
-            y = [
-                pooled(main, task_kind="natural", budget_fraction=f, temperature=t, kind=kind)[0]
-                for f in o["budget_fractions"]
-            ]
-            by_budget.plot(x, y, style, marker="o", color=color, label=label)
-            depths = o["needle_depths"]
-            y = [
-                pooled(
-                    main, task_kind="needle", depth=d, budget_fraction=o["headline_fraction"], temperature=t, kind=kind
-                )[0]
-                for d in depths
-            ]
-            by_depth.plot(depths, y, style, marker="o", color=color, label=label)
-    by_budget.set_xscale("log", base=2)
-    ticks = [_budget_tokens(results, f) for f in o["budget_fractions"]]
-    by_budget.set_xticks(ticks, [f"{t}\n({_fraction(f)})" for t, f in zip(ticks, o["budget_fractions"], strict=True)])
-    by_budget.minorticks_off()
-    by_budget.set(
-        xlabel=f"budget (tokens of a {o['context_tokens']}-token context)",
-        ylabel="level-1 acceptance",
-        title="Natural continuation",
-    )
-    by_depth.axhline(NEEDLE_TARGET, color="gray", linewidth=0.8)
-    by_depth.set(
-        xlabel="needle depth in the document",
-        ylabel="level-1 acceptance",
-        title=f"Needle copy, budget {_budget(results, o['headline_fraction'])}",
-    )
-    lowest = min((v for line in by_budget.get_lines() for v in line.get_ydata() if not math.isnan(v)), default=0.0)
-    by_budget.set_ylim(max(0.0, lowest - 0.05), 1.0)  # natural text: the gaps are small, zoom in
-    by_depth.set_ylim(0, 1.02)
-    for ax in (by_budget, by_depth):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    m = results["machine"]
-    fig.suptitle(f"{results.get('model_name', 'target')}: level-1 draft quality ({m['date'][:10]})", fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+def _temperature_columns(first: str, temperatures: list[float], before: str = "|---|") -> list[str]:
+    """Header and alignment rows of a table with a retrieval and a StreamingLLM column per temperature."""
+    columns = " | ".join(f"T={t:g} retrieval | T={t:g} streaming" for t in temperatures)
+    return [f"| {first} | {columns} |", before + "---:|---:|" * len(temperatures)]
 
 
 def _policy_defaults(results: dict[str, Any]) -> dict[str, Any]:
@@ -518,38 +391,3 @@ def _show(knob: str, value: Any) -> str:
     if value == "none":
         return "never" if knob == "refresh_every" else "off"
     return str(value)
-
-
-def _budget_tokens(results: dict[str, Any], fraction: float) -> int:
-    rows = [r for r in results["views"] if r["budget_fraction"] == fraction]
-    return rows[0]["budget"] if rows else round(fraction * results["options"]["context_tokens"])
-
-
-def _budget(results: dict[str, Any], fraction: float) -> str:
-    return f"{_budget_tokens(results, fraction)} ({_fraction(fraction)})"
-
-
-def _fraction(fraction: float) -> str:
-    inverse = 1 / fraction
-    return f"1/{inverse:g}" if abs(inverse - round(inverse)) < 1e-9 else f"{fraction:g}"
-
-
-def _num(x: float, digits: int = 3) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN float replaced by None (strict JSON)."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"not JSON-serializable: {type(value).__name__}")

@@ -1,4 +1,4 @@
-"""The benchmark's figure: speedup and per-level step latency against context length."""
+"""The benchmark's figure (``hf-triforce bench --plot``): speedup and per-level step latency against context length."""
 
 from __future__ import annotations
 
@@ -6,7 +6,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-LEVELS = (("level1", "level-1 step (retrieval view)"), ("level2", "full-cache verification"))
+from ..common.formatting import phase_ms
+from ..common.machine import device_name
+from .pyplot import pyplot
+
+LEVELS = (("level1", "level-1 step (retrieval view)"), ("level2", "level-2 verification (full cache)"))
 
 
 def write_plot(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -16,13 +20,10 @@ def write_plot(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     ``hf-triforce bench``). Needs matplotlib (the ``bench`` extra).
 
     Example:
-        >>> write_plot(json.load(open("benchmarks/results/cpu-smollm2-7k.json")), "/tmp/bench.png")  # doctest: +SKIP
+        >>> write_plot(read_results("benchmarks/results/cpu-smollm2-7k.json"), "/tmp/bench.png")  # doctest: +SKIP
+        PosixPath('/tmp/bench.png')
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (speed, latency) = plt.subplots(1, 2, figsize=(11, 4))
     for label, rows in _series(results["rows"]).items():
         x = [r["prompt_tokens"] for r in rows]
@@ -36,7 +37,8 @@ def write_plot(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
             x, [1e3 * r["plain"]["decode_seconds_per_token"] for r in rows], marker="o", label=f"plain, {label}"
         )
         for phase, name in LEVELS:
-            latency.plot(x, [_ms(r, phase) for r in rows], marker=".", linestyle="--", label=f"{name}, {label}")
+            ms = [phase_ms(r["triforce"]["triforce"]["phases"].get(phase)) for r in rows]
+            latency.plot(x, ms, marker=".", linestyle="--", label=f"{name}, {label}")
     _decorate(speed, latency, results)
     fig.tight_layout()
     path = Path(path)
@@ -53,16 +55,10 @@ def _series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return series
 
 
-def _ms(row: dict[str, Any], phase: str) -> float:
-    p = row["triforce"]["triforce"]["phases"].get(phase)
-    return p["ms_per_call"] if p else float("nan")
-
-
 def _decorate(speed, latency, results: dict[str, Any]) -> None:
-    m = results["machine"]
-    device = m["cuda_device"] or f"{m['cpu']} ({m['torch_threads']} threads)"
     speed.axhline(1.0, color="gray", linewidth=0.8)
-    speed.set(xlabel="context (prompt tokens)", ylabel="speedup over plain generate()", title=f"Speedup, {device}")
+    title = f"Speedup, {device_name(results['machine'])}"
+    speed.set(xlabel="context (prompt tokens)", ylabel="speedup over plain generate()", title=title)
     latency.set(xlabel="context (prompt tokens)", ylabel="ms per call", title="Step latency per level")
     for ax in (speed, latency):
         ax.grid(alpha=0.3)
