@@ -7,11 +7,12 @@ the prefill, not from level 1), level 1 feeds ``y_{j-1}`` at its true position o
 the full cache's ``p`` by :func:`~hf_triforce.evaluation.drafts.acceptance.acceptance`; every position is measured
 once.
 
-The view follows ``TriForceCandidateGenerator``'s rounds, replayed along the reference: a round drafts
+The view follows :class:`~hf_triforce.hierarchy.Level1Drafter`'s rounds, replayed along the reference: a round drafts
 ``gamma2`` positions over one view, the full cache accepts them up to the first rejection and adds one
 token, and the next round starts after it. Before each round the selection is redone (with the query of
 the newest cached token) once ``refresh_every`` tokens have been cached since the last one, or after a
-round whose acceptance (accepted / drafted) fell below ``refresh_below``. At ``T = 0`` rejections are
+round whose acceptance (accepted / drafted) fell below ``refresh_below_acceptance`` (the package's
+:class:`~hf_triforce.hierarchy.schedule.RefreshRule`). At ``T = 0`` rejections are
 argmax disagreements, so the replay is exact; at ``T > 0`` a draft is accepted with its probability
 ``sum min(p, p_hat)`` (seeded coin flips). One simplification: inside a round every position sees exact
 keys/values for the earlier tokens of the round (the generator computes its own drafts' over the view).
@@ -101,13 +102,14 @@ def measure_view(
     n, m = ref.prompt_length, ref.tokens.shape[0]
     coins = torch.Generator().manual_seed(seed)
     rates, logits, visible = [], [], 0
-    selection, selected_at, refreshes, force = None, 0, 0, False
+    selection, selected_at, refreshes, rule = None, 0, 0, policy.refresh_rule()
     accepted = drafted = 0
     j = 1
     while j < m:
         length = n + j - 1  # cached tokens when level 1 feeds y_{j-1}
-        if selection is None or force or length - selected_at >= policy.refresh_every:
+        if rule.due(None if selection is None else length - selected_at):
             selection, selected_at = select_indices(cache, ref.query(j - 1), length, policy), length
+            rule.selected()
             refreshes += 1
         stop = min(m, j + gamma2 + 1)  # the round's drafts and the position of the full cache's own token
         lengths = torch.arange(n + j - 1, n + stop - 1)
@@ -119,8 +121,7 @@ def measure_view(
         if keep_logits:
             logits.append(step_logits[: done.keep])
         accepted, drafted = accepted + done.accepted, drafted + done.drafted
-        below = policy.refresh_below
-        force = below is not None and done.drafted > 0 and done.accepted / done.drafted < below
+        rule.observe(done.drafted, done.accepted)
         j += done.keep
     per_position = torch.cat(rates) if rates else torch.empty(0)
     kept = torch.cat(logits) if keep_logits and logits else None

@@ -24,7 +24,7 @@ ABLATIONS: dict[str, list[Any]] = {
     "recent_window": [0, 16, 64, 128, 256],
     "chunk_size": [4, 8, 16, 32],
     "refresh_every": [1, 4, 8, 16, 32, NEVER],
-    "refresh_below": [None, 0.5, 0.8],
+    "refresh_below_acceptance": [None, 0.5, 0.8],
 }
 
 

@@ -30,6 +30,7 @@ from .summary import (
     round_rate,
     verdicts,
 )
+from .view_policy import CONFIG_KNOBS
 
 
 def write_eval_results(results: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -373,14 +374,10 @@ def _temperature_columns(first: str, temperatures: list[float], before: str = "|
 
 
 def _policy_defaults(results: dict[str, Any]) -> dict[str, Any]:
+    """The default value of each ablated knob; results recorded before 0.2 name one knob ``refresh_below``."""
     c = results["config_defaults"]
-    return {
-        "combine": "sum",
-        "recent_window": c["recent_window"],
-        "chunk_size": c["chunk_size"],
-        "refresh_every": c["refresh_every"],
-        "refresh_below": _key(c["refresh_below_acceptance"]),
-    }
+    defaults = {"combine": "sum", **{knob: _key(c[knob]) for knob in CONFIG_KNOBS}}
+    return {**defaults, "refresh_below": defaults["refresh_below_acceptance"]}
 
 
 def _key(value: Any) -> Any:

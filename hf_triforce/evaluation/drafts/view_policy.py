@@ -25,12 +25,15 @@ from ...caches.retrieval import RetrievalCache
 from ...caches.selection import select_token_indices
 from ...config import TriForceConfig
 from ...errors import TriForceConfigError
+from ...hierarchy.schedule import RefreshRule
 from ...kernels.retrieval import chunk_means, score_chunks
 from .streaming_view import streaming_indices
 
 KINDS = ("retrieval", "streaming")
 COMBINES = ("sum", "max", "softmax")
 NEVER = 2**31 - 1  # refresh_every that never re-selects
+CONFIG_KNOBS = ("chunk_size", "recent_window", "refresh_every", "refresh_below_acceptance")
+"""The ``TriForceConfig`` knobs a :class:`ViewPolicy` carries, under the config's own names."""
 _DEFAULTS = TriForceConfig()
 
 
@@ -48,7 +51,7 @@ class ViewPolicy:
         recent_window: retrieval: recent tokens always kept.
         combine: retrieval: how a GQA group's query heads score a chunk (see :func:`group_scores`).
         refresh_every: re-select after this many new tokens (``NEVER``: select once).
-        refresh_below: also re-select when a round's acceptance falls below this (None: off).
+        refresh_below_acceptance: also re-select when a round's acceptance falls below this (None: off).
         sinks: streaming: attention-sink tokens.
     """
 
@@ -58,7 +61,7 @@ class ViewPolicy:
     recent_window: int = _DEFAULTS.recent_window
     combine: str = "sum"
     refresh_every: int = _DEFAULTS.refresh_every
-    refresh_below: float | None = _DEFAULTS.refresh_below_acceptance
+    refresh_below_acceptance: float | None = _DEFAULTS.refresh_below_acceptance
     sinks: int = 8
 
     def __post_init__(self) -> None:
@@ -67,13 +70,7 @@ class ViewPolicy:
         if self.combine not in COMBINES:
             raise TriForceConfigError(f"combine={self.combine!r} is not one of {COMBINES}.")
         if self.kind == "retrieval":  # the package's own validation of budget / chunk / window
-            TriForceConfig(
-                retrieval_budget=self.budget,
-                chunk_size=self.chunk_size,
-                recent_window=self.recent_window,
-                refresh_every=self.refresh_every,
-                refresh_below_acceptance=self.refresh_below,
-            )
+            TriForceConfig(retrieval_budget=self.budget, **self._config_knobs())
         elif not 0 <= self.sinks < self.budget:
             raise TriForceConfigError(f"streaming sinks={self.sinks} must be in [0, budget={self.budget}).")
 
@@ -85,13 +82,22 @@ class ViewPolicy:
             >>> ViewPolicy.from_config(TriForceConfig(), budget=256).budget
             256
         """
-        return cls(
-            budget=config.retrieval_budget if budget is None else budget,
-            chunk_size=config.chunk_size,
-            recent_window=config.recent_window,
-            refresh_every=config.refresh_every,
-            refresh_below=config.refresh_below_acceptance,
-        )
+        knobs = {name: getattr(config, name) for name in CONFIG_KNOBS}
+        return cls(budget=config.retrieval_budget if budget is None else budget, **knobs)
+
+    def refresh_rule(self) -> RefreshRule:
+        """The package's re-selection schedule (:class:`~hf_triforce.hierarchy.schedule.RefreshRule`) for this
+        policy's ``refresh_every`` and ``refresh_below_acceptance`` (of either kind).
+
+        Example:
+            >>> ViewPolicy(refresh_every=32).refresh_rule().due(tokens_since_selection=31)
+            False
+        """
+        knobs = {"refresh_every": self.refresh_every, "refresh_below_acceptance": self.refresh_below_acceptance}
+        return RefreshRule(TriForceConfig(**knobs))
+
+    def _config_knobs(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in CONFIG_KNOBS}
 
     def with_(self, **changes: Any) -> ViewPolicy:
         """A copy with some fields changed."""
@@ -103,7 +109,7 @@ class ViewPolicy:
         refresh = "never" if self.refresh_every >= NEVER else str(self.refresh_every)
         if self.kind == "streaming":
             return f"streaming b{self.budget} s{self.sinks} r{refresh}"
-        below = "" if self.refresh_below is None else f" below{self.refresh_below:g}"
+        below = "" if self.refresh_below_acceptance is None else f" below{self.refresh_below_acceptance:g}"
         return f"retrieval b{self.budget} c{self.chunk_size} w{self.recent_window} {self.combine} r{refresh}{below}"
 
     def to_dict(self) -> dict[str, Any]:

@@ -38,12 +38,14 @@ Facts checked in the installed transformers (5.23) and torch sources:
 * ``LlamaModel.forward`` keeps ``inputs_embeds`` alive for the whole forward; ``LlamaMLP`` holds
   ``act(gate)``, ``up`` and their product at once; ``LlamaRMSNorm`` computes in float32.
 
-And in hf_triforce: ``decoding._Run`` reserves ``max_length + gamma2 + 2`` slots per layer up front
-(``KVBuffer.reserve`` allocates ``max(size, capacity)`` on the first append and doubles only past that, which
-``max_length`` rules out); ``RetrievalLayer._grow_summaries`` allocates ``capacity // chunk_size + 1`` mean keys
-per layer and KV head on the first selection; ``TriForceCandidateGenerator._prepare_view`` builds a new view of
-``selected + refresh_every + gamma2 + gamma1 + 2`` slots while the previous one is still referenced (two views
-alive during a re-selection on the dynamic path; one fixed ``StaticRetrievalView`` on the CUDA-graph path).
+And in hf_triforce, whose capacities ``TriForceConfig`` derives (this model reads them from there): the
+generation loop (``generation/loop.py``) reserves ``TriForceConfig.full_cache_capacity(max_length)`` slots per
+layer up front (``KVBuffer.reserve`` allocates ``max(size, capacity)`` on the first append and doubles only past
+that, which ``max_length`` rules out); ``RetrievalLayer._grow_summaries`` allocates ``capacity // chunk_size + 1``
+mean keys per layer and KV head on the first selection; ``Level1Drafter._new_view`` builds a new view of
+``selected + TriForceConfig.view_extra_capacity`` slots while the previous one is still referenced (two views
+alive during a re-selection on the dynamic path; one fixed ``StaticRetrievalView`` of
+``TriForceConfig.view_capacity`` slots on the fixed-shape path).
 
 Example:
     >>> from hf_triforce.evaluation.models.shapes import preset_config
@@ -291,16 +293,6 @@ def plain_generate_bytes(config, context: int, dtype_bytes: int, prefill_chunk: 
     return plain_generate_estimate(config, context, dtype_bytes, prefill_chunk).total
 
 
-def triforce_capacity(context: int, triforce_config: TriForceConfig) -> int:
-    """Slots per layer TriForce reserves up front: ``max_length + gamma2 + 2`` (``decoding._Run``). Exact.
-
-    Example:
-        >>> triforce_capacity(1000, TriForceConfig(gamma2=6))
-        1008
-    """
-    return context + triforce_config.gamma2 + 2
-
-
 def triforce_kv_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForceConfig) -> int:
     """Bytes of the ``RetrievalCache``'s keys and values (``RetrievalCache.kv_nbytes()``). Exact.
 
@@ -309,7 +301,7 @@ def triforce_kv_bytes(config, context: int, dtype_bytes: int, triforce_config: T
         >>> triforce_kv_bytes(preset_config("llama2-7b", 4096), 1000, 2, TriForceConfig(gamma2=6)) / 2**19
         1008.0
     """
-    return triforce_capacity(context, triforce_config) * kv_bytes_per_token(_text(config), dtype_bytes)
+    return triforce_config.full_cache_capacity(context) * kv_bytes_per_token(_text(config), dtype_bytes)
 
 
 def summaries_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForceConfig) -> int:
@@ -321,7 +313,7 @@ def summaries_bytes(config, context: int, dtype_bytes: int, triforce_config: Tri
         127.0
     """
     config = _text(config)
-    chunks = triforce_capacity(context, triforce_config) // triforce_config.chunk_size + 1
+    chunks = triforce_config.full_cache_capacity(context) // triforce_config.chunk_size + 1
     return config.num_hidden_layers * layer_keys_bytes(config, chunks, dtype_bytes)
 
 
@@ -342,12 +334,12 @@ def views_alive(triforce_config: TriForceConfig) -> int:
 
 
 def view_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForceConfig) -> int:
-    """Bytes of one retrieval view: ``selected + refresh_every + gamma2 + gamma1 + 2`` slots per layer.
+    """Bytes of one retrieval view: ``selected + TriForceConfig.view_extra_capacity`` slots per layer.
 
-    ``selected`` is ``retrieval_budget`` on the static path; on the dynamic path it is at most
-    ``min(retrieval_budget, context)``, and exactly the budget when the selection fills it (a cache of
-    ``length`` tokens with ``(length - recent_window) % chunk_size == 0``). Exact in those cases, else an upper
-    bound (``TriForceStats.view_bytes`` reports the measured size).
+    On the static path that is ``TriForceConfig.view_capacity`` (``selected`` is the budget); on the dynamic
+    path ``selected`` is at most ``min(retrieval_budget, context)``, and exactly the budget when the selection
+    fills it (a cache of ``length`` tokens with ``(length - recent_window) % chunk_size == 0``). Exact in those
+    cases, else an upper bound (``TriForceStats.view_bytes`` reports the measured size).
 
     Example:
         >>> from hf_triforce.evaluation.models.shapes import preset_config
@@ -355,9 +347,8 @@ def view_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForce
         2055.0
     """
     tc = triforce_config
-    selected = tc.retrieval_budget if _static_view(tc) else min(tc.retrieval_budget, context)
-    extra = tc.refresh_every + tc.gamma2 + tc.gamma1 + 2
-    return (selected + extra) * kv_bytes_per_token(_text(config), dtype_bytes)
+    slots = tc.view_capacity if _static_view(tc) else min(tc.retrieval_budget, context) + tc.view_extra_capacity
+    return slots * kv_bytes_per_token(_text(config), dtype_bytes)
 
 
 def _triforce_decode_bytes(config, context: int, dtype_bytes: int, tc: TriForceConfig) -> int:
@@ -367,7 +358,7 @@ def _triforce_decode_bytes(config, context: int, dtype_bytes: int, tc: TriForceC
     ``repeat_kv`` copy of one layer's whole cache), a level-1 forward over a view, a selection's indices, one
     layer's summaries being computed and the captured queries.
     """
-    capacity, g = triforce_capacity(context, tc), tc.gamma2 + 1
+    capacity, g = tc.full_cache_capacity(context), tc.gamma2 + 1
     verify = forward_bytes(config, g, capacity, dtype_bytes, keep=g)
     level1 = forward_bytes(config, tc.gamma1 + 1, tc.retrieval_budget + g, dtype_bytes, keep=tc.gamma1 + 1)
     indices = config.num_hidden_layers * _kv_heads(config) * tc.retrieval_budget * INDEX_BYTES
@@ -484,7 +475,7 @@ def _estimates(config, context, dtype_bytes, tc, draft_config, plain_prefill_chu
     plain = plain_generate_estimate(config, context, dtype_bytes, plain_prefill_chunk)
     if draft_config is not None:
         plain = dataclasses.replace(plain, draft=draft_weight_bytes(draft_config, _text(config), dtype_bytes))
-    if _static_view(tc):  # the static level-1 view stays on the model between calls (graphs.keep_runner)
+    if _static_view(tc):  # the static level-1 view stays on the model between calls (static_steps.keep_runner)
         plain = dataclasses.replace(plain, kept_view=view_bytes(config, context, dtype_bytes, tc))
     return [plain, triforce_generate_estimate(config, context, dtype_bytes, tc, draft_config)]
 
