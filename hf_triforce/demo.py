@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from transformers import TextStreamer
 
 from .config import TriForceConfig
-from .evaluation.bench.compare import Comparison
-from .evaluation.bench.measure import measure, peak_rss_bytes
+from .evaluation.bench.comparison import Comparison
+from .evaluation.bench.timed_run import measure, peak_rss_bytes
 from .evaluation.common.documents import DEFAULT_DOCUMENT_TOKENS, DocumentQuestion, question_prompt, read_document
 from .evaluation.common.formatting import acceptance_rate, mib, number
 from .evaluation.common.generate_kwargs import generate_kwargs

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .measure import RunResult
+from .timed_run import RunResult
 
 logger = logging.getLogger(__name__)
 

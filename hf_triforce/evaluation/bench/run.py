@@ -20,7 +20,7 @@ from ..common.machine import machine_info
 from ..models.bandwidth import kv_bytes_per_token
 from ..models.memory import check_fits, longest_context
 from ..models.shapes import preset_config, random_model
-from .compare import compare
+from .comparison import compare
 from .profile import profile_phases
 from .real_acceptance import real_acceptance
 from .report import modeled_speedups

@@ -35,7 +35,7 @@ from ..common.machine import machine_info
 from ..common.results import write_json
 from ..common.smollm2 import load_smollm2
 from .contention import MAX_CORES_LACKED, measure_quietly
-from .measure import RunResult, measure, warm_up
+from .timed_run import RunResult, measure, warm_up
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import torch
 from ...config import TriForceConfig
 from ...generation import enable
 from ...hf.linears import small_batch_linears
-from .measure import RunResult, measure, peak_rss_bytes, warm_up
+from .timed_run import RunResult, measure, peak_rss_bytes, warm_up
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import torch
 
 from ...config import TriForceConfig
 from ...generation import last_stats
-from .timing import TimingStreamer
+from .timing_streamer import TimingStreamer
 
 WARM_UP_TOKENS = 8
 
