@@ -281,7 +281,7 @@ def _defaults_section(results: dict[str, Any]) -> list[str]:
         "",
         "Best value of each ablated knob by the pooled acceptance over every task, temperature and position "
         "(`all`) and by the worst needle depth at T=0; values within 0.005 of the best count as a tie. `combine` is "
-        "not a config knob (hf_triforce.caches.selection.score_chunks sums the group's queries). Lower refresh "
+        "not a config knob (hf_triforce.kernels.retrieval.score_chunks sums the group's queries). Lower refresh "
         "strides cost one re-selection per stride (its time is the `refresh` phase of hf-triforce bench).",
         "",
         "| knob | default | `all` at default | best `all` | best needle min T=0 | default is best (`all`) |",
@@ -311,7 +311,7 @@ def _defaults_section(results: dict[str, Any]) -> list[str]:
         "Not measured here: `retrieval_budget` (its default, 4096, is meant for long contexts; budgets here are "
         "fractions of the context), `gamma1`, `gamma2`, `draft_cache_budget`, `draft_sinks`, `ngram_max`, "
         "`ngram_min`, `draft_acceptance_floor` and `prefill_chunk_size` (speed and memory knobs: see "
-        "hf_triforce.bench.tuning). `drafter`: see the level-0 section.",
+        "hf_triforce.evaluation.bench.tuning). `drafter`: see the level-0 section.",
     ]
 
 
