@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ...errors import TriForceError
 from .smollm2 import load_smollm2
@@ -15,7 +15,7 @@ class ModelLoadError(TriForceError):
     """The model could not be loaded; the message says what to do."""
 
 
-def load_model(path: str | None, attn_implementation: str = "sdpa"):
+def load_model(path: str | None, attn_implementation: str = "sdpa") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """``(model, tokenizer)``: SmolLM2-135M-Instruct when ``path`` is None, else ``from_pretrained(path)``.
 
     The model is float32 and in eval mode. Nothing is downloaded: ``path`` must be a local directory saved

@@ -29,7 +29,12 @@ ABLATIONS: dict[str, list[Any]] = {
 
 
 def default_policy(budget: int) -> ViewPolicy:
-    """The retrieval policy of ``TriForceConfig()``'s defaults at ``budget``."""
+    """The retrieval policy of ``TriForceConfig()``'s defaults at ``budget``.
+
+    Example:
+        >>> default_policy(512).label
+        'retrieval b512 c8 w64 sum r4'
+    """
     return ViewPolicy.from_config(TriForceConfig(), budget=budget)
 
 

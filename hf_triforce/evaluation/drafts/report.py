@@ -34,7 +34,12 @@ from .view_policy import CONFIG_KNOBS
 
 
 def write_eval_results(results: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """Write ``results`` as strict JSON (NaN as null) and the markdown report beside it; returns both paths."""
+    """Write ``results`` as strict JSON (NaN as null) and the markdown report beside it; returns both paths.
+
+    Example:
+        >>> write_eval_results(run_eval_drafts(EvalOptions()), "benchmarks/results/eval-drafts.json")  # doctest: +SKIP
+        (PosixPath('benchmarks/results/eval-drafts.json'), PosixPath('benchmarks/results/eval-drafts.md'))
+    """
     path = write_json(results, path, indent=1, strict=True)
     md = path.with_suffix(".md")
     md.write_text(markdown_report(results))

@@ -43,7 +43,12 @@ def pooled(rows: list[dict[str, Any]], **match: Any) -> tuple[float, int]:
 
 
 def round_rate(rows: list[dict[str, Any]], **match: Any) -> float:
-    """Replayed level-1 ``accepted / drafted`` over the matching view rows (``TriForceStats``' definition)."""
+    """Replayed level-1 ``accepted / drafted`` over the matching view rows (``TriForceStats``' definition).
+
+    Example:
+        >>> round_rate([{"kind": "retrieval", "round_accepted": 9, "round_drafted": 12}], kind="retrieval")
+        0.75
+    """
     chosen = matching(rows, **match)
     drafted = sum(r.get("round_drafted", 0) for r in chosen)
     return sum(r.get("round_accepted", 0) for r in chosen) / drafted if drafted else float("nan")
@@ -108,13 +113,23 @@ def verdicts(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def budget_tokens(results: dict[str, Any], fraction: float) -> int:
-    """The budget in tokens that a budget ``fraction`` of the context gave in ``results``."""
+    """The budget in tokens that a budget ``fraction`` of the context gave in ``results``.
+
+    Example:
+        >>> budget_tokens({"views": [{"budget_fraction": 0.125, "budget": 512}]}, 0.125)
+        512
+    """
     rows = [r for r in results["views"] if r["budget_fraction"] == fraction]
     return rows[0]["budget"] if rows else round(fraction * results["options"]["context_tokens"])
 
 
 def budget_label(results: dict[str, Any], fraction: float) -> str:
-    """``"512 (1/8)"``: a budget in tokens and as a fraction of the context."""
+    """``"512 (1/8)"``: a budget in tokens and as a fraction of the context.
+
+    Example:
+        >>> budget_label({"views": [{"budget_fraction": 0.125, "budget": 512}]}, 0.125)
+        '512 (1/8)'
+    """
     return f"{budget_tokens(results, fraction)} ({fraction_label(fraction)})"
 
 

@@ -11,12 +11,13 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ..common.machine import device_line
 
 
-def pyplot():
+def pyplot() -> ModuleType:
     """``matplotlib.pyplot`` with the non-interactive Agg backend (files only, no display needed)."""
     import matplotlib  # the optional `bench` extra, and slow to import: only when a figure is drawn
 
