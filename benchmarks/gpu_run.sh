@@ -21,7 +21,7 @@ BUDGET=${BUDGET:-4096}
 PRESET_7B=${PRESET_7B:-llama2-7b}
 PRESET_8B=${PRESET_8B:-llama3.1-8b}
 DRAFT_PRESET=${DRAFT_PRESET:-draft-68m}
-# The 7B MHA shape at 120K needs more than an H100's 80 GB (hf_triforce.evaluation.models.memory): "max" there is the longest
+# The 7B MHA shape at 120K needs more than an H100's 80 GB (hf_triforce.evaluation.models.memory_fit): "max" there is the longest
 # context that fits this GPU's free memory, checked before anything is loaded.
 big=$($PY -c "import torch; print(int(torch.cuda.is_available() and torch.cuda.mem_get_info()[1] > 100 * 2**30))")
 CONTEXTS_7B=${CONTEXTS_7B:-$([ "$big" = 1 ] && echo 32k,64k,120000 || echo 32k,64k,max)}

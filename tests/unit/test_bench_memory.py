@@ -19,21 +19,23 @@ from hf_triforce.errors import TriForceError
 from hf_triforce.evaluation.models.bandwidth import weight_bytes
 from hf_triforce.evaluation.models.memory import (
     GIB,
-    H100_BYTES,
-    MemoryBudgetError,
-    check_fits,
     draft_cache_bytes,
     logits_bytes,
-    longest_context,
     plain_generate_bytes,
     plain_generate_estimate,
     prefill_bytes,
-    required_bytes,
     summaries_bytes,
     triforce_generate_bytes,
     triforce_generate_estimate,
     triforce_kv_bytes,
     view_bytes,
+)
+from hf_triforce.evaluation.models.memory_fit import (
+    H100_BYTES,
+    MemoryBudgetError,
+    check_fits,
+    longest_context,
+    required_bytes,
 )
 from hf_triforce.evaluation.models.shapes import preset_config, random_model
 from hf_triforce.hf.versions import cache_kwargs, output_cache
@@ -287,7 +289,7 @@ def test_bench_refuses_a_prompt_that_does_not_fit_before_loading_anything(gpu_wi
 
 
 def test_a_static_view_kept_from_an_earlier_call_counts_in_the_plain_run():
-    from hf_triforce.evaluation.models.memory import _estimates
+    from hf_triforce.evaluation.models.memory_fit import _estimates
 
     cfg = preset_config("llama3.1-8b", 1)
     dynamic, static = TriForceConfig(retrieval_budget=4096), TriForceConfig(retrieval_budget=4096, cuda_graphs=True)

@@ -18,7 +18,7 @@ from ..common.generate_kwargs import generate_kwargs
 from ..common.loading import load_model
 from ..common.machine import machine_info
 from ..models.bandwidth import kv_bytes_per_token
-from ..models.memory import check_fits, longest_context
+from ..models.memory_fit import check_fits, longest_context
 from ..models.shapes import preset_config, random_model
 from .comparison import compare
 from .profile import profile_phases
@@ -113,7 +113,7 @@ def _checked_prompt_lengths(options: BenchOptions) -> list[int]:
 
 
 def _memory_cases(options: BenchOptions) -> list[dict[str, Any]]:
-    """The :func:`~hf_triforce.evaluation.models.memory.check_fits` arguments of each budget and drafter of a shape
+    """The :func:`~hf_triforce.evaluation.models.memory_fit.check_fits` arguments of each budget and drafter of a shape
     preset on a CUDA device, against the GPU's free memory now; empty otherwise (nothing to check)."""
     device = torch.device(options.device or "cpu")
     if options.preset is None or device.type != "cuda":

@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+from .shapes import head_dim, kv_heads
+
 # Peak HBM bandwidth in bytes/s, matched against torch.cuda.get_device_name().
 PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "RTX 4090": 1.008e12}
 
@@ -28,22 +30,15 @@ def device_bandwidth(device_name: str | None) -> float | None:
     return None
 
 
-def head_dim(config) -> int:
-    """Per-head dimension of a transformers text config."""
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-
-
 def kv_bytes_per_token(config, dtype_bytes: int) -> int:
     """Key + value bytes one token adds to the cache: ``2 x layers x kv_heads x head_dim x dtype_bytes``."""
-    kv_heads = config.num_key_value_heads or config.num_attention_heads
-    return 2 * config.num_hidden_layers * kv_heads * head_dim(config) * dtype_bytes
+    return 2 * config.num_hidden_layers * kv_heads(config) * head_dim(config) * dtype_bytes
 
 
 def weight_bytes(config, dtype_bytes: int) -> int:
     """Bytes of a Llama-architecture model's weights (embedding + layers + norm + untied lm_head)."""
     h, d = config.hidden_size, head_dim(config)
-    kv_heads = config.num_key_value_heads or config.num_attention_heads
-    attention = h * d * (2 * config.num_attention_heads + 2 * kv_heads)
+    attention = h * d * (2 * config.num_attention_heads + 2 * kv_heads(config))
     layer = attention + 3 * h * config.intermediate_size + 2 * h
     embeddings = config.vocab_size * h * (1 if config.tie_word_embeddings else 2)
     return dtype_bytes * (config.num_hidden_layers * layer + embeddings + h)

@@ -1,12 +1,7 @@
-"""Peak device memory of the benchmark's plain and TriForce ``generate()`` calls, known before anything is loaded.
+"""Peak device memory of plain and TriForce ``generate()`` calls, by term, known before anything is loaded.
 
-``hf-triforce bench --preset llama2-7b --device cuda --dtype bfloat16 --prompt-tokens 120000`` builds a
-random-weights model and runs plain ``generate()`` and then TriForce ``generate()`` on the same prompt in one
-process, so the larger of the two peaks, plus a safety margin, must fit in the GPU. :func:`check_fits` says so
-(or raises :class:`MemoryBudgetError` saying what to change) and :func:`longest_context` finds the longest
-context that fits.
-
-Each estimate is a :class:`MemoryEstimate` of named terms, in bytes:
+Whether a benchmark row fits a GPU, and the longest context that does, is
+:mod:`hf_triforce.evaluation.models.memory_fit`. Each estimate is a :class:`MemoryEstimate` of named terms, in bytes:
 
 * *exact* terms are allocation sizes read off the code that allocates them: the weights, transformers'
   ``DynamicCache``, hf_triforce's ``RetrievalCache``, its chunk summaries, its retrieval views and the draft
@@ -50,39 +45,22 @@ alive during a re-selection on the dynamic path; one fixed ``StaticRetrievalView
 Example:
     >>> from hf_triforce.evaluation.models.shapes import preset_config
     >>> from hf_triforce.config import TriForceConfig
-    >>> cfg = preset_config("llama3.1-8b", context=131072)
-    >>> longest_context(cfg, 2, TriForceConfig(), H100_BYTES) >= 131072
-    True
+    >>> est = triforce_generate_estimate(preset_config("llama3.1-8b", 131072), 131072, 2, TriForceConfig())
+    >>> est.describe()
+    'weights 15.0 + KV cache 16.0 + prefill activations 14.6 GiB'
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import math
 from dataclasses import dataclass
 
 from ...config import TriForceConfig
-from ...errors import TriForceError
-from .bandwidth import head_dim, kv_bytes_per_token, weight_bytes
-
-logger = logging.getLogger(__name__)
+from .bandwidth import kv_bytes_per_token, weight_bytes
+from .shapes import head_dim, kv_heads, text_config
 
 GIB = 2**30
-H100_BYTES = int(79.1 * GIB)  # about what an 80 GB H100 reports (torch.cuda.get_device_properties().total_memory)
-# Safety margin: required = estimate x (1 + MARGIN_FRACTION) + MARGIN_BYTES. The fraction covers the caching
-# allocator's rounding and fragmentation (DynamicCache reallocates every layer's keys and values every step);
-# the fixed part covers what the estimate leaves out: the CUDA context, cuBLAS/cuDNN workspaces, kernel scratch.
-MARGIN_FRACTION = 0.05
-MARGIN_BYTES = GIB
-PREFILL_CHUNKS = (16384, 8192, 4096, 2048, 1024, 512, 256)  # --prefill-chunk-size values tried for a suggestion
 FLOAT32 = 4
 INDEX_BYTES = 8  # int64: position ids, a selection's token indices
-BOTH_RUNS = " (for both runs: TriForceConfig.prefill_chunk_size; transformers' prefill_chunk_size for plain generate())"
-
-
-class MemoryBudgetError(TriForceError):
-    """The requested sizes do not fit in the device's memory; the message says what does not fit and what to do."""
 
 
 @dataclass(frozen=True)
@@ -136,16 +114,6 @@ _LABELS = {"weights": "weights", "draft": "draft model", "kv": "KV cache", "pref
            "kept_view": "TriForce view kept from an earlier call"}  # fmt: skip
 
 
-def _text(config):
-    """The text config of a (possibly multimodal) transformers config."""
-    get = getattr(config, "get_text_config", None)
-    return get() if callable(get) else config
-
-
-def _kv_heads(config) -> int:
-    return config.num_key_value_heads or config.num_attention_heads
-
-
 def layer_keys_bytes(config, tokens: int, dtype_bytes: int) -> int:
     """Bytes of one layer's keys (or values) for ``tokens`` tokens: ``[1, kv_heads, tokens, head_dim]``. Exact.
 
@@ -154,7 +122,7 @@ def layer_keys_bytes(config, tokens: int, dtype_bytes: int) -> int:
         >>> layer_keys_bytes(preset_config("llama2-7b", 4096), 1024, 2) / 2**20  # MiB
         8.0
     """
-    return tokens * _kv_heads(config) * head_dim(config) * dtype_bytes
+    return tokens * kv_heads(config) * head_dim(config) * dtype_bytes
 
 
 def activation_bytes_per_token(config, dtype_bytes: int) -> int:
@@ -175,7 +143,7 @@ def activation_bytes_per_token(config, dtype_bytes: int) -> int:
         99336
     """
     h, d = config.hidden_size, head_dim(config)
-    q, kv = config.num_attention_heads * d, _kv_heads(config) * d
+    q, kv = config.num_attention_heads * d, kv_heads(config) * d
     mlp = (4 * h + 3 * config.intermediate_size) * dtype_bytes
     attention = (3 * h + 4 * q + 2 * kv) * dtype_bytes
     norm = 2 * h * dtype_bytes + 2 * h * FLOAT32
@@ -204,7 +172,7 @@ def repeat_kv_bytes(config, keys: int, dtype_bytes: int) -> int:
         >>> repeat_kv_bytes(preset_config("llama3.1-8b", 4096), 1024, 2) / 2**20  # 32 query heads, K and V
         16.0
     """
-    if config.num_attention_heads == _kv_heads(config):
+    if config.num_attention_heads == kv_heads(config):
         return 0
     return 2 * keys * config.num_attention_heads * head_dim(config) * dtype_bytes
 
@@ -270,7 +238,7 @@ def plain_generate_estimate(
         >>> est.kv / 2**30, est.prefill_bound
         (2.0, True)
     """
-    config = _text(config)
+    config = text_config(config)
     prompt = context if prompt_tokens is None else prompt_tokens
     chunked = prefill_chunk is not None and prefill_chunk < prompt
     regrow = layer_keys_bytes(config, prompt, dtype_bytes) if chunked else 0
@@ -301,7 +269,7 @@ def triforce_kv_bytes(config, context: int, dtype_bytes: int, triforce_config: T
         >>> triforce_kv_bytes(preset_config("llama2-7b", 4096), 1000, 2, TriForceConfig(gamma2=6)) / 2**19
         1008.0
     """
-    return triforce_config.full_cache_capacity(context) * kv_bytes_per_token(_text(config), dtype_bytes)
+    return triforce_config.full_cache_capacity(context) * kv_bytes_per_token(text_config(config), dtype_bytes)
 
 
 def summaries_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForceConfig) -> int:
@@ -312,12 +280,12 @@ def summaries_bytes(config, context: int, dtype_bytes: int, triforce_config: Tri
         >>> summaries_bytes(preset_config("llama2-7b", 4096), 1000, 2, TriForceConfig(chunk_size=8)) / 2**13 / 32
         127.0
     """
-    config = _text(config)
+    config = text_config(config)
     chunks = triforce_config.full_cache_capacity(context) // triforce_config.chunk_size + 1
     return config.num_hidden_layers * layer_keys_bytes(config, chunks, dtype_bytes)
 
 
-def _static_view(triforce_config: TriForceConfig) -> bool:
+def static_view(triforce_config: TriForceConfig) -> bool:
     """Whether the view may be the fixed-capacity ``StaticRetrievalView`` (``cuda_graphs`` not ``False``)."""
     return triforce_config.cuda_graphs is not False
 
@@ -347,8 +315,8 @@ def view_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForce
         2055.0
     """
     tc = triforce_config
-    slots = tc.view_capacity if _static_view(tc) else min(tc.retrieval_budget, context) + tc.view_extra_capacity
-    return slots * kv_bytes_per_token(_text(config), dtype_bytes)
+    slots = tc.view_capacity if static_view(tc) else min(tc.retrieval_budget, context) + tc.view_extra_capacity
+    return slots * kv_bytes_per_token(text_config(config), dtype_bytes)
 
 
 def _triforce_decode_bytes(config, context: int, dtype_bytes: int, tc: TriForceConfig) -> int:
@@ -361,7 +329,7 @@ def _triforce_decode_bytes(config, context: int, dtype_bytes: int, tc: TriForceC
     capacity, g = tc.full_cache_capacity(context), tc.gamma2 + 1
     verify = forward_bytes(config, g, capacity, dtype_bytes, keep=g)
     level1 = forward_bytes(config, tc.gamma1 + 1, tc.retrieval_budget + g, dtype_bytes, keep=tc.gamma1 + 1)
-    indices = config.num_hidden_layers * _kv_heads(config) * tc.retrieval_budget * INDEX_BYTES
+    indices = config.num_hidden_layers * kv_heads(config) * tc.retrieval_budget * INDEX_BYTES
     means = layer_keys_bytes(config, capacity // tc.chunk_size + 1, dtype_bytes)
     queries = config.num_hidden_layers * config.num_attention_heads * head_dim(config) * g * dtype_bytes
     return verify + level1 + indices + means + queries
@@ -375,7 +343,7 @@ def draft_cache_bytes(draft_config, dtype_bytes: int, triforce_config: TriForceC
         >>> draft_cache_bytes(preset_config("draft-68m", 4096), 2, TriForceConfig(draft_cache_budget=256)) / 2**20
         1.5
     """
-    return triforce_config.draft_cache_budget * kv_bytes_per_token(_text(draft_config), dtype_bytes)
+    return triforce_config.draft_cache_budget * kv_bytes_per_token(text_config(draft_config), dtype_bytes)
 
 
 def draft_weight_bytes(draft_config, target_config, dtype_bytes: int) -> int:
@@ -387,8 +355,8 @@ def draft_weight_bytes(draft_config, target_config, dtype_bytes: int) -> int:
         >>> draft_weight_bytes(draft, target, 2) == weight_bytes(draft, 2)  # same 32000-token vocabulary
         True
     """
-    draft = _text(draft_config)
-    extra_rows = _text(target_config).vocab_size - draft.vocab_size
+    draft = text_config(draft_config)
+    extra_rows = text_config(target_config).vocab_size - draft.vocab_size
     tables = 1 if draft.tie_word_embeddings else 2
     return weight_bytes(draft, dtype_bytes) + extra_rows * draft.hidden_size * tables * dtype_bytes
 
@@ -404,7 +372,7 @@ def draft_bytes(draft_config, target_config, dtype_bytes: int, triforce_config: 
     """
     tc = triforce_config
     window = tc.draft_cache_budget - tc.draft_sinks
-    forward = forward_bytes(_text(draft_config), window, tc.draft_cache_budget, dtype_bytes)
+    forward = forward_bytes(text_config(draft_config), window, tc.draft_cache_budget, dtype_bytes)
     weights = draft_weight_bytes(draft_config, target_config, dtype_bytes)
     return weights + draft_cache_bytes(draft_config, dtype_bytes, tc) + forward
 
@@ -430,7 +398,7 @@ def triforce_generate_estimate(
         >>> round(est.kv / 2**30, 3), round(est.summaries / est.kv, 3)  # the summaries: 1/16 of the cache
         (16.004, 0.063)
     """
-    config, tc = _text(config), triforce_config
+    config, tc = text_config(config), triforce_config
     prompt = context if prompt_tokens is None else prompt_tokens
     return MemoryEstimate(
         weights=weight_bytes(config, dtype_bytes),
@@ -455,201 +423,3 @@ def triforce_generate_bytes(
         79.0
     """
     return triforce_generate_estimate(config, context, dtype_bytes, triforce_config, draft_config).total
-
-
-def required_bytes(
-    estimate: MemoryEstimate, margin_fraction: float = MARGIN_FRACTION, margin_bytes: int = MARGIN_BYTES
-) -> int:
-    """Device bytes needed for ``estimate`` with the safety margin: ``total x (1 + fraction) + bytes``.
-
-    Example:
-        >>> required_bytes(MemoryEstimate(weights=100 * GIB, kv=0, prefill=0, decode=0)) / GIB
-        106.0
-    """
-    return math.ceil(estimate.total * (1 + margin_fraction)) + margin_bytes
-
-
-def _estimates(config, context, dtype_bytes, tc, draft_config, plain_prefill_chunk) -> list[MemoryEstimate]:
-    """``[plain, triforce]``; the draft model's weights, and a static TriForce view kept from the previous
-    row's call, stay allocated during the plain run too."""
-    plain = plain_generate_estimate(config, context, dtype_bytes, plain_prefill_chunk)
-    if draft_config is not None:
-        plain = dataclasses.replace(plain, draft=draft_weight_bytes(draft_config, _text(config), dtype_bytes))
-    if _static_view(tc):  # the static level-1 view stays on the model between calls (static_steps.keep_runner)
-        plain = dataclasses.replace(plain, kept_view=view_bytes(config, context, dtype_bytes, tc))
-    return [plain, triforce_generate_estimate(config, context, dtype_bytes, tc, draft_config)]
-
-
-def _chunked(tc: TriForceConfig, chunk: int | None) -> TriForceConfig:
-    return dataclasses.replace(tc, prefill_chunk_size=chunk)
-
-
-def check_fits(
-    config,
-    context: int,
-    dtype_bytes: int,
-    triforce_config: TriForceConfig,
-    available_bytes: int,
-    draft_config=None,
-    *,
-    plain_prefill_chunk: int | None = None,
-    margin_fraction: float = MARGIN_FRACTION,
-    margin_bytes: int = MARGIN_BYTES,
-) -> MemoryEstimate:
-    """Check that plain and TriForce ``generate()`` over ``context`` tokens fit in ``available_bytes``.
-
-    The larger of the two peaks (:func:`plain_generate_estimate`, :func:`triforce_generate_estimate`), grown by
-    the safety margin (:func:`required_bytes`: ``margin_fraction`` for allocator rounding and fragmentation,
-    ``margin_bytes`` for the CUDA context and workspaces) must not exceed ``available_bytes``.
-
-    Args:
-        config: the target's transformers config (e.g. :func:`hf_triforce.evaluation.models.shapes.preset_config`).
-        context: prompt + new tokens.
-        dtype_bytes: bytes per weight/activation element (2 for bfloat16).
-        triforce_config: the TriForce configuration (its ``prefill_chunk_size`` is TriForce's prefill).
-        available_bytes: device memory (e.g. ``torch.cuda.get_device_properties(0).total_memory``).
-        draft_config: the level-0 draft model's config, when one is loaded.
-        plain_prefill_chunk: the ``prefill_chunk_size`` plain ``generate()`` is given, if any.
-
-    Returns:
-        The larger estimate.
-
-    Raises:
-        MemoryBudgetError: it does not fit; the message names the shape, the estimate, the available memory, the
-            longest context that fits and, when the prefill is what overflows, a ``--prefill-chunk-size`` that fits.
-
-    Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
-        >>> cfg = preset_config("llama2-7b", 131072)
-        >>> check_fits(cfg, 32768, 2, TriForceConfig(), H100_BYTES).total < H100_BYTES
-        True
-        >>> check_fits(cfg, 131072, 2, TriForceConfig(), H100_BYTES)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-            ...
-        hf_triforce.evaluation.models.memory.MemoryBudgetError: ...The longest context that fits is 105472 tokens...
-    """
-    margins = {"margin_fraction": margin_fraction, "margin_bytes": margin_bytes}
-    estimates = _estimates(config, context, dtype_bytes, triforce_config, draft_config, plain_prefill_chunk)
-    worst = max(estimates, key=lambda e: e.total)
-    logger.info(
-        "memory at %d tokens: plain generate() %.1f GiB, TriForce %.1f GiB before the margin; %.1f GiB available",
-        context, estimates[0].total / GIB, estimates[1].total / GIB, available_bytes / GIB,
-    )  # fmt: skip
-    if required_bytes(worst, **margins) <= available_bytes:
-        return worst
-    args = (config, context, dtype_bytes, triforce_config, available_bytes, draft_config)
-    raise MemoryBudgetError(_message(*args, estimates, plain_prefill_chunk, margins))
-
-
-def _fits(config, context, dtype_bytes, tc, available_bytes, draft_config, plain_prefill_chunk, margins) -> bool:
-    estimates = _estimates(config, context, dtype_bytes, tc, draft_config, plain_prefill_chunk)
-    return all(required_bytes(e, **margins) <= available_bytes for e in estimates)
-
-
-def longest_context(
-    config,
-    dtype_bytes: int,
-    triforce_config: TriForceConfig,
-    available_bytes: int,
-    multiple: int = 1024,
-    draft_config=None,
-    *,
-    plain_prefill_chunk: int | None = None,
-    margin_fraction: float = MARGIN_FRACTION,
-    margin_bytes: int = MARGIN_BYTES,
-) -> int:
-    """The longest context (a multiple of ``multiple``; 0 if none) for which :func:`check_fits` passes.
-
-    A binary search: every term grows with the context, and a context whose KV cache alone exceeds
-    ``available_bytes`` cannot fit. Same arguments as :func:`check_fits`.
-
-    Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
-        >>> longest_context(preset_config("llama2-7b", 131072), 2, TriForceConfig(), H100_BYTES)
-        105472
-    """
-    margins = {"margin_fraction": margin_fraction, "margin_bytes": margin_bytes}
-    rest = (triforce_config, available_bytes, draft_config, plain_prefill_chunk, margins)
-    per_multiple = multiple * kv_bytes_per_token(_text(config), dtype_bytes)
-    lo, hi = 0, available_bytes // per_multiple + 1  # hi x multiple tokens of KV alone exceed the memory
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if _fits(config, mid * multiple, dtype_bytes, *rest) else (lo, mid)
-    return lo * multiple
-
-
-def suggest_prefill_chunk(
-    config, context, dtype_bytes, triforce_config, available_bytes, draft_config=None, margins=None
-) -> int | None:
-    """The largest of :data:`PREFILL_CHUNKS` with which both runs fit (plain ``generate()`` given it too), or None.
-
-    Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
-        >>> suggest_prefill_chunk(preset_config("llama3.1-8b", 131072), 131072, 2, TriForceConfig(), 40 * GIB)
-        4096
-    """
-    margins = margins or {}
-    for chunk in PREFILL_CHUNKS:
-        tc = _chunked(triforce_config, chunk)
-        if _fits(config, context, dtype_bytes, tc, available_bytes, draft_config, chunk, margins):
-            return chunk
-    return None
-
-
-def describe_shape(config) -> str:
-    """The numbers of a Llama-like shape, e.g. ``"32 layers, hidden 4096, 32 heads / 8 KV heads x 128, ..."``.
-
-    Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
-        >>> describe_shape(preset_config("llama3.1-8b", 4096))
-        '32 layers, hidden 4096, 32 heads / 8 KV heads x 128, intermediate 14336, vocab 128256'
-    """
-    c = _text(config)
-    return (
-        f"{c.num_hidden_layers} layers, hidden {c.hidden_size}, {c.num_attention_heads} heads / {_kv_heads(c)} KV "
-        f"heads x {head_dim(c)}, intermediate {c.intermediate_size}, vocab {c.vocab_size}"
-    )
-
-
-def _message(config, context, dtype_bytes, tc, available, draft_config, estimates, plain_chunk, margins) -> str:
-    """What does not fit, by how much, the longest context that fits and, if it helps, a prefill chunk size."""
-    plain, triforce = estimates
-    worst, name = (plain, "plain generate()") if plain.total >= triforce.total else (triforce, "TriForce generate()")
-    longest = longest_context(
-        config, dtype_bytes, tc, available, draft_config=draft_config, plain_prefill_chunk=plain_chunk, **margins
-    )
-    lines = [
-        f"A {context}-token context (prompt + new tokens) does not fit in {available / GIB:.1f} GiB of device memory "
-        f"for the shape {describe_shape(config)} in {dtype_bytes}-byte elements: {name} needs about "
-        f"{worst.total / GIB:.1f} GiB ({worst.describe()}; plain generate() {plain.total / GIB:.1f} GiB, TriForce "
-        f"{triforce.total / GIB:.1f} GiB), {required_bytes(worst, **margins) / GIB:.1f} GiB with the safety margin "
-        f"({margins['margin_fraction']:.0%} + {margins['margin_bytes'] / GIB:.1f} GiB).",
-        _longest_hint(longest, worst),
-        _prefill_hint(config, context, dtype_bytes, tc, available, draft_config, estimates, margins),
-    ]
-    return " ".join(line for line in lines if line)
-
-
-def _longest_hint(longest: int, worst: MemoryEstimate) -> str:
-    if longest == 0:
-        return f"No context fits (the weights alone take {worst.weights / GIB:.1f} GiB): use a smaller shape or dtype."
-    return (
-        f"The longest context that fits is {longest} tokens: lower --prompt-tokens (prompt + new tokens <= {longest})."
-    )
-
-
-def _prefill_hint(config, context, dtype_bytes, tc, available, draft_config, estimates, margins) -> str:
-    """When the prefill sets the peak: a ``--prefill-chunk-size`` that fits, else the longest context chunked."""
-    worst = max(estimates, key=lambda e: e.total)
-    if not worst.prefill_bound:
-        return ""
-    what = f"The prefill sets the peak ({worst.prefill / GIB:.1f} GiB of transient activations and masks)"
-    chunk = suggest_prefill_chunk(config, context, dtype_bytes, tc, available, draft_config, margins)
-    if chunk is not None:
-        return f"{what}: --prefill-chunk-size {chunk} makes it fit{BOTH_RUNS}."
-    longest, chunk = max(
-        (longest_context(config, dtype_bytes, _chunked(tc, c), available, draft_config=draft_config,
-                         plain_prefill_chunk=c, **margins), c)
-        for c in PREFILL_CHUNKS
-    )  # fmt: skip
-    return f"{what}; with --prefill-chunk-size {chunk}{BOTH_RUNS} the longest context that fits is {longest} tokens."

@@ -1,4 +1,5 @@
-"""Model shapes with random weights for speed benchmarks (acceptance is meaningless with random weights).
+"""Model shapes: random-weights presets for speed benchmarks (acceptance is meaningless with random weights), and
+the shape facts the memory and bandwidth models read off a config.
 
 Example:
     >>> preset_config("llama3.1-8b", context=131072).num_key_value_heads
@@ -25,6 +26,37 @@ PRESETS: dict[str, dict] = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=256, rope_theta=10000.0),
 }  # fmt: skip
+
+
+def text_config(config):
+    """The text config of a (possibly multimodal) transformers config; the config itself otherwise.
+
+    Example:
+        >>> text_config(preset_config("tiny", 512)).num_hidden_layers
+        2
+    """
+    get = getattr(config, "get_text_config", None)
+    return get() if callable(get) else config
+
+
+def head_dim(config) -> int:
+    """Per-head dimension of a transformers text config.
+
+    Example:
+        >>> head_dim(preset_config("llama2-7b", 4096))
+        128
+    """
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def kv_heads(config) -> int:
+    """Key/value heads of a transformers text config (its attention heads when it names none: MHA).
+
+    Example:
+        >>> kv_heads(preset_config("llama3.1-8b", 4096))
+        8
+    """
+    return config.num_key_value_heads or config.num_attention_heads
 
 
 def preset_config(name: str, context: int, attn_implementation: str = "sdpa") -> LlamaConfig:
