@@ -64,11 +64,11 @@ docs: venv
 
 # Figures and tables of the docs (docs/assets/plots/), regenerated from the recorded results.
 plots: venv
-	$(VPY) -m hf_triforce.bench.plots benchmarks/results docs/assets/plots
+	$(VPY) -m hf_triforce.evaluation.figures.plots benchmarks/results docs/assets/plots
 
 # The tuning guide's sweep (one TriForceConfig knob at a time, ~15 min, one thread); then: make plots.
 tuning: venv
-	$(VPY) -m hf_triforce.bench.tuning --threads 1 --output benchmarks/results/cpu-smollm2-tuning.json
+	$(VPY) -m hf_triforce.evaluation.bench.tuning --threads 1 --output benchmarks/results/cpu-smollm2-tuning.json
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

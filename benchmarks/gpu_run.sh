@@ -21,7 +21,7 @@ BUDGET=${BUDGET:-4096}
 PRESET_7B=${PRESET_7B:-llama2-7b}
 PRESET_8B=${PRESET_8B:-llama3.1-8b}
 DRAFT_PRESET=${DRAFT_PRESET:-draft-68m}
-# The 7B MHA shape at 120K needs more than an H100's 80 GB (hf_triforce.bench.memory): "max" there is the longest
+# The 7B MHA shape at 120K needs more than an H100's 80 GB (hf_triforce.evaluation.models.memory_fit): "max" there is the longest
 # context that fits this GPU's free memory, checked before anything is loaded.
 big=$($PY -c "import torch; print(int(torch.cuda.is_available() and torch.cuda.mem_get_info()[1] > 100 * 2**30))")
 CONTEXTS_7B=${CONTEXTS_7B:-$([ "$big" = 1 ] && echo 32k,64k,120000 || echo 32k,64k,max)}
@@ -49,12 +49,12 @@ want tests && run $PY -m pytest -q -p no:cacheprovider -m gpu tests
 want 7b && bench "$tag-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_7B" --drafters none
 want 8b && bench "$tag-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafters none
 # The same without any Triton kernel (retrieval scoring/gather, split-KV verification): what they are worth.
-# Its markdown is dropped (the device returns 8 files at most): hf_triforce.bench.report.markdown_table rebuilds it.
+# Its markdown is dropped (the device returns 8 files at most): hf_triforce.evaluation.bench.report.markdown_table rebuilds it.
 want 8b && HF_TRIFORCE_DISABLE_TRITON=1 bench "$tag-$PRESET_8B-no-triton" --preset "$PRESET_8B" \
     --prompt-tokens "$CONTEXTS_8B" --drafters none && rm -f "$RESULTS/$tag-$PRESET_8B-no-triton.md"
 # Level 0: the 68M-class draft model under the 7B shape with CUDA graphs, short context (its step does not
 # depend on it). PNGs are left out (the device returns 8 files at most): `make plots`-style regeneration from the
-# JSON with hf_triforce.bench.plot.write_plot.
+# JSON with hf_triforce.evaluation.figures.bench_plot.write_plot.
 want level0 && bench "$tag-level0" --preset "$PRESET_7B" --draft-preset "$DRAFT_PRESET" --drafters model \
     --prompt-tokens 16k
 echo "results in $RESULTS" | tee -a "$LOG"

@@ -2,7 +2,7 @@
 
 Cuts the Python language reference to ~7K tokens, asks a question whose answer sits in the middle of
 it, and measures plain ``generate()`` and TriForce in the same process on the same prompt (prefill
-excluded, after a warm-up) with :func:`hf_triforce.bench.compare`.
+excluded, after a warm-up) with :func:`hf_triforce.evaluation.bench.compare`.
 
 Run:
     .venv/bin/python examples/long_document_qa.py                 # ~7K-token document, ~2 min on 2 CPU cores
@@ -23,9 +23,9 @@ import os
 
 import hf_triforce
 from hf_triforce import TriForceConfig
-from hf_triforce.assets import load_smollm2
-from hf_triforce.bench import compare
-from hf_triforce.documents import question_prompt, read_document
+from hf_triforce.evaluation.bench import compare
+from hf_triforce.evaluation.common.documents import question_prompt, read_document
+from hf_triforce.evaluation.common.smollm2 import load_smollm2
 
 SMALL = os.environ.get("HF_TRIFORCE_EXAMPLE_SMALL") == "1"
 QUESTION = "Using only the document above: what do the 'async with' and 'async for' statements do?"

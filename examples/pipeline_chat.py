@@ -21,8 +21,8 @@ from transformers import pipeline
 
 import hf_triforce
 from hf_triforce import TriForceConfig
-from hf_triforce.assets import load_smollm2
-from hf_triforce.documents import read_document
+from hf_triforce.evaluation.common.documents import read_document
+from hf_triforce.evaluation.common.smollm2 import load_smollm2
 
 SMALL = os.environ.get("HF_TRIFORCE_EXAMPLE_SMALL") == "1"
 DOCUMENT_TOKENS = 600 if SMALL else 3000

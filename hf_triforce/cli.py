@@ -8,8 +8,19 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from .bench.shapes import PRESETS
+import torch
+
 from .config import DRAFTERS
+from .demo import DemoOptions, run_demo
+from .evaluation.bench.real_acceptance import parse_real_acceptance
+from .evaluation.bench.report import markdown_table, write_results
+from .evaluation.bench.run import BenchOptions, run_benchmark
+from .evaluation.drafts.options import EvalOptions, parse_fractions
+from .evaluation.drafts.report import markdown_report, write_eval_results
+from .evaluation.drafts.run import run_eval_drafts
+from .evaluation.figures.bench_plot import write_plot
+from .evaluation.figures.drafts_plot import write_eval_plot
+from .evaluation.models.shapes import PRESETS
 from .hf.backend import ATTN_CHOICES
 
 CUDA_GRAPHS: dict[str, bool | str] = {"off": False, "auto": "auto", "on": True, "eager": "eager"}
@@ -47,6 +58,13 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 for greedy (default), > 0 to sample")
     p.add_argument("--budget", type=int, default=512, help="retrieval budget in tokens (default 512)")
     p.add_argument("--drafter", choices=DRAFTERS, default="ngram", help="level-0 drafter (default ngram)")
+    p.add_argument(
+        "--questions",
+        type=int,
+        default=1,
+        help="ask N questions about the document, prefilled once into a cache reused by plain generate() and "
+        "TriForce (default 1: one question, no reuse)",
+    )
     p.set_defaults(func=_run_demo)
 
 
@@ -75,6 +93,14 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         "--real-acceptance", default=None,
         help="level-1 acceptance for the modeled speedup: a rate, or an eval-drafts JSON (default for --preset: "
         "benchmarks/results/eval-drafts.json when present)",
+    )  # fmt: skip
+    p.add_argument(
+        "--prompt-lookup", type=int, default=None, metavar="N",
+        help="also measure transformers' prompt-lookup decoding (prompt_lookup_num_tokens=N) on the same prompt",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-adaptive", dest="adaptive", action="store_false",
+        help="TriForceConfig.adaptive=False: the fixed level 0 -> 1 -> 2 schedule with gamma1/gamma2 every round",
     )  # fmt: skip
     p.add_argument(
         "--cuda-graphs", default="off", choices=tuple(CUDA_GRAPHS),
@@ -115,11 +141,6 @@ def _add_eval_drafts(p: argparse.ArgumentParser) -> None:
 
 
 def _run_eval_drafts(args: argparse.Namespace) -> int:
-    import torch
-
-    from .bench.eval_drafts import EvalOptions, parse_fractions, run_eval_drafts
-    from .bench.eval_report import markdown_report, write_eval_results
-
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     options = EvalOptions(
@@ -144,14 +165,13 @@ def _run_eval_drafts(args: argparse.Namespace) -> int:
     results = run_eval_drafts(options, command="hf-triforce " + shlex.join(sys.argv[1:]))
     print(markdown_report(results))
     if args.output:
-        for path in write_eval_results(results, args.output):
+        json_path, md_path = write_eval_results(results, args.output)
+        for path in (json_path, md_path, write_eval_plot(results, json_path.with_suffix(".png"))):
             print(f"wrote {path}")
     return 0
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from .demo import DemoOptions, run_demo
-
     options = DemoOptions(
         model=args.model,
         document=args.document,
@@ -162,6 +182,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         budget=args.budget,
         drafter=args.drafter,
         seed=args.seed,
+        questions=args.questions,
     )
     if args.question:
         options.question = args.question
@@ -170,11 +191,6 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from .bench.plot import write_plot
-    from .bench.real_acceptance import parse_real_acceptance
-    from .bench.report import markdown_table, write_results
-    from .bench.run import BenchOptions, run_benchmark
-
     options = BenchOptions(
         model=args.model,
         document=args.document,
@@ -196,6 +212,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         attn_implementation=args.attn_implementation,
         real_acceptance=parse_real_acceptance(args.real_acceptance, args.preset),
         cuda_graphs=CUDA_GRAPHS[args.cuda_graphs],
+        prompt_lookup=args.prompt_lookup,
+        adaptive=args.adaptive,
     )
     if args.question:
         options.question = args.question

@@ -4,30 +4,33 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
-import torch
 from transformers import TextStreamer
 
-from .bench.compare import Comparison, RunResult, measure, peak_rss_bytes
 from .config import TriForceConfig
-from .documents import DEFAULT_DOCUMENT_TOKENS, DEFAULT_QUESTION, question_prompt, read_document
-from .errors import TriForceError
+from .evaluation.bench.comparison import Comparison
+from .evaluation.bench.questions import DEFAULT_QUESTIONS, QuestionsResult, ask_questions
+from .evaluation.bench.timed_run import measure, peak_rss_bytes, warm_up
+from .evaluation.common.documents import (
+    DEFAULT_DOCUMENT_TOKENS,
+    DEFAULT_QUESTION,
+    DocumentQuestion,
+    question_prompt,
+    read_document,
+)
+from .evaluation.common.formatting import acceptance_rate, mib, number
+from .evaluation.common.generate_kwargs import generate_kwargs
+from .evaluation.common.loading import load_model
+from .generation import enable
+from .hf.model import context_limit
 
 logger = logging.getLogger(__name__)
 
 
-class ModelLoadError(TriForceError):
-    """The model could not be loaded; the message says what to do."""
-
-
 @dataclass
-class DemoOptions:
+class DemoOptions(DocumentQuestion):
     """What the demo runs; the CLI fills it from ``hf-triforce demo`` arguments."""
 
-    model: str | None = None
-    document: str | None = None
-    question: str = DEFAULT_QUESTION
     document_tokens: int | None = DEFAULT_DOCUMENT_TOKENS
     max_new_tokens: int = 128
     temperature: float = 0.0
@@ -35,48 +38,25 @@ class DemoOptions:
     budget: int = 512
     drafter: str = "ngram"
     seed: int = 0
-
-
-def load_model(path: str | None, attn_implementation: str = "sdpa"):
-    """``(model, tokenizer)``: SmolLM2-135M-Instruct when ``path`` is None, else ``from_pretrained(path)``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .assets import load_smollm2
-
-    if path is None:
-        try:
-            return load_smollm2(attn_implementation=attn_implementation)
-        except FileNotFoundError as err:
-            raise ModelLoadError(str(err)) from None
-    if not Path(path).expanduser().exists():
-        raise ModelLoadError(
-            f"model path {path} does not exist: pass a local directory saved with save_pretrained() "
-            "(model hubs are not reachable here), or omit --model to use the embedded SmolLM2."
-        )
-    if Path(path).expanduser().is_dir() and not (Path(path).expanduser() / "config.json").is_file():
-        raise ModelLoadError(
-            f"{path} holds no config.json: pass a directory saved with model.save_pretrained() and "
-            "tokenizer.save_pretrained()."
-        )
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
-    except (OSError, ValueError) as err:
-        raise ModelLoadError(f"could not load a causal LM from {path}: {err}") from None
-    return model.eval(), tokenizer
+    questions: int = 1
 
 
 def run_demo(options: DemoOptions, print_fn=print) -> Comparison:
-    """Stream a TriForce answer, run plain ``generate()`` on the same input, print a comparison table."""
-    import hf_triforce
+    """Stream a TriForce answer, run plain ``generate()`` on the same input, print a comparison table.
 
+    Example:
+        >>> run_demo(DemoOptions(max_new_tokens=16)).identical  # doctest: +SKIP
+        True
+    """
+    if options.questions > 1:
+        return run_questions_demo(options, print_fn)
     config = TriForceConfig(retrieval_budget=options.budget, drafter=options.drafter)
     document = read_document(options.document)
     model, tokenizer = load_model(options.model)
-    hf_triforce.enable(model)
-    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    enable(model)
+    limit = context_limit(model)
     ids = question_prompt(tokenizer, document, options.question, options.document_tokens, limit, options.max_new_tokens)
-    kwargs = _generate_kwargs(options)
+    kwargs = generate_kwargs(options.max_new_tokens, options.temperature, options.top_p)
     print_fn(f"Prompt: {ids.shape[1]} tokens (document + question). Question: {options.question}\n")
     print_fn("TriForce answer (streamed):")
     fast = measure(model, ids, streamer=TextStreamer(tokenizer, skip_prompt=True), seed=options.seed,
@@ -88,35 +68,86 @@ def run_demo(options: DemoOptions, print_fn=print) -> Comparison:
     return result
 
 
-def _generate_kwargs(options: DemoOptions) -> dict:
-    if options.temperature > 0:
-        return dict(max_new_tokens=options.max_new_tokens, do_sample=True, temperature=options.temperature,
-                    top_p=options.top_p)  # fmt: skip
-    return dict(max_new_tokens=options.max_new_tokens, do_sample=False)
+def run_questions_demo(options: DemoOptions, print_fn=print) -> QuestionsResult:
+    """``--questions N``: N questions about one document, the document prefilled once into a cache.
+
+    Plain ``generate()`` without reuse, plain ``generate()`` from a copy of the prefilled cache and TriForce from a
+    copy of the same cache, each timed per question (own prefill, decode speed, end to end) and in total.
+
+    Example:
+        >>> result = run_questions_demo(DemoOptions(questions=2, max_new_tokens=16))  # doctest: +SKIP
+        >>> result.identical("plain", "triforce_reuse")  # doctest: +SKIP
+        [True, True]
+    """
+    config = TriForceConfig(retrieval_budget=options.budget, drafter=options.drafter)
+    model, tokenizer = load_model(options.model)
+    enable(model)
+    questions = _questions(options)
+    document, limit = read_document(options.document), context_limit(model)
+    prompts = [question_prompt(tokenizer, document, q, options.document_tokens, limit, options.max_new_tokens)
+               for q in questions]  # fmt: skip
+    kwargs = generate_kwargs(options.max_new_tokens, options.temperature, options.top_p)
+    warm_up(model, prompts[0], config, kwargs)
+    result = ask_questions(model, prompts, config, seed=options.seed, **kwargs)
+    print_fn(format_questions(result, questions, tokenizer, options.temperature > 0))
+    return result
+
+
+def _questions(options: DemoOptions) -> list[str]:
+    first = [options.question] if options.question != DEFAULT_QUESTION else []
+    pool = [*first, *(q for q in DEFAULT_QUESTIONS if q not in first)]
+    if options.questions > len(pool):
+        raise ValueError(f"--questions {options.questions}: the demo has {len(pool)} questions; pass at most that.")
+    return pool[: options.questions]
+
+
+def format_questions(result: QuestionsResult, questions: list[str], tokenizer, sampled: bool) -> str:
+    """Per question and in total: own prefill, decode speed and end-to-end time of each mode, identical text."""
+    names = {"plain": "plain, no reuse", "plain_reuse": "plain + reuse", "triforce_reuse": "TriForce + reuse"}
+    lines = [f"\nShared prefix (chat template + document): {result.prefix_tokens} tokens, prefilled once in "
+             f"{result.prefix_seconds:.1f} s (counted in both reuse totals)."]  # fmt: skip
+    same = [all(pair) for pair in zip(*(result.identical("plain", m) for m in list(result.answers)[1:]), strict=True)]
+    for i, question in enumerate(questions):
+        answer = result.answers["triforce_reuse"][i].run
+        text = tokenizer.decode(answer.sequences[0, result.prompts[i].shape[1] :], skip_special_tokens=True)
+        lines += ["", f"Q{i + 1}: {question}", f"A{i + 1}: {text.strip()}"]
+        for mode in result.answers:
+            a = result.answers[mode][i]
+            lines.append(f"  {names[mode]:<18} prefill {a.run.prefill_seconds:6.2f} s   decode "
+                         f"{a.run.tokens_per_second:6.1f} tok/s   end to end {a.seconds:6.1f} s")  # fmt: skip
+        lines.append(f"  identical text: {'n/a when sampling' if sampled else ('yes' if same[i] else 'NO')}")
+    lines += ["", "Total, end to end:"]
+    total = {m: result.end_to_end_seconds(m) for m in result.answers}
+    for mode, seconds in total.items():
+        lines.append(f"  {names[mode]:<18} {seconds:7.1f} s   ({total['plain'] / seconds:.2f}x plain, no reuse)")
+    lines.append(f"TriForce + reuse vs plain + reuse: {total['plain_reuse'] / total['triforce_reuse']:.2f}x")
+    return "\n".join(lines)
 
 
 def format_table(result: Comparison, options: DemoOptions, config: TriForceConfig, tokenizer, prompt: int) -> str:
     """The comparison as a small text table."""
     stats = result.triforce.stats
-    draft, retrieval = stats["levels"]["level0"], stats["levels"]["level1"]
+    level0, level1 = stats["levels"]["level0"], stats["levels"]["level1"]
     rows = [
         ("", "plain generate()", "TriForce"),
         ("new tokens", str(result.plain.new_tokens), str(result.triforce.new_tokens)),
         ("prefill (s)", f"{result.plain.prefill_seconds:.1f}", f"{result.triforce.prefill_seconds:.1f}"),
-        ("decode tokens/s", _tps(result.plain), _tps(result.triforce)),
+        ("decode tokens/s", number(result.plain.tokens_per_second, 1), number(result.triforce.tokens_per_second, 1)),
     ]
     width = max(len(r[0]) for r in rows) + 2
     lines = ["", f"{'':{width}}{rows[0][1]:>18}{rows[0][2]:>12}"]
     lines += [f"{name:{width}}{a:>18}{b:>12}" for name, a, b in rows[1:]]
     lines += [
         f"speedup (decode, prefill excluded): {result.speedup:.2f}x",
-        f"level-0 -> 1 ({config.drafter}) acceptance: {_rate(draft)}",
-        f"level-1 (retrieval, budget {config.retrieval_budget}) -> full cache acceptance: {_rate(retrieval)}",
+        f"level-0 ({config.drafter}) -> level-1 acceptance: {_rate(level0)}",
+        f"level-1 (retrieval view, budget {config.retrieval_budget}) -> level-2 (full cache) acceptance: "
+        f"{_rate(level1)}",
+        f"rounds by schedule (adaptive={config.adaptive}): {_rounds(stats)}",
         f"mean tokens per full-cache forward: {stats['mean_accepted_length']:.2f} (plain: 1.00)",
         f"identical text: {_identical(result, options, tokenizer, prompt)}",
-        f"KV memory: full cache {_mib(stats['full_cache_bytes'])}, retrieval view {_mib(stats['view_bytes'])}"
-        f" ({config.retrieval_budget}-token budget), draft cache {_mib(stats['draft_cache_bytes'])}",
-        f"peak process memory (RSS): {_mib(peak_rss_bytes())}",
+        f"KV memory: full cache {mib(stats['full_cache_bytes'])}, retrieval view {mib(stats['view_bytes'])}"
+        f" ({config.retrieval_budget}-token budget), draft cache {mib(stats['draft_cache_bytes'])}",
+        f"peak process memory (RSS): {mib(peak_rss_bytes())}",
     ]
     return "\n".join(lines)
 
@@ -128,15 +159,15 @@ def _identical(result: Comparison, options: DemoOptions, tokenizer, prompt: int)
     return "yes" if result.identical and texts[0] == texts[1] else "NO (please report this as a bug)"
 
 
-def _tps(run: RunResult) -> str:
-    return f"{run.tokens_per_second:.1f}"
+def _rounds(stats: dict) -> str:
+    names = {"levels": "level 0 -> 1 -> 2", "level0": "level 0 -> 2", "plain": "plain"}
+    rounds = stats.get("rounds") or {}
+    parts = [f"{names.get(k, k)} {n}" for k, n in rounds.items() if n]
+    skip = stats["levels"]["level0_to_level2"]
+    if skip["drafted"]:
+        parts.append(f"level-0 -> level-2 acceptance {_rate(skip)}")
+    return ", ".join(parts) or "none"
 
 
 def _rate(level: dict) -> str:
-    if not level["drafted"]:
-        return "n/a (nothing drafted)"
-    return f"{level['acceptance_rate']:.2f} ({level['accepted']}/{level['drafted']})"
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
+    return acceptance_rate(level, counts=True, none="n/a (nothing drafted)")

@@ -13,6 +13,8 @@ its acceptance probability, a forward costs what forwards of its width have cost
 from __future__ import annotations
 
 FORGET = 0.9  # weight of the past at each new observation (about the last ten count)
+MIN_SECONDS = 1e-7
+"""The floor of every estimate: a clock too coarse for a fast step, or an extrapolation below zero, is not free."""
 PRIOR_SLOPE = 0.1  # extra cost of one more query token, relative to the measured width, before two are measured
 
 
@@ -87,11 +89,13 @@ class StepCost:
     def __call__(self, width: int) -> float | None:
         """The estimated seconds of a ``width``-token forward (``None`` before any measurement)."""
         if width in self.mean or not self.mean:
-            return self.mean.get(width)
-        if len(self.mean) == 1:
+            estimate = self.mean.get(width)
+        elif len(self.mean) == 1:
             ((w0, c0),) = self.mean.items()
-            return c0 * max(0.1, 1.0 + PRIOR_SLOPE * (width - w0))
-        return max(0.0, self._affine(width))
+            estimate = c0 * max(0.1, 1.0 + PRIOR_SLOPE * (width - w0))
+        else:
+            estimate = self._affine(width)
+        return None if estimate is None else max(MIN_SECONDS, estimate)
 
     def _affine(self, width: int) -> float:
         widths, costs = list(self.mean), list(self.mean.values())

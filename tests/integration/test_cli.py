@@ -15,10 +15,10 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from hf_triforce.bench.bandwidth import modeled_speedup
 from hf_triforce.cli import main
-from hf_triforce.demo import ModelLoadError
-from hf_triforce.documents import DocumentError, question_prompt, read_document
+from hf_triforce.evaluation.common.documents import DocumentError, question_prompt, read_document
+from hf_triforce.evaluation.common.loading import ModelLoadError
+from hf_triforce.evaluation.models.bandwidth import modeled_speedup
 
 pytestmark = pytest.mark.integration
 
@@ -166,18 +166,22 @@ def test_default_document_is_the_python_reference():
 def test_bench_writes_json_and_markdown(capsys, tmp_path, model_dir, document):
     out = tmp_path / "results" / "bench.json"
     argv = ["bench", "--model", model_dir, "--document", document, "--prompt-tokens", "300", "--temperatures", "0,0.7"]
+    argv += ["--prompt-lookup", "4", "--drafters", "suffix"]
     assert main(argv + ["--budgets", "128", "--new-tokens", "10", "--profile", "--output", str(out)]) == 0
     results = json.loads(out.read_text())
     assert {"cpu", "torch", "transformers", "hf_triforce", "date"} <= set(results["machine"])
     assert [row["temperature"] for row in results["rows"]] == [0.0, 0.7]
     for row in results["rows"]:
-        assert row["plain"]["new_tokens"] == row["triforce"]["new_tokens"] == 10
+        assert row["plain"]["new_tokens"] == row["triforce"]["new_tokens"] == row["prompt_lookup"]["new_tokens"] == 10
+        assert row["drafter"] == "suffix" and row["config"]["adaptive"] is True
+        plain = row["plain"]
+        assert plain["end_to_end_seconds"] >= plain["prefill_seconds"] + 9 * plain["decode_seconds_per_token"] - 1e-9
         assert row["speedup"] > 0 and row["weight_bytes"] > 0
         assert {"level1", "level2"} <= set(row["profile"]), row["profile"]
         assert row["profile"]["level2"]["ops"], "the verification's operators were not attributed to it"
     assert results["rows"][0]["identical_output"] is True
     page = out.with_suffix(".md").read_text()
-    for heading in ("| prompt | T |", "## Where the time goes", "### Operators per phase"):
+    for heading in ("| prompt | T |", "## End to end, prompt lookup", "## Where the time goes", "### Operators per"):
         assert heading in page, page
 
 
@@ -196,7 +200,8 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
     assert row["random_weights"] and row["shape"] == "tiny" and row["prompt_tokens"] == 1024
     assert row["model_config"]["attn_implementation"] == "eager" and row["config"]["cuda_graphs"] == "eager"
     assert row["identical_output"] is True
-    assert row["triforce"]["triforce"]["levels"]["level0"]["drafted"] > 0, "the draft preset was not used"
+    levels = row["triforce"]["triforce"]["levels"]
+    assert levels["level0"]["drafted"] + levels["level0_to_level2"]["drafted"] > 0, "the draft preset was not used"
     assert row["kv_bytes_per_token"] == 2 * 2 * 2 * 16 * 4  # K and V x layers x KV heads x head_dim x fp32
     assert "## Against the bandwidth model" in out.with_suffix(".md").read_text()
     page = out.with_suffix(".md").read_text()

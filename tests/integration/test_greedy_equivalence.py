@@ -312,7 +312,7 @@ STATS_KEYS = {
 LEVEL_KEYS = {"drafted", "accepted", "acceptance_rate"}
 
 
-def check_stats(stats: dict, new_tokens: int, gamma2: int, gamma1: int = 2) -> None:
+def check_stats(stats: dict, new_tokens: int, gamma2: int, gamma1: int) -> None:
     assert STATS_KEYS <= set(stats)
     assert set(stats["levels"]) == {"level0", "level1", "level0_to_level2"}
     assert sum(stats["rounds"].values()) == stats["target_forwards"]
@@ -343,7 +343,7 @@ def test_stats_are_consistent(zoo, llama, make_prompt, drafter):
         prompt, max_new_tokens=25, do_sample=False, triforce_config=cfg, assistant_model=assistant_for(zoo, drafter)
     )
     stats = hf_triforce.last_stats(llama).to_dict()
-    check_stats(stats, out.shape[1] - prompt.shape[1], cfg.gamma2)
+    check_stats(stats, out.shape[1] - prompt.shape[1], cfg.gamma2, cfg.gamma1)
     assert stats["retrieval_refreshes"] >= 1
 
 
@@ -356,7 +356,7 @@ def test_full_budget_retrieval_acceptance(llama, make_prompt, drafter):
     out = llama.generate(prompt, max_new_tokens=40, do_sample=False, triforce_config=cfg)
     assert torch.equal(expected, out)
     stats = hf_triforce.last_stats(llama).to_dict()
-    check_stats(stats, 40, cfg.gamma2)
+    check_stats(stats, 40, cfg.gamma2, cfg.gamma1)
     assert stats["levels"]["level1"]["acceptance_rate"] >= 0.9
     assert stats["mean_accepted_length"] > 3
 
@@ -382,7 +382,7 @@ def test_draft_cache_evicts(zoo, llama, make_prompt, assert_greedy_equal, assist
     assert_greedy_equal(llama, prompt, cfg, 64, assistant_model=draft)
     stats = hf_triforce.last_stats(llama)
     assert stats.level0.drafted + stats.level0_to_level2.drafted > 0
-    check_stats(stats.to_dict(), 64, cfg.gamma2)
+    check_stats(stats.to_dict(), 64, cfg.gamma2, cfg.gamma1)
 
 
 @pytest.mark.parametrize("family", ["qwen3", "mistral"])

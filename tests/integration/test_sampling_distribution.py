@@ -33,8 +33,10 @@ seeds, a goodness-of-fit test against the exact distribution of the continuation
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -46,6 +48,7 @@ import hf_triforce
 import hf_triforce.sampling
 from hf_triforce import TriForceConfig
 from hf_triforce.hf.versions import CACHE_ARG, cache_kwargs
+from hf_triforce.hierarchy.planner import Plan, Planner
 
 pytestmark = pytest.mark.integration
 
@@ -133,19 +136,31 @@ class Sampler:
         return self._plain[key]
 
     def triforce(
-        self, processors: dict, drafter: str, memoize: bool = True, cached: int = 0
+        self, processors: dict, drafter: str, memoize: bool = True, cached: int = 0, schedule: str = "fixed"
     ) -> tuple[np.ndarray, dict[str, int]]:
         """``NUM_SAMPLES`` TriForce continuations (run ``i`` seeded with ``i``) and the summed statistics.
 
         ``cached > 0``: every run is given a deep copy of a ``DynamicCache`` holding the first ``cached`` prompt
         tokens (prefilled once by a plain forward), the documented pattern for several questions on one prefix.
+        ``schedule``: ``"fixed"`` (``adaptive=False``: level 0 -> 1 -> 2 every round, so both levels' rejection
+        rules run), ``"adaptive"`` (the planner's choice, timing-dependent), or ``"level0"`` (the planner forced
+        to level 0 -> 2 rounds: level 2 judges the drafter's tokens against its probabilities directly).
         """
-        key = (tuple(sorted(processors.items())), drafter, cached)
+        key = (tuple(sorted(processors.items())), drafter, cached, schedule)
         if memoize and key in self._triforce:
             return self._triforce[key]
-        config = TriForceConfig(drafter=drafter, **SPARSE)
+        config = TriForceConfig(drafter=drafter, adaptive=schedule != "fixed", **SPARSE)
+        forced = Plan("level0", config.gamma1 + config.gamma2) if schedule == "level0" else None
+        with mock.patch.object(Planner, "plan_round", lambda planner: forced) if forced else contextlib.nullcontext():
+            result = self._triforce_runs(config, processors, drafter, cached)
+        if memoize:
+            self._triforce[key] = result
+        return result
+
+    def _triforce_runs(self, config, processors: dict, drafter: str, cached: int):
         assistant = self.draft if drafter in ("model", "auto") else None
-        totals = dict.fromkeys(("level0_drafted", "level0_accepted", "level1_drafted", "level1_accepted"), 0)
+        levels = ("level0", "level1", "level0_to_level2")
+        totals = {f"{level}_{count}": 0 for level in levels for count in ("drafted", "accepted")}
         totals["retrieval_refreshes"] = 0
         sequences = []
         prefix = self.prefilled(cached) if cached else None
@@ -165,15 +180,12 @@ class Sampler:
                     )
                 )
                 stats = hf_triforce.last_stats(self.target).to_dict()
-                for level in ("level0", "level1"):
+                for level in levels:
                     for count in ("drafted", "accepted"):
                         totals[f"{level}_{count}"] += stats["levels"][level][count]
                 totals["retrieval_refreshes"] += stats["retrieval_refreshes"]
                 totals["reused_tokens"] = stats["reused_tokens"]
-        result = self.codes(torch.cat(sequences)), totals
-        if memoize:
-            self._triforce[key] = result
-        return result
+        return self.codes(torch.cat(sequences)), totals
 
     def prefilled(self, length: int) -> DynamicCache:
         """A ``DynamicCache`` of the first ``length`` prompt tokens, prefilled by one plain forward."""
@@ -260,6 +272,30 @@ def test_sampled_triforce_matches_plain_generate(sampler, processors, drafter):
         assert totals["level0_drafted"] == 0, totals
     else:
         assert 0 < totals["level0_accepted"] < totals["level0_drafted"], totals
+
+
+SCHEDULE_CASES = [
+    pytest.param({"temperature": 0.8}, "model", "level0", id="level0-model"),
+    pytest.param({"top_k": 4}, "ngram", "level0", id="level0-ngram"),
+    pytest.param({"temperature": 1.1, "top_p": 0.9}, "model", "adaptive", id="adaptive-model"),
+]
+
+
+@pytest.mark.parametrize("processors, drafter, schedule", SCHEDULE_CASES)
+def test_sampled_triforce_with_other_schedules_matches_plain_generate(sampler, processors, drafter, schedule):
+    """The same test for level 0 -> 2 rounds (level 2 judges the drafter directly, with its probabilities or a
+    one-hot ``q``) and for the adaptive planner's own mix of schedules."""
+    plain = sampler.plain(processors)
+    got, totals = sampler.triforce(processors, drafter, schedule=schedule)
+    p_value, table, labels = homogeneity_test(plain, got)
+    assert p_value > ALPHA, (
+        f"TriForce sampling ({schedule=}, {drafter=}, {processors}) is not distributed like plain generate(): "
+        f"p-value {p_value:.3g} <= alpha {ALPHA}. Level totals: {totals}.\n"
+        + describe(table, labels, ("plain", "triforce"))
+    )
+    if schedule == "level0":
+        assert totals["level1_drafted"] == 0, totals
+        assert 0 < totals["level0_to_level2_accepted"] < totals["level0_to_level2_drafted"], totals
 
 
 REUSE_CASES = [

@@ -35,6 +35,18 @@ PROMISES: dict[str, list[str]] = {
         r"^decode speed: plain [\d.]+ tok/s, TriForce [\d.]+ tok/s, speedup [\d.]+x$",
         r"^identical text: yes$",
     ],
+    "multi_turn_chat.py": [
+        r"^Turn 1: \S",
+        r"^Turn 2: \S",
+        r"^turn 2 prefilled \d+ of \d+ prompt tokens",
+        r"^identical to plain generate\(\): True$",
+    ],
+    "several_questions.py": [
+        r"^Q1: \S",
+        r"^A1: \S",
+        r"^identical text: yes$",
+        r"^TriForce \+ reuse: [\d.]+x plain \+ reuse, [\d.]+x plain without reuse$",
+    ],
     "own_draft_model.py": [
         r"^level-0 \(draft model\) acceptance: \d\.\d\d \(\d+/[1-9]\d* drafted tokens\)$",
         r"^identical to plain generate\(\): True$",

@@ -11,7 +11,8 @@ import torch
 
 import hf_triforce
 from hf_triforce import TriForceConfig
-from hf_triforce.assets import python_reference_text
+from hf_triforce.evaluation.common.chat import Chat
+from hf_triforce.evaluation.common.documents import python_reference_text
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -48,3 +49,29 @@ def test_greedy_identical_and_retrieval_accepted(model_and_ids, plain_output, dr
     retrieval = stats["levels"]["level1"]
     assert retrieval["drafted"] > 0
     assert retrieval["acceptance_rate"] >= 0.8, stats
+
+
+def _chat(model, tokenizer, turns: list[str], **extra) -> Chat:
+    chat = Chat(model, tokenizer, {"max_new_tokens": 24, "do_sample": False, **extra})
+    for text in turns:
+        chat.say(text)
+    return chat
+
+
+def test_multi_turn_chat_reuses_the_returned_cache(smollm2):
+    """Turn 2 passes turn 1's returned cache with the re-rendered conversation: the same text as plain generate()
+    doing the same, and only the new message is prefilled."""
+    model, tokenizer = smollm2
+    document = tokenizer.decode(tokenizer(python_reference_text()[:6000]).input_ids[:700])
+    turns = [f"{document}\n\nUsing only the document above: what is a lexical analyzer?", "Say it in five words."]
+    hf_triforce.enable(model)
+    try:
+        fast = _chat(model, tokenizer, turns, triforce_config=TriForceConfig(retrieval_budget=128))
+        reused = hf_triforce.last_stats(model).reused_tokens
+        plain = _chat(model, tokenizer, turns)
+    finally:
+        hf_triforce.disable(model)
+    assert fast.messages == plain.messages and torch.equal(fast.sequences, plain.sequences)
+    assert fast.prefilled == plain.prefilled and fast.prefilled[1] < 60 < fast.prompts[1]
+    assert reused == fast.prompts[1] - fast.prefilled[1]
+    assert fast.cache.get_seq_length() == fast.sequences.shape[1] - 1

@@ -103,3 +103,24 @@ def test_step_cost_extrapolates_with_a_prior_slope():
     cost = StepCost()
     cost.observe(7, 0.07)
     assert cost(7) == 0.07 and cost(1) == pytest.approx(0.07 * (1 - 0.6))
+
+
+def test_step_cost_is_never_free():
+    """A clock too coarse for a fast step (0 s) or an extrapolation below zero must not make a rate infinite."""
+    cost = StepCost()
+    cost.observe(1, 0.0)
+    assert cost(1) > 0 and cost(5) > 0
+    cost = StepCost()
+    cost.observe(4, 0.001)
+    cost.observe(8, 0.010)
+    assert cost(1) > 0  # the affine fit is negative there
+
+
+def test_zero_second_measurements_do_not_break_the_schedule():
+    p = planner()
+    for w in range(1, 12):
+        p.level2.observe(w, 0.0)
+        p.level1.observe(w, 0.0)
+        p.level0.observe(w, 0.0)
+    p.rounds = 1000
+    assert p.gamma1() in range(4) and p.plan_round().kind in ("levels", "level0", "plain")

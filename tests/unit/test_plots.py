@@ -1,13 +1,15 @@
-"""``hf_triforce.bench.plots``: the docs' figures and tables regenerate from the recorded results."""
+"""``hf_triforce.evaluation.figures.plots``: the docs' figures and tables regenerate from the recorded results."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from hf_triforce.bench.plots import demote_headings, device_line, generate_all, kind_of
+from hf_triforce.evaluation.common.machine import device_line
+from hf_triforce.evaluation.common.results import read_results
+from hf_triforce.evaluation.figures.drafts_page import demote_headings
+from hf_triforce.evaluation.figures.plots import generate_all, kind_of
 
 pytestmark = pytest.mark.unit
 
@@ -34,7 +36,7 @@ def test_recorded_bench_results_regenerate(tmp_path):
     assert "data" in {p.parent.name for p in written}
     for path in written:
         assert path.stat().st_size > 0
-    results = json.loads((RESULTS / "cpu-smollm2-7k.json").read_text())
+    results = read_results(RESULTS / "cpu-smollm2-7k.json")
     table = (tmp_path / "cpu-smollm2-7k.md").read_text()
     assert table.startswith(device_line(results))
     assert "| 7069 | 0.0 | ngram | 512 |" in table

@@ -1,0 +1,104 @@
+"""Plain ``generate()`` against TriForce on the same model, prompt and device, in one process."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ...config import TriForceConfig
+from ...generation import enable
+from ...hf.linears import small_batch_linears
+from .timed_run import RunResult, measure, peak_rss_bytes, warm_up
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Comparison:
+    """Plain and TriForce runs of the same call; ``speedup`` is plain latency / TriForce latency per token."""
+
+    plain: RunResult
+    triforce: RunResult
+    generate_kwargs: dict[str, Any] = field(default_factory=dict)
+    plain_fast_linears: RunResult | None = None
+    prompt_lookup: RunResult | None = None
+
+    @property
+    def speedup(self) -> float:
+        """Plain decode seconds per token over TriForce's (prefill excluded)."""
+        return self.plain.decode_seconds_per_token / self.triforce.decode_seconds_per_token
+
+    @property
+    def identical(self) -> bool:
+        """Whether both runs produced the same token ids."""
+        return torch.equal(self.plain.sequences, self.triforce.sequences)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The comparison as a JSON-ready row (the benchmark's result format)."""
+        kwargs = {k: v for k, v in self.generate_kwargs.items() if isinstance(v, int | float | bool | str)}
+        return {
+            "generate_kwargs": kwargs,
+            "plain": self.plain.to_dict(),
+            "triforce": self.triforce.to_dict(),
+            "speedup": self.speedup,
+            "identical_output": self.identical,
+            "plain_fast_linears": None if self.plain_fast_linears is None else self.plain_fast_linears.to_dict(),
+            "prompt_lookup": None if self.prompt_lookup is None else self.prompt_lookup.to_dict(),
+            "peak_rss_bytes": peak_rss_bytes(),
+        }
+
+
+def compare(
+    model,
+    input_ids: torch.LongTensor,
+    triforce_config: TriForceConfig,
+    assistant_model=None,
+    warmup: bool = True,
+    seed: int = 0,
+    reference_fast_linears: bool = False,
+    plain_prefill_chunk_size: int | None = None,
+    prompt_lookup_tokens: int | None = None,
+    **generate_kwargs,
+) -> Comparison:
+    """Measure plain ``generate()`` then TriForce with the same kwargs and seed; prefill excluded.
+
+    Args:
+        model: the target model; :func:`hf_triforce.enable` is applied to it.
+        input_ids: ``[1, prompt]`` token ids.
+        triforce_config: the TriForce configuration.
+        assistant_model: optional level-0 draft model.
+        warmup: run both once on a short prefix first (one-time allocations, kernel selection).
+        seed: sampling seed, the same for both runs.
+        reference_fast_linears: also measure plain ``generate()`` with TriForce's CPU linear fast path
+            (:mod:`hf_triforce.kernels.linear`), to show how much of the speedup that path alone gives.
+        plain_prefill_chunk_size: transformers' ``prefill_chunk_size`` for the plain runs (memory only: the
+            prefill is not timed), to match ``triforce_config.prefill_chunk_size`` at long context.
+        prompt_lookup_tokens: also measure transformers' prompt-lookup decoding (``prompt_lookup_num_tokens``)
+            on the same prompt, as a third row.
+
+    Example:
+        >>> result = compare(model, ids, TriForceConfig(retrieval_budget=512), max_new_tokens=128)  # doctest: +SKIP
+        >>> result.speedup, result.identical  # doctest: +SKIP
+    """
+    enable(model)
+    extra = {"assistant_model": assistant_model} if assistant_model is not None else {}
+    chunk = {"prefill_chunk_size": plain_prefill_chunk_size} if plain_prefill_chunk_size else {}
+    if warmup:
+        warm_up(model, input_ids, triforce_config, generate_kwargs, **extra)
+    logger.info("plain generate(): %d prompt tokens", input_ids.shape[1])
+    plain = measure(model, input_ids, seed=seed, **chunk, **generate_kwargs)
+    logger.info("TriForce generate(): %d prompt tokens", input_ids.shape[1])
+    fast = measure(model, input_ids, seed=seed, triforce_config=triforce_config, **extra, **generate_kwargs)
+    reference = None
+    if reference_fast_linears:
+        with small_batch_linears(model):
+            reference = measure(model, input_ids, seed=seed, **chunk, **generate_kwargs)
+    lookup = None
+    if prompt_lookup_tokens:
+        logger.info("prompt-lookup generate(): %d prompt tokens", input_ids.shape[1])
+        lookup = measure(model, input_ids, seed=seed, prompt_lookup_num_tokens=prompt_lookup_tokens, **chunk,
+                         **generate_kwargs)  # fmt: skip
+    return Comparison(plain, fast, generate_kwargs, reference, lookup)

@@ -1,0 +1,222 @@
+"""The benchmark's results: written as JSON, and as a markdown page of tables (``hf-triforce bench``'s report)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..common.formatting import acceptance_rate, mib, number, phase_cell, phase_ms, tokens_per_second
+from ..common.machine import device_name, library_versions
+from ..common.results import write_json
+from ..models.bandwidth import device_bandwidth, modeled_speedup
+
+
+def write_results(results: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Write ``results`` as JSON and its ``"rows"`` as a markdown table beside it; returns both paths.
+
+    Example:
+        >>> write_results(run_benchmark(BenchOptions()), "benchmarks/results/cpu.json")  # doctest: +SKIP
+        (PosixPath('benchmarks/results/cpu.json'), PosixPath('benchmarks/results/cpu.md'))
+    """
+    path = write_json(results, path)
+    md = path.with_suffix(".md")
+    md.write_text(markdown_table(results))
+    return path, md
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """A markdown page: the machine, then one table row per measured configuration."""
+    m = results["machine"]
+    lines = [
+        f"# {results['title']}",
+        "",
+        f"Device: {device_name(m)}. {library_versions(m)}, Python {m['python']}; {m['date']}.",
+        "",
+        f"Command: `{results['command']}`",
+        "",
+        "| prompt | T | drafter | budget | plain tok/s | TriForce tok/s | speedup | identical | "
+        "level-0 acc. | level-1 acc. | tokens/forward | plain + fast linears tok/s |",
+        "|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    lines += [_row(r) for r in results["rows"]]
+    lines += [
+        "",
+        "Speedup = plain decode latency per token / TriForce's, same process and prompt, prefill excluded, after "
+        "warm-up; both forced to the same number of new tokens. The last column is plain generate() with "
+        "hf_triforce's CPU linear fast path (hf_triforce.kernels.linear) switched on: it shows how much of the "
+        "speedup that path alone would give; the rest comes from speculation.",
+    ]
+    lines += _schedule_section(results["rows"])
+    lines += _phase_section(results["rows"])
+    lines += _bandwidth_section(results)
+    lines += _profile_section(results["rows"])
+    return "\n".join(lines) + "\n"
+
+
+def _schedule_section(rows: list[dict[str, Any]]) -> list[str]:
+    """End to end (prefill included), transformers' prompt lookup on the same prompt, and the rounds the adaptive
+    schedule chose (rows recorded before these were measured are left out)."""
+    rows = [r for r in rows if "end_to_end_seconds" in r["plain"]]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## End to end, prompt lookup and the schedule",
+        "",
+        "End to end = prefill + decoding of one call, in seconds. Prompt lookup is transformers' "
+        "`prompt_lookup_num_tokens` on the same prompt (`--prompt-lookup N`). Rounds: how many rounds the schedule "
+        "ran as level 0 -> 1 -> 2, level 0 -> 2 and plain one-token steps (`TriForceConfig.adaptive`).",
+        "",
+        "| prompt | T | drafter | plain s | TriForce s | prompt-lookup tok/s | TriForce / prompt lookup | "
+        "rounds 0->1->2 / 0->2 / plain | level-0 -> level-2 acc. |",
+        "|---:|---:|---|---:|---:|---:|---:|---|---:|",
+    ]
+    return lines + [_schedule_row(r) for r in rows]
+
+
+def _schedule_row(r: dict[str, Any]) -> str:
+    t, lookup = r["triforce"], r.get("prompt_lookup")
+    rounds = t["triforce"].get("rounds", {})
+    ratio = None if lookup is None else t["tokens_per_second"] / lookup["tokens_per_second"]
+    counts = " / ".join(str(rounds.get(k, 0)) for k in ("levels", "level0", "plain"))
+    direct = t["triforce"]["levels"].get("level0_to_level2")
+    return (
+        f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['plain']['end_to_end_seconds']:.1f} | "
+        f"{t['end_to_end_seconds']:.1f} | {tokens_per_second(lookup, 2)} | "
+        f"{'-' if ratio is None else f'{ratio:.2f}x'} | {counts} | {acceptance_rate(direct) if direct else '-'} |"
+    )
+
+
+def _phase_section(rows: list[dict[str, Any]]) -> list[str]:
+    """Where the decode time goes: milliseconds per call of each TriForce phase, next to the bytes read."""
+    lines = [
+        "",
+        "## Where the time goes",
+        "",
+        "Milliseconds per call (calls in brackets). A level-1 step runs the target over the retrieval view "
+        "(1 + level-0 drafts tokens); a verification runs it over the full cache (gamma2 + 1 tokens). "
+        "Bytes read per forward (bandwidth model, DESIGN.md section 5): weights + the KV it attends to.",
+        "",
+        "| prompt | T | plain ms/token | plain + fast linears ms/token | level-1 step | verification | "
+        "refresh | level-0 draft | weights | full KV | view KV | peak memory plain / TriForce |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    return lines + [_phase_row(r) for r in rows]
+
+
+def _phase_row(r: dict[str, Any]) -> str:
+    t = r["triforce"]["triforce"]
+    fast = r.get("plain_fast_linears")
+    fast_ms = number(None if fast is None else 1000 * fast["decode_seconds_per_token"], 1)
+    phases = [phase_cell(t["phases"].get(name)) for name in ("level1", "level2", "refresh", "level0")]
+    sizes = [mib(r.get("weight_bytes"), 0), mib(t["full_cache_bytes"], 0), mib(t["view_bytes"], 0)]
+    return (
+        f"| {r['prompt_tokens']} | {r['temperature']} | {1000 * r['plain']['decode_seconds_per_token']:.1f} | "
+        f"{fast_ms} | " + " | ".join([*phases, *sizes, _peak(r)]) + " |"
+    )
+
+
+def _peak(r: dict[str, Any]) -> str:
+    """GPU peak allocated memory of each run, or the process's peak RSS (both runs together) on the CPU."""
+    plain, triforce = r["plain"].get("peak_gpu_bytes"), r["triforce"].get("peak_gpu_bytes")
+    if plain is not None and triforce is not None:
+        return f"{plain / 2**30:.1f} / {triforce / 2**30:.1f} GiB (GPU)"
+    rss = r.get("peak_rss_bytes")
+    return "-" if rss is None else f"{rss / 2**30:.1f} GiB (process RSS)"
+
+
+def _row(r: dict[str, Any]) -> str:
+    t = r["triforce"]["triforce"]
+    levels = t["levels"]
+    identical = "yes" if r["identical_output"] else ("n/a" if r["temperature"] > 0 else "NO")
+    return (
+        f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['budget']} | "
+        f"{r['plain']['tokens_per_second']:.2f} | {r['triforce']['tokens_per_second']:.2f} | "
+        f"{r['speedup']:.2f}x | {identical} | {acceptance_rate(levels['level0'])} | "
+        f"{levels['level1']['acceptance_rate']:.2f} | {t['mean_accepted_length']:.2f} | "
+        f"{tokens_per_second(r.get('plain_fast_linears'), 2)} |"
+    )
+
+
+def _profile_section(rows: list[dict[str, Any]]) -> list[str]:
+    """Operators taking the most self time in each phase, from ``--profile`` (torch.profiler) runs."""
+    lines = []
+    for r in rows:
+        if "profile" not in r:
+            continue
+        title = f"### Operators per phase (torch.profiler): prompt {r['prompt_tokens']}, T={r['temperature']}"
+        lines += ["", title, ""]
+        lines += ["| phase | calls | ms/call | top operators (self ms/call) |", "|---|---:|---:|---|"]
+        for phase, p in r["profile"].items():
+            ops = ", ".join(f"{name.removeprefix('aten::')} {ms:.1f}" for name, ms in p["ops"].items())
+            lines.append(f"| {phase} | {p['calls']} | {p['ms_per_call']:.1f} | {ops} |")
+    if lines:
+        lines += ["", "Profiled calls run with the profiler's overhead; the tables above are the timed figures."]
+    return lines
+
+
+def _bandwidth_section(results: dict[str, Any]) -> list[str]:
+    """Measured step latencies next to the bandwidth floor (GPU only) and the speedup they model."""
+    bandwidth = device_bandwidth(results["machine"]["cuda_device"])
+    lines = [
+        "",
+        "## Against the bandwidth model",
+        "",
+        "Floor = (weights + attended KV) / peak bandwidth"
+        + (f" ({bandwidth / 1e12:.2f} TB/s)." if bandwidth else " (no peak bandwidth known for a CPU: floors omitted).")
+        + " Modeled speedup = expected tokens per verification x plain step / (gamma2 level-1 steps + one "
+        "verification), from this run's measured latencies (hf_triforce.evaluation.models.bandwidth; level 0 not "
+        "modeled), "
+        "with this run's level-1 acceptance, and with the acceptance of a real model on real text (in brackets). "
+        "With random weights (a shape preset) only the latter means anything, and the measured speedup is "
+        "that of random-weights drafts.",
+        "",
+        "| prompt | T | plain step ms (floor) | level-1 step ms (floor) | verification / plain step | "
+        "modeled, this run's acceptance | modeled, real-text acceptance | measured speedup |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [_bandwidth_row(r, bandwidth) for r in results["rows"]]
+    sources = sorted({r["real_acceptance"]["source"] for r in results["rows"] if r.get("real_acceptance")})
+    return lines + (["", "Real-text acceptance: " + "; ".join(sources) + "."] if sources else [])
+
+
+def _bandwidth_row(r: dict[str, Any], bandwidth: float | None) -> str:
+    t = r["triforce"]["triforce"]
+    plain_ms = 1e3 * r["plain"]["decode_seconds_per_token"]
+    level1_ms, verify_ms = phase_ms(t["phases"].get("level1")), phase_ms(t["phases"].get("level2"))
+    floors = _floors(r, bandwidth)
+    modeled = modeled_speedups(r)
+    real = modeled["real_text_acceptance"]
+    real_text = "-" if real is None else f"{real:.2f}x ({r['real_acceptance']['level1']:.3f})"
+    return (
+        f"| {r['prompt_tokens']} | {r['temperature']} | {plain_ms:.1f} ({floors[0]}) | {level1_ms:.1f} ({floors[1]}) | "
+        f"{verify_ms / plain_ms:.2f} | {modeled['this_run_acceptance']:.2f}x | {real_text} | {r['speedup']:.2f}x |"
+    )
+
+
+def modeled_speedups(r: dict[str, Any]) -> dict[str, float | None]:
+    """Speedups the bandwidth model predicts from a row's measured step latencies (level 0 not modeled).
+
+    ``this_run_acceptance`` uses the row's own level-1 acceptance (meaningless with random weights);
+    ``real_text_acceptance`` uses ``r["real_acceptance"]`` (a real model on real text), or is ``None``.
+    """
+    t = r["triforce"]["triforce"]
+    plain_ms = 1e3 * r["plain"]["decode_seconds_per_token"]
+    latencies = (plain_ms, phase_ms(t["phases"].get("level1")), phase_ms(t["phases"].get("level2")))
+    gamma2 = r["config"]["gamma2"]
+    own = modeled_speedup(*latencies, t["levels"]["level1"]["acceptance_rate"], gamma2)
+    real = r.get("real_acceptance")
+    return {
+        "this_run_acceptance": own,
+        "real_text_acceptance": None if real is None else modeled_speedup(*latencies, real["level1"], gamma2),
+    }
+
+
+def _floors(r: dict[str, Any], bandwidth: float | None) -> tuple[str, str]:
+    per_token = r.get("kv_bytes_per_token")
+    if not bandwidth or per_token is None:
+        return "-", "-"
+    weights = r["weight_bytes"]
+    view = r["config"]["retrieval_budget"]
+    return tuple(f"{1e3 * (weights + n * per_token) / bandwidth:.1f}" for n in (r["prompt_tokens"], view))

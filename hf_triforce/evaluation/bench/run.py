@@ -1,0 +1,188 @@
+"""The end-to-end benchmark: plain ``generate()`` vs TriForce on a real model and a long document."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from ...config import TriForceConfig
+from ...hf.backend import preferred_attn_implementation
+from ...hf.model import attn_implementation, context_limit
+from ..common.documents import DocumentQuestion, question_prompt, read_document
+from ..common.generate_kwargs import generate_kwargs
+from ..common.loading import load_model
+from ..common.machine import machine_info
+from ..models.bandwidth import kv_bytes_per_token
+from ..models.memory_fit import check_fits, longest_context
+from ..models.shapes import preset_config, random_model
+from .comparison import compare
+from .profile import profile_phases
+from .real_acceptance import real_acceptance
+from .report import modeled_speedups
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BenchOptions(DocumentQuestion):
+    """A sweep: every combination of prompt length, temperature, budget and drafter is measured."""
+
+    prompt_tokens: list[int | str] = field(default_factory=lambda: [7000])  # "max": the longest that fits (CUDA)
+    temperatures: list[float] = field(default_factory=lambda: [0.0, 0.6])
+    budgets: list[int] = field(default_factory=lambda: [512])
+    drafters: list[str] = field(default_factory=lambda: ["ngram"])
+    new_tokens: int = 128
+    top_p: float = 0.9
+    gamma1: int | None = None
+    gamma2: int | None = None
+    seed: int = 0
+    profile: bool = False
+    preset: str | None = None
+    draft_preset: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    prefill_chunk_size: int | None = None
+    attn_implementation: str = "auto"
+    real_acceptance: str | float | None = None
+    cuda_graphs: bool | str = False
+    prompt_lookup: int | None = None
+    adaptive: bool = True
+
+
+def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
+    """Measure every combination of ``options``; returns ``{"title", "command", "machine", "rows"}``.
+
+    Each row compares plain ``generate()`` and TriForce on the same prompt in this process (prefill
+    excluded, warm-up done). Both are forced to produce exactly ``new_tokens`` tokens
+    (``min_new_tokens``), so an early end-of-sequence cannot skew the per-token figures.
+
+    Example:
+        >>> run_benchmark(BenchOptions(prompt_tokens=[7000], temperatures=[0.0]))  # doctest: +SKIP
+    """
+    prompt_lengths = _checked_prompt_lengths(options)
+    model, tokenizer, assistant = _load_models(options, max(prompt_lengths))
+    document = read_document(options.document) if tokenizer is not None else None
+    limit = context_limit(model)
+    grid = list(itertools.product(prompt_lengths, options.temperatures, options.budgets, options.drafters))
+    rows, warm = [], False
+    for tokens, temperature, budget, drafter in tqdm(grid, desc="benchmark", unit="config"):
+        ids = _prompt(options, tokenizer, document, tokens, limit, model)
+        config = _config(options, budget, drafter)
+        kwargs = generate_kwargs(options.new_tokens, temperature, options.top_p, min_new_tokens=options.new_tokens)
+        extra = {"assistant_model": assistant} if assistant is not None and drafter in ("auto", "model") else {}
+        on_cpu = model.device.type == "cpu"
+        result = compare(model, ids, config, warmup=not warm, seed=options.seed, reference_fast_linears=on_cpu,
+                         plain_prefill_chunk_size=options.prefill_chunk_size,
+                         prompt_lookup_tokens=options.prompt_lookup, **extra, **kwargs)  # fmt: skip
+        warm = True
+        row = {"prompt_tokens": ids.shape[1], "temperature": temperature, "budget": budget, "drafter": drafter}
+        row.update(result.to_dict(), config=config.to_dict(), weight_bytes=_weight_bytes(model))
+        row.update(shape=options.preset or "model", random_weights=options.preset is not None)
+        row["model_config"] = _shape_facts(model)
+        row["kv_bytes_per_token"] = kv_bytes_per_token(model.config.get_text_config(), model.dtype.itemsize)
+        if options.real_acceptance is not None:
+            spec = options.real_acceptance
+            row["real_acceptance"] = real_acceptance(spec, budget, row["prompt_tokens"], temperature).to_dict()
+        row["modeled_speedup"] = modeled_speedups(row)
+        if options.profile:
+            torch.manual_seed(options.seed)
+            row["profile"] = profile_phases(model, ids, triforce_config=config, **extra, **kwargs)
+        logger.info("%s: speedup %.2fx", row["prompt_tokens"], result.speedup)
+        rows.append(row)
+    return {"title": "plain generate() vs TriForce", "command": command, "machine": machine_info(), "rows": rows}
+
+
+def _checked_prompt_lengths(options: BenchOptions) -> list[int]:
+    """``options.prompt_tokens`` with ``"max"`` resolved; for a shape preset on CUDA, each checked to fit.
+
+    Raises:
+        MemoryBudgetError: a length does not fit the GPU's free memory (before anything is loaded).
+        ValueError: ``"max"`` without a shape preset on a CUDA device.
+    """
+    cases = _memory_cases(options)
+    if "max" in options.prompt_tokens and not cases:
+        raise ValueError("--prompt-tokens max (the longest context that fits) needs --preset and --device cuda.")
+    if "max" in options.prompt_tokens:
+        longest = min(longest_context(**c) for c in cases) - options.new_tokens
+    lengths = [longest if t == "max" else t for t in options.prompt_tokens]
+    for tokens, case in itertools.product(lengths, cases):
+        check_fits(context=tokens + options.new_tokens, **case)
+    return lengths
+
+
+def _memory_cases(options: BenchOptions) -> list[dict[str, Any]]:
+    """The :func:`~hf_triforce.evaluation.models.memory_fit.check_fits` arguments of each budget and drafter of a shape
+    preset on a CUDA device, against the GPU's free memory now; empty otherwise (nothing to check)."""
+    device = torch.device(options.device or "cpu")
+    if options.preset is None or device.type != "cuda":
+        return []
+    common = dict(
+        config=preset_config(options.preset, 1),
+        dtype_bytes=getattr(torch, options.dtype or "float32").itemsize,
+        available_bytes=torch.cuda.mem_get_info(device)[0],
+        plain_prefill_chunk=options.prefill_chunk_size,
+    )
+    draft = preset_config(options.draft_preset, 1) if options.draft_preset else None
+    return [
+        dict(common, triforce_config=_config(options, budget, drafter), draft_config=draft)
+        for budget, drafter in itertools.product(options.budgets, options.drafters)
+    ]
+
+
+def _config(options: BenchOptions, budget: int, drafter: str) -> TriForceConfig:
+    names = ("gamma1", "gamma2", "prefill_chunk_size")
+    extra = {k: getattr(options, k) for k in names if getattr(options, k) is not None}
+    return TriForceConfig(
+        retrieval_budget=budget, drafter=drafter, cuda_graphs=options.cuda_graphs, adaptive=options.adaptive, **extra
+    )
+
+
+def _weight_bytes(model) -> int:
+    """Bytes of the model's parameters (tied weights counted once): what every forward reads."""
+    unique = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
+    return sum(unique.values())
+
+
+def _load_models(options: BenchOptions, longest_prompt: int):
+    """``(target, tokenizer or None, assistant or None)`` on the requested device and dtype."""
+    dtype = getattr(torch, options.dtype) if options.dtype else None
+    device = options.device or "cpu"
+    attn = preferred_attn_implementation(device, options.attn_implementation)
+    logger.info("attention implementation: %s", attn)
+    if options.preset is not None:
+        context = longest_prompt + options.new_tokens + 64
+        model = random_model(options.preset, context, dtype or torch.float32, device, options.seed, attn)
+        tokenizer = None
+    else:
+        model, tokenizer = load_model(options.model, attn)
+        model = model.to(device=device, dtype=dtype) if dtype else model.to(device)
+    assistant = None
+    if options.draft_preset is not None:
+        context = model.config.max_position_embeddings
+        assistant = random_model(options.draft_preset, context, model.dtype, device, options.seed + 1, attn)
+        if assistant.config.vocab_size != model.config.vocab_size:
+            assistant.resize_token_embeddings(model.config.vocab_size)
+    return model, tokenizer, assistant
+
+
+def _prompt(options: BenchOptions, tokenizer, document, tokens: int, limit, model) -> torch.LongTensor:
+    """The chat prompt about the document, or seeded random ids for a random-weights shape."""
+    if tokenizer is None:
+        generator = torch.Generator().manual_seed(options.seed)
+        ids = torch.randint(0, model.config.vocab_size, (1, tokens), generator=generator)
+    else:
+        ids = question_prompt(tokenizer, document, options.question, tokens, limit, options.new_tokens)
+    return ids.to(model.device)
+
+
+def _shape_facts(model) -> dict[str, Any]:
+    c = model.config.get_text_config()
+    names = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "vocab_size")
+    facts = {k: getattr(c, k) for k in names}
+    dtype = str(model.dtype).removeprefix("torch.")
+    return {**facts, "dtype": dtype, "attn_implementation": attn_implementation(model)}

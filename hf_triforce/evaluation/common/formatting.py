@@ -1,0 +1,86 @@
+"""How numbers are printed in the CLI output, the result tables and the docs' tables: one way each.
+
+``-`` stands for a figure that does not exist (nothing drafted, no such run, NaN).
+
+Example:
+    >>> number(0.8765, 2), number(float("nan")), mib(3 * 2**20), acceptance_rate({"drafted": 0})
+    ('0.88', '-', '3.0 MiB', '-')
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MISSING = "-"
+
+
+def number(value: float | None, digits: int = 3) -> str:
+    """``value`` with ``digits`` decimals, or ``-`` for None and NaN.
+
+    Example:
+        >>> number(1 / 3), number(None)
+        ('0.333', '-')
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    return f"{value:.{digits}f}"
+
+
+def tokens_per_second(run: dict[str, Any] | None, digits: int = 1) -> str:
+    """A run's (``RunResult.to_dict()``) decode tokens per second, or ``-`` when there is no such run.
+
+    Example:
+        >>> tokens_per_second({"tokens_per_second": 12.345}, 2), tokens_per_second(None)
+        ('12.35', '-')
+    """
+    return number(None if run is None else run["tokens_per_second"], digits)
+
+
+def mib(n_bytes: int | None, digits: int = 1) -> str:
+    """Bytes in MiB, e.g. ``"3.0 MiB"``, or ``-`` for None.
+
+    Example:
+        >>> mib(3 * 2**20), mib(3 * 2**20, 0), mib(None)
+        ('3.0 MiB', '3 MiB', '-')
+    """
+    return MISSING if n_bytes is None else f"{n_bytes / 2**20:.{digits}f} MiB"
+
+
+def acceptance_rate(level: dict[str, Any], digits: int = 2, counts: bool = False, none: str = MISSING) -> str:
+    """A level's acceptance (``TriForceStats.to_dict()["levels"][...]``), or ``none`` when nothing was drafted.
+
+    Args:
+        level: ``{"drafted", "accepted", "acceptance_rate"}``.
+        digits: decimals of the rate.
+        counts: also show ``(accepted/drafted)``.
+        none: what to print when nothing was drafted.
+
+    Example:
+        >>> acceptance_rate({"drafted": 8, "accepted": 6, "acceptance_rate": 0.75}, counts=True)
+        '0.75 (6/8)'
+    """
+    if not level["drafted"]:
+        return none
+    rate = f"{level['acceptance_rate']:.{digits}f}"
+    return f"{rate} ({level['accepted']}/{level['drafted']})" if counts else rate
+
+
+def phase_ms(phase: dict[str, Any] | None, missing: float = float("nan")) -> float:
+    """Milliseconds per call of a phase (``TriForceStats.to_dict()["phases"][...]``), ``missing`` if it never ran.
+
+    Example:
+        >>> phase_ms({"calls": 4, "ms_per_call": 2.5}), phase_ms(None, missing=0.0)
+        (2.5, 0.0)
+    """
+    return phase["ms_per_call"] if phase and phase["calls"] else missing
+
+
+def phase_cell(phase: dict[str, Any] | None) -> str:
+    """A table cell ``"ms per call (calls)"`` of a phase, or ``-`` if it never ran.
+
+    Example:
+        >>> phase_cell({"calls": 4, "ms_per_call": 2.5}), phase_cell(None)
+        ('2.5 (4)', '-')
+    """
+    return MISSING if not phase or not phase["calls"] else f"{phase['ms_per_call']:.1f} ({phase['calls']})"

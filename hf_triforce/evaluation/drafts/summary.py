@@ -1,0 +1,144 @@
+"""Pooled figures of ``hf-triforce eval-drafts`` results, shared by its report, its figure and the benchmark.
+
+Acceptance figures are pooled over positions: ``sum of per-position acceptance / positions`` over every
+row that matches (e.g. all natural prompts at one temperature).
+
+Example:
+    >>> rows = [{"kind": "retrieval", "accepted_sum": 3.0, "positions": 4}, {"kind": "streaming"}]
+    >>> pooled(rows, kind="retrieval")
+    (0.75, 4)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+NEEDLE_TARGET = 0.9
+KIND_ORDER = ("retrieval", "streaming")
+
+
+def matching(rows: list[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:
+    """The rows whose fields equal ``match``.
+
+    Example:
+        >>> matching([{"kind": "a", "t": 0}, {"kind": "b", "t": 0}], kind="a")
+        [{'kind': 'a', 't': 0}]
+    """
+    return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+
+
+def pooled(rows: list[dict[str, Any]], **match: Any) -> tuple[float, int]:
+    """``(pooled acceptance, positions)`` of the rows whose fields equal ``match``.
+
+    Example:
+        >>> pooled([{"kind": "a", "accepted_sum": 3.0, "positions": 4}], kind="a")
+        (0.75, 4)
+    """
+    chosen = matching(rows, **match)
+    positions = sum(r["positions"] for r in chosen)
+    if not positions:
+        return float("nan"), 0
+    return sum(r["accepted_sum"] for r in chosen) / positions, positions
+
+
+def round_rate(rows: list[dict[str, Any]], **match: Any) -> float:
+    """Replayed level-1 ``accepted / drafted`` over the matching view rows (``TriForceStats``' definition).
+
+    Example:
+        >>> round_rate([{"kind": "retrieval", "round_accepted": 9, "round_drafted": 12}], kind="retrieval")
+        0.75
+    """
+    chosen = matching(rows, **match)
+    drafted = sum(r.get("round_drafted", 0) for r in chosen)
+    return sum(r.get("round_accepted", 0) for r in chosen) / drafted if drafted else float("nan")
+
+
+def level0_pooled(rows: list[dict[str, Any]], **match: Any) -> tuple[float, float, float]:
+    """``(acceptance of proposals, coverage, accepted per position)`` of the matching level-0 rows.
+
+    Example:
+        >>> level0_pooled([{"d": 1, "acceptance": 0.5, "proposals": 2, "positions": 4}], d=1)
+        (0.5, 0.5, 0.25)
+    """
+    chosen = matching(rows, **match)
+    proposals = sum(r["proposals"] for r in chosen)
+    positions = sum(r["positions"] for r in chosen)
+    accepted = sum(r["acceptance"] * r["proposals"] for r in chosen if r["proposals"])
+    acc = accepted / proposals if proposals else float("nan")
+    cov = proposals / positions if positions else float("nan")
+    return acc, cov, (accepted / positions if positions else float("nan"))
+
+
+def drafter_cost(name: str, num_layers: int | None) -> float:
+    """Cost of one level-0 proposal relative to a level-1 step: 0 for none / n-gram, k / layers for model-kL.
+
+    Example:
+        >>> drafter_cost("model-4L", 30), drafter_cost("ngram", 30)
+        (0.13333333333333333, 0.0)
+    """
+    if not name.startswith("model-"):
+        return 0.0
+    layers = int(name.removeprefix("model-").removesuffix("L"))
+    return layers / num_layers if num_layers else float("nan")
+
+
+def verdicts(results: dict[str, Any]) -> dict[str, Any]:
+    """The issue's must-show checks computed from ``results``.
+
+    * ``needle``: at the headline budget and ``T = 0``, retrieval >= 0.9 at every needle depth (with
+      StreamingLLM beside it);
+    * ``natural``: retrieval >= StreamingLLM at every budget and temperature on natural continuations.
+    """
+    main = [r for r in results["views"] if r["group"] == "main"]
+    headline = results["options"]["headline_fraction"]
+    needle = {}
+    for depth in results["options"]["needle_depths"]:
+        args = dict(task_kind="needle", depth=depth, budget_fraction=headline, temperature=0.0)
+        needle[str(depth)] = {kind: pooled(main, kind=kind, **args)[0] for kind in KIND_ORDER}
+    natural = {}
+    for fraction in results["options"]["budget_fractions"]:
+        for t in results["options"]["temperatures"]:
+            args = dict(task_kind="natural", budget_fraction=fraction, temperature=t)
+            r, s = (pooled(main, kind=kind, **args)[0] for kind in KIND_ORDER)
+            natural[f"{fraction:g}@T={t:g}"] = {"retrieval": r, "streaming": s}
+    needle_ok = [v["retrieval"] >= NEEDLE_TARGET for v in needle.values() if not math.isnan(v["retrieval"])]
+    natural_ok = [v["retrieval"] >= v["streaming"] for v in natural.values() if not math.isnan(v["retrieval"])]
+    return {
+        "needle": needle,
+        "needle_met": bool(needle_ok) and all(needle_ok),
+        "natural": natural,
+        "natural_met": bool(natural_ok) and all(natural_ok),
+    }
+
+
+def budget_tokens(results: dict[str, Any], fraction: float) -> int:
+    """The budget in tokens that a budget ``fraction`` of the context gave in ``results``.
+
+    Example:
+        >>> budget_tokens({"views": [{"budget_fraction": 0.125, "budget": 512}]}, 0.125)
+        512
+    """
+    rows = [r for r in results["views"] if r["budget_fraction"] == fraction]
+    return rows[0]["budget"] if rows else round(fraction * results["options"]["context_tokens"])
+
+
+def budget_label(results: dict[str, Any], fraction: float) -> str:
+    """``"512 (1/8)"``: a budget in tokens and as a fraction of the context.
+
+    Example:
+        >>> budget_label({"views": [{"budget_fraction": 0.125, "budget": 512}]}, 0.125)
+        '512 (1/8)'
+    """
+    return f"{budget_tokens(results, fraction)} ({fraction_label(fraction)})"
+
+
+def fraction_label(fraction: float) -> str:
+    """``1/8`` for a unit fraction, else the number.
+
+    Example:
+        >>> fraction_label(0.125), fraction_label(0.3)
+        ('1/8', '0.3')
+    """
+    inverse = 1 / fraction
+    return f"1/{inverse:g}" if abs(inverse - round(inverse)) < 1e-9 else f"{fraction:g}"

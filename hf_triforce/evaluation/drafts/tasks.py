@@ -1,0 +1,77 @@
+"""The prompts of the evaluation: natural continuations of the document (raw slices) and needle tasks.
+
+Example:
+    >>> tasks = build_tasks(tokenizer, read_document(None), EvalOptions(), prompt_tokens=4032)  # doctest: +SKIP
+    >>> [t.name for t in tasks][:2]  # doctest: +SKIP
+    ['natural#0', 'natural#1']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..common.documents import DocumentError
+from .needle import NeedlePrompt, build_needle_prompt
+from .options import EvalOptions
+
+
+@dataclass
+class Task:
+    """One prompt of the evaluation: a natural continuation of the document or a needle task."""
+
+    name: str
+    kind: str
+    prompt: torch.LongTensor
+    info: dict[str, Any]
+    needle: NeedlePrompt | None = None
+
+
+def build_tasks(tokenizer, document: str, options: EvalOptions, prompt_tokens: int) -> list[Task]:
+    """Natural-continuation prompts (raw document slices) then needle prompts, each ``<= prompt_tokens``."""
+    tasks = [
+        natural_task(tokenizer, document, i, options.natural_prompts, prompt_tokens)
+        for i in range(options.natural_prompts)
+    ]
+    for depth in options.needle_depths:
+        needle = build_needle_prompt(tokenizer, document, prompt_tokens, depth)
+        info = {
+            "depth": depth,
+            "actual_depth": needle.depth,
+            "needle_span": list(needle.needle_span),
+            "document_span": list(needle.document_span),
+            "cue": needle.cue,
+        }
+        tasks.append(Task(f"needle@{depth:g}", "needle", needle.input_ids, info, needle))
+    return tasks
+
+
+def natural_task(tokenizer, document: str, index: int, count: int, prompt_tokens: int) -> Task:
+    """``prompt_tokens`` tokens of raw document text starting at line ``index / count`` of the way in.
+
+    Raises:
+        DocumentError: the document is too short for the prompt.
+    """
+    offset = len(document) * index // max(count, 1)
+    newline = document.find("\n", offset)
+    offset = newline + 1 if 0 <= newline < offset + 2000 else offset
+    ids = tokenizer(document[offset : offset + prompt_tokens * 12], add_special_tokens=False).input_ids
+    if len(ids) < prompt_tokens:
+        raise DocumentError(
+            f"the document has fewer than {prompt_tokens} tokens after character {offset}: use a longer document, "
+            "fewer --natural-prompts or a smaller --context-tokens."
+        )
+    prompt = torch.tensor([ids[:prompt_tokens]], dtype=torch.long)
+    return Task(f"natural#{index}", "natural", prompt, {"offset_chars": offset})
+
+
+def task_record(task: Task) -> dict[str, Any]:
+    """The JSON-ready description of a task (its prompt length and where its parts are).
+
+    Example:
+        >>> task_record(Task("natural#0", "natural", torch.zeros(1, 5, dtype=torch.long), {"offset_chars": 0}))
+        {'name': 'natural#0', 'kind': 'natural', 'prompt_tokens': 5, 'offset_chars': 0}
+    """
+    return {"name": task.name, "kind": task.kind, "prompt_tokens": task.prompt.shape[1], **task.info}

@@ -1,0 +1,95 @@
+"""The docs' page of an ``hf-triforce bench`` result: its tables, a decode-speed figure and a per-phase figure.
+
+Example:
+    >>> bench_tables(read_results("benchmarks/results/cpu-smollm2-7k.json"))[:7]  # doctest: +SKIP
+    'Device:'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..common.formatting import acceptance_rate, phase_cell, phase_ms, tokens_per_second
+from ..common.machine import device_line
+from .pyplot import grouped_bars, pyplot, save
+
+PHASES = (("level1", "level-1 step"), ("level2", "verification"), ("refresh", "refresh"), ("level0", "level-0 draft"))
+
+
+def write_bench(results: dict[str, Any], out: Path, stem: str) -> list[Path]:
+    """``<stem>.md`` (tables), ``<stem>-speed.png`` and ``<stem>-phases.png`` for a bench result."""
+    table = out / f"{stem}.md"
+    table.write_text(bench_tables(results))
+    return [
+        table,
+        _bench_speed_png(results, out / f"{stem}-speed.png"),
+        _bench_phase_png(results, out / f"{stem}-phases.png"),
+    ]
+
+
+def bench_tables(results: dict[str, Any]) -> str:
+    """Markdown: the device line, one row per measured configuration, then milliseconds per phase."""
+    lines = [
+        device_line(results),
+        "",
+        "| prompt | T | drafter | budget | plain tok/s | plain + fast linears tok/s | TriForce tok/s | speedup "
+        "| identical | level-0 acc. | level-1 acc. | tokens / full-cache forward |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for r in results["rows"]:
+        t = r["triforce"]["triforce"]
+        identical = "yes" if r["identical_output"] else ("n/a (sampling)" if r["temperature"] > 0 else "NO")
+        lines.append(
+            f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['budget']} | "
+            f"{r['plain']['tokens_per_second']:.1f} | {tokens_per_second(r.get('plain_fast_linears'))} | "
+            f"{r['triforce']['tokens_per_second']:.1f} | {r['speedup']:.2f}x | {identical} | "
+            f"{acceptance_rate(t['levels']['level0'])} | {acceptance_rate(t['levels']['level1'])} | "
+            f"{t['mean_accepted_length']:.2f} |"
+        )
+    lines += ["", "| prompt | T | plain ms/token | " + " | ".join(f"{name} ms (calls)" for _, name in PHASES) + " |"]
+    lines.append("|---:|---:|---:|" + "---:|" * len(PHASES))
+    for r in results["rows"]:
+        phases = r["triforce"]["triforce"]["phases"]
+        cells = [phase_cell(phases.get(key)) for key, _ in PHASES]
+        plain_ms = 1e3 * r["plain"]["decode_seconds_per_token"]
+        lines.append(f"| {r['prompt_tokens']} | {r['temperature']} | {plain_ms:.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _bench_speed_png(results: dict[str, Any], path: Path) -> Path:
+    plt = pyplot()
+    rows = results["rows"]
+    series = [
+        ("plain generate()", [r["plain"]["tokens_per_second"] for r in rows]),
+        ("plain + fast linears", [_tps_value(r.get("plain_fast_linears")) for r in rows]),
+        ("TriForce", [r["triforce"]["tokens_per_second"] for r in rows]),
+    ]
+    labels = [f"T={r['temperature']}, {r['prompt_tokens']} tokens\n{r['drafter']}, budget {r['budget']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    grouped_bars(ax, labels, series)
+    for i, r in enumerate(rows):
+        ax.annotate(f"{r['speedup']:.2f}x", (i + 0.25, r["triforce"]["tokens_per_second"]), ha="center",
+                    va="bottom", fontsize=9, fontweight="bold")  # fmt: skip
+    ax.set(ylabel="decode tokens/s (prefill excluded)", title="Decode speed: plain generate() vs TriForce")
+    return save(fig, ax, path, results)
+
+
+def _bench_phase_png(results: dict[str, Any], path: Path) -> Path:
+    plt = pyplot()
+    rows = results["rows"]
+    series = [
+        ("plain step", [1e3 * r["plain"]["decode_seconds_per_token"] for r in rows]),
+        ("plain + fast linears step", [1e3 / _tps_value(r.get("plain_fast_linears")) for r in rows]),
+    ]
+    for key, name in PHASES:
+        series.append((name, [phase_ms(r["triforce"]["triforce"]["phases"].get(key), missing=0.0) for r in rows]))
+    labels = [f"T={r['temperature']}, {r['prompt_tokens']} tokens" for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    grouped_bars(ax, labels, series)
+    ax.set(ylabel="milliseconds per call", title="Where the decode time goes")
+    return save(fig, ax, path, results)
+
+
+def _tps_value(run: dict[str, Any] | None) -> float:
+    return float("nan") if run is None else run["tokens_per_second"]
