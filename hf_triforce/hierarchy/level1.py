@@ -20,6 +20,7 @@ from ..caches.static_view import StaticRetrievalView
 from ..caches.view import RetrievalView
 from ..config import TriForceConfig
 from ..hf.attention import QueryCapture, view_attention
+from ..hf.distributed import RankConsensus
 from ..hf.versions import cache_kwargs
 from ..sampling import verify_greedy, verify_sampled
 from ..stats import TriForceStats
@@ -85,7 +86,7 @@ class Level1Drafter:
         self.runner_slot = runner_slot
         self.capture = QueryCapture()
         self.view: RetrievalView | StaticRetrievalView | None = None
-        self.planner = Planner(config, has_drafter=drafter is not None)
+        self.planner = Planner(config, has_drafter=drafter is not None, consensus=RankConsensus.for_model(model))
         self.plan: Plan | None = None
         self.refresh = RefreshRule(config)
         self._queries: list[torch.Tensor] | None = None

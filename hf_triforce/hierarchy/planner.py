@@ -16,6 +16,11 @@ and then (every ``PROBE_EVERY`` rounds) so that their estimates follow the call.
 
 With ``TriForceConfig.adaptive=False`` the planner always returns ``"levels"`` with ``gamma2``, and ``gamma1``
 unless the level-0 gate (``draft_acceptance_floor``) pauses level 0.
+
+Under tensor parallelism every rank runs the same forwards, so every rank must take the same decisions; each rank
+times itself, so the adaptive decisions are taken by rank 0 and broadcast (a
+:class:`~hf_triforce.hf.distributed.RankConsensus`: two ints per round, one per level-1 step). The non-adaptive
+decisions depend on acceptances only, which every rank sees alike, and need no message.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..config import TriForceConfig
+from ..hf.distributed import RankConsensus
 from .cost_model import Acceptance, StepCost, expected_tokens
 from .schedule import Level0Gate
 
 PROBE_EVERY = 16  # rounds between re-tries of a schedule that is not chosen
 Kind = Literal["levels", "level0", "plain"]
+KINDS: tuple[Kind, ...] = ("levels", "level0", "plain")  # the wire order of a plan's kind across ranks
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,8 @@ class Planner:
         config: the call's :class:`~hf_triforce.config.TriForceConfig` (``gamma1``/``gamma2`` are the maxima,
             ``adaptive`` switches the planning on).
         has_drafter: whether a level-0 drafter exists.
+        consensus: how ranks of a tensor-parallel model agree on each adaptive decision (rank 0's is taken);
+            ``None``: one process, every decision is local.
 
     Example:
         >>> planner = Planner(TriForceConfig(gamma1=2, gamma2=6), has_drafter=True)
@@ -53,9 +62,10 @@ class Planner:
         Plan(kind='levels', gamma2=6)
     """
 
-    def __init__(self, config: TriForceConfig, has_drafter: bool) -> None:
+    def __init__(self, config: TriForceConfig, has_drafter: bool, consensus: RankConsensus | None = None) -> None:
         self.config, self.has_drafter = config, has_drafter
         self.adaptive = config.adaptive
+        self.consensus = consensus if consensus is not None else RankConsensus(None)
         self.level2, self.level1, self.level0 = StepCost(), StepCost(), StepCost()
         self.refresh_seconds = 0.0
         self.a1, self.a0, self.a02 = Acceptance(0.8), Acceptance(0.6), Acceptance(0.5)
@@ -71,7 +81,7 @@ class Planner:
         self.rounds += 1
         if not self.adaptive:
             return Plan("levels", self.config.gamma2)
-        plan = self._probe() or self._best()
+        plan = self._agreed(self._probe() or self._best())
         self.last_tried[plan.kind] = self.rounds
         return plan
 
@@ -87,7 +97,15 @@ class Planner:
         self._steps_without_level0 = 0 if best else self._steps_without_level0 + 1
         if self._steps_without_level0 >= PROBE_EVERY:  # re-measure level 0 now and then
             self._steps_without_level0, best = 0, self.config.gamma1
+        (best,) = self.consensus.agree([best])  # rank 0's timings decide, on every rank
         return best
+
+    def _agreed(self, plan: Plan) -> Plan:
+        """``plan`` on one process; rank 0's plan on every rank of a tensor-parallel model."""
+        if not self.consensus.active:
+            return plan
+        kind, gamma2 = self.consensus.agree([KINDS.index(plan.kind), plan.gamma2])
+        return Plan(KINDS[kind], gamma2)
 
     def _probe(self) -> Plan | None:
         """A schedule that has not run for ``PROBE_EVERY`` rounds (or ever), to measure it."""

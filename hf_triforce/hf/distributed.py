@@ -1,0 +1,85 @@
+"""Tensor parallelism: which process group a sharded model runs over, and agreeing on a decision across it.
+
+transformers shards a model with ``from_pretrained(..., tp_plan="auto")`` (or
+``distributed_config=DistributedConfig(tp_plan="auto")``) under ``torchrun``: every rank holds ``1/N`` of the
+attention heads and MLP columns, runs every forward of the same ``generate()`` call, and all-reduces after the
+attention and MLP blocks. Every rank must therefore run the same forwards with the same shapes, in the same order:
+a decision taken from a rank's own clock (the adaptive planner's) has to be taken once, by rank 0, and
+broadcast (:class:`RankConsensus`). A model that is not sharded, or a world of one process, needs nothing: the
+consensus is then a no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+
+def tensor_parallel_size(model: torch.nn.Module) -> int:
+    """How many ranks ``model``'s weights are sharded over (1: not sharded).
+
+    Example:
+        >>> tensor_parallel_size(torch.nn.Linear(2, 2))
+        1
+    """
+    return int(getattr(model, "tp_size", None) or 1)
+
+
+def tensor_parallel_group(model: torch.nn.Module) -> dist.ProcessGroup | None:
+    """The process group of ``model``'s tensor-parallel ranks, or ``None`` when it is not sharded over several.
+
+    Example:
+        >>> tensor_parallel_group(torch.nn.Linear(2, 2)) is None
+        True
+    """
+    if tensor_parallel_size(model) <= 1 or not (dist.is_available() and dist.is_initialized()):
+        return None
+    mesh = getattr(model, "_device_mesh", None)
+    if mesh is None:
+        return dist.group.WORLD
+    return mesh["tp"].get_group() if mesh.mesh_dim_names and "tp" in mesh.mesh_dim_names else mesh.get_group()
+
+
+class RankConsensus:
+    """Makes every rank of a tensor-parallel group take rank 0's value of a decision (a few ints).
+
+    With ``group=None`` (one process, or a model that is not sharded) :meth:`agree` returns its input untouched
+    and costs nothing. Otherwise it broadcasts ``[n]`` int64 from the group's first rank, on the GPU for NCCL
+    and on the CPU for gloo.
+
+    Args:
+        group: the tensor-parallel process group, or ``None``.
+
+    Example:
+        >>> RankConsensus(None).agree([2, 6])  # one process: a no-op
+        [2, 6]
+        >>> RankConsensus.for_model(torch.nn.Linear(2, 2)).active
+        False
+    """
+
+    def __init__(self, group: dist.ProcessGroup | None) -> None:
+        self.group = group
+        self.active = group is not None
+        self._device = _collective_device(group) if group is not None else None
+
+    @classmethod
+    def for_model(cls, model: torch.nn.Module) -> RankConsensus:
+        """The consensus over ``model``'s tensor-parallel ranks (a no-op for a model that is not sharded)."""
+        return cls(tensor_parallel_group(model))
+
+    def agree(self, values: Sequence[int]) -> list[int]:
+        """Rank 0's ``values`` (``len(values)`` ints), on every rank of the group."""
+        if not self.active:
+            return list(values)
+        tensor = torch.tensor(list(values), dtype=torch.int64, device=self._device)
+        dist.broadcast(tensor, group=self.group, group_src=0)
+        return tensor.tolist()
+
+
+def _collective_device(group: dist.ProcessGroup) -> torch.device:
+    """Where a collective of ``group`` takes its tensors: the current GPU for NCCL, else the CPU."""
+    if "nccl" in str(dist.get_backend(group)):  # "nccl", or "cpu:gloo,cuda:nccl" for a mixed group
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
