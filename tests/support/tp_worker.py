@@ -1,0 +1,113 @@
+"""One rank of the tensor-parallel tests: run under ``torchrun --nproc-per-node N tp_worker.py SPEC OUT_DIR``.
+
+``SPEC`` is a JSON file ``{"cases": [...]}`` written by ``tests/integration/test_tensor_parallel.py``; each case
+names a saved checkpoint (loaded sharded with ``tp_plan="auto"``), an optional draft checkpoint (loaded whole on
+every rank), the prompt ids and the generate arguments. For each case the rank runs plain ``generate()`` and
+TriForce under the same sharding and records the tokens, ``last_stats`` and the KV heads its caches held.
+``skew_level0_clock`` makes this rank's level-0 timings look slow on odd ranks only, so that an adaptive planner
+deciding from its own clock would choose a different schedule than rank 0. Rank ``r`` writes
+``OUT_DIR/rank{r}.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from transformers import AutoModelForCausalLM
+
+import hf_triforce
+from hf_triforce import TriForceConfig
+from hf_triforce.hf.versions import output_cache
+from hf_triforce.hierarchy.planner import Planner
+
+log = logging.getLogger("tp_worker")
+
+
+def load(checkpoint: str, sharded: bool):
+    """The model at ``checkpoint``, sharded over the ranks with the model's own TP plan or whole."""
+    kwargs = {"tp_plan": "auto"} if sharded else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # tp_plan= is deprecated for distributed_config=
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="sdpa", **kwargs)
+    return model.to(torch.float32).eval()
+
+
+def skew_level0_clock(skew: bool):
+    """On odd ranks with ``skew``, level-0 proposals seem 1000x slower to the planner, so its own schedule would
+    differ from rank 0's. Returns the function that undoes it."""
+    observe = Planner.observe_level0
+
+    def slow(self, requested: int, seconds: float) -> None:
+        observe(self, requested, seconds * 1000.0 + 1.0)
+
+    if skew and dist.get_rank() % 2:
+        Planner.observe_level0 = slow
+
+    def restore() -> None:
+        Planner.observe_level0 = observe
+
+    return restore
+
+
+def run_case(case: dict, targets: dict, drafts: dict) -> dict:
+    """One case on this rank: plain and TriForce tokens, the stats and the cache's KV heads."""
+    if case["checkpoint"] not in targets:
+        targets[case["checkpoint"]] = load(case["checkpoint"], sharded=True)
+        hf_triforce.enable(targets[case["checkpoint"]])
+    model = targets[case["checkpoint"]]
+    draft = case.get("draft")
+    if draft and draft not in drafts:
+        drafts[draft] = load(draft, sharded=False)
+    prompt = torch.tensor([case["prompt"]])
+    common = dict(max_new_tokens=case["max_new_tokens"], do_sample=case["do_sample"])
+    if case["do_sample"]:
+        common.update(temperature=1.0, top_k=0, top_p=1.0)
+    torch.manual_seed(case["seed"])
+    plain = model.generate(prompt, **common)
+    config = TriForceConfig(**case["triforce"])
+    torch.manual_seed(case["seed"])
+    out = model.generate(
+        prompt, triforce_config=config, assistant_model=drafts.get(draft), return_dict_in_generate=True, **common
+    )
+    stats = hf_triforce.last_stats(model)
+    layer = output_cache(out).layers[0]
+    return {
+        "name": case["name"],
+        "plain": plain[0].tolist(),
+        "triforce": out.sequences[0].tolist(),
+        "full_cache_bytes": stats.full_cache_bytes,
+        "kv_heads": int(layer.keys.shape[1]),
+        "rounds": dict(stats.rounds),
+        "level0_drafted": stats.level0.drafted,
+    }
+
+
+def main(spec_path: str, out_dir: str) -> None:
+    """Run every case of ``spec_path`` on this rank and write ``out_dir/rank{rank}.json``."""
+    spec = json.loads(Path(spec_path).read_text())
+    torch.set_num_threads(1)
+    targets: dict = {}
+    drafts: dict = {}
+    results = []
+    for case in spec["cases"]:
+        restore = skew_level0_clock(case.get("skew_level0_clock", False))
+        try:
+            results.append(run_case(case, targets, drafts))
+        finally:
+            restore()
+        log.info("rank %d: %s done", dist.get_rank(), case["name"])
+    rank = dist.get_rank()
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"world": dist.get_world_size(), "results": results}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    main(*sys.argv[1:3])
