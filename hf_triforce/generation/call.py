@@ -11,6 +11,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from ..caches.streaming import StreamingLLMCache
 from ..config import TriForceConfig
 from ..hf.caches import callers_cache
+from ..hf.distributed import RankConsensus, check_same_random_state
 from ..hf.generate import decoder_only_output
 from ..hf.linears import small_batch_linears
 from ..hf.model import num_layers, rotary_inv_freq
@@ -75,6 +76,8 @@ def triforce_decode(
         ``return_dict_in_generate=True`` (``sequences``, the cache, and ``scores``/``logits`` when requested).
     """
     validate_generation(input_ids, generation_config, model_kwargs, model.config)
+    if generation_config.do_sample:  # tensor-parallel ranks must draw alike (a no-op on one process)
+        check_same_random_state(RankConsensus.for_model(model))
     stats = TriForceStats()
     with stats.phases.measure("reuse"):
         start = start_cache(

@@ -5,16 +5,20 @@ transformers shards a model with ``from_pretrained(..., tp_plan="auto")`` (or
 attention heads and MLP columns, runs every forward of the same ``generate()`` call, and all-reduces after the
 attention and MLP blocks. Every rank must therefore run the same forwards with the same shapes, in the same order:
 a decision taken from a rank's own clock (the adaptive planner's) has to be taken once, by rank 0, and
-broadcast (:class:`RankConsensus`). A model that is not sharded, or a world of one process, needs nothing: the
-consensus is then a no-op.
+broadcast (:class:`RankConsensus`). Sampling draws its random numbers on every rank, so every rank must start
+from the same random state (:func:`check_same_random_state`). A model that is not sharded, or a world of one
+process, needs nothing: both are then no-ops.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
+
+from ..errors import UnsupportedGenerationError
 
 
 def tensor_parallel_size(model: torch.nn.Module) -> int:
@@ -83,3 +87,40 @@ def _collective_device(group: dist.ProcessGroup) -> torch.device:
     if "nccl" in str(dist.get_backend(group)):  # "nccl", or "cpu:gloo,cuda:nccl" for a mixed group
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def random_state_fingerprint() -> int:
+    """A 32-bit checksum of the global random state sampling draws from (the CPU's, and the current GPU's).
+
+    Example:
+        >>> _ = torch.manual_seed(0); a = random_state_fingerprint()
+        >>> _ = torch.manual_seed(0); a == random_state_fingerprint()
+        True
+    """
+    states = [torch.get_rng_state()]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states.append(torch.cuda.get_rng_state())
+    return zlib.crc32(b"".join(state.numpy().tobytes() for state in states))
+
+
+def check_same_random_state(consensus: RankConsensus) -> None:
+    """Raise :class:`UnsupportedGenerationError` on every rank unless all ranks' random states are equal.
+
+    A sampling call under tensor parallelism draws on every rank; ranks seeded differently would accept different
+    drafts, and their next forwards would differ in width inside the same all-reduce (a hang on NCCL). One
+    all-reduce of two ints; nothing when ``consensus`` is not active.
+
+    Example:
+        >>> check_same_random_state(RankConsensus(None))  # one process: nothing to compare
+    """
+    if not consensus.active:
+        return
+    fingerprint = random_state_fingerprint()
+    tensor = torch.tensor([fingerprint, -fingerprint], dtype=torch.int64, device=consensus._device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=consensus.group)
+    if int(tensor[0]) != -int(tensor[1]):
+        raise UnsupportedGenerationError(
+            "The ranks of this tensor-parallel model start sampling from different random states, so they would "
+            "draw different tokens (and their next forwards would not match). Seed every rank alike before "
+            "generate(): torch.manual_seed(seed) or transformers.set_seed(seed) on every rank."
+        )

@@ -60,7 +60,8 @@ def prompt_ids(length: int, repetitive: bool, seed: int = 3) -> list[int]:
 
 
 def case(name: str, checkpoint: Path, drafter: str, draft: Path | None = None, **options) -> dict:
-    """One worker case: greedy unless ``do_sample=True``; ``skew_level0_clock=True`` skews odd ranks' timings."""
+    """One worker case: greedy unless ``do_sample=True``; ``skew_level0_clock=True`` skews odd ranks' timings;
+    ``seed_per_rank=True`` seeds each rank differently."""
     triforce = {**SMALL, "drafter": drafter, **options.pop("triforce", {})}
     return {
         "name": name,
@@ -72,6 +73,7 @@ def case(name: str, checkpoint: Path, drafter: str, draft: Path | None = None, *
         "seed": 1234,
         "triforce": triforce,
         "skew_level0_clock": options.pop("skew_level0_clock", False),
+        "seed_per_rank": options.pop("seed_per_rank", False),
     }
 
 
@@ -129,6 +131,7 @@ def two_ranks(tmp_path_factory, model_factory):
         case("llama_gqa-model-skewed", gqa, "model", draft_dir, skew_level0_clock=True),
     ]
     single = {c["name"]: single_process_cache_bytes(models[c["name"].split("-")[0]], c) for c in cases}
+    cases.append(case("llama_gqa-ngram-unseeded", gqa, "ngram", do_sample=True, seed_per_rank=True))
     return launch(2, cases, workdir), single, cases
 
 
@@ -162,6 +165,13 @@ def test_seeded_sampling_gives_the_same_tokens_on_every_rank(two_ranks, name):
     prompt = next(c["prompt"] for c in cases if c["name"] == name)
     assert len(tokens[0]) == len(prompt) + NEW_TOKENS
     assert all(t == tokens[0] for t in tokens)
+
+
+def test_ranks_seeded_differently_are_refused_before_sampling(two_ranks):
+    """Different random states would draw different tokens and then mismatch the all-reduces: refused on every rank."""
+    ranks, _, _ = two_ranks
+    for results in ranks:
+        assert "Seed every rank alike" in results["llama_gqa-ngram-unseeded"]["error"]
 
 
 def test_each_rank_caches_only_its_kv_heads(two_ranks):

@@ -4,6 +4,7 @@
 names a saved checkpoint (loaded sharded with ``tp_plan="auto"``), an optional draft checkpoint (loaded whole on
 every rank), the prompt ids and the generate arguments. For each case the rank runs plain ``generate()`` and
 TriForce under the same sharding and records the tokens, ``last_stats`` and the KV heads its caches held.
+``seed_per_rank`` seeds rank ``r`` with ``seed + r`` (the call must be refused on every rank);
 ``skew_level0_clock`` makes this rank's level-0 timings look slow on odd ranks only, so that an adaptive planner
 deciding from its own clock would choose a different schedule than rank 0. Rank ``r`` writes
 ``OUT_DIR/rank{r}.json``.
@@ -71,10 +72,13 @@ def run_case(case: dict, targets: dict, drafts: dict) -> dict:
     torch.manual_seed(case["seed"])
     plain = model.generate(prompt, **common)
     config = TriForceConfig(**case["triforce"])
-    torch.manual_seed(case["seed"])
-    out = model.generate(
-        prompt, triforce_config=config, assistant_model=drafts.get(draft), return_dict_in_generate=True, **common
-    )
+    torch.manual_seed(case["seed"] + (dist.get_rank() if case.get("seed_per_rank") else 0))
+    try:
+        out = model.generate(
+            prompt, triforce_config=config, assistant_model=drafts.get(draft), return_dict_in_generate=True, **common
+        )
+    except hf_triforce.UnsupportedGenerationError as error:
+        return {"name": case["name"], "error": str(error)}
     stats = hf_triforce.last_stats(model)
     layer = output_cache(out).layers[0]
     return {

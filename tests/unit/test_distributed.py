@@ -7,7 +7,13 @@ import torch
 import torch.distributed as dist
 
 from hf_triforce import TriForceConfig
-from hf_triforce.hf.distributed import RankConsensus, tensor_parallel_group, tensor_parallel_size
+from hf_triforce.hf.distributed import (
+    RankConsensus,
+    check_same_random_state,
+    random_state_fingerprint,
+    tensor_parallel_group,
+    tensor_parallel_size,
+)
 from hf_triforce.hierarchy.planner import Plan, Planner
 
 pytestmark = pytest.mark.unit
@@ -80,3 +86,17 @@ def test_non_adaptive_planner_sends_nothing():
     assert planner.plan_round() == Plan("levels", 6)
     assert planner.gamma1() == 2
     assert consensus.asked == []
+
+
+def test_random_state_fingerprint_follows_the_seed():
+    torch.manual_seed(3)
+    seeded = random_state_fingerprint()
+    torch.rand(4)
+    assert random_state_fingerprint() != seeded
+    torch.manual_seed(3)
+    assert random_state_fingerprint() == seeded
+
+
+def test_same_random_state_check_passes_alone(world_of_one):
+    check_same_random_state(RankConsensus(None))
+    check_same_random_state(RankConsensus(world_of_one))  # one rank always agrees with itself
