@@ -31,7 +31,7 @@ from ..caches.retrieval import RetrievalCache
 from ..config import TriForceConfig
 from ..errors import UnsupportedGenerationError
 from ..hf.caches import describe, plain_kv_layers
-from ..hf.model import kv_shape, num_layers
+from ..hf.model import is_dispatched, kv_shape, num_layers
 
 
 @dataclass
@@ -135,7 +135,10 @@ def _check_same_model(model: torch.nn.Module, cache: Any, pairs: list[tuple[torc
         problems.append(f"a batch of {pairs[0][0].shape[0]} sequences, the call has one")
     if len({k.shape[2] for k, _ in pairs}) != 1:
         problems.append("layers of different lengths")
-    if {(k.dtype, k.device) for k, _ in pairs} != {(parameter.dtype, parameter.device)}:
+    if is_dispatched(model):  # accelerate: keys live on each layer's execution device, weights maybe on meta
+        if {k.dtype for k, _ in pairs} != {parameter.dtype}:
+            problems.append(f"keys in {pairs[0][0].dtype}, the model is {parameter.dtype}")
+    elif {(k.dtype, k.device) for k, _ in pairs} != {(parameter.dtype, parameter.device)}:
         problems.append(f"keys in {pairs[0][0].dtype} on {pairs[0][0].device}, the model is {parameter.dtype} on "
                         f"{parameter.device}")  # fmt: skip
     if problems:

@@ -75,9 +75,20 @@ def rope_types(model: torch.nn.Module) -> list[str]:
 
 
 def is_dispatched(model: torch.nn.Module) -> bool:
-    """Whether accelerate placed the model on several devices (``hf_device_map``: offload or model parallel)."""
+    """Whether accelerate placed the model with hooks (``hf_device_map``): on several devices, or offloaded to
+    disk (``{"": "disk"}``: every weight is loaded at its layer's forward, the parameters sit on ``meta``).
+
+    Example:
+        >>> model = torch.nn.Linear(2, 2)
+        >>> model.hf_device_map = {"": "disk"}
+        >>> is_dispatched(model), is_dispatched(torch.nn.Linear(2, 2))
+        (True, False)
+    """
     device_map = getattr(model, "hf_device_map", None)
-    return bool(device_map) and len(set(device_map.values())) > 1
+    if not device_map:
+        return False
+    placements = set(device_map.values())
+    return len(placements) > 1 or "disk" in placements
 
 
 def kv_shape(model: torch.nn.Module) -> tuple[int, int]:

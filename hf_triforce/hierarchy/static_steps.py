@@ -30,7 +30,8 @@ What the forward reads on the host, and how this design keeps it out of the capt
   build: refused. Models with sliding-window attention get the full causal mask over the view (the
   dynamic path applies the window to *compacted* slot distances, which is no true window either); only
   drafts can change, never the output.
-* Models dispatched by accelerate (``hf_device_map``: offload or several devices) are refused for graphs.
+* Models dispatched by accelerate (``hf_device_map``: offload or several devices) are refused for static steps
+  (``cuda_graphs=True`` or ``"eager"``); ``"auto"`` runs them on the dynamic path.
 * Outside the captured region on purpose: the logits processors, the verification (``.item()``-style
   reads of the chosen tokens), re-selection, ``sync``/``crop``/eviction and the copy of the step's
   inputs into the static buffers.
@@ -84,8 +85,6 @@ def graph_blockers(model: torch.nn.Module) -> list[str]:
     for rope in rope_types(model):
         if "dynamic" in rope or rope == "longrope":
             reasons.append(f"RoPE type {rope!r} recomputes its frequencies from max(position_ids) on the host")
-    if is_dispatched(model):
-        reasons.append("the model is dispatched over several devices (accelerate hooks)")
     return reasons
 
 
@@ -93,6 +92,8 @@ def static_blockers(model: torch.nn.Module) -> list[str]:
     """Reasons the static-shape path cannot run ``model`` at all, graphs or not."""
     if mask_kind(model) is None:
         return [f"attn_implementation={attn_implementation(model)!r} (the static path needs sdpa or eager)"]
+    if is_dispatched(model):  # its buffers would sit on one device; the layers' weights are elsewhere or on disk
+        return ["the model is dispatched by accelerate (device_map over several devices, or offloaded)"]
     return []
 
 
