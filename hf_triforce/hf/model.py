@@ -8,6 +8,7 @@ import copy
 import torch
 
 from ..errors import UnsupportedModelError
+from .distributed import tensor_parallel_size
 from .masks import has_mask_function
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
@@ -92,12 +93,13 @@ def is_dispatched(model: torch.nn.Module) -> bool:
 
 
 def kv_shape(model: torch.nn.Module) -> tuple[int, int]:
-    """``(key/value heads, head dim)`` of the model's attention layers, from its config."""
+    """``(key/value heads, head dim)`` of this process's attention layers, from the config: a tensor-parallel
+    model (``tp_plan``) holds ``1/tp_size`` of the KV heads on each rank."""
     config = model.config.get_text_config()
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return kv_heads, head_dim
+    return kv_heads // tensor_parallel_size(model), head_dim
 
 
 def eos_token_ids(generation_config) -> list[int]:

@@ -61,7 +61,7 @@ def prompt_ids(length: int, repetitive: bool, seed: int = 3) -> list[int]:
 
 def case(name: str, checkpoint: Path, drafter: str, draft: Path | None = None, **options) -> dict:
     """One worker case: greedy unless ``do_sample=True``; ``skew_level0_clock=True`` skews odd ranks' timings;
-    ``seed_per_rank=True`` seeds each rank differently."""
+    ``seed_per_rank=True`` seeds each rank differently; ``reuse=True`` continues from the returned cache."""
     triforce = {**SMALL, "drafter": drafter, **options.pop("triforce", {})}
     return {
         "name": name,
@@ -74,6 +74,7 @@ def case(name: str, checkpoint: Path, drafter: str, draft: Path | None = None, *
         "triforce": triforce,
         "skew_level0_clock": options.pop("skew_level0_clock", False),
         "seed_per_rank": options.pop("seed_per_rank", False),
+        "reuse": options.pop("reuse", False),
     }
 
 
@@ -123,7 +124,7 @@ def two_ranks(tmp_path_factory, model_factory):
     model_factory("llama_gqa", num_layers=1, seed=101, enable=False).save_pretrained(draft_dir)
     gqa = workdir / "llama_gqa"
     for family in models:
-        cases.append(case(f"{family}-ngram", workdir / family, "ngram"))
+        cases.append(case(f"{family}-ngram", workdir / family, "ngram", reuse=family == "llama_gqa"))
     cases += [
         case("llama_gqa-model", gqa, "model", draft_dir),
         case("llama_gqa-model-sample", gqa, "model", draft_dir, do_sample=True),
@@ -156,6 +157,15 @@ def test_greedy_equals_plain_generate_on_every_rank(two_ranks, name):
         result = results[name]
         assert result["triforce"] == result["plain"], f"rank {rank}: TriForce differs from plain generate()"
         assert result["triforce"] == ranks[0][name]["triforce"]
+
+
+def test_a_returned_cache_is_reused_on_every_rank(two_ranks):
+    """The cache of each rank holds its own KV heads; a second call from it must accept it and stay lossless."""
+    ranks, _, _ = two_ranks
+    for results in ranks:
+        result = results["llama_gqa-ngram"]
+        assert result["reuse_triforce"] == result["reuse_plain"]
+        assert len(result["reuse_plain"]) == len(result["triforce"]) + 8
 
 
 @pytest.mark.parametrize("name", ["llama_gqa-model-sample", "llama_gqa-ngram-sample"])

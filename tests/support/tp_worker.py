@@ -4,10 +4,10 @@
 names a saved checkpoint (loaded sharded with ``tp_plan="auto"``), an optional draft checkpoint (loaded whole on
 every rank), the prompt ids and the generate arguments. For each case the rank runs plain ``generate()`` and
 TriForce under the same sharding and records the tokens, ``last_stats`` and the KV heads its caches held.
-``seed_per_rank`` seeds rank ``r`` with ``seed + r`` (the call must be refused on every rank);
-``skew_level0_clock`` makes this rank's level-0 timings look slow on odd ranks only, so that an adaptive planner
-deciding from its own clock would choose a different schedule than rank 0. Rank ``r`` writes
-``OUT_DIR/rank{r}.json``.
+Case options: ``reuse`` continues with a second call from the cache the first returned; ``seed_per_rank`` seeds
+rank ``r`` with ``seed + r`` (the call must be refused on every rank); ``skew_level0_clock`` makes level-0
+timings look slow on odd ranks only, so that an adaptive planner deciding from its own clock would choose a
+different schedule than rank 0. Rank ``r`` writes ``OUT_DIR/rank{r}.json``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM
 
 import hf_triforce
 from hf_triforce import TriForceConfig
-from hf_triforce.hf.versions import output_cache
+from hf_triforce.hf.versions import cache_kwargs, output_cache
 from hf_triforce.hierarchy.planner import Planner
 
 log = logging.getLogger("tp_worker")
@@ -81,7 +81,9 @@ def run_case(case: dict, targets: dict, drafts: dict) -> dict:
         return {"name": case["name"], "error": str(error)}
     stats = hf_triforce.last_stats(model)
     layer = output_cache(out).layers[0]
+    reuse = reuse_cache(model, out, config, common) if case.get("reuse") else {}
     return {
+        **reuse,
         "name": case["name"],
         "plain": plain[0].tolist(),
         "triforce": out.sequences[0].tolist(),
@@ -90,6 +92,15 @@ def run_case(case: dict, targets: dict, drafts: dict) -> dict:
         "rounds": dict(stats.rounds),
         "level0_drafted": stats.level0.drafted,
     }
+
+
+def reuse_cache(model, out, config: TriForceConfig, common: dict) -> dict:
+    """A second call continuing ``out`` from the cache the first returned, and plain ``generate()`` of the same."""
+    sequences = out.sequences
+    more = {**common, "max_new_tokens": 8}
+    plain = model.generate(sequences, **more)
+    again = model.generate(sequences, triforce_config=config, **more, **cache_kwargs(output_cache(out)))
+    return {"reuse_plain": plain[0].tolist(), "reuse_triforce": again[0].tolist()}
 
 
 def main(spec_path: str, out_dir: str) -> None:
