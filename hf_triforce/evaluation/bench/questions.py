@@ -23,8 +23,8 @@ import torch
 from transformers import DynamicCache
 
 from ...config import TriForceConfig
-from ..common.documents import DEFAULT_QUESTION
 from ...hf.versions import cache_kwargs
+from ..common.documents import DEFAULT_QUESTION
 from .timed_run import RunResult, measure
 
 MODES = ("plain", "plain_reuse", "triforce_reuse")
