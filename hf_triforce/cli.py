@@ -59,6 +59,10 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=int, default=512, help="retrieval budget in tokens (default 512)")
     p.add_argument("--drafter", choices=DRAFTERS, default="ngram", help="level-0 drafter (default ngram)")
     p.add_argument(
+        "--repetition-penalty", type=float, default=None,
+        help="generate()'s repetition_penalty for both runs (e.g. 1.2 keeps a small model from looping)",
+    )  # fmt: skip
+    p.add_argument(
         "--questions",
         type=int,
         default=1,
@@ -183,6 +187,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         drafter=args.drafter,
         seed=args.seed,
         questions=args.questions,
+        repetition_penalty=args.repetition_penalty,
     )
     if args.question:
         options.question = args.question

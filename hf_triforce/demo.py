@@ -39,6 +39,7 @@ class DemoOptions(DocumentQuestion):
     drafter: str = "ngram"
     seed: int = 0
     questions: int = 1
+    repetition_penalty: float | None = None
 
 
 def run_demo(options: DemoOptions, print_fn=print) -> Comparison:
@@ -56,7 +57,7 @@ def run_demo(options: DemoOptions, print_fn=print) -> Comparison:
     enable(model)
     limit = context_limit(model)
     ids = question_prompt(tokenizer, document, options.question, options.document_tokens, limit, options.max_new_tokens)
-    kwargs = generate_kwargs(options.max_new_tokens, options.temperature, options.top_p)
+    kwargs = _generate_kwargs(options)
     print_fn(f"Prompt: {ids.shape[1]} tokens (document + question). Question: {options.question}\n")
     print_fn("TriForce answer (streamed):")
     fast = measure(model, ids, streamer=TextStreamer(tokenizer, skip_prompt=True), seed=options.seed,
@@ -86,11 +87,19 @@ def run_questions_demo(options: DemoOptions, print_fn=print) -> QuestionsResult:
     document, limit = read_document(options.document), context_limit(model)
     prompts = [question_prompt(tokenizer, document, q, options.document_tokens, limit, options.max_new_tokens)
                for q in questions]  # fmt: skip
-    kwargs = generate_kwargs(options.max_new_tokens, options.temperature, options.top_p)
+    kwargs = _generate_kwargs(options)
     warm_up(model, prompts[0], config, kwargs)
     result = ask_questions(model, prompts, config, seed=options.seed, **kwargs)
     print_fn(format_questions(result, questions, tokenizer, options.temperature > 0))
     return result
+
+
+def _generate_kwargs(options: DemoOptions) -> dict:
+    """Both runs' ``generate()`` arguments (a repetition penalty, when given, applies to plain and TriForce alike)."""
+    kwargs = generate_kwargs(options.max_new_tokens, options.temperature, options.top_p)
+    if options.repetition_penalty is not None:
+        kwargs["repetition_penalty"] = options.repetition_penalty
+    return kwargs
 
 
 def _questions(options: DemoOptions) -> list[str]:

@@ -6,13 +6,18 @@ its acceptance probability, a forward costs what forwards of its width have cost
 * :class:`Acceptance`: the probability that a level accepts one more drafted token (the per-token acceptance of
   the TriForce paper), from each verdict "``accepted`` leading tokens of ``drafted``": every accepted token is
   a success, a rejection one failure (tokens after it were never judged). Old verdicts fade geometrically.
-* :class:`StepCost`: seconds of one forward of ``w`` query tokens; measured widths by their running mean, others
-  by an affine fit ``a + b (w - 1)`` through the measured ones (or the nearest one with a prior slope).
+* :class:`StepCost`: seconds of one forward of ``w`` query tokens; measured widths by the fastest of their last
+  :data:`WINDOW` forwards, others by an affine fit ``a + b (w - 1)`` through the measured ones (or the nearest
+  one with a prior slope). The minimum, not a mean: the first forwards of a call pay one-time costs (buffers
+  allocated, the prefix's chunk summaries computed) that a mean would carry for many rounds, and a schedule
+  judged too slow from them is then run too rarely to correct it.
 """
 
 from __future__ import annotations
 
-FORGET = 0.9  # weight of the past at each new observation (about the last ten count)
+FORGET = 0.9  # weight of the past at each new verdict (about the last ten count)
+WINDOW = 4
+"""How many of a width's latest forwards :class:`StepCost` keeps (it estimates with their minimum)."""
 MIN_SECONDS = 1e-7
 """The floor of every estimate: a clock too coarse for a fast step, or an extrapolation below zero, is not free."""
 PRIOR_SLOPE = 0.1  # extra cost of one more query token, relative to the measured width, before two are measured
@@ -75,12 +80,15 @@ class StepCost:
     """
 
     def __init__(self) -> None:
-        self.mean: dict[int, float] = {}
+        self.mean: dict[int, float] = {}  # width -> the fastest of its latest WINDOW forwards
+        self._recent: dict[int, list[float]] = {}
 
     def observe(self, width: int, seconds: float) -> None:
         """Fold in one forward of ``width`` query tokens that took ``seconds``."""
-        previous = self.mean.get(width)
-        self.mean[width] = seconds if previous is None else FORGET * previous + (1.0 - FORGET) * seconds
+        recent = self._recent.setdefault(width, [])
+        recent.append(seconds)
+        del recent[:-WINDOW]
+        self.mean[width] = min(recent)
 
     @property
     def known(self) -> bool:

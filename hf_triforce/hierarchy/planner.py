@@ -67,7 +67,7 @@ class Planner:
         self.adaptive = config.adaptive
         self.consensus = consensus if consensus is not None else RankConsensus(None)
         self.level2, self.level1, self.level0 = StepCost(), StepCost(), StepCost()
-        self.refresh_seconds = 0.0
+        self.refresh = StepCost()  # one re-selection, as a width-1 "forward"
         self.a1, self.a0, self.a02 = Acceptance(0.8), Acceptance(0.6), Acceptance(0.5)
         self.rounds = 0
         self.last_tried: dict[Kind, int] = {}
@@ -142,7 +142,7 @@ class Planner:
         per_token = self._level1_seconds_per_token()
         if per_token is None:
             return 0.0
-        refresh = self.refresh_seconds / self.config.refresh_every
+        refresh = (self.refresh(1) or 0.0) / self.config.refresh_every
         tokens = expected_tokens(self.a1.rate, plan.gamma2)
         return tokens / (verify + plan.gamma2 * per_token + tokens * refresh)
 
@@ -181,4 +181,4 @@ class Planner:
 
     def observe_refresh(self, seconds: float) -> None:
         """One re-selection of the retrieval chunks took ``seconds``."""
-        self.refresh_seconds = seconds if not self.refresh_seconds else 0.9 * self.refresh_seconds + 0.1 * seconds
+        self.refresh.observe(1, seconds)

@@ -93,9 +93,11 @@ def test_unchosen_schedules_are_probed_again():
 def test_round_rate_matches_the_formula():
     p = planner()
     feed(p, rounds=0)
-    p.a1, p.refresh_seconds = Acceptance(prior=0.9, weight=1e9), 0.0
+    p.a1 = Acceptance(prior=0.9, weight=1e9)
+    p.observe_refresh(0.016)
     per_token = 1.0 / max(p._level1_rate(g) for g in range(4))
-    expected = expected_tokens(0.9, 4) / (p.level2(5) + 4 * per_token)
+    tokens = expected_tokens(0.9, 4)
+    expected = tokens / (p.level2(5) + 4 * per_token + tokens * 0.016 / p.config.refresh_every)
     assert p.rate(Plan("levels", 4)) == pytest.approx(expected)
 
 
@@ -124,3 +126,14 @@ def test_zero_second_measurements_do_not_break_the_schedule():
         p.level0.observe(w, 0.0)
     p.rounds = 1000
     assert p.gamma1() in range(4) and p.plan_round().kind in ("levels", "level0", "plain")
+
+
+def test_a_one_time_slow_forward_does_not_stick():
+    """The first forwards of a call pay one-time costs; a second normal forward of that width restores the cost."""
+    cost = StepCost()
+    cost.observe(7, 0.500)  # first level-1 step: buffers allocated
+    cost.observe(7, 0.040)
+    assert cost(7) == pytest.approx(0.040)
+    for _ in range(8):
+        cost.observe(7, 0.060)  # the machine got slower: the estimate follows within a few forwards
+    assert cost(7) == pytest.approx(0.060)

@@ -9,6 +9,7 @@ from typing import Any
 from ..common.formatting import acceptance_rate, mib, number, phase_cell, phase_ms, tokens_per_second
 from ..common.machine import device_name, library_versions
 from ..common.results import write_json
+from ..common.schedule_table import schedule_section
 from ..models.bandwidth import device_bandwidth, modeled_speedup
 
 
@@ -47,45 +48,11 @@ def markdown_table(results: dict[str, Any]) -> str:
         "hf_triforce's CPU linear fast path (hf_triforce.kernels.linear) switched on: it shows how much of the "
         "speedup that path alone would give; the rest comes from speculation.",
     ]
-    lines += _schedule_section(results["rows"])
+    lines += schedule_section(results["rows"])
     lines += _phase_section(results["rows"])
     lines += _bandwidth_section(results)
     lines += _profile_section(results["rows"])
     return "\n".join(lines) + "\n"
-
-
-def _schedule_section(rows: list[dict[str, Any]]) -> list[str]:
-    """End to end (prefill included), transformers' prompt lookup on the same prompt, and the rounds the adaptive
-    schedule chose (rows recorded before these were measured are left out)."""
-    rows = [r for r in rows if "end_to_end_seconds" in r["plain"]]
-    if not rows:
-        return []
-    lines = [
-        "",
-        "## End to end, prompt lookup and the schedule",
-        "",
-        "End to end = prefill + decoding of one call, in seconds. Prompt lookup is transformers' "
-        "`prompt_lookup_num_tokens` on the same prompt (`--prompt-lookup N`). Rounds: how many rounds the schedule "
-        "ran as level 0 -> 1 -> 2, level 0 -> 2 and plain one-token steps (`TriForceConfig.adaptive`).",
-        "",
-        "| prompt | T | drafter | plain s | TriForce s | prompt-lookup tok/s | TriForce / prompt lookup | "
-        "rounds 0->1->2 / 0->2 / plain | level-0 -> level-2 acc. |",
-        "|---:|---:|---|---:|---:|---:|---:|---|---:|",
-    ]
-    return lines + [_schedule_row(r) for r in rows]
-
-
-def _schedule_row(r: dict[str, Any]) -> str:
-    t, lookup = r["triforce"], r.get("prompt_lookup")
-    rounds = t["triforce"].get("rounds", {})
-    ratio = None if lookup is None else t["tokens_per_second"] / lookup["tokens_per_second"]
-    counts = " / ".join(str(rounds.get(k, 0)) for k in ("levels", "level0", "plain"))
-    direct = t["triforce"]["levels"].get("level0_to_level2")
-    return (
-        f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['plain']['end_to_end_seconds']:.1f} | "
-        f"{t['end_to_end_seconds']:.1f} | {tokens_per_second(lookup, 2)} | "
-        f"{'-' if ratio is None else f'{ratio:.2f}x'} | {counts} | {acceptance_rate(direct) if direct else '-'} |"
-    )
 
 
 def _phase_section(rows: list[dict[str, Any]]) -> list[str]:

@@ -12,6 +12,8 @@ from typing import Any
 
 from ..common.formatting import acceptance_rate, phase_cell, phase_ms, tokens_per_second
 from ..common.machine import device_line
+from ..common.schedule_table import schedule_section
+from .bench_plot import write_plot
 from .pyplot import grouped_bars, pyplot, save
 
 PHASES = (("level1", "level-1 step"), ("level2", "verification"), ("refresh", "refresh"), ("level0", "level-0 draft"))
@@ -21,11 +23,14 @@ def write_bench(results: dict[str, Any], out: Path, stem: str) -> list[Path]:
     """``<stem>.md`` (tables), ``<stem>-speed.png`` and ``<stem>-phases.png`` for a bench result."""
     table = out / f"{stem}.md"
     table.write_text(bench_tables(results))
-    return [
+    written = [
         table,
         _bench_speed_png(results, out / f"{stem}-speed.png"),
         _bench_phase_png(results, out / f"{stem}-phases.png"),
     ]
+    if len({r["prompt_tokens"] for r in results["rows"]}) > 1:  # a sweep over context length
+        written.append(write_plot(results, out / f"{stem}-context.png"))
+    return written
 
 
 def bench_tables(results: dict[str, Any]) -> str:
@@ -54,6 +59,7 @@ def bench_tables(results: dict[str, Any]) -> str:
         cells = [phase_cell(phases.get(key)) for key, _ in PHASES]
         plain_ms = 1e3 * r["plain"]["decode_seconds_per_token"]
         lines.append(f"| {r['prompt_tokens']} | {r['temperature']} | {plain_ms:.1f} | " + " | ".join(cells) + " |")
+    lines += schedule_section(results["rows"])
     return "\n".join(lines) + "\n"
 
 
@@ -65,6 +71,8 @@ def _bench_speed_png(results: dict[str, Any], path: Path) -> Path:
         ("plain + fast linears", [_tps_value(r.get("plain_fast_linears")) for r in rows]),
         ("TriForce", [r["triforce"]["tokens_per_second"] for r in rows]),
     ]
+    if any(r.get("prompt_lookup") for r in rows):
+        series.insert(2, ("transformers prompt lookup", [_tps_value(r.get("prompt_lookup")) for r in rows]))
     labels = [f"T={r['temperature']}, {r['prompt_tokens']} tokens\n{r['drafter']}, budget {r['budget']}" for r in rows]
     fig, ax = plt.subplots(figsize=(7, 3.8))
     grouped_bars(ax, labels, series)

@@ -1,0 +1,48 @@
+"""The table of end-to-end times, prompt-lookup decoding and the adaptive schedule's rounds, shared by the bench
+report and the docs' bench pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .formatting import acceptance_rate, tokens_per_second
+
+
+def schedule_section(rows: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: end to end (prefill included), transformers' prompt lookup on the same prompt, and the rounds
+    the adaptive schedule chose, one row per bench row (rows recorded before these were measured are left out).
+
+    Example:
+        >>> schedule_section([{"plain": {}}])  # recorded before end-to-end times
+        []
+    """
+    rows = [r for r in rows if "end_to_end_seconds" in r["plain"]]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## End to end, prompt lookup and the schedule",
+        "",
+        "End to end = prefill + decoding of one call, in seconds. Prompt lookup is transformers' "
+        "`prompt_lookup_num_tokens` on the same prompt (`--prompt-lookup N`). Rounds: how many rounds the schedule "
+        "ran as level 0 -> 1 -> 2, level 0 -> 2 and plain one-token steps (`TriForceConfig.adaptive`).",
+        "",
+        "| prompt | T | drafter | plain s | TriForce s | prompt-lookup tok/s | TriForce / prompt lookup | "
+        "rounds 0->1->2 / 0->2 / plain | level-0 -> level-2 acc. |",
+        "|---:|---:|---|---:|---:|---:|---:|---|---:|",
+    ]
+    return lines + [schedule_row(r) for r in rows]
+
+
+def schedule_row(r: dict[str, Any]) -> str:
+    """One bench row of :func:`schedule_section`."""
+    t, lookup = r["triforce"], r.get("prompt_lookup")
+    rounds = t["triforce"].get("rounds", {})
+    ratio = None if lookup is None else t["tokens_per_second"] / lookup["tokens_per_second"]
+    counts = " / ".join(str(rounds.get(k, 0)) for k in ("levels", "level0", "plain"))
+    direct = t["triforce"]["levels"].get("level0_to_level2")
+    return (
+        f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['plain']['end_to_end_seconds']:.1f} | "
+        f"{t['end_to_end_seconds']:.1f} | {tokens_per_second(lookup, 2)} | "
+        f"{'-' if ratio is None else f'{ratio:.2f}x'} | {counts} | {acceptance_rate(direct) if direct else '-'} |"
+    )
