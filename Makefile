@@ -56,7 +56,7 @@ demo: venv
 # The speed benchmark (T=0 and T=0.6/top-p 0.9), written under benchmarks/results/.
 BENCH_OUTPUT ?= benchmarks/results/cpu-smollm2-7k.json
 bench: venv
-	$(VPY) -m hf_triforce bench --profile --output $(BENCH_OUTPUT) $(BENCH_ARGS)
+	$(VPY) -m hf_triforce bench --profile --prompt-lookup 10 --output $(BENCH_OUTPUT) $(BENCH_ARGS)
 
 # The documentation site (site/); --strict fails on any warning: broken links, bad docstrings, missing API names.
 docs: venv
