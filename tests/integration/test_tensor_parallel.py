@@ -36,7 +36,7 @@ NEW_TOKENS = 20
 def three_kv_heads_llama() -> LlamaForCausalLM:
     """A tiny random Llama with 6 query / 3 KV heads (GQA), the head layout of SmolLM2 that 3 ranks split."""
     config = LlamaConfig(
-        vocab_size=256,
+        vocab_size=384,  # divisible by 3: transformers 5.17 gathers the lm_head output only in equal shards
         hidden_size=96,
         intermediate_size=192,
         num_hidden_layers=2,
