@@ -80,7 +80,7 @@ class StepCost:
     """
 
     def __init__(self) -> None:
-        self.mean: dict[int, float] = {}  # width -> the fastest of its latest WINDOW forwards
+        self.fastest: dict[int, float] = {}  # width -> the fastest of its latest WINDOW forwards
         self._recent: dict[int, list[float]] = {}
 
     def observe(self, width: int, seconds: float) -> None:
@@ -88,25 +88,25 @@ class StepCost:
         recent = self._recent.setdefault(width, [])
         recent.append(seconds)
         del recent[:-WINDOW]
-        self.mean[width] = min(recent)
+        self.fastest[width] = min(recent)
 
     @property
     def known(self) -> bool:
-        return bool(self.mean)
+        return bool(self.fastest)
 
     def __call__(self, width: int) -> float | None:
         """The estimated seconds of a ``width``-token forward (``None`` before any measurement)."""
-        if width in self.mean or not self.mean:
-            estimate = self.mean.get(width)
-        elif len(self.mean) == 1:
-            ((w0, c0),) = self.mean.items()
+        if width in self.fastest or not self.fastest:
+            estimate = self.fastest.get(width)
+        elif len(self.fastest) == 1:
+            ((w0, c0),) = self.fastest.items()
             estimate = c0 * max(0.1, 1.0 + PRIOR_SLOPE * (width - w0))
         else:
             estimate = self._affine(width)
         return None if estimate is None else max(MIN_SECONDS, estimate)
 
     def _affine(self, width: int) -> float:
-        widths, costs = list(self.mean), list(self.mean.values())
+        widths, costs = list(self.fastest), list(self.fastest.values())
         n = len(widths)
         mean_w, mean_c = sum(widths) / n, sum(costs) / n
         var = sum((w - mean_w) ** 2 for w in widths)

@@ -42,3 +42,15 @@ class Drafter(Protocol):
             ``([m] token ids, m <= k; [m, V] draft probabilities or None)``.
         """
         ...
+
+
+def common_prefix_length(a: torch.Tensor, b: torch.Tensor) -> int:
+    """How many leading tokens the ``[n]`` and ``[m]`` token sequences ``a`` and ``b`` share.
+
+    Example:
+        >>> common_prefix_length(torch.tensor([1, 2, 3, 4]), torch.tensor([1, 2, 5]))
+        2
+    """
+    n = min(a.shape[0], b.shape[0])
+    mismatch = (a[:n] != b[:n]).nonzero()
+    return int(mismatch[0, 0]) if mismatch.numel() else n

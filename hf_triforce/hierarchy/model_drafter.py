@@ -8,6 +8,7 @@ from transformers import LogitsProcessorList
 from ..caches.static_streaming import use_static_layers
 from ..caches.streaming import StreamingLLMCache
 from ..hf.versions import cache_kwargs
+from .drafter import common_prefix_length
 from .static_steps import StaticStepRunner
 
 
@@ -76,7 +77,7 @@ class ModelDrafter:
         return int(torch.multinomial(probs, 1)), probs
 
     def _catch_up(self, prefix: torch.Tensor) -> torch.Tensor:
-        common = min(_common_prefix(self.consumed, prefix), prefix.shape[0] - 1)
+        common = min(common_prefix_length(self.consumed, prefix), prefix.shape[0] - 1)
         rollback = self.consumed.shape[0] - common
         if common <= 0 or rollback > self.cache.get_seq_length() - self.cache.sinks:
             return self._restart(prefix)
@@ -113,9 +114,3 @@ class ModelDrafter:
         self.consumed = torch.cat([self.consumed, tokens])
         self.forwards += 1
         return logits
-
-
-def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
-    n = min(a.shape[0], b.shape[0])
-    mismatch = (a[:n] != b[:n]).nonzero()
-    return int(mismatch[0, 0]) if mismatch.numel() else n

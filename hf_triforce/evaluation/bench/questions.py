@@ -24,6 +24,7 @@ from transformers import DynamicCache
 
 from ...config import TriForceConfig
 from ...hf.versions import cache_kwargs
+from ...hierarchy.drafter import common_prefix_length
 from ..common.documents import DEFAULT_QUESTION
 from .timed_run import RunResult, measure
 
@@ -103,11 +104,8 @@ def shared_prefix_length(prompts: list[torch.LongTensor]) -> int:
         >>> shared_prefix_length([torch.tensor([[1, 2, 3, 4]]), torch.tensor([[1, 2, 5]])])
         2
     """
-    n = min(p.shape[1] for p in prompts) - 1
-    for p in prompts[1:]:
-        differs = (p[0, :n] != prompts[0][0, :n]).nonzero()
-        n = n if differs.numel() == 0 else int(differs[0, 0])
-    return n
+    shortest = min(p.shape[1] for p in prompts) - 1
+    return min([shortest, *(common_prefix_length(p[0], prompts[0][0]) for p in prompts[1:])])
 
 
 def prefill(model, ids: torch.LongTensor) -> tuple[DynamicCache, float]:

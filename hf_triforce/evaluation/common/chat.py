@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ...hf.versions import cache_kwargs, output_cache
+from ...hierarchy.drafter import common_prefix_length
 
 
 @dataclass
@@ -68,9 +69,7 @@ class Chat:
             self.prefilled.append(ids.shape[1])
             return {}
         cached = self.sequences[0, : self.cache.get_seq_length()]
-        n = min(cached.shape[0], ids.shape[1] - 1)
-        differs = (cached[:n] != ids[0, :n]).nonzero()
-        keep = n if differs.numel() == 0 else int(differs[0, 0])
+        keep = min(common_prefix_length(cached, ids[0]), ids.shape[1] - 1)
         if keep < self.cache.get_seq_length():
             self.cache.crop(-(self.cache.get_seq_length() - keep))  # negative: tokens to remove (transformers >= 5.18)
         self.prefilled.append(ids.shape[1] - keep)
