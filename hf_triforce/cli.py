@@ -131,6 +131,13 @@ def _add_eval_drafts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus threshold when sampling (default 1.0: off)")
     p.add_argument("--natural-prompts", type=int, default=3, help="natural-continuation prompts (default 3)")
     p.add_argument("--needle-depths", default="0.1,0.3,0.5,0.7,0.9", help="needle depths in [0, 1] ('' for none)")
+    p.add_argument(
+        "--copy-tasks",
+        choices=("tune", "heldout"),
+        default=None,
+        help="replace the needle tasks by random copy tasks (prose, identifiers, code, table row) of this split, "
+        "at the needle depths, in haystacks of other genres; 'tune' chose the default policy, 'heldout' reports it",
+    )
     p.add_argument("--no-ablations", action="store_true", help="skip the selection-policy ablations")
     p.add_argument("--draft-layers", default="4,15", help="truncated-target level-0 drafts, layers each ('' for none)")
     p.add_argument("--streaming-sinks", type=int, default=8, help="sink tokens of the StreamingLLM view (default 8)")
@@ -158,6 +165,7 @@ def _run_eval_drafts(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         natural_prompts=args.natural_prompts,
         needle_depths=parse_fractions(args.needle_depths),
+        copy_split=args.copy_tasks,
         ablations=not args.no_ablations,
         draft_layers=_ints(args.draft_layers) if args.draft_layers.strip() else [],
         streaming_sinks=args.streaming_sinks,

@@ -41,6 +41,14 @@ class TriForceConfig:
         default=64,
         metadata={"help": "Most recent tokens (rounded to whole chunks) always kept in the sparse view."},
     )
+    lookahead_chunks: int = field(
+        default=0,
+        metadata={
+            "help": "Chunks after each top-scoring chunk that the selection also keeps (each chunk competes with the "
+            "best score of itself and the lookahead_chunks chunks before it). Text being copied is read forward, so "
+            "the drafts of a round need the chunk after the one the query attends to now."
+        },
+    )
     gamma1: int = field(
         default=2, metadata={"help": "Tokens drafted by level 0 per level-1 verification (the most, when adaptive)."}
     )
@@ -134,6 +142,8 @@ class TriForceConfig:
             raise TriForceConfigError(f"adaptive must be True or False, got {self.adaptive!r}.")
         if not (isinstance(self.cuda_graphs, bool) or self.cuda_graphs in ("auto", "eager")):
             raise TriForceConfigError(f"cuda_graphs={self.cuda_graphs!r} must be one of {CUDA_GRAPH_MODES}.")
+        if not isinstance(self.lookahead_chunks, int) or self.lookahead_chunks < 0:
+            raise TriForceConfigError(f"lookahead_chunks must be an integer >= 0, got {self.lookahead_chunks!r}.")
         r = self.refresh_below_acceptance
         if r is not None and not 0.0 <= r <= 1.0:
             raise TriForceConfigError(f"refresh_below_acceptance={r} must be None or in [0, 1].")

@@ -74,8 +74,13 @@ class RetrievalCache(BufferedCache):
         super().__init__(layers=[RetrievalLayer(capacity, chunk_size) for _ in range(num_layers)])
         self.chunk_size = chunk_size
 
-    def select(self, queries: list[torch.Tensor], budget: int, recent_window: int) -> list[torch.Tensor]:
+    def select(
+        self, queries: list[torch.Tensor], budget: int, recent_window: int, lookahead: int = 0
+    ) -> list[torch.Tensor]:
         """Per-layer token indices ``[B, H_kv, S]`` of the best chunks for ``queries[l]`` (``[B, H_q, D]``).
+
+        ``lookahead`` chunks after each top-scoring chunk share its score (see
+        :func:`~hf_triforce.caches.selection.select_token_indices`).
 
         Chunk scoring runs as a Triton kernel on CUDA (:func:`hf_triforce.kernels.retrieval.chunk_scores`),
         the pure-torch ``score_chunks`` otherwise; top-k and the token indices are torch either way.
@@ -88,7 +93,7 @@ class RetrievalCache(BufferedCache):
             else:  # everything is kept; only the [B, H_kv] shape matters (the indices are gathered per KV head)
                 kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1
                 scores = query.new_zeros(query.shape[0], kv_heads, 0)
-            indices.append(select_token_indices(scores, length, self.chunk_size, budget, recent_window))
+            indices.append(select_token_indices(scores, length, self.chunk_size, budget, recent_window, lookahead))
         return indices
 
     def sparse_view(self, indices: list[torch.Tensor], extra_capacity: int) -> RetrievalView:

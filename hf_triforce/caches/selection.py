@@ -10,13 +10,16 @@ import torch
 
 
 def select_token_indices(
-    scores: torch.Tensor, length: int, chunk_size: int, budget: int, recent_window: int
+    scores: torch.Tensor, length: int, chunk_size: int, budget: int, recent_window: int, lookahead: int = 0
 ) -> torch.Tensor:
     """Token indices of the sparse view: sink chunk + top-scoring chunks + recent tokens.
 
     Chunk 0 (the attention sink) and the recent tokens ``[r, length)`` are always kept, where
     ``r = floor((length - recent_window) / chunk_size) * chunk_size`` (so a trailing partial chunk is
     always visible); the remaining budget is filled with the best-scoring whole chunks in between.
+    With ``lookahead = k`` a chunk competes with the best score of itself and the ``k`` chunks before it
+    (:func:`spread_forward`), so a chunk the query attends to brings the ``k`` chunks after it: text being
+    copied is read forward, and the drafts of a round need the tokens after the ones attended now.
     When ``length <= budget`` every token is kept.
 
     Args:
@@ -25,6 +28,7 @@ def select_token_indices(
         chunk_size: tokens per chunk.
         budget: target number of tokens in the view (a multiple of ``chunk_size``).
         recent_window: tokens always kept at the end.
+        lookahead: chunks after each top-scoring chunk that share its score (0: plain top-k).
 
     Returns:
         ``[B, H_kv, S]`` sorted token indices, ``S <= max(budget, length)`` and the same for every head.
@@ -41,7 +45,7 @@ def select_token_indices(
     recent_start = max(chunk_size, (length - recent_window) // chunk_size * chunk_size)
     candidates = recent_start // chunk_size - 1
     k = min(candidates, (budget - chunk_size - (length - recent_start)) // chunk_size)
-    chunk_ids = _top_chunks(scores[:, :, 1 : 1 + candidates], max(k, 0)) + 1
+    chunk_ids = _top_chunks(spread_forward(scores[:, :, 1 : 1 + candidates], lookahead), max(k, 0)) + 1
     offsets = torch.arange(chunk_size, device=device)
     middle = (chunk_ids[..., None] * chunk_size + offsets).flatten(2)
     sink = offsets.expand(b, h, chunk_size)
@@ -53,3 +57,20 @@ def _top_chunks(scores: torch.Tensor, k: int) -> torch.Tensor:
     if k == 0:
         return scores.new_zeros((*scores.shape[:2], 0), dtype=torch.long)
     return scores.topk(k, dim=-1).indices.sort(dim=-1).values
+
+
+def spread_forward(scores: torch.Tensor, lookahead: int) -> torch.Tensor:
+    """``out[..., c] = max(scores[..., c - lookahead : c + 1])``: each chunk's score also lifts the chunks after it.
+
+    Args:
+        scores: ``[..., C]`` chunk scores.
+        lookahead: how many following chunks share a chunk's score (0 returns ``scores``).
+
+    Example:
+        >>> spread_forward(torch.tensor([0.0, 5.0, 1.0, 0.0, 2.0]), 1).tolist()
+        [0.0, 5.0, 5.0, 1.0, 2.0]
+    """
+    out = scores
+    for shift in range(1, min(lookahead, scores.shape[-1] - 1) + 1):
+        out = torch.cat([out[..., :shift], torch.maximum(out[..., shift:], scores[..., :-shift])], dim=-1)
+    return out

@@ -301,3 +301,28 @@ def test_eval_drafts_user_errors_are_one_line(capsys, saved_model, extra, expect
     assert "Traceback" not in err
     errors = [line for line in err.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and errors[0].startswith("hf-triforce: error: ") and expected in errors[0], err
+
+
+def test_eval_drafts_copy_tasks_report_per_token_acceptance(capsys, tmp_path, saved_model):
+    """``--copy-tasks heldout``: every passage kind at each depth, per-token acceptance by kind and depth, verdicts
+    against the copy targets, and the per-budget copy panels in the figure."""
+    model_dir, doc = saved_model
+    out = tmp_path / "copy.json"
+    argv = ["eval-drafts", "--model", model_dir, "--document", doc, "--context-tokens", "600", "--new-tokens", "10"]
+    argv += ["--budgets", "1/16,1/8", "--temperatures", "0", "--natural-prompts", "1", "--needle-depths", "0.2,0.8"]
+    argv += ["--copy-tasks", "heldout", "--draft-layers", "", "--no-end-to-end", "--output", str(out)]
+    assert main(argv) == 0
+    results = json.loads(out.read_text())
+    copy_tasks = [t for t in results["tasks"] if t["kind"] == "copy"]
+    assert [(t["passage_kind"], t["depth"]) for t in copy_tasks] == [
+        (k, d) for k in ("prose", "identifiers", "code", "table") for d in (0.2, 0.8)
+    ]
+    assert all(t["split"] == "heldout" and t["prompt_tokens"] <= 590 for t in copy_tasks)
+    rows = [r for r in results["views"] if r["task_kind"] == "copy"]
+    assert all(r["passage_kind"] and (r["per_token"] is None or 0 <= r["per_token"] <= 1) for r in rows)
+    assert {r["knob"] for r in results["views"] if r["group"] == "ablation"} >= {"lookahead_chunks"}
+    page = out.with_suffix(".md").read_text()
+    assert "## Copy tasks (heldout split)" in page and "## Needle tasks" not in page
+    assert "budget 1/8, T=0, per-token retrieval acceptance >= 0.97" in page
+    assert "budget 1/16, T=0, per-token retrieval acceptance >= 0.93" in page
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

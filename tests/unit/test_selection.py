@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.models.llama.modeling_llama import repeat_kv
 
-from hf_triforce.caches.selection import select_token_indices
+from hf_triforce.caches.selection import select_token_indices, spread_forward
 from hf_triforce.kernels.retrieval import chunk_means, gather_tokens, score_chunks
 
 pytestmark = pytest.mark.unit
@@ -120,17 +120,23 @@ def _selection_case(draw):
     length = draw(st.integers(1, 40 * chunk_size + budget))
     heads = draw(st.integers(1, 3))
     seed = draw(st.integers(0, 2**16))
-    return chunk_size, chunk_size * recent_chunks, budget, length, heads, seed
+    lookahead = draw(st.integers(0, 3))
+    return chunk_size, chunk_size * recent_chunks, budget, length, heads, seed, lookahead
 
 
-@settings(max_examples=60, deadline=None)
+def _spread_by_hand(scores: list[float], candidates: list[int], lookahead: int) -> dict[int, float]:
+    """Candidate chunk -> the best score among itself and the ``lookahead`` candidates before it."""
+    return {c: max(scores[p] for p in candidates if c - lookahead <= p <= c) for c in candidates}
+
+
+@settings(max_examples=80, deadline=None)
 @given(case=_selection_case())
 def test_select_token_indices_properties(case):
-    chunk_size, recent_window, budget, length, heads, seed = case
+    chunk_size, recent_window, budget, length, heads, seed, lookahead = case
     batch = 2
     n_chunks = length // chunk_size
     scores = torch.randn(batch, heads, n_chunks, generator=_gen(seed))
-    idx = select_token_indices(scores, length, chunk_size, budget, recent_window)
+    idx = select_token_indices(scores, length, chunk_size, budget, recent_window, lookahead)
     assert idx.dtype == torch.long and idx.shape[:2] == (batch, heads)
 
     if length <= budget:
@@ -157,8 +163,32 @@ def test_select_token_indices_properties(case):
             middle_chunks = {t // chunk_size for t in middle}
             for c in middle_chunks:  # whole chunks only
                 assert set(range(c * chunk_size, (c + 1) * chunk_size)) <= chosen
-            expected = set(sorted(candidates, key=lambda c: -float(scores[b, h, c]))[:k])
-            assert middle_chunks == expected, "the middle chunks are the top-k by this head's score"
+            spread = _spread_by_hand(scores[b, h].tolist(), candidates, lookahead)
+            assert len(middle_chunks) == k
+            if lookahead == 0:  # random scores: no ties, one right answer
+                expected = set(sorted(candidates, key=lambda c: -spread[c])[:k])
+                assert middle_chunks == expected, "the middle chunks are the top-k by this head's score"
+            elif 0 < k < len(candidates):  # a chunk shares its score with the next ones: any top-k among ties
+                left_out = max(spread[c] for c in candidates if c not in middle_chunks)
+                assert min(spread[c] for c in middle_chunks) >= left_out
+
+
+def test_lookahead_brings_the_chunks_after_the_best_one():
+    """Chunk 4 scores best; with lookahead 2 chunks 5 and 6 come with it and outrank chunk 9's second best."""
+    scores = torch.zeros(1, 1, 16)
+    scores[0, 0, 4], scores[0, 0, 9] = 10.0, 5.0
+    idx = select_token_indices(scores, 128, 8, 8 + 3 * 8 + 16, 16, lookahead=2)[0, 0].tolist()
+    assert idx[8:-16] == list(range(32, 56))
+    plain = select_token_indices(scores, 128, 8, 8 + 3 * 8 + 16, 16)[0, 0].tolist()
+    assert {t // 8 for t in plain[8:-16]} >= {4, 9}
+
+
+@pytest.mark.parametrize("lookahead", [0, 1, 3, 20])
+def test_spread_forward_by_hand(lookahead):
+    scores = torch.randn(2, 3, 9, generator=_gen(lookahead))
+    out = spread_forward(scores, lookahead)
+    for c in range(9):
+        torch.testing.assert_close(out[..., c], scores[..., max(0, c - lookahead) : c + 1].amax(dim=-1))
 
 
 def test_select_recent_start_rounds_down_to_a_chunk():

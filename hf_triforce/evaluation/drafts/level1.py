@@ -47,6 +47,7 @@ class ViewMeasurement:
         view_tokens: mean tokens visible to level 1 (selection + tail).
         accepted: level-1 drafts accepted in the replayed rounds.
         drafted: level-1 drafts in the replayed rounds.
+        rejections: replayed rounds that ended with a rejected draft.
         logits: ``[m - 1, V]`` level-1 logits when kept (for the level-0 comparison), else None.
     """
 
@@ -56,11 +57,19 @@ class ViewMeasurement:
     accepted: int = 0
     drafted: int = 0
     logits: torch.Tensor | None = None
+    rejections: int = 0
 
     @property
     def mean(self) -> float:
         """Mean per-position acceptance."""
         return float(self.acceptance.mean()) if self.acceptance.numel() else float("nan")
+
+    @property
+    def per_token(self) -> float:
+        """Per-token acceptance of the replayed rounds, ``accepted / (accepted + rejections)``: the estimate
+        :attr:`hf_triforce.stats.LevelStats.per_token_acceptance` reports."""
+        judged = self.accepted + self.rejections
+        return self.accepted / judged if judged else float("nan")
 
 
 @dataclass
@@ -70,6 +79,11 @@ class RoundOutcome:
     keep: int
     accepted: int
     drafted: int
+
+    @property
+    def rejected(self) -> bool:
+        """Whether the round ended with a rejected draft."""
+        return self.accepted < self.drafted
 
 
 def measure_view(
@@ -103,7 +117,7 @@ def measure_view(
     coins = torch.Generator().manual_seed(seed)
     rates, logits, visible = [], [], 0
     selection, selected_at, refreshes, rule = None, 0, 0, policy.refresh_rule()
-    accepted = drafted = 0
+    accepted = drafted = rejections = 0
     j = 1
     while j < m:
         length = n + j - 1  # cached tokens when level 1 feeds y_{j-1}
@@ -121,11 +135,12 @@ def measure_view(
         if keep_logits:
             logits.append(step_logits[: done.keep])
         accepted, drafted = accepted + done.accepted, drafted + done.drafted
+        rejections += done.rejected
         rule.observe(done.drafted, done.accepted)
         j += done.keep
     per_position = torch.cat(rates) if rates else torch.empty(0)
     kept = torch.cat(logits) if keep_logits and logits else None
-    return ViewMeasurement(per_position, refreshes, visible / max(1, m - 1), accepted, drafted, kept)
+    return ViewMeasurement(per_position, refreshes, visible / max(1, m - 1), accepted, drafted, kept, rejections)
 
 
 def replay_round(rates: torch.Tensor, gamma2: int, temperature: float, coins: torch.Generator) -> RoundOutcome:

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -75,9 +76,9 @@ def build_needle_prompt(
 
     The passage goes between two blank lines after ``round(depth * D)`` of the ``D`` document tokens; the
     request follows the document as in :func:`hf_triforce.evaluation.common.documents.question_prompt`, and the
-    assistant's answer is started with the passage's first ``cue_words`` words (the cue). Small models asked to copy a
-    passage without a cue tend to answer with boilerplate; with it, the correct continuation is the rest of
-    the passage, copied from the middle of the document (an induction task).
+    assistant's answer is started with the passage's first ``cue_words`` words (the cue, whitespace kept). Small
+    models asked to copy a passage without a cue tend to answer with boilerplate; with it, the correct
+    continuation is the rest of the passage, copied from the middle of the document (an induction task).
 
     Args:
         tokenizer: a fast tokenizer with a chat template (offsets locate the passage).
@@ -100,7 +101,7 @@ def build_needle_prompt(
         True
     """
     _check_inputs(tokenizer, depth)
-    cue = " ".join(needle.split()[:cue_words])
+    cue = passage_prefix(needle, cue_words)
     overhead = len(_encode(tokenizer, _content("", needle, "", request), cue)[0])
     room = context_tokens - overhead
     if room <= 0:
@@ -125,6 +126,17 @@ def build_needle_prompt(
     input_ids = torch.tensor([ids], dtype=torch.long)
     needle_ids = input_ids[0, slice(*needle_span)].clone()
     return NeedlePrompt(input_ids, needle_span, document_span, depth, needle_ids, cue)
+
+
+def passage_prefix(passage: str, words: int) -> str:
+    """The passage up to the end of its ``words``-th word, whitespace kept (``""`` for 0 words).
+
+    Example:
+        >>> passage_prefix("def f(x):\n    return x", 3)
+        'def f(x):\n    return'
+    """
+    ends = [m.end() for m in re.finditer(r"\S+", passage)][:words]
+    return passage[: ends[-1]] if words > 0 and ends else ""
 
 
 def needle_overlap(answer_ids: torch.Tensor, needle_ids: torch.Tensor, n: int = 4) -> float:

@@ -31,6 +31,7 @@ class EvalOptions:
     top_p: float = 1.0
     natural_prompts: int = 3
     needle_depths: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9])
+    copy_split: str | None = None
     ablations: bool = True
     draft_layers: list[int] = field(default_factory=lambda: [4])
     streaming_sinks: int = 8
@@ -58,6 +59,8 @@ class EvalOptions:
             raise EvalOptionsError(f"--top-p must be in (0, 1], got {self.top_p}.")
         if self.natural_prompts < 0 or any(not 0 <= d <= 1 for d in self.needle_depths):
             raise EvalOptionsError("--natural-prompts must be >= 0 and needle depths in [0, 1].")
+        if self.copy_split not in (None, "tune", "heldout"):
+            raise EvalOptionsError(f"--copy-tasks must be 'tune' or 'heldout', got {self.copy_split!r}.")
         if self.natural_prompts == 0 and not self.needle_depths:
             raise EvalOptionsError("nothing to measure: pass --natural-prompts > 0 or some --needle-depths.")
 

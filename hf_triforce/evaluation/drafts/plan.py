@@ -23,6 +23,7 @@ ABLATIONS: dict[str, list[Any]] = {
     "combine": ["sum", "max", "softmax"],
     "recent_window": [0, 16, 64, 128, 256],
     "chunk_size": [4, 8, 16, 32],
+    "lookahead_chunks": [0, 1, 2, 3],
     "refresh_every": [1, 4, 8, 16, 32, NEVER],
     "refresh_below_acceptance": [None, 0.5, 0.8],
 }

@@ -23,9 +23,12 @@ from .summary import (
     KIND_ORDER,
     NEEDLE_TARGET,
     budget_label,
+    copy_verdict,
     drafter_cost,
     fraction_label,
     level0_pooled,
+    passage_task_kind,
+    per_token,
     pooled,
     round_rate,
     verdicts,
@@ -73,6 +76,7 @@ def markdown_report(results: dict[str, Any]) -> str:
     lines += _verdict_section(results)
     lines += _natural_section(results)
     lines += _needle_section(results)
+    lines += _copy_section(results)
     lines += _round_section(results)
     lines += _ablation_section(results)
     lines += _defaults_section(results)
@@ -87,18 +91,70 @@ def _verdict_section(results: dict[str, Any]) -> list[str]:
     headline = fraction_label(results["options"]["headline_fraction"])
     needle = ", ".join(f"{d}: {x['retrieval']:.3f} vs {x['streaming']:.3f}" for d, x in v["needle"].items())
     worst = min(v["natural"].items(), key=lambda kv: kv[1]["retrieval"] - kv[1]["streaming"], default=None)
-    lines = [
-        "",
-        "## Must-show checks",
-        "",
-        f"- Needle tasks, budget {headline}, T=0, retrieval >= {NEEDLE_TARGET} at every depth: "
-        f"**{'met' if v['needle_met'] else 'NOT met'}** (depth: retrieval vs StreamingLLM: {needle}).",
+    lines = ["", "## Must-show checks", ""]
+    if passage_task_kind(results) == "needle":
+        lines.append(
+            f"- Needle tasks, budget {headline}, T=0, retrieval >= {NEEDLE_TARGET} at every depth: "
+            f"**{'met' if v['needle_met'] else 'NOT met'}** (depth: retrieval vs StreamingLLM: {needle})."
+        )
+    else:
+        lines += _copy_verdict_lines(results)
+    lines += [
         f"- Natural continuation, retrieval >= StreamingLLM at every budget and temperature: "
         f"**{'met' if v['natural_met'] else 'NOT met'}**",
     ]
     if worst is not None:
         key, x = worst
         lines[-1] += f" (smallest margin {x['retrieval'] - x['streaming']:+.3f} at budget {key})."
+    return lines
+
+
+def _copy_verdict_lines(results: dict[str, Any]) -> list[str]:
+    lines = []
+    for label, b in copy_verdict(results)["budgets"].items():
+        depths = ", ".join(f"{d}: {x['retrieval']:.3f} vs {x['streaming']:.3f}" for d, x in b["depths"].items())
+        lines.append(
+            f"- Copy tasks ({_split(results)} split), budget {label}, T=0, per-token retrieval acceptance >= "
+            f"{b['target']} at every depth: **{'met' if b['met'] else 'NOT met'}** (worst {number(b['worst'])}; "
+            f"depth: retrieval vs StreamingLLM: {depths})."
+        )
+    return lines
+
+
+def _split(results: dict[str, Any]) -> str:
+    return results["options"].get("copy_split") or "?"
+
+
+def _copy_section(results: dict[str, Any]) -> list[str]:
+    if passage_task_kind(results) != "copy":
+        return []
+    o = results["options"]
+    main = [r for r in results["views"] if r["group"] == "main" and r["task_kind"] == "copy"]
+    kinds = list(dict.fromkeys(t["passage_kind"] for t in results["tasks"] if t["kind"] == "copy"))
+    haystacks = sorted({t["haystack"] for t in results["tasks"] if t["kind"] == "copy"})
+    lines = [
+        "",
+        f"## Copy tasks ({_split(results)} split): per-token level-1 acceptance at T=0",
+        "",
+        f"A random passage of each kind ({', '.join(kinds)}) at each depth of a haystack ({', '.join(haystacks)}), "
+        "asked for with one of the split's wordings, the answer started with its first words "
+        "(hf_triforce.evaluation.drafts.copy_tasks). Per-token acceptance is accepted / (accepted + rejections) over "
+        "the replayed rounds of gamma2 drafts (TriForceStats' `per_token_acceptance`, the papers' alpha); the "
+        "full model's own answer is the reference, including where it stops copying.",
+    ]
+    for fraction in o["budget_fractions"]:
+        lines += [
+            "",
+            f"Budget {budget_label(results, fraction)}:",
+            "",
+            "| depth | " + " | ".join(kinds) + " | all kinds | StreamingLLM (all) |",
+            "|---|" + "---:|" * (len(kinds) + 2),
+        ]
+        for depth in o["needle_depths"]:
+            args = dict(budget_fraction=fraction, temperature=0.0, depth=depth)
+            cells = [number(per_token(main, kind="retrieval", passage_kind=k, **args)) for k in kinds]
+            cells += [number(per_token(main, kind=k, **args)) for k in KIND_ORDER]
+            lines.append(f"| {depth:g} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -126,6 +182,8 @@ def _natural_section(results: dict[str, Any]) -> list[str]:
 
 
 def _needle_section(results: dict[str, Any]) -> list[str]:
+    if passage_task_kind(results) != "needle":
+        return []
     o = results["options"]
     main = [r for r in results["views"] if r["group"] == "main"]
     refs = {(r["task"], r["temperature"]): r for r in results["references"]}
@@ -178,7 +236,7 @@ def _round_section(results: dict[str, Any]) -> list[str]:
         "",
         *_temperature_columns("task", temps),
     ]
-    for kind in ("natural", "needle"):
+    for kind in ("natural", passage_task_kind(results)):
         cells = [number(round_rate(main, task_kind=kind, temperature=t, kind=k)) for t in temps for k in KIND_ORDER]
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     return lines
@@ -191,15 +249,16 @@ def _ablation_section(results: dict[str, Any]) -> list[str]:
     o = results["options"]
     temps = o["temperatures"]
     defaults = _policy_defaults(results)
-    header = " | ".join(f"natural T={t:g} | needle T={t:g}" for t in temps)
+    passage = passage_task_kind(results)
+    header = " | ".join(f"natural T={t:g} | {passage} T={t:g}" for t in temps)
     lines = [
         "",
         f"## Selection policy ablations (budget {budget_label(results, o['headline_fraction'])}, one knob at a time)",
         "",
-        "Every other knob keeps its TriForceConfig default (marked *). `needle min` is the worst depth at T=0; "
-        "`all` pools every position of every task and temperature.",
+        f"Every other knob keeps its TriForceConfig default (marked *). `{passage} min` is the worst depth at T=0 "
+        "(per-token acceptance for copy tasks); `all` pools every position of every task and temperature.",
         "",
-        f"| knob | value | {header} | needle min T=0 | all | refreshes |",
+        f"| knob | value | {header} | {passage} min T=0 | all | refreshes |",
         "|---|---|" + "---:|---:|" * len(temps) + "---:|---:|---:|",
     ]
     for knob in dict.fromkeys(r["knob"] for r in rows):
@@ -207,9 +266,8 @@ def _ablation_section(results: dict[str, Any]) -> list[str]:
             chosen = [r for r in rows if r["knob"] == knob and _key(r["value"]) == value]
             cells = []
             for t in temps:
-                cells += [number(pooled(chosen, task_kind=k, temperature=t)[0]) for k in ("natural", "needle")]
-            depths = {r["task"] for r in chosen if r["task_kind"] == "needle"}
-            worst = min((pooled(chosen, task=d, temperature=0.0)[0] for d in depths), default=float("nan"))
+                cells += [number(pooled(chosen, task_kind=k, temperature=t)[0]) for k in ("natural", passage)]
+            worst = _worst_depth(chosen, passage)
             refreshes = sum(r["refreshes"] for r in chosen) / max(1, len(chosen))
             mark = "*" if defaults.get(knob) == value else ""
             lines.append(
@@ -220,12 +278,22 @@ def _ablation_section(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _worst_depth(rows: list[dict[str, Any]], passage: str) -> float:
+    """The worst T=0 figure over depths: per-position needle acceptance, or per-token copy acceptance (pooled
+    over passage kinds)."""
+    depths = {r["depth"] for r in rows if r["task_kind"] == passage}
+    if passage == "copy":
+        return min((per_token(rows, task_kind="copy", depth=d, temperature=0.0) for d in depths), default=math.nan)
+    return min((pooled(rows, task_kind="needle", depth=d, temperature=0.0)[0] for d in depths), default=math.nan)
+
+
 def _level0_section(results: dict[str, Any]) -> list[str]:
     rows = results["level0"]
     if not rows:
         return []
     o = results["options"]
     temps = o["temperatures"]
+    passage = passage_task_kind(results)
     lines = [
         "",
         "## Level-0 drafters against level 1 (retrieval view at the headline budget)",
@@ -236,13 +304,13 @@ def _level0_section(results: dict[str, Any]) -> list[str]:
         "first k layers + final norm + LM head with a StreamingLLM cache (training-free; no small model sharing "
         "the tokenizer is available offline); its forward costs about k / num_layers of a level-1 step.",
         "",
-        "| drafter | " + " | ".join(f"natural T={t:g} acc (cov) | needle T={t:g} acc (cov)" for t in temps) + " |",
+        "| drafter | " + " | ".join(f"natural T={t:g} acc (cov) | {passage} T={t:g} acc (cov)" for t in temps) + " |",
         "|---|" + "---:|---:|" * len(temps),
     ]
     for name in dict.fromkeys(r["drafter"] for r in rows):
         cells = []
         for t in temps:
-            for kind in ("natural", "needle"):
+            for kind in ("natural", passage):
                 acc, cov, _ = level0_pooled(rows, drafter=name, task_kind=kind, temperature=t)
                 cells.append(f"{number(acc)} ({number(cov, 2)})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -252,6 +320,7 @@ def _level0_section(results: dict[str, Any]) -> list[str]:
 def _level0_value_section(results: dict[str, Any]) -> list[str]:
     rows = results["level0"]
     layers = results.get("num_layers")
+    passage = passage_task_kind(results)
     lines = [
         "",
         "Is a level-0 drafter worth its cost? With one proposal per level-1 step (gamma1 = 1), a step yields "
@@ -259,17 +328,17 @@ def _level0_value_section(results: dict[str, Any]) -> list[str]:
         "cost; the slightly wider level-1 forward is ignored), so level 1 runs (1 + a) / (1 + c) times as fast "
         "(> 1: worth it). Pooled over temperatures.",
         "",
-        "| drafter | cost c | natural a | needle a | natural (1+a)/(1+c) | needle (1+a)/(1+c) |",
+        f"| drafter | cost c | natural a | {passage} a | natural (1+a)/(1+c) | {passage} (1+a)/(1+c) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for name in dict.fromkeys(r["drafter"] for r in rows):
         c = drafter_cost(name, layers)
-        a = {kind: level0_pooled(rows, drafter=name, task_kind=kind)[2] for kind in ("natural", "needle")}
+        a = {kind: level0_pooled(rows, drafter=name, task_kind=kind)[2] for kind in ("natural", passage)}
         a = {k: (0.0 if name == "none" else v) for k, v in a.items()}
         value = {k: (1 + v) / (1 + c) for k, v in a.items()}
         lines.append(
-            f"| {name} | {number(c, 2)} | {number(a['natural'])} | {number(a['needle'])} | "
-            f"{number(value['natural'], 2)} | {number(value['needle'], 2)} |"
+            f"| {name} | {number(c, 2)} | {number(a['natural'])} | {number(a[passage])} | "
+            f"{number(value['natural'], 2)} | {number(value[passage], 2)} |"
         )
     return lines
 
@@ -296,10 +365,7 @@ def _defaults_section(results: dict[str, Any]) -> list[str]:
         values = list(dict.fromkeys(_key(r["value"]) for r in rows if r["knob"] == knob))
         chosen = {v: [r for r in rows if r["knob"] == knob and _key(r["value"]) == v] for v in values}
         overall = {v: pooled(c)[0] for v, c in chosen.items()}
-        worst = {}
-        for v, c in chosen.items():
-            depths = {r["task"] for r in c if r["task_kind"] == "needle"}
-            worst[v] = min((pooled(c, task=d, temperature=0.0)[0] for d in depths), default=float("nan"))
+        worst = {v: _worst_depth(c, passage_task_kind(results)) for v, c in chosen.items()}
         best = max(overall, key=overall.get)
         best_needle = max(worst, key=lambda v: -1 if math.isnan(worst[v]) else worst[v])
         default = defaults.get(knob)
@@ -379,9 +445,10 @@ def _temperature_columns(first: str, temperatures: list[float], before: str = "|
 
 
 def _policy_defaults(results: dict[str, Any]) -> dict[str, Any]:
-    """The default value of each ablated knob; results recorded before 0.2 name one knob ``refresh_below``."""
+    """The default value of each ablated knob; results recorded before 0.2 name one knob ``refresh_below`` and have
+    no ``lookahead_chunks`` (it was 0 then)."""
     c = results["config_defaults"]
-    defaults = {"combine": "sum", **{knob: _key(c[knob]) for knob in CONFIG_KNOBS}}
+    defaults = {"combine": "sum", **{knob: _key(c.get(knob, 0)) for knob in CONFIG_KNOBS}}  # 0.1: no lookahead
     return {**defaults, "refresh_below": defaults["refresh_below_acceptance"]}
 
 

@@ -126,6 +126,8 @@ def _measure_views(model, cache, task: Task, ref: Reference, options: EvalOption
             "task": task.name,
             "task_kind": task.kind,
             "depth": task.info.get("depth"),
+            "passage_kind": task.info.get("passage_kind"),
+            "haystack": task.info.get("haystack"),
             "temperature": ref.temperature,
             "group": group,
             "knob": knob,
@@ -142,6 +144,8 @@ def _measure_views(model, cache, task: Task, ref: Reference, options: EvalOption
             "view_tokens": m.view_tokens,
             "round_accepted": m.accepted,
             "round_drafted": m.drafted,
+            "round_rejections": m.rejections,
+            "per_token": m.per_token,
         }
         results["views"].append(row)
     return done[headline].logits
@@ -185,10 +189,10 @@ def _reference_record(task: Task, ref: Reference, tokenizer) -> dict[str, Any]:
 
 def _check_context(model, options: EvalOptions) -> None:
     limit = context_limit(model)
-    for name, tokens in (
-        ("--context-tokens", options.context_tokens),
-        ("--e2e-context-tokens", options.e2e_context_tokens),
-    ):
+    checked = [("--context-tokens", options.context_tokens)]
+    if options.end_to_end:  # --no-end-to-end: the end-to-end context is never used
+        checked.append(("--e2e-context-tokens", options.e2e_context_tokens))
+    for name, tokens in checked:
         if limit is not None and tokens > limit:
             raise EvalOptionsError(f"{name} {tokens} exceeds the model's context of {limit} tokens; lower it.")
     if options.context_tokens <= options.new_tokens + 64:

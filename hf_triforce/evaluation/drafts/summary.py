@@ -15,6 +15,8 @@ import math
 from typing import Any
 
 NEEDLE_TARGET = 0.9
+COPY_TARGETS = {1 / 8: 0.97, 1 / 16: 0.93}
+"""Per-token level-1 acceptance at ``T = 0`` that copy tasks must reach at every depth, by budget fraction."""
 KIND_ORDER = ("retrieval", "streaming")
 
 
@@ -52,6 +54,54 @@ def round_rate(rows: list[dict[str, Any]], **match: Any) -> float:
     chosen = matching(rows, **match)
     drafted = sum(r.get("round_drafted", 0) for r in chosen)
     return sum(r.get("round_accepted", 0) for r in chosen) / drafted if drafted else float("nan")
+
+
+def per_token(rows: list[dict[str, Any]], **match: Any) -> float:
+    """Per-token level-1 acceptance of the replayed rounds of the matching rows: ``accepted / (accepted +
+    rejections)``, the estimate ``TriForceStats.level1.per_token_acceptance`` reports (the papers' alpha).
+
+    Example:
+        >>> per_token([{"kind": "retrieval", "round_accepted": 18, "round_rejections": 2}], kind="retrieval")
+        0.9
+    """
+    chosen = matching(rows, **match)
+    accepted = sum(r.get("round_accepted", 0) for r in chosen)
+    judged = accepted + sum(r.get("round_rejections", 0) for r in chosen)
+    return accepted / judged if judged else float("nan")
+
+
+def passage_task_kind(results: dict[str, Any]) -> str:
+    """``"copy"`` when the results hold copy tasks (``--copy-tasks``), else ``"needle"``.
+
+    Example:
+        >>> passage_task_kind({"tasks": [{"kind": "natural"}, {"kind": "copy"}]})
+        'copy'
+    """
+    return "copy" if any(t["kind"] == "copy" for t in results["tasks"]) else "needle"
+
+
+def copy_verdict(results: dict[str, Any]) -> dict[str, Any]:
+    """Copy tasks at ``T = 0``: per-token retrieval (and StreamingLLM) acceptance by budget and depth, pooled over
+    passage kinds, against :data:`COPY_TARGETS`; ``met`` when every measured target budget reaches it at every
+    depth.
+    """
+    main = [r for r in results["views"] if r["group"] == "main" and r["task_kind"] == "copy"]
+    budgets = {}
+    for fraction, target in COPY_TARGETS.items():
+        if not any(math.isclose(fraction, f) for f in results["options"]["budget_fractions"]):
+            continue
+        args = dict(budget_fraction=_measured(results, fraction), temperature=0.0)
+        depths = {
+            f"{d:g}": {k: per_token(main, kind=k, depth=d, **args) for k in KIND_ORDER}
+            for d in results["options"]["needle_depths"]
+        }
+        worst = min((v["retrieval"] for v in depths.values()), default=float("nan"))
+        budgets[fraction_label(fraction)] = {"target": target, "depths": depths, "worst": worst, "met": worst >= target}
+    return {"budgets": budgets, "met": bool(budgets) and all(b["met"] for b in budgets.values())}
+
+
+def _measured(results: dict[str, Any], fraction: float) -> float:
+    return next(f for f in results["options"]["budget_fractions"] if math.isclose(f, fraction))
 
 
 def level0_pooled(rows: list[dict[str, Any]], **match: Any) -> tuple[float, float, float]:

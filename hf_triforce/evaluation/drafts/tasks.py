@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..common.documents import DocumentError
+from .copy_tasks import build_copy_prompt, copy_task_specs
 from .needle import NeedlePrompt, build_needle_prompt
 from .options import EvalOptions
 
@@ -30,22 +31,46 @@ class Task:
 
 
 def build_tasks(tokenizer, document: str, options: EvalOptions, prompt_tokens: int) -> list[Task]:
-    """Natural-continuation prompts (raw document slices) then needle prompts, each ``<= prompt_tokens``."""
+    """Natural-continuation prompts (raw document slices), then needle prompts (the document's own passage) or,
+    with ``options.copy_split``, the split's copy tasks; each ``<= prompt_tokens``."""
     tasks = [
         natural_task(tokenizer, document, i, options.natural_prompts, prompt_tokens)
         for i in range(options.natural_prompts)
     ]
+    if options.copy_split:
+        return tasks + copy_tasks(tokenizer, options, prompt_tokens)
     for depth in options.needle_depths:
         needle = build_needle_prompt(tokenizer, document, prompt_tokens, depth)
-        info = {
-            "depth": depth,
-            "actual_depth": needle.depth,
-            "needle_span": list(needle.needle_span),
-            "document_span": list(needle.document_span),
-            "cue": needle.cue,
-        }
-        tasks.append(Task(f"needle@{depth:g}", "needle", needle.input_ids, info, needle))
+        tasks.append(Task(f"needle@{depth:g}", "needle", needle.input_ids, _needle_info(depth, needle), needle))
     return tasks
+
+
+def copy_tasks(tokenizer, options: EvalOptions, prompt_tokens: int) -> list[Task]:
+    """The copy tasks of ``options.copy_split``: every passage kind at every needle depth."""
+    specs = copy_task_specs(options.copy_split, depths=tuple(options.needle_depths), seed=options.seed)
+    texts: dict[str, str] = {}
+    tasks = []
+    for spec in specs:
+        prompt = build_copy_prompt(tokenizer, spec, prompt_tokens, texts)
+        info = _needle_info(spec.depth, prompt) | {
+            "split": spec.split,
+            "passage_kind": spec.kind,
+            "haystack": spec.haystack,
+            "wording": spec.wording,
+            "passage": spec.passage.text,
+        }
+        tasks.append(Task(spec.name, "copy", prompt.input_ids, info, prompt))
+    return tasks
+
+
+def _needle_info(depth: float, needle: NeedlePrompt) -> dict[str, Any]:
+    return {
+        "depth": depth,
+        "actual_depth": needle.depth,
+        "needle_span": list(needle.needle_span),
+        "document_span": list(needle.document_span),
+        "cue": needle.cue,
+    }
 
 
 def natural_task(tokenizer, document: str, index: int, count: int, prompt_tokens: int) -> Task:

@@ -32,7 +32,7 @@ from .streaming_view import streaming_indices
 KINDS = ("retrieval", "streaming")
 COMBINES = ("sum", "max", "softmax")
 NEVER = 2**31 - 1  # refresh_every that never re-selects
-CONFIG_KNOBS = ("chunk_size", "recent_window", "refresh_every", "refresh_below_acceptance")
+CONFIG_KNOBS = ("chunk_size", "recent_window", "lookahead_chunks", "refresh_every", "refresh_below_acceptance")
 """The ``TriForceConfig`` knobs a :class:`ViewPolicy` carries, under the config's own names."""
 _DEFAULTS = TriForceConfig()
 
@@ -49,6 +49,7 @@ class ViewPolicy:
         budget: tokens of the full cache in the view (both kinds).
         chunk_size: retrieval chunk size.
         recent_window: retrieval: recent tokens always kept.
+        lookahead_chunks: retrieval: chunks after each top-scoring chunk that share its score.
         combine: retrieval: how a GQA group's query heads score a chunk (see :func:`group_scores`).
         refresh_every: re-select after this many new tokens (``NEVER``: select once).
         refresh_below_acceptance: also re-select when a round's acceptance falls below this (None: off).
@@ -59,6 +60,7 @@ class ViewPolicy:
     budget: int = 512
     chunk_size: int = _DEFAULTS.chunk_size
     recent_window: int = _DEFAULTS.recent_window
+    lookahead_chunks: int = _DEFAULTS.lookahead_chunks
     combine: str = "sum"
     refresh_every: int = _DEFAULTS.refresh_every
     refresh_below_acceptance: float | None = _DEFAULTS.refresh_below_acceptance
@@ -110,7 +112,10 @@ class ViewPolicy:
         if self.kind == "streaming":
             return f"streaming b{self.budget} s{self.sinks} r{refresh}"
         below = "" if self.refresh_below_acceptance is None else f" below{self.refresh_below_acceptance:g}"
-        return f"retrieval b{self.budget} c{self.chunk_size} w{self.recent_window} {self.combine} r{refresh}{below}"
+        ahead = f" a{self.lookahead_chunks}" if self.lookahead_chunks else ""
+        return (
+            f"retrieval b{self.budget} c{self.chunk_size} w{self.recent_window}{ahead} {self.combine} r{refresh}{below}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields; ``refresh_every`` is ``None`` for never."""
@@ -183,7 +188,9 @@ def select_indices(
             scores = group_scores(query, summaries, policy.combine)
         else:
             scores = query.new_zeros(1, kv_heads, 0)
-        indices.append(select_token_indices(scores, length, c, policy.budget, policy.recent_window))
+        indices.append(
+            select_token_indices(scores, length, c, policy.budget, policy.recent_window, policy.lookahead_chunks)
+        )
     return indices
 
 

@@ -12,22 +12,39 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..drafts.summary import KIND_ORDER, NEEDLE_TARGET, budget_label, budget_tokens, fraction_label, pooled
+from ..drafts.summary import (
+    COPY_TARGETS,
+    KIND_ORDER,
+    NEEDLE_TARGET,
+    budget_label,
+    budget_tokens,
+    fraction_label,
+    passage_task_kind,
+    per_token,
+    pooled,
+)
 from .pyplot import pyplot
 
 
 def write_eval_plot(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """PNG with level-1 acceptance vs budget (natural text) and vs needle depth (headline budget); returns its path.
 
-    One line per view kind (retrieval solid, StreamingLLM dashed) and temperature (one color each). Needs
+    One line per view kind (retrieval solid, StreamingLLM dashed) and temperature (one color each). With copy
+    tasks (``--copy-tasks``) the depth panels are per-token acceptance at T=0, one line per passage kind, one
+    panel per budget with a target (:data:`~hf_triforce.evaluation.drafts.summary.COPY_TARGETS`). Needs
     matplotlib (the ``bench`` extra).
     """
     plt = pyplot()
-    fig, (by_budget, by_depth) = plt.subplots(1, 2, figsize=(11, 4.2))
+    copy_budgets = _copy_budgets(results)
+    fig, axes = plt.subplots(1, 1 + max(1, len(copy_budgets)), figsize=(5.5 * (1 + max(1, len(copy_budgets))), 4.2))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    _by_budget(by_budget, results, colors)
-    _by_depth(by_depth, results, colors)
-    for ax in (by_budget, by_depth):
+    _by_budget(axes[0], results, colors)
+    if copy_budgets:
+        for ax, fraction in zip(axes[1:], copy_budgets, strict=True):
+            _copy_by_depth(ax, results, fraction, colors)
+    else:
+        _by_depth(axes[1], results, colors)
+    for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     m = results["machine"]
@@ -83,5 +100,35 @@ def _by_depth(ax, results: dict[str, Any], colors: list[str]) -> None:
         xlabel="needle depth in the document",
         ylabel="level-1 acceptance",
         title=f"Needle copy, budget {budget_label(results, headline)}",
+    )
+    ax.set_ylim(0, 1.02)
+
+
+def _copy_budgets(results: dict[str, Any]) -> list[float]:
+    """The measured budget fractions that have a copy-task target, smallest first ([] without copy tasks)."""
+    if passage_task_kind(results) != "copy":
+        return []
+    fractions = results["options"]["budget_fractions"]
+    return sorted(f for f in fractions if any(math.isclose(f, t) for t in COPY_TARGETS))
+
+
+def _copy_by_depth(ax, results: dict[str, Any], fraction: float, colors: list[str]) -> None:
+    """Copy tasks at T=0: per-token level-1 acceptance against depth, one line per passage kind."""
+    main = [r for r in results["views"] if r["group"] == "main" and r["task_kind"] == "copy"]
+    depths = results["options"]["needle_depths"]
+    kinds = list(dict.fromkeys(t["passage_kind"] for t in results["tasks"] if t["kind"] == "copy"))
+    args = dict(budget_fraction=fraction, temperature=0.0)
+    for i, kind in enumerate(kinds):
+        y = [per_token(main, kind="retrieval", passage_kind=kind, depth=d, **args) for d in depths]
+        ax.plot(depths, y, "-", marker="o", color=colors[i % len(colors)], label=f"retrieval, {kind}")
+    streaming = [per_token(main, kind="streaming", depth=d, **args) for d in depths]
+    ax.plot(depths, streaming, "--", marker="o", color="gray", label="StreamingLLM, all kinds")
+    target = next(t for f, t in COPY_TARGETS.items() if math.isclose(f, fraction))
+    ax.axhline(target, color="black", linewidth=0.8, label=f"target {target}")
+    split = results["options"].get("copy_split") or ""
+    ax.set(
+        xlabel="passage depth in the haystack",
+        ylabel="per-token level-1 acceptance (T=0)",
+        title=f"Copy tasks ({split}), budget {budget_label(results, fraction)}",
     )
     ax.set_ylim(0, 1.02)
