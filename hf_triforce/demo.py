@@ -18,7 +18,7 @@ from .evaluation.common.documents import (
     question_prompt,
     read_document,
 )
-from .evaluation.common.formatting import acceptance_rate, mib, number
+from .evaluation.common.formatting import acceptance_rate, mib, number, per_token_acceptance
 from .evaluation.common.generate_kwargs import generate_kwargs
 from .evaluation.common.loading import load_model
 from .generation import enable
@@ -179,4 +179,7 @@ def _rounds(stats: dict) -> str:
 
 
 def _rate(level: dict) -> str:
-    return acceptance_rate(level, counts=True, none="n/a (nothing drafted)")
+    """The round rate with its counts, then the per-token acceptance (alpha), e.g. ``0.44 (8/18), per token 0.80``."""
+    rate = acceptance_rate(level, counts=True, none="n/a (nothing drafted)")
+    alpha = per_token_acceptance(level, none="")
+    return f"{rate}, per token {alpha}" if alpha else rate

@@ -66,22 +66,83 @@ class AliasedDict(dict):
 
 @dataclass
 class LevelStats:
-    """Drafted and accepted token counts for one verification level."""
+    """Drafted, accepted and rejected counts for one verification level, and two acceptance figures.
+
+    * :attr:`acceptance_rate`, the round rate ``accepted / drafted``: the share of drafted tokens kept. Drafts after
+      a round's first rejection count as not accepted; the cost model and the docs' tables use it.
+    * :attr:`per_token_acceptance`, ``alpha``: the probability that a drafted token is accepted given that every
+      earlier draft of its round was, the figure the speculative-decoding and TriForce papers report.
+
+    ``rejections`` counts the rounds that ended with a rejection (``accepted < drafted``).
+
+    Example:
+        >>> level = LevelStats(); level.record(6, 6); level.record(6, 2); level.record(6, 0)
+        >>> level.drafted, level.accepted, level.rejections, level.acceptance_rate, level.per_token_acceptance
+        (18, 8, 2, 0.4444444444444444, 0.8)
+    """
 
     drafted: int = 0
     accepted: int = 0
+    rejections: int = 0
 
     @property
     def acceptance_rate(self) -> float:
-        """``accepted / drafted`` (0.0 when nothing was drafted)."""
+        """The round rate ``accepted / drafted`` (0.0 when nothing was drafted).
+
+        Example:
+            >>> level = LevelStats(); level.record(4, 1); level.acceptance_rate
+            0.25
+        """
         return self.accepted / self.drafted if self.drafted else 0.0
 
+    @property
+    def per_token_acceptance(self) -> float:
+        """Per-token acceptance ``alpha``: the probability that a drafted token is accepted given that every earlier
+        draft of its round was accepted (0.0 when nothing was drafted, 1.0 when drafts were never rejected).
+
+        Estimated as ``accepted / (accepted + rejections)``, the maximum-likelihood estimate of ``alpha`` when each
+        draft is accepted independently with probability ``alpha``: a round contributes its accepted drafts as
+        successes and at most one failure, its first rejection (a fully accepted round contributes no failure).
+        The drafts after a round's first rejection are never judged, so they count against the round rate but
+        not here: ``per_token_acceptance >= acceptance_rate``. Rounds of different lengths (adaptive ``gamma``,
+        drafts cut at ``max_length`` or at EOS) need no correction. With a fixed ``gamma`` it agrees, up to the
+        small differences between the two estimators, with the papers' estimate, which solves
+        ``E[accepted + 1] = (1 - alpha**(gamma + 1)) / (1 - alpha)`` for ``alpha`` from the mean accepted length.
+
+        Example:
+            >>> level = LevelStats(); level.record(6, 6); level.record(6, 2); level.record(6, 0)
+            >>> level.per_token_acceptance, round(level.acceptance_rate, 3)  # 8 accepted, 2 rounds rejected
+            (0.8, 0.444)
+        """
+        judged = self.accepted + self.rejections
+        return self.accepted / judged if judged else 0.0
+
     def record(self, drafted: int, accepted: int) -> None:
+        """Fold in one round: its ``accepted`` leading drafts of the ``drafted`` that were judged.
+
+        Example:
+            >>> level = LevelStats(); level.record(3, 1); level.record(0, 0); level
+            LevelStats(drafted=3, accepted=1, rejections=1)
+        """
         self.drafted += drafted
         self.accepted += accepted
+        self.rejections += int(accepted < drafted)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"drafted": self.drafted, "accepted": self.accepted, "acceptance_rate": self.acceptance_rate}
+        """The counts and both acceptance figures (JSON-serializable).
+
+        Example:
+            >>> level = LevelStats(); level.record(6, 5); level.to_dict()  # doctest: +NORMALIZE_WHITESPACE
+            {'drafted': 6, 'accepted': 5, 'rejections': 1, 'acceptance_rate': 0.8333333333333334,
+             'per_token_acceptance': 0.8333333333333334}
+        """
+        return {
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "rejections": self.rejections,
+            "acceptance_rate": self.acceptance_rate,
+            "per_token_acceptance": self.per_token_acceptance,
+        }
 
 
 @dataclass
@@ -124,8 +185,10 @@ class TriForceStats:
 
     ``level0`` counts level-0 drafts judged by level 1; ``level1`` counts level-1 drafts judged by the full
     cache (level 2); ``level0_to_level2`` counts level-0 drafts judged by level 2 directly (rounds that skip
-    level 1). ``rounds`` counts the rounds of each schedule the planner chose (``"levels"``: level 0 -> 1 -> 2,
-    ``"level0"``: level 0 -> 2, ``"plain"``: a plain decoding step; see :mod:`hf_triforce.hierarchy.planner`).
+    level 1). Each :class:`LevelStats` gives the round rate ``acceptance_rate`` (``accepted / drafted``) and the
+    per-token acceptance ``per_token_acceptance`` (the papers' ``alpha``). ``rounds`` counts the rounds of each
+    schedule the planner chose (``"levels"``: level 0 -> 1 -> 2, ``"level0"``: level 0 -> 2, ``"plain"``: a plain
+    decoding step; see :mod:`hf_triforce.hierarchy.planner`).
     ``target_forwards`` counts full-cache verification forwards (the prefill excluded) and
     ``mean_accepted_length`` is the mean number of tokens each of them produced. ``phases`` times the level-0
     drafts (``level0``), the level-1 forwards (``level1``), retrieval re-selections (``refresh``), the
@@ -135,8 +198,10 @@ class TriForceStats:
     and the level-0 draft cache.
 
     Example:
-        >>> stats = TriForceStats(); stats.level1.record(6, 5); stats.to_dict()["levels"]["level1"]
-        {'drafted': 6, 'accepted': 5, 'acceptance_rate': 0.8333333333333334}
+        >>> stats = TriForceStats(); stats.level1.record(6, 2); stats.level1.record(6, 6)
+        >>> stats.to_dict()["levels"]["level1"]  # doctest: +NORMALIZE_WHITESPACE
+        {'drafted': 12, 'accepted': 8, 'rejections': 1, 'acceptance_rate': 0.6666666666666666,
+         'per_token_acceptance': 0.8888888888888888}
     """
 
     new_tokens: int = 0

@@ -64,12 +64,17 @@ def is_enabled(model: torch.nn.Module) -> bool:
 def last_stats(model: torch.nn.Module) -> TriForceStats:
     """Statistics of the model's most recent TriForce ``generate()`` call.
 
+    Each level reports two acceptance figures (:class:`~hf_triforce.stats.LevelStats`): ``acceptance_rate``, the
+    round rate ``accepted / drafted``, and ``per_token_acceptance``, the papers' ``alpha`` (the probability that a
+    draft is accepted given that the earlier drafts of its round were), which is never below the round rate.
+
     Raises:
         ValueError: when no TriForce generation has run on this model.
 
     Example:
-        >>> hf_triforce.last_stats(model).to_dict()["levels"]["level1"]["acceptance_rate"]  # doctest: +SKIP
-        0.96
+        >>> level1 = hf_triforce.last_stats(model).level1  # doctest: +SKIP
+        >>> round(level1.acceptance_rate, 2), round(level1.per_token_acceptance, 2)  # doctest: +SKIP
+        (0.93, 0.96)
     """
     state = state_of(model)
     if state is None or state.last_stats is None:

@@ -86,6 +86,8 @@ def test_demo_runs_end_to_end(capsys, model_dir, document):
     for row in ("decode tokens/s", "speedup", "acceptance", "mean tokens per full-cache forward", "peak process"):
         assert row in out, out
     assert "identical text: yes" in out, out
+    level1 = next(line for line in out.splitlines() if line.startswith("level-1 ("))
+    assert "per token" in level1 or "nothing drafted" in level1, level1
 
 
 def test_demo_samples(capsys, model_dir, document):
@@ -197,6 +199,9 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
     latencies = [plain_ms] + [phases[p]["ms_per_call"] for p in ("level1", "level2")]
     expected = modeled_speedup(*latencies, 0.9, row["config"]["gamma2"])
     assert row["modeled_speedup"]["real_text_acceptance"] == pytest.approx(expected)
+    alpha = row["triforce"]["triforce"]["levels"]["level1"]["per_token_acceptance"]  # expected_tokens takes alpha
+    own = modeled_speedup(*latencies, alpha, row["config"]["gamma2"])
+    assert row["modeled_speedup"]["this_run_acceptance"] == pytest.approx(own)
     assert row["random_weights"] and row["shape"] == "tiny" and row["prompt_tokens"] == 1024
     assert row["model_config"]["attn_implementation"] == "eager" and row["config"]["cuda_graphs"] == "eager"
     assert row["identical_output"] is True

@@ -243,7 +243,11 @@ def test_max_new_tokens_inside_a_draft(llama, make_prompt, assert_greedy_equal, 
     )
     out = assert_greedy_equal(llama, prompt, cfg, max_new, assistant_model=llama)
     assert out.shape[1] == 33 + max_new
-    assert hf_triforce.last_stats(llama).new_tokens == max_new
+    stats = hf_triforce.last_stats(llama)
+    assert stats.new_tokens == max_new
+    # every level agrees, and a draft cut at max_length is recorded as what was judged, not as a rejection
+    assert stats.level0.rejections == stats.level1.rejections == stats.level0_to_level2.rejections == 0
+    assert stats.level1.drafted == 0 or stats.level1.per_token_acceptance == 1.0
 
 
 @pytest.mark.parametrize("max_new", [3, 10])
@@ -309,7 +313,7 @@ STATS_KEYS = {
     "mean_accepted_length",
     "levels",
 }
-LEVEL_KEYS = {"drafted", "accepted", "acceptance_rate"}
+LEVEL_KEYS = {"drafted", "accepted", "rejections", "acceptance_rate", "per_token_acceptance"}
 
 
 def check_stats(stats: dict, new_tokens: int, gamma2: int, gamma1: int) -> None:
@@ -329,7 +333,12 @@ def check_stats(stats: dict, new_tokens: int, gamma2: int, gamma1: int) -> None:
         assert 0.0 <= level["acceptance_rate"] <= 1.0
         if level["drafted"]:
             assert level["acceptance_rate"] == pytest.approx(level["accepted"] / level["drafted"])
+        # a round ends with at most one rejection, and drafts after it are never judged: alpha >= the round rate
+        assert level["rejections"] <= level["drafted"] - level["accepted"]
+        assert 0.0 <= level["acceptance_rate"] <= level["per_token_acceptance"] <= 1.0
     retrieval, direct = stats["levels"]["level1"], stats["levels"]["level0_to_level2"]
+    assert retrieval["rejections"] <= stats["rounds"].get("levels", 0)
+    assert direct["rejections"] <= stats["rounds"].get("level0", 0)
     assert retrieval["drafted"] <= gamma2 * stats["rounds"].get("levels", 0)
     assert direct["drafted"] <= (gamma1 + gamma2) * stats["rounds"].get("level0", 0)
     assert stats["decoded_tokens"] <= retrieval["accepted"] + direct["accepted"] + stats["target_forwards"]

@@ -1,13 +1,18 @@
-"""TriForceStats: one vocabulary for the levels, and the 0.1 names as deprecated aliases."""
+"""TriForceStats: one vocabulary for the levels, the 0.1 names as deprecated aliases, and the two acceptance figures
+(the round rate and the per-token acceptance alpha)."""
 
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hf_triforce import TriForceStats
-from hf_triforce.stats import LEVEL_ALIASES, PHASE_ALIASES, AliasedDict, upgrade_stats_dicts
+from hf_triforce.evaluation.common.formatting import acceptances, per_token_acceptance
+from hf_triforce.stats import LEVEL_ALIASES, PHASE_ALIASES, AliasedDict, LevelStats, upgrade_stats_dicts
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +31,13 @@ def test_to_dict_uses_the_level_vocabulary_only():
     d = json.loads(json.dumps(_stats().to_dict()))
     assert set(d["levels"]) == {"level0", "level1", "level0_to_level2"}
     assert set(d["phases"]) == {"prefill", "level0", "level1", "refresh", "level2"}
-    assert d["levels"]["level1"] == {"drafted": 6, "accepted": 5, "acceptance_rate": 5 / 6}
+    assert d["levels"]["level1"] == {
+        "drafted": 6,
+        "accepted": 5,
+        "rejections": 1,
+        "acceptance_rate": 5 / 6,
+        "per_token_acceptance": 5 / 6,
+    }
 
 
 @pytest.mark.parametrize(("old", "new"), sorted(LEVEL_ALIASES.items()))
@@ -74,3 +85,100 @@ def test_recorded_01_results_are_upgraded():
     new = upgrade_stats_dicts(old)["rows"][0]["triforce"]
     assert new["levels"] == {"level0": {"drafted": 1}, "level1": {"drafted": 2}}
     assert new["phases"] == {"level2": {"calls": 3}, "level0": {"calls": 4}, "level1": {"calls": 5}}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Round rate and per-token acceptance
+
+
+def _level(*rounds: tuple[int, int]) -> LevelStats:
+    level = LevelStats()
+    for drafted, accepted in rounds:
+        level.record(drafted, accepted)
+    return level
+
+
+def test_per_token_acceptance_of_hand_built_rounds():
+    level = _level((6, 6), (6, 2), (6, 0))  # one round fully accepted, two ended by a rejection
+    assert (level.drafted, level.accepted, level.rejections) == (18, 8, 2)
+    assert level.acceptance_rate == pytest.approx(8 / 18)
+    assert level.per_token_acceptance == pytest.approx(0.8)  # 8 successes, 2 failures; 8 drafts never judged
+    d = json.loads(json.dumps(level.to_dict()))
+    assert d == {
+        "drafted": 18,
+        "accepted": 8,
+        "rejections": 2,
+        "acceptance_rate": pytest.approx(8 / 18),
+        "per_token_acceptance": pytest.approx(0.8),
+    }
+
+
+@pytest.mark.parametrize(
+    ("rounds", "rate", "alpha"),
+    [
+        ((), 0.0, 0.0),  # nothing drafted
+        (((0, 0), (0, 0)), 0.0, 0.0),  # empty rounds: no draft, no rejection
+        (((4, 4), (2, 2)), 1.0, 1.0),  # never rejected
+        (((4, 0), (3, 0)), 0.0, 0.0),  # every round rejected its first draft
+        (((1, 0), (1, 1)), 0.5, 0.5),  # one-draft rounds: the two figures agree
+    ],
+)
+def test_acceptance_edge_cases(rounds, rate, alpha):
+    level = _level(*rounds)
+    assert level.acceptance_rate == rate and level.per_token_acceptance == alpha
+
+
+@given(st.lists(st.integers(0, 8).flatmap(lambda d: st.tuples(st.just(d), st.integers(0, d))), max_size=30))
+def test_per_token_acceptance_is_never_below_the_round_rate(rounds):
+    level = _level(*rounds)
+    assert level.rejections == sum(a < d for d, a in rounds)
+    assert 0.0 <= level.acceptance_rate <= level.per_token_acceptance <= 1.0
+
+
+def _geometric_rounds(alpha: float, gamma: int, n: int, seed: int) -> list[tuple[int, int]]:
+    """``n`` rounds of ``gamma`` drafts, each accepted with probability ``alpha`` until the first rejection."""
+    rng = random.Random(seed)
+    rounds = []
+    for _ in range(n):
+        accepted = 0
+        while accepted < gamma and rng.random() < alpha:
+            accepted += 1
+        rounds.append((gamma, accepted))
+    return rounds
+
+
+def _alpha_from_mean_accepted_length(mean_tokens: float, gamma: int) -> float:
+    """The papers' estimate: solve ``mean_tokens = (1 - a**(gamma + 1)) / (1 - a)`` for ``a`` (bisection)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid**i for i in range(gamma + 1)) < mean_tokens:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.9])
+def test_per_token_acceptance_recovers_alpha_of_simulated_rounds(alpha):
+    gamma, n = 6, 20_000
+    rounds = _geometric_rounds(alpha, gamma, n, seed=18)
+    level = _level(*rounds)
+    assert level.per_token_acceptance == pytest.approx(alpha, abs=0.01)
+    assert level.acceptance_rate < alpha - 0.05, "the round rate underestimates alpha"
+    papers = _alpha_from_mean_accepted_length(sum(a + 1 for _, a in rounds) / n, gamma)
+    assert level.per_token_acceptance == pytest.approx(papers, abs=0.01)
+
+
+def test_per_token_acceptance_needs_no_fixed_gamma():
+    """Rounds of varying length (adaptive gamma, drafts cut at max_length or EOS) are pooled without correction."""
+    rng = random.Random(7)
+    rounds = [r for gamma in (1, 2, 4, 8) for r in _geometric_rounds(0.8, gamma, 5_000, seed=rng.randrange(2**31))]
+    assert _level(*rounds).per_token_acceptance == pytest.approx(0.8, abs=0.01)
+
+
+def test_acceptance_cells():
+    level = _level((6, 6), (6, 2), (6, 0)).to_dict()
+    assert acceptances(level) == "0.44 / 0.80" and per_token_acceptance(level, 3) == "0.800"
+    old = {"drafted": 18, "accepted": 8, "acceptance_rate": 8 / 18}  # recorded before per-token acceptance
+    assert acceptances(old) == "0.44 / -" and acceptances({"drafted": 0}) == "-"

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..common.formatting import acceptance_rate, mib, number, phase_cell, phase_ms, tokens_per_second
+from ..common.formatting import acceptances, mib, number, phase_cell, phase_ms, tokens_per_second
 from ..common.machine import device_name, library_versions
 from ..common.results import write_json
 from ..common.schedule_table import schedule_section
@@ -37,7 +37,8 @@ def markdown_table(results: dict[str, Any]) -> str:
         f"Command: `{results['command']}`",
         "",
         "| prompt | T | drafter | budget | plain tok/s | TriForce tok/s | speedup | identical | "
-        "level-0 acc. | level-1 acc. | tokens/forward | plain + fast linears tok/s |",
+        "level-0 acc. (round / per token) | level-1 acc. (round / per token) | tokens/forward | "
+        "plain + fast linears tok/s |",
         "|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     lines += [_row(r) for r in results["rows"]]
@@ -100,8 +101,8 @@ def _row(r: dict[str, Any]) -> str:
     return (
         f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['budget']} | "
         f"{r['plain']['tokens_per_second']:.2f} | {r['triforce']['tokens_per_second']:.2f} | "
-        f"{r['speedup']:.2f}x | {identical} | {acceptance_rate(levels['level0'])} | "
-        f"{levels['level1']['acceptance_rate']:.2f} | {t['mean_accepted_length']:.2f} | "
+        f"{r['speedup']:.2f}x | {identical} | {acceptances(levels['level0'])} | "
+        f"{acceptances(levels['level1'])} | {t['mean_accepted_length']:.2f} | "
         f"{tokens_per_second(r.get('plain_fast_linears'), 2)} |"
     )
 
@@ -134,8 +135,8 @@ def _bandwidth_section(results: dict[str, Any]) -> list[str]:
         + (f" ({bandwidth / 1e12:.2f} TB/s)." if bandwidth else " (no peak bandwidth known for a CPU: floors omitted).")
         + " Modeled speedup = expected tokens per verification x plain step / (gamma2 level-1 steps + one "
         "verification), from this run's measured latencies (hf_triforce.evaluation.models.bandwidth; level 0 not "
-        "modeled), "
-        "with this run's level-1 acceptance, and with the acceptance of a real model on real text (in brackets). "
+        "modeled), with this run's level-1 per-token acceptance, and with the acceptance of a real model on real "
+        "text (in brackets). "
         "With random weights (a shape preset) only the latter means anything, and the measured speedup is "
         "that of random-weights drafts.",
         "",
@@ -165,14 +166,17 @@ def _bandwidth_row(r: dict[str, Any], bandwidth: float | None) -> str:
 def modeled_speedups(r: dict[str, Any]) -> dict[str, float | None]:
     """Speedups the bandwidth model predicts from a row's measured step latencies (level 0 not modeled).
 
-    ``this_run_acceptance`` uses the row's own level-1 acceptance (meaningless with random weights);
-    ``real_text_acceptance`` uses ``r["real_acceptance"]`` (a real model on real text), or is ``None``.
+    ``this_run_acceptance`` uses the row's own level-1 per-token acceptance (meaningless with random weights; the
+    round rate for rows recorded before it existed): the model's ``expected_tokens`` takes a per-token
+    probability, which the round rate ``accepted / drafted`` underestimates. ``real_text_acceptance`` uses
+    ``r["real_acceptance"]`` (a real model on real text, per position), or is ``None``.
     """
     t = r["triforce"]["triforce"]
     plain_ms = 1e3 * r["plain"]["decode_seconds_per_token"]
     latencies = (plain_ms, phase_ms(t["phases"].get("level1")), phase_ms(t["phases"].get("level2")))
     gamma2 = r["config"]["gamma2"]
-    own = modeled_speedup(*latencies, t["levels"]["level1"]["acceptance_rate"], gamma2)
+    level1 = t["levels"]["level1"]
+    own = modeled_speedup(*latencies, level1.get("per_token_acceptance", level1["acceptance_rate"]), gamma2)
     real = r.get("real_acceptance")
     return {
         "this_run_acceptance": own,

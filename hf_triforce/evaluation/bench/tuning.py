@@ -30,6 +30,7 @@ import torch
 from ...config import TriForceConfig
 from ...generation import enable
 from ..common.documents import question_prompt, read_document
+from ..common.formatting import acceptances
 from ..common.generate_kwargs import generate_kwargs
 from ..common.machine import machine_info
 from ..common.results import write_json
@@ -154,7 +155,7 @@ def _row(
         "level1_forwards_per_token": stats["phases"].get("level1", {}).get("calls", 0) / stats["new_tokens"],
         "cores_lacked": busy,  # see contention.measure_quietly
         "triforce": stats,
-        "summary": f"{speedup:.2f}x, level-1 acc. {levels['level1']['acceptance_rate']:.2f}, "
+        "summary": f"{speedup:.2f}x, level-1 acc. {acceptances(levels['level1'])} (round / per token), "
         f"{stats['mean_accepted_length']:.2f} tokens/forward",
     }
 

@@ -51,7 +51,7 @@ def acceptance_rate(level: dict[str, Any], digits: int = 2, counts: bool = False
     """A level's acceptance (``TriForceStats.to_dict()["levels"][...]``), or ``none`` when nothing was drafted.
 
     Args:
-        level: ``{"drafted", "accepted", "acceptance_rate"}``.
+        level: ``{"drafted", "accepted", "acceptance_rate"}``; the round rate ``accepted / drafted`` is shown.
         digits: decimals of the rate.
         counts: also show ``(accepted/drafted)``.
         none: what to print when nothing was drafted.
@@ -64,6 +64,31 @@ def acceptance_rate(level: dict[str, Any], digits: int = 2, counts: bool = False
         return none
     rate = f"{level['acceptance_rate']:.{digits}f}"
     return f"{rate} ({level['accepted']}/{level['drafted']})" if counts else rate
+
+
+def per_token_acceptance(level: dict[str, Any], digits: int = 2, none: str = MISSING) -> str:
+    """A level's per-token acceptance (the papers' alpha), or ``none`` when nothing was drafted or the stats were
+    recorded before it existed.
+
+    Example:
+        >>> per_token_acceptance({"drafted": 18, "per_token_acceptance": 0.8}), per_token_acceptance({"drafted": 5})
+        ('0.80', '-')
+    """
+    if not level["drafted"] or "per_token_acceptance" not in level:
+        return none
+    return f"{level['per_token_acceptance']:.{digits}f}"
+
+
+def acceptances(level: dict[str, Any], digits: int = 2) -> str:
+    """A table cell ``"round rate / per-token acceptance"`` of a level, or ``-`` when nothing was drafted.
+
+    Example:
+        >>> acceptances({"drafted": 18, "accepted": 8, "acceptance_rate": 8 / 18, "per_token_acceptance": 0.8})
+        '0.44 / 0.80'
+    """
+    if not level["drafted"]:
+        return MISSING
+    return f"{acceptance_rate(level, digits)} / {per_token_acceptance(level, digits)}"
 
 
 def phase_ms(phase: dict[str, Any] | None, missing: float = float("nan")) -> float:

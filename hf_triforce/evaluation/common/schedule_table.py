@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .formatting import acceptance_rate, tokens_per_second
+from .formatting import acceptances, tokens_per_second
 
 
 def schedule_section(rows: list[dict[str, Any]]) -> list[str]:
@@ -28,7 +28,7 @@ def schedule_section(rows: list[dict[str, Any]]) -> list[str]:
         "ran as level 0 -> 1 -> 2, level 0 -> 2 and plain one-token steps (`TriForceConfig.adaptive`).",
         "",
         "| prompt | T | drafter | plain s | TriForce s | prompt-lookup tok/s | TriForce / prompt lookup | "
-        "rounds 0->1->2 / 0->2 / plain | level-0 -> level-2 acc. |",
+        "rounds 0->1->2 / 0->2 / plain | level-0 -> level-2 acc. (round / per token) |",
         "|---:|---:|---|---:|---:|---:|---:|---|---:|",
     ]
     return lines + [schedule_row(r) for r in rows]
@@ -44,5 +44,5 @@ def schedule_row(r: dict[str, Any]) -> str:
     return (
         f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['plain']['end_to_end_seconds']:.1f} | "
         f"{t['end_to_end_seconds']:.1f} | {tokens_per_second(lookup, 2)} | "
-        f"{'-' if ratio is None else f'{ratio:.2f}x'} | {counts} | {acceptance_rate(direct) if direct else '-'} |"
+        f"{'-' if ratio is None else f'{ratio:.2f}x'} | {counts} | {acceptances(direct) if direct else '-'} |"
     )

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..common.formatting import number
+from ..common.formatting import acceptances, number
 from ..common.machine import device_name, library_versions
 from ..common.results import write_json
 from .summary import (
@@ -401,7 +401,8 @@ def _end_to_end_section(results: dict[str, Any]) -> list[str]:
         "rows of a task match exactly; at T>0 each row is one sample whose random draws (and so output) differ "
         "with the drafter. Seconds are wall time on a shared CPU (indicative only).",
         "",
-        "| task | T | drafter | level-0 acc. (drafted) | level-1 acc. (drafted) | tokens / verification | "
+        "| task | T | drafter | level-0 acc. round / per token (drafted) | level-1 acc. round / per token (drafted) | "
+        "tokens / verification | "
         "level-1 steps | refreshes | seconds | same greedy text |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -412,11 +413,11 @@ def _end_to_end_section(results: dict[str, Any]) -> list[str]:
     for r in rows:
         s = r["stats"]
         draft, level1 = s["levels"]["level0"], s["levels"]["level1"]
-        d = f"{draft['acceptance_rate']:.3f} ({draft['drafted']})" if draft["drafted"] else "-"
+        d = f"{acceptances(draft, 3)} ({draft['drafted']})" if draft["drafted"] else "-"
         steps = s["phases"].get("level1", {}).get("calls", 0)
         same = ("yes" if r["tokens"] == greedy[r["task"]] else "NO") if r["temperature"] == 0 else "n/a"
         lines.append(
-            f"| {r['task']} | {r['temperature']:g} | {r['drafter']} | {d} | {level1['acceptance_rate']:.3f} "
+            f"| {r['task']} | {r['temperature']:g} | {r['drafter']} | {d} | {acceptances(level1, 3)} "
             f"({level1['drafted']}) | {s['mean_accepted_length']:.2f} | {steps} | {s['retrieval_refreshes']} | "
             f"{r['seconds']:.1f} | {same} |"
         )

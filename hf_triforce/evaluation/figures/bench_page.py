@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..common.formatting import acceptance_rate, phase_cell, phase_ms, tokens_per_second
+from ..common.formatting import acceptances, phase_cell, phase_ms, tokens_per_second
 from ..common.machine import device_line
 from ..common.schedule_table import schedule_section
 from .bench_plot import write_plot
@@ -39,7 +39,8 @@ def bench_tables(results: dict[str, Any]) -> str:
         device_line(results),
         "",
         "| prompt | T | drafter | budget | plain tok/s | plain + fast linears tok/s | TriForce tok/s | speedup "
-        "| identical | level-0 acc. | level-1 acc. | tokens / full-cache forward |",
+        "| identical | level-0 acc. (round / per token) | level-1 acc. (round / per token) | "
+        "tokens / full-cache forward |",
         "|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for r in results["rows"]:
@@ -49,7 +50,7 @@ def bench_tables(results: dict[str, Any]) -> str:
             f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['budget']} | "
             f"{r['plain']['tokens_per_second']:.1f} | {tokens_per_second(r.get('plain_fast_linears'))} | "
             f"{r['triforce']['tokens_per_second']:.1f} | {r['speedup']:.2f}x | {identical} | "
-            f"{acceptance_rate(t['levels']['level0'])} | {acceptance_rate(t['levels']['level1'])} | "
+            f"{acceptances(t['levels']['level0'])} | {acceptances(t['levels']['level1'])} | "
             f"{t['mean_accepted_length']:.2f} |"
         )
     lines += ["", "| prompt | T | plain ms/token | " + " | ".join(f"{name} ms (calls)" for _, name in PHASES) + " |"]
