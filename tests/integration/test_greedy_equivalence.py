@@ -426,6 +426,7 @@ def sweep_cases(draw):
         gamma1=gamma1,
         gamma2=gamma2,
         refresh_every=draw(st.integers(1, 20)),
+        lookahead_chunks=draw(st.integers(0, 3)),
         refresh_below_acceptance=draw(st.sampled_from([None, 0.3, 0.8])),
         drafter=draw(st.sampled_from(["none", "suffix", "ngram", "model", "auto"])),
         draft_sinks=sinks,
