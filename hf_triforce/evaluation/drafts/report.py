@@ -155,6 +155,29 @@ def _copy_section(results: dict[str, Any]) -> list[str]:
             cells = [number(per_token(main, kind="retrieval", passage_kind=k, **args)) for k in kinds]
             cells += [number(per_token(main, kind=k, **args)) for k in KIND_ORDER]
             lines.append(f"| {depth:g} | " + " | ".join(cells) + " |")
+    return lines + _copied_table(results, kinds)
+
+
+def _copied_table(results: dict[str, Any], kinds: list[str]) -> list[str]:
+    """How much of each T=0 reference answer the full model copied from the passage (per kind and depth)."""
+    copied = {r["task"]: r.get("needle_overlap") for r in results["references"] if r["temperature"] == 0}
+    tasks = [t for t in results["tasks"] if t["kind"] == "copy"]
+    lines = [
+        "",
+        "Did the full model copy? The share of its T=0 answer's token 4-grams found in the passage (1.00: it copied "
+        "throughout; lower: it stopped copying and wrote text of its own, which level 1 must then predict like "
+        "natural text), and the haystack of each task:",
+        "",
+        "| depth | " + " | ".join(kinds) + " |",
+        "|---|" + "---:|" * len(kinds),
+    ]
+    for depth in results["options"]["needle_depths"]:
+        cells = []
+        for kind in kinds:
+            task = next((t for t in tasks if t["passage_kind"] == kind and t["depth"] == depth), None)
+            value = float("nan") if task is None else copied.get(task["name"], float("nan"))
+            cells.append(f"{number(value, 2)} ({task['haystack'] if task else '-'})")
+        lines.append(f"| {depth:g} | " + " | ".join(cells) + " |")
     return lines
 
 
