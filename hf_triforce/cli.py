@@ -12,6 +12,7 @@ import torch
 
 from .config import DRAFTERS
 from .demo import DemoOptions, run_demo
+from .evaluation.bench.rank_figures import is_report_rank
 from .evaluation.bench.real_acceptance import parse_real_acceptance
 from .evaluation.bench.report import markdown_table, write_results
 from .evaluation.bench.run import BenchOptions, run_benchmark
@@ -115,6 +116,11 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         help="attention backend (default auto: flash attention on CUDA when installed, else sdpa)",
     )  # fmt: skip
     p.add_argument("--plot", default=None, help="write a PNG: speedup and per-level latency vs context length")
+    p.add_argument(
+        "--tp", type=int, default=1, metavar="N",
+        help="tensor parallelism over N ranks (the model's tp_plan), each rank reporting its own figures: run "
+        "under torchrun --nproc-per-node N -m hf_triforce bench --tp N ... (default 1: one process)",
+    )  # fmt: skip
     p.set_defaults(func=_run_bench)
 
 
@@ -227,10 +233,13 @@ def _run_bench(args: argparse.Namespace) -> int:
         cuda_graphs=CUDA_GRAPHS[args.cuda_graphs],
         prompt_lookup=args.prompt_lookup,
         adaptive=args.adaptive,
+        tp=args.tp,
     )
     if args.question:
         options.question = args.question
-    results = run_benchmark(options, command="hf-triforce " + shlex.join(sys.argv[1:]))
+    results = run_benchmark(options, command="hf-triforce " + shlex.join(args.argv))
+    if not is_report_rank():  # tensor parallelism: rank 0 reports for every rank
+        return 0
     print(markdown_table(results))
     if args.output:
         for path in write_results(results, args.output):
@@ -252,7 +261,9 @@ def _ints(text: str) -> list[int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``hf-triforce``; user errors print one line (``--debug`` for the traceback)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     args.debug = args.debug or args.debug_all
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(message)s")
     try:

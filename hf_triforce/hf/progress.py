@@ -1,4 +1,4 @@
-"""Progress bars for long prefills, following transformers' own switch for progress bars."""
+"""Progress bars for long prefills, following transformers' own switch for progress bars, and that switch."""
 
 from __future__ import annotations
 
@@ -12,6 +12,18 @@ from transformers.utils import logging as hf_logging
 from .model import decoder_layers
 
 PROGRESS_MIN_TOKENS = 2048
+
+
+def quiet_transformers() -> None:
+    """Switch off transformers' progress bars and its messages below errors in this process (and so the prefill
+    bars here): what a rank other than 0 of a ``torchrun`` launch does, so that only rank 0 talks.
+
+    Example:
+        >>> quiet_transformers(); show_progress(PROGRESS_MIN_TOKENS)  # doctest: +SKIP
+        False
+    """
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
 
 
 def show_progress(prompt_tokens: int) -> bool:

@@ -3,12 +3,18 @@
 The model directory holds a tiny random Llama and a word-level tokenizer built offline with a chat
 template, saved with ``save_pretrained`` exactly as a user's model would be; the CLI loads it through
 ``--model``. User errors must print one ``hf-triforce: error: ...`` line and return 2 without a
-traceback; ``--debug`` re-raises so the traceback shows.
+traceback; ``--debug`` re-raises so the traceback shows. ``bench --tp 2`` runs under ``torchrun`` on the CPU
+(gloo), as ``tests/integration/test_tensor_parallel.py`` launches its workers; its launch errors come before
+anything is loaded.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +27,9 @@ from hf_triforce.evaluation.common.loading import ModelLoadError
 from hf_triforce.evaluation.models.bandwidth import modeled_speedup
 
 pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH_TIMEOUT_S = 240  # a hang (ranks in different collectives) fails the test instead of blocking the run
 
 WORDS = (
     "the a of to and is in it with context manager method enter exit statement value python how what "
@@ -216,3 +225,76 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
 
 def test_bench_unknown_preset_is_one_line(capsys):
     one_line_error(capsys, ["bench", "--preset", "gpt-5"], "choose one of")
+
+
+def torchrun_bench(world: int, argv: list[str]) -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node world -m hf_triforce bench ...`` (gloo on the CPU, one thread per rank)."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"]
+    done = subprocess.run(
+        [*command, "-m", "hf_triforce", "bench", *argv], env=env, capture_output=True, text=True,
+        timeout=LAUNCH_TIMEOUT_S,
+    )  # fmt: skip
+    assert done.returncode == 0, f"torchrun failed ({done.returncode}):\n{done.stderr[-6000:]}"
+    return done
+
+
+@pytest.mark.slow
+def test_bench_tp_reports_every_rank(capsys, tmp_path, model_dir, document):
+    """Two ranks (1 of the 2 KV heads each): rank 0 alone reports both ranks' figures; each rank caches half of
+    what one process does, and both generate the same text."""
+    argv = ["--model", model_dir, "--document", document, "--prompt-tokens", "300", "--temperatures", "0"]
+    argv += ["--budgets", "128", "--new-tokens", "10"]
+    assert main(["bench", *argv, "--output", str(tmp_path / "one.json")]) == 0
+    single = json.loads((tmp_path / "one.json").read_text())["rows"][0]["triforce"]["triforce"]
+    done = torchrun_bench(2, [*argv, "--tp", "2", "--output", str(tmp_path / "tp.json")])
+    results = json.loads((tmp_path / "tp.json").read_text())
+    assert results["tensor_parallel"]["ranks"] == 2 and results["tensor_parallel"]["backend"] == "gloo"
+    assert results["tensor_parallel"]["kv_heads_per_rank"] == 1
+    assert results["command"].startswith("torchrun --nproc-per-node 2 -m hf_triforce bench ")
+    row = results["rows"][0]
+    assert [r["rank"] for r in row["ranks"]] == [0, 1]
+    assert row["same_text_on_all_ranks"] is True and row["identical_output"] is True
+    for rank in row["ranks"]:
+        assert rank["full_cache_bytes"] * 2 == single["full_cache_bytes"]
+        assert rank["view_bytes"] * 2 == single["view_bytes"]
+        assert rank["plain_ms_per_token"] > 0 and rank["triforce_ms_per_token"] > 0 and rank["verification_ms"] > 0
+    page = (tmp_path / "tp.md").read_text()
+    assert "## Tensor parallelism: 2 ranks (gloo)" in page
+    assert len([line for line in page.splitlines() if line.startswith("| 3") and line.endswith("| yes |")]) == 2
+    assert done.stdout.count("# plain generate() vs TriForce") == 1, "a rank other than 0 printed its report"
+    assert "Traceback" not in done.stderr and "rror" not in done.stderr, done.stderr
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Fail the test if the benchmark gets as far as loading a model."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the --tp launch was checked")
+
+    monkeypatch.setattr("hf_triforce.evaluation.bench.run.load_model", refuse)
+
+
+def test_bench_tp_outside_torchrun_names_the_command(capsys, monkeypatch, model_dir, no_loading):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    error = one_line_error(capsys, ["bench", "--tp", "2", "--model", model_dir], "not started by torchrun")
+    assert f"Run: torchrun --nproc-per-node 2 -m hf_triforce bench --tp 2 --model {model_dir}" in error
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    one_line_error(capsys, ["bench", "--tp", "2", "--model", model_dir], "torchrun started 3 ranks")
+
+
+def test_bench_tp_kv_heads_must_divide(capsys, monkeypatch, model_dir, no_loading):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    argv = ["bench", "--tp", "3", "--model", model_dir]
+    one_line_error(capsys, argv, "has 2 KV heads, which do not divide by 3: use --tp 2.")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    error = one_line_error(capsys, ["bench", "--tp", "2"], "SmolLM2-135M-Instruct has 3 KV heads")
+    assert error.endswith("use --tp 3."), error
+
+
+def test_bench_tp_refuses_per_process_options(capsys, monkeypatch, model_dir, no_loading):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    one_line_error(capsys, ["bench", "--tp", "2", "--preset", "tiny"], "--preset cannot be combined with --tp")
+    one_line_error(capsys, ["bench", "--tp", "2", "--model", model_dir, "--device", "cpu"], "Drop --device cpu")

@@ -11,6 +11,7 @@ from ..common.machine import device_name, library_versions
 from ..common.results import write_json
 from ..common.schedule_table import schedule_section
 from ..models.bandwidth import device_bandwidth, modeled_speedup
+from .rank_report import rank_section
 
 
 def write_results(results: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -27,7 +28,7 @@ def write_results(results: dict[str, Any], path: str | os.PathLike[str]) -> tupl
 
 
 def markdown_table(results: dict[str, Any]) -> str:
-    """A markdown page: the machine, then one table row per measured configuration."""
+    """A markdown page: the machine, then one table row per measured configuration (and per rank with ``--tp``)."""
     m = results["machine"]
     lines = [
         f"# {results['title']}",
@@ -49,6 +50,7 @@ def markdown_table(results: dict[str, Any]) -> str:
         "hf_triforce's CPU linear fast path (hf_triforce.kernels.linear) switched on: it shows how much of the "
         "speedup that path alone would give; the rest comes from speculation.",
     ]
+    lines += rank_section(results)
     lines += schedule_section(results["rows"])
     lines += _phase_section(results["rows"])
     lines += _bandwidth_section(results)

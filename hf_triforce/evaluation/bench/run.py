@@ -1,4 +1,9 @@
-"""The end-to-end benchmark: plain ``generate()`` vs TriForce on a real model and a long document."""
+"""The end-to-end benchmark: plain ``generate()`` vs TriForce on a real model and a long document.
+
+With ``tp=N`` (``hf-triforce bench --tp N`` under ``torchrun --nproc-per-node N``) the model is loaded sharded over
+the ranks (:mod:`.tp_launch` checks the launch first); every rank runs every row and rank 0's results carry each
+rank's own figures (:mod:`.rank_figures`).
+"""
 
 from __future__ import annotations
 
@@ -13,17 +18,20 @@ from tqdm.auto import tqdm
 from ...config import TriForceConfig
 from ...hf.backend import preferred_attn_implementation
 from ...hf.model import attn_implementation, context_limit
+from ...hf.sharding import local_shard, sharded_loading_kwargs
 from ..common.documents import DocumentQuestion, question_prompt, read_document
 from ..common.generate_kwargs import generate_kwargs
 from ..common.loading import load_model
 from ..common.machine import machine_info
 from ..models.bandwidth import kv_bytes_per_token
 from ..models.memory_fit import check_fits, longest_context
-from ..models.shapes import preset_config, random_model
+from ..models.shapes import kv_heads, preset_config, random_model
 from .comparison import compare
 from .profile import profile_phases
+from .rank_figures import attach_rank_figures, gather_rank_figures, is_report_rank, rank_figures
 from .real_acceptance import real_acceptance
 from .report import modeled_speedups
+from .tp_launch import check_tensor_parallel, quiet_other_ranks, rank_device, torchrun_command
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +60,7 @@ class BenchOptions(DocumentQuestion):
     cuda_graphs: bool | str = False
     prompt_lookup: int | None = None
     adaptive: bool = True
+    tp: int = 1  # tensor-parallel ranks: run under torchrun --nproc-per-node tp
 
 
 def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
@@ -61,21 +70,29 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
     excluded, warm-up done). Both are forced to produce exactly ``new_tokens`` tokens
     (``min_new_tokens``), so an early end-of-sequence cannot skew the per-token figures.
 
+    With ``options.tp > 1`` every ``torchrun`` rank calls it: the launch, the options and the model's KV heads
+    are checked before anything is loaded (:func:`~.tp_launch.check_tensor_parallel`), the model is loaded
+    sharded, and the results (the same on every rank) add each rank's figures (``row["ranks"]``,
+    ``row["same_text_on_all_ranks"]``, ``results["tensor_parallel"]``); only rank 0 should write them.
+
     Example:
         >>> run_benchmark(BenchOptions(prompt_tokens=[7000], temperatures=[0.0]))  # doctest: +SKIP
     """
+    check_tensor_parallel(options, command)
+    if options.tp > 1:
+        quiet_other_ranks()
     prompt_lengths = _checked_prompt_lengths(options)
     model, tokenizer, assistant = _load_models(options, max(prompt_lengths))
     document = read_document(options.document) if tokenizer is not None else None
     limit = context_limit(model)
     grid = list(itertools.product(prompt_lengths, options.temperatures, options.budgets, options.drafters))
-    rows, warm = [], False
-    for tokens, temperature, budget, drafter in tqdm(grid, desc="benchmark", unit="config"):
+    rows, own, warm, quiet = [], [], False, not is_report_rank()
+    for tokens, temperature, budget, drafter in tqdm(grid, desc="benchmark", unit="config", disable=quiet):
         ids = _prompt(options, tokenizer, document, tokens, limit, model)
         config = _config(options, budget, drafter)
         kwargs = generate_kwargs(options.new_tokens, temperature, options.top_p, min_new_tokens=options.new_tokens)
         extra = {"assistant_model": assistant} if assistant is not None and drafter in ("auto", "model") else {}
-        on_cpu = model.device.type == "cpu"
+        on_cpu = model.device.type == "cpu" and options.tp == 1  # the CPU linear patch is per process
         result = compare(model, ids, config, warmup=not warm, seed=options.seed, reference_fast_linears=on_cpu,
                          plain_prefill_chunk_size=options.prefill_chunk_size,
                          prompt_lookup_tokens=options.prompt_lookup, **extra, **kwargs)  # fmt: skip
@@ -84,7 +101,8 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
         row.update(result.to_dict(), config=config.to_dict(), weight_bytes=_weight_bytes(model))
         row.update(shape=options.preset or "model", random_weights=options.preset is not None)
         row["model_config"] = _shape_facts(model)
-        row["kv_bytes_per_token"] = kv_bytes_per_token(model.config.get_text_config(), model.dtype.itemsize)
+        kv_per_token = kv_bytes_per_token(model.config.get_text_config(), model.dtype.itemsize)
+        row["kv_bytes_per_token"] = kv_per_token // options.tp  # a rank's share under tensor parallelism
         if options.real_acceptance is not None:
             spec = options.real_acceptance
             row["real_acceptance"] = real_acceptance(spec, budget, row["prompt_tokens"], temperature).to_dict()
@@ -94,7 +112,13 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
             row["profile"] = profile_phases(model, ids, triforce_config=config, **extra, **kwargs)
         logger.info("%s: speedup %.2fx", row["prompt_tokens"], result.speedup)
         rows.append(row)
-    return {"title": "plain generate() vs TriForce", "command": command, "machine": machine_info(), "rows": rows}
+        if options.tp > 1:
+            own.append(rank_figures(result, ids.shape[1]))
+    results = {"title": "plain generate() vs TriForce", "command": command, "machine": machine_info(), "rows": rows}
+    if options.tp > 1:
+        results["command"] = torchrun_command(options.tp, command)
+        attach_rank_figures(results, gather_rank_figures(own), kv_heads(model.config.get_text_config()))
+    return results
 
 
 def _checked_prompt_lengths(options: BenchOptions) -> list[int]:
@@ -143,18 +167,22 @@ def _config(options: BenchOptions, budget: int, drafter: str) -> TriForceConfig:
 
 
 def _weight_bytes(model) -> int:
-    """Bytes of the model's parameters (tied weights counted once): what every forward reads."""
-    unique = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
-    return sum(unique.values())
+    """Bytes of the model's parameters this process holds (tied weights counted once; a rank's shards under
+    tensor parallelism): what every forward reads."""
+    shards = [local_shard(p) for p in model.parameters()]
+    return sum({p.data_ptr(): p.numel() * p.element_size() for p in shards}.values())
 
 
 def _load_models(options: BenchOptions, longest_prompt: int):
     """``(target, tokenizer or None, assistant or None)`` on the requested device and dtype."""
     dtype = getattr(torch, options.dtype) if options.dtype else None
-    device = options.device or "cpu"
+    device = rank_device() if options.tp > 1 else options.device or "cpu"
     attn = preferred_attn_implementation(device, options.attn_implementation)
     logger.info("attention implementation: %s", attn)
-    if options.preset is not None:
+    if options.tp > 1:
+        model, tokenizer = load_model(options.model, attn, dtype or torch.float32, **sharded_loading_kwargs())
+        device = model.device
+    elif options.preset is not None:
         context = longest_prompt + options.new_tokens + 64
         model = random_model(options.preset, context, dtype or torch.float32, device, options.seed, attn)
         tokenizer = None

@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -93,6 +94,7 @@ def load_smollm2(
     dtype: torch.dtype = torch.float32,
     cache_dir: str | os.PathLike[str] | None = None,
     attn_implementation: str = "sdpa",
+    **from_pretrained: Any,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load SmolLM2-135M-Instruct and its tokenizer, offline, in eval mode.
 
@@ -103,6 +105,7 @@ def load_smollm2(
         dtype: dtype of the returned model's weights.
         cache_dir: directory of the converted model; default :func:`default_smollm2_cache_dir`.
         attn_implementation: attention backend passed to ``from_pretrained``.
+        from_pretrained: more ``from_pretrained`` arguments for the converted model (e.g. a tensor-parallel plan).
 
     Returns:
         ``(model, tokenizer)``; the tokenizer carries the ChatML chat template.
@@ -117,7 +120,9 @@ def load_smollm2(
         _convert_gguf_to_cache(smollm2_gguf_path(), target)
     start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(target)
-    model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype, attn_implementation=attn_implementation)
+    model = AutoModelForCausalLM.from_pretrained(
+        target, dtype=dtype, attn_implementation=attn_implementation, **from_pretrained
+    )
     model.eval()
     check_smollm2(model, tokenizer)
     logger.info("loaded SmolLM2-135M-Instruct from %s in %.1fs", target, time.perf_counter() - start)
