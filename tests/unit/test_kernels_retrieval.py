@@ -359,9 +359,10 @@ def test_cuda_kernels_match_reference(dtype, monkeypatch):
     # the wired cache: kernel-selected view on CUDA == the same selection gathered by hand
     cache = RetrievalCache(num_layers=1, chunk_size=chunk, capacity=length)
     cache.update(keys, values, 0)
-    cache_indices = cache.select([query], budget, window)[0]
+    cache_indices = cache.select([query], budget, window, lookahead=1)[0]  # the generator's default lookahead
     cache_scores = kr.score_chunks_triton(query, cache.layers[0].summaries())
-    assert torch.equal(cache_indices, select_token_indices(cache_scores, length, chunk, budget, window))
+    assert torch.equal(cache_indices, select_token_indices(cache_scores, length, chunk, budget, window, 1))
+    indices = cache_indices
     view = cache.sparse_view([cache_indices], extra_capacity=8)
     assert torch.equal(_bits(view.layers[0].buffer.keys), _bits(gather_tokens(keys, indices)))
     assert torch.equal(_bits(view.layers[0].buffer.values), _bits(gather_tokens(values, indices)))
