@@ -69,7 +69,8 @@ class LevelStats:
     """Drafted, accepted and rejected counts for one verification level, and two acceptance figures.
 
     * :attr:`acceptance_rate`, the round rate ``accepted / drafted``: the share of drafted tokens kept. Drafts after
-      a round's first rejection count as not accepted; the cost model and the docs' tables use it.
+      a round's first rejection count as not accepted; ``refresh_below_acceptance`` and ``draft_acceptance_floor``
+      compare against it.
     * :attr:`per_token_acceptance`, ``alpha``: the probability that a drafted token is accepted given that every
       earlier draft of its round was, the figure the speculative-decoding and TriForce papers report.
 

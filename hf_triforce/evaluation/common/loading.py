@@ -15,6 +15,7 @@ from transformers import (
 )
 
 from ...errors import TriForceError
+from ..models.shapes import kv_heads
 from .smollm2 import SMOLLM2_FACTS, load_smollm2
 
 
@@ -100,4 +101,4 @@ def model_kv_heads(path: str | None) -> int:
         config = AutoConfig.from_pretrained(path).get_text_config()
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"could not read the config of {path}: {err}") from None
-    return config.num_key_value_heads or config.num_attention_heads
+    return kv_heads(config)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from ...caches.retrieval import RetrievalCache
+from ...stats import LevelStats
 from .acceptance import acceptance
 from .reference import Reference
 from .view_forward import DEFAULT_MAX_ROWS, view_logits
@@ -80,11 +81,6 @@ class RoundOutcome:
     accepted: int
     drafted: int
 
-    @property
-    def rejected(self) -> bool:
-        """Whether the round ended with a rejected draft."""
-        return self.accepted < self.drafted
-
 
 def measure_view(
     model,
@@ -117,7 +113,7 @@ def measure_view(
     coins = torch.Generator().manual_seed(seed)
     rates, logits, visible = [], [], 0
     selection, selected_at, refreshes, rule = None, 0, 0, policy.refresh_rule()
-    accepted = drafted = rejections = 0
+    rounds = LevelStats()  # the replayed rounds, counted as the generator counts its own
     j = 1
     while j < m:
         length = n + j - 1  # cached tokens when level 1 feeds y_{j-1}
@@ -134,13 +130,15 @@ def measure_view(
         visible += int((selection[0].shape[-1] + lengths[: done.keep] - selected_at).sum())
         if keep_logits:
             logits.append(step_logits[: done.keep])
-        accepted, drafted = accepted + done.accepted, drafted + done.drafted
-        rejections += done.rejected
+        rounds.record(done.drafted, done.accepted)
         rule.observe(done.drafted, done.accepted)
         j += done.keep
     per_position = torch.cat(rates) if rates else torch.empty(0)
     kept = torch.cat(logits) if keep_logits and logits else None
-    return ViewMeasurement(per_position, refreshes, visible / max(1, m - 1), accepted, drafted, kept, rejections)
+    view_tokens = visible / max(1, m - 1)
+    return ViewMeasurement(
+        per_position, refreshes, view_tokens, rounds.accepted, rounds.drafted, kept, rounds.rejections
+    )
 
 
 def replay_round(rates: torch.Tensor, gamma2: int, temperature: float, coins: torch.Generator) -> RoundOutcome:

@@ -23,6 +23,7 @@ from .summary import (
     KIND_ORDER,
     NEEDLE_TARGET,
     budget_label,
+    copy_kinds,
     copy_verdict,
     drafter_cost,
     fraction_label,
@@ -130,7 +131,7 @@ def _copy_section(results: dict[str, Any]) -> list[str]:
         return []
     o = results["options"]
     main = [r for r in results["views"] if r["group"] == "main" and r["task_kind"] == "copy"]
-    kinds = list(dict.fromkeys(t["passage_kind"] for t in results["tasks"] if t["kind"] == "copy"))
+    kinds = copy_kinds(results)
     haystacks = sorted({t["haystack"] for t in results["tasks"] if t["kind"] == "copy"})
     lines = [
         "",

@@ -80,6 +80,26 @@ def passage_task_kind(results: dict[str, Any]) -> str:
     return "copy" if any(t["kind"] == "copy" for t in results["tasks"]) else "needle"
 
 
+def copy_target(fraction: float) -> float | None:
+    """The copy-task target of a budget ``fraction`` (:data:`COPY_TARGETS`), None for a budget without one.
+
+    Example:
+        >>> copy_target(0.125), copy_target(0.25)
+        (0.97, None)
+    """
+    return next((t for f, t in COPY_TARGETS.items() if math.isclose(f, fraction)), None)
+
+
+def copy_kinds(results: dict[str, Any]) -> list[str]:
+    """The passage kinds of the copy tasks in ``results``, in task order.
+
+    Example:
+        >>> copy_kinds({"tasks": [{"kind": "copy", "passage_kind": "code"}, {"kind": "natural"}]})
+        ['code']
+    """
+    return list(dict.fromkeys(t["passage_kind"] for t in results["tasks"] if t["kind"] == "copy"))
+
+
 def copy_verdict(results: dict[str, Any]) -> dict[str, Any]:
     """Copy tasks at ``T = 0``: per-token retrieval (and StreamingLLM) acceptance by budget and depth, pooled over
     passage kinds, against :data:`COPY_TARGETS`; ``met`` when every measured target budget reaches it at every
@@ -88,9 +108,10 @@ def copy_verdict(results: dict[str, Any]) -> dict[str, Any]:
     main = [r for r in results["views"] if r["group"] == "main" and r["task_kind"] == "copy"]
     budgets = {}
     for fraction, target in COPY_TARGETS.items():
-        if not any(math.isclose(fraction, f) for f in results["options"]["budget_fractions"]):
+        measured = next((f for f in results["options"]["budget_fractions"] if math.isclose(f, fraction)), None)
+        if measured is None:
             continue
-        args = dict(budget_fraction=_measured(results, fraction), temperature=0.0)
+        args = dict(budget_fraction=measured, temperature=0.0)
         depths = {
             f"{d:g}": {k: per_token(main, kind=k, depth=d, **args) for k in KIND_ORDER}
             for d in results["options"]["needle_depths"]
@@ -98,10 +119,6 @@ def copy_verdict(results: dict[str, Any]) -> dict[str, Any]:
         worst = min((v["retrieval"] for v in depths.values()), default=float("nan"))
         budgets[fraction_label(fraction)] = {"target": target, "depths": depths, "worst": worst, "met": worst >= target}
     return {"budgets": budgets, "met": bool(budgets) and all(b["met"] for b in budgets.values())}
-
-
-def _measured(results: dict[str, Any], fraction: float) -> float:
-    return next(f for f in results["options"]["budget_fractions"] if math.isclose(f, fraction))
 
 
 def level0_pooled(rows: list[dict[str, Any]], **match: Any) -> tuple[float, float, float]:

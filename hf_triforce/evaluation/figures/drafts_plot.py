@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ..drafts.summary import (
-    COPY_TARGETS,
     KIND_ORDER,
     NEEDLE_TARGET,
     budget_label,
     budget_tokens,
+    copy_kinds,
+    copy_target,
     fraction_label,
     passage_task_kind,
     per_token,
@@ -36,7 +37,8 @@ def write_eval_plot(results: dict[str, Any], path: str | os.PathLike[str]) -> Pa
     """
     plt = pyplot()
     copy_budgets = _copy_budgets(results)
-    fig, axes = plt.subplots(1, 1 + max(1, len(copy_budgets)), figsize=(5.5 * (1 + max(1, len(copy_budgets))), 4.2))
+    panels = 1 + max(1, len(copy_budgets))
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.2))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     _by_budget(axes[0], results, colors)
     if copy_budgets:
@@ -109,21 +111,20 @@ def _copy_budgets(results: dict[str, Any]) -> list[float]:
     if passage_task_kind(results) != "copy":
         return []
     fractions = results["options"]["budget_fractions"]
-    return sorted(f for f in fractions if any(math.isclose(f, t) for t in COPY_TARGETS))
+    return sorted(f for f in fractions if copy_target(f) is not None)
 
 
 def _copy_by_depth(ax, results: dict[str, Any], fraction: float, colors: list[str]) -> None:
     """Copy tasks at T=0: per-token level-1 acceptance against depth, one line per passage kind."""
     main = [r for r in results["views"] if r["group"] == "main" and r["task_kind"] == "copy"]
     depths = results["options"]["needle_depths"]
-    kinds = list(dict.fromkeys(t["passage_kind"] for t in results["tasks"] if t["kind"] == "copy"))
     args = dict(budget_fraction=fraction, temperature=0.0)
-    for i, kind in enumerate(kinds):
+    for i, kind in enumerate(copy_kinds(results)):
         y = [per_token(main, kind="retrieval", passage_kind=kind, depth=d, **args) for d in depths]
         ax.plot(depths, y, "-", marker="o", color=colors[i % len(colors)], label=f"retrieval, {kind}")
     streaming = [per_token(main, kind="streaming", depth=d, **args) for d in depths]
     ax.plot(depths, streaming, "--", marker="o", color="gray", label="StreamingLLM, all kinds")
-    target = next(t for f, t in COPY_TARGETS.items() if math.isclose(f, fraction))
+    target = copy_target(fraction)
     ax.axhline(target, color="black", linewidth=0.8, label=f"target {target}")
     split = results["options"].get("copy_split") or ""
     ax.set(
