@@ -196,7 +196,10 @@ class TriForceStats:
     full-cache verifications (``level2``), the ``prefill`` (of the uncached prompt tokens) and ``reuse`` (starting
     from a caller's cache and handing it back). ``reused_tokens`` counts the prompt tokens a caller's cache
     already held. ``*_bytes`` are the key/value bytes allocated by the full cache, the largest retrieval view,
-    and the level-0 draft cache.
+    and the level-0 draft cache. ``rows`` is filled by a batched call only: one :class:`TriForceStats` per row of the
+    batch, in its order, with that row's own acceptance at every level, its new tokens, and the verification
+    forwards it took part in (``target_forwards``); the top-level figures are then the batch's totals, and its
+    ``target_forwards`` counts batched forwards.
 
     Example:
         >>> stats = TriForceStats(); stats.level1.record(6, 2); stats.level1.record(6, 6)
@@ -220,6 +223,7 @@ class TriForceStats:
     level0_to_level2: LevelStats = field(default_factory=LevelStats)
     rounds: dict[str, int] = field(default_factory=dict)
     phases: PhaseTimes = field(default_factory=PhaseTimes)
+    rows: list[TriForceStats] = field(default_factory=list)
 
     @property
     def draft(self) -> LevelStats:
@@ -240,12 +244,15 @@ class TriForceStats:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict (JSON-serializable)."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("level0", "level1", "level0_to_level2", "phases")}
+        skip = ("level0", "level1", "level0_to_level2", "phases", "rows")
+        out = {k: v for k, v in asdict(self).items() if k not in skip}
         out["mean_accepted_length"] = self.mean_accepted_length
         levels = {"level0": self.level0.to_dict(), "level1": self.level1.to_dict()}
         levels["level0_to_level2"] = self.level0_to_level2.to_dict()
         out["levels"] = AliasedDict(levels, LEVEL_ALIASES, "levels key")
         out["phases"] = self.phases.to_dict()
+        if self.rows:
+            out["rows"] = [row.to_dict() for row in self.rows]
         return out
 
 

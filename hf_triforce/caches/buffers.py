@@ -60,6 +60,11 @@ class KVBuffer:
             new_v[:, :, : self.length] = self.values
         self._k, self._v = new_k, new_v
 
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Only the batch rows at ``rows`` (``[B']`` indices) remain (a copy of the stored slots)."""
+        if self._k is not None:
+            self._k, self._v = self._k[rows], self._v[rows]
+
     def crop(self, tokens_to_remove: int) -> None:
         """Drop the last ``|tokens_to_remove|`` slots (transformers' negative ``crop`` convention)."""
         if tokens_to_remove > 0:

@@ -8,6 +8,7 @@ from ..kernels.retrieval import chunk_means, chunk_scores
 from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
 from .selection import select_token_indices
+from .slots import SlotMask
 from .view import RetrievalView
 
 
@@ -23,6 +24,14 @@ class RetrievalLayer(BufferedLayer):
     def crop(self, tokens_to_remove: int) -> None:
         super().crop(tokens_to_remove)
         self._n_summarized = min(self._n_summarized, self.buffer.length // self.chunk_size)
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Only the batch rows at ``rows`` remain (keys, values and chunk means)."""
+        self.buffer.keep_rows(rows)
+        if self._summaries is not None:
+            self._summaries = self._summaries[rows]
+        if self.keys is not None:
+            self.keys, self.values = self.buffer.keys, self.buffer.values
 
     def reset(self) -> None:
         self.buffer.length = 0
@@ -75,12 +84,19 @@ class RetrievalCache(BufferedCache):
         self.chunk_size = chunk_size
 
     def select(
-        self, queries: list[torch.Tensor], budget: int, recent_window: int, lookahead: int = 0
+        self,
+        queries: list[torch.Tensor],
+        budget: int,
+        recent_window: int,
+        lookahead: int = 0,
+        slots: SlotMask | None = None,
     ) -> list[torch.Tensor]:
         """Per-layer token indices ``[B, H_kv, S]`` of the best chunks for ``queries[l]`` (``[B, H_q, D]``).
 
         ``lookahead`` chunks after each top-scoring chunk share its score (see
-        :func:`~hf_triforce.caches.selection.select_token_indices`).
+        :func:`~hf_triforce.caches.selection.select_token_indices`). With ``slots`` (a batch), chunks of padding
+        or holes only are never preferred to chunks of real tokens, and each row's first real chunk is kept as
+        its attention sink.
 
         Chunk scoring runs as a Triton kernel on CUDA (:func:`hf_triforce.kernels.retrieval.chunk_scores`),
         the pure-torch ``score_chunks`` otherwise; top-k and the token indices are torch either way.
@@ -90,13 +106,28 @@ class RetrievalCache(BufferedCache):
         for layer, query in zip(self.layers, queries, strict=True):
             if length > budget:
                 scores = chunk_scores(query, layer.summaries())
+                if slots is not None:
+                    scores = _per_row_sinks(scores, slots, self.chunk_size)
             else:  # everything is kept; only the [B, H_kv] shape matters (the indices are gathered per KV head)
                 kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1
                 scores = query.new_zeros(query.shape[0], kv_heads, 0)
             indices.append(select_token_indices(scores, length, self.chunk_size, budget, recent_window, lookahead))
         return indices
 
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Only the batch rows at ``rows`` (``[B']`` indices) remain."""
+        for layer in self.layers:
+            layer.keep_rows(rows)
+
     def sparse_view(self, indices: list[torch.Tensor], extra_capacity: int) -> RetrievalView:
         """A :class:`~hf_triforce.caches.view.RetrievalView` holding the gathered tokens plus room for
         ``extra_capacity`` more."""
         return RetrievalView(self, indices, extra_capacity)
+
+
+def _per_row_sinks(scores: torch.Tensor, slots: SlotMask, chunk_size: int) -> torch.Tensor:
+    """``[B, H_kv, C]`` scores with chunks of no real token at ``-inf`` and each row's first real chunk at ``+inf``."""
+    real = slots.chunk_mask(chunk_size)[:, None, : scores.shape[-1]]
+    scores = scores.float().masked_fill(~real, float("-inf"))
+    first = slots.first_chunk(chunk_size).clamp(max=scores.shape[-1] - 1)
+    return scores.scatter(-1, first[:, None, None].expand(-1, scores.shape[1], 1), float("inf"))

@@ -17,10 +17,19 @@ from ..hf.linears import small_batch_linears
 from ..hf.model import num_layers, rotary_inv_freq
 from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, NGramDrafter, SuffixDrafter
 from ..stats import TriForceStats
+from .batch_loop import BatchTriForceRun
 from .loop import TriForceRun
 from .reuse import hand_back, start_cache
 from .state import state_of
-from .validate import as_config, check_assistant, check_cache_implementation, resolve_drafter, validate_generation
+from .validate import (
+    as_config,
+    check_assistant,
+    check_cache_implementation,
+    is_batched,
+    resolve_drafter,
+    validate_batch,
+    validate_generation,
+)
 
 
 def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generate_kwargs: dict[str, Any]):
@@ -76,6 +85,11 @@ def triforce_decode(
         ``return_dict_in_generate=True`` (``sequences``, the cache, and ``scores``/``logits`` when requested).
     """
     validate_generation(input_ids, generation_config, model_kwargs, model.config)
+    if is_batched(input_ids, model_kwargs):
+        return _batch_decode(
+            model, input_ids, logits_processor, stopping_criteria, generation_config, triforce_config, drafter_kind,
+            streamer or triforce_streamer, model_kwargs,
+        )  # fmt: skip
     if generation_config.do_sample:  # tensor-parallel ranks must draw alike (a no-op on one process)
         check_same_random_state(RankConsensus.for_model(model))
     stats = TriForceStats()
@@ -98,16 +112,51 @@ def triforce_decode(
     return decoder_only_output(sequences, run.scores, run.raw_logits, returned)
 
 
+def _batch_decode(
+    model,
+    input_ids,
+    logits_processor,
+    stopping_criteria,
+    generation_config,
+    config,
+    drafter_kind,
+    streamer,
+    model_kwargs,
+):
+    """A batch (or a left-padded row): :class:`~hf_triforce.generation.batch_loop.BatchTriForceRun`."""
+    tensor_parallel = RankConsensus.for_model(model).active
+    mask = validate_batch(
+        model, input_ids, generation_config, model_kwargs, config, drafter_kind, streamer,
+        callers_cache(model_kwargs), tensor_parallel,
+    )  # fmt: skip
+    stats = TriForceStats()
+    drafters = [_row_drafter(config, drafter_kind) for _ in range(input_ids.shape[0])]
+    run = BatchTriForceRun(
+        model, input_ids, mask, logits_processor, stopping_criteria, generation_config, config,
+        None if drafter_kind == "none" else drafters, stats,
+    )  # fmt: skip
+    with small_batch_linears(model):
+        sequences = run.decode()
+    state_of(model).last_stats = stats
+    if not generation_config.return_dict_in_generate:
+        return sequences
+    return decoder_only_output(sequences, None, None, None)
+
+
+def _row_drafter(config: TriForceConfig, drafter_kind: str) -> Drafter | None:
+    if drafter_kind == "ngram":
+        return NGramDrafter(config.ngram_max, config.ngram_min)
+    if drafter_kind == "suffix":
+        return SuffixDrafter(config.suffix_min_match)
+    return None
+
+
 def _level0(run: TriForceRun, drafter_kind: str, assistant_model) -> Drafter | None:
     """The level-0 drafter of ``drafter_kind``: ``"suffix"``, ``"ngram"``, ``"model"`` (with its StreamingLLM
     cache) or ``"none"``."""
     cfg = run.config
-    if drafter_kind == "ngram":
-        return NGramDrafter(cfg.ngram_max, cfg.ngram_min)
-    if drafter_kind == "suffix":
-        return SuffixDrafter(cfg.suffix_min_match)
     if drafter_kind != "model":
-        return None
+        return _row_drafter(cfg, drafter_kind)
     inv_freq = rotary_inv_freq(assistant_model)
     cache = StreamingLLMCache(
         num_layers(assistant_model), cfg.draft_cache_budget, cfg.draft_sinks, inv_freq, cfg.draft_evict_batch

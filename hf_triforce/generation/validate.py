@@ -56,11 +56,8 @@ def validate_generation(
 ) -> None:
     """Raise :class:`UnsupportedGenerationError` for what TriForce cannot serve losslessly."""
     gc = generation_config
-    copies = max(gc.num_beams or 1, gc.num_return_sequences or 1)  # generate() expands input_ids by this
     problems = {
         "beam search (num_beams > 1)": (gc.num_beams or 1) > 1,
-        "num_return_sequences > 1": (gc.num_return_sequences or 1) > 1,
-        "batch size > 1 (pass one sequence at a time)": input_ids.shape[0] // copies != 1,
         "an empty prompt": input_ids.shape[1] == 0,
         "use_cache=False": model_kwargs.get("use_cache") is False,
         "output_attentions / output_hidden_states": bool(gc.output_attentions or gc.output_hidden_states),
@@ -68,14 +65,13 @@ def validate_generation(
         "prompt_lookup_num_tokens / assistant_early_exit (TriForce drafts itself)": (
             gc.prompt_lookup_num_tokens is not None or gc.assistant_early_exit is not None
         ),
-        "a padded attention_mask": _has_padding(model_kwargs.get("attention_mask")),
         "inputs_embeds": model_kwargs.get("inputs_embeds") is not None,
     }
     bad = [name for name, hit in problems.items() if hit]
     if bad:
         raise UnsupportedGenerationError(
             f"TriForce generation does not support {', '.join(bad)}. Drop triforce_config for this call, or change "
-            "these options (TriForce serves greedy decoding and sampling of one sequence per call)."
+            "these options (TriForce serves greedy decoding and sampling)."
         )
     _check_context_limit(input_ids.shape[1], gc.max_length, model_config)
 
@@ -95,8 +91,54 @@ def _check_context_limit(prompt: int, max_length: int, model_config) -> None:
     )
 
 
-def _has_padding(mask: torch.Tensor | None) -> bool:
-    return mask is not None and not bool((mask == 1).all())
+def is_batched(input_ids: torch.Tensor, model_kwargs: dict) -> bool:
+    """Whether the call needs the batched loop: several rows, or one row with left padding."""
+    mask = model_kwargs.get("attention_mask")
+    return input_ids.shape[0] > 1 or (mask is not None and not bool((mask == 1).all()))
+
+
+def validate_batch(
+    model,
+    input_ids: torch.Tensor,
+    generation_config: GenerationConfig,
+    model_kwargs: dict,
+    config: TriForceConfig,
+    drafter_kind: str,
+    streamer,
+    callers_cache,
+    tensor_parallel: bool,
+) -> torch.Tensor:
+    """Raise :class:`UnsupportedGenerationError` for what a batched TriForce call cannot serve; returns the
+    ``[B, n]`` attention mask (all ones when none was given)."""  # fmt: skip
+    gc = generation_config
+    mask = model_kwargs.get("attention_mask")
+    mask = torch.ones_like(input_ids) if mask is None else mask
+    text_config = model.config.get_text_config()
+    problems = {
+        "right padding (pad batches on the left: tokenizer.padding_side = 'left')": _right_padded(mask),
+        "a row with no token (an all-zero attention_mask row)": bool((mask.sum(dim=1) == 0).any()),
+        "drafter='model' (give the batch drafter='suffix', 'ngram' or 'none')": drafter_kind == "model",
+        "a streamer": streamer is not None,
+        "output_scores / output_logits": bool(gc.return_dict_in_generate and (gc.output_scores or gc.output_logits)),
+        "a cache passed in (cache= / past_key_values=)": callers_cache is not None,
+        f"cuda_graphs={config.cuda_graphs!r} (use False or 'auto')": config.cuda_graphs in (True, "eager"),
+        "a tensor-parallel model": tensor_parallel,
+        "a sliding window shorter than max_length": (getattr(text_config, "sliding_window", None) or gc.max_length)
+        < gc.max_length
+        and getattr(text_config, "use_sliding_window", True) is not False,
+    }
+    bad = [name for name, hit in problems.items() if hit]
+    if bad:
+        raise UnsupportedGenerationError(
+            f"Batched TriForce generation (batch size {input_ids.shape[0]}, or a padded attention_mask) does not "
+            f"support {', '.join(bad)}. Change these options, or pass one unpadded sequence per call."
+        )
+    return mask
+
+
+def _right_padded(mask: torch.Tensor) -> bool:
+    """Whether a real token follows padding in some row (left padding is all zeros then all ones)."""
+    return bool((mask[:, 1:] < mask[:, :-1]).any())
 
 
 def check_cache_implementation(model, generate_kwargs: dict) -> None:

@@ -22,7 +22,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ..errors import UnsupportedModelError
-from ..kernels.attention import gqa_sdpa_attention
+from ..kernels.attention import gqa_sdpa_attention, masked_gqa_attention
 from ..kernels.dispatch import triton_enabled
 from ..kernels.verification import MAX_ROWS, verify_attention
 
@@ -66,6 +66,11 @@ def _make_capturing_attention(base: str) -> Callable:
         capture = kwargs.pop("triforce_capture", None)
         if capture is not None:
             capture.store(module.layer_idx, query)
+        slots = kwargs.pop("triforce_slots", None)
+        if slots is not None:  # a batch: padding and holes come from the slots, not transformers' mask
+            if not _plain_attention(kwargs):
+                raise UnsupportedModelError("Batched TriForce serves attention without position bias or softcaps.")
+            return masked_gqa_attention(query, key, value, slots.for_layer(module.layer_idx), kwargs.get("scaling"))
         if _use_split_kv(base, query, key, attention_mask, kwargs):
             return verify_attention(query, key, value, kwargs.get("scaling")).transpose(1, 2).contiguous(), None
         if _use_grouped_sdpa(base, query, key, attention_mask, kwargs):
@@ -139,6 +144,18 @@ def capturing_queries(model: torch.nn.Module, capture: QueryCapture, keep: int) 
     capture.keep = keep
     with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
         yield {"triforce_capture": capture}
+
+
+@contextlib.contextmanager
+def slot_attention(model: torch.nn.Module, slots: Any) -> Iterator[dict[str, Any]]:
+    """Within the block, forwards given the yielded kwargs attend only to the key slots ``slots`` marks valid.
+
+    ``slots.for_layer(layer_idx)`` gives ``[B, 1 or H_kv, L]`` bool validity of the layer's keys (a batch's left
+    padding and the holes its ragged acceptance leaves, see :mod:`hf_triforce.caches.slots`); the attention is
+    :func:`~hf_triforce.kernels.attention.masked_gqa_attention`, whatever mask transformers built.
+    """
+    with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
+        yield {"triforce_slots": slots}
 
 
 @contextlib.contextmanager

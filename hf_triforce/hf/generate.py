@@ -65,6 +65,14 @@ def decoder_only_output(
     return GenerateDecoderOnlyOutput(sequences=sequences, scores=scores, logits=logits, **{CACHE_ARG: cache})
 
 
+def pad_token_id(generation_config) -> int | None:
+    """The pad id ``generate()`` pads finished rows with (``pad_token_id``, or the EOS id it substitutes)."""
+    tensor = getattr(generation_config, "_pad_token_tensor", None)
+    if tensor is not None:
+        return int(tensor.reshape(-1)[0])
+    return generation_config.pad_token_id
+
+
 def _move_stop_strings(model, kwargs: dict[str, Any]) -> None:
     """Turn ``stop_strings`` into a ``StopStringCriteria`` in ``kwargs["stopping_criteria"]``.
 

@@ -63,3 +63,38 @@ def _bottom_right_causal(q_len: int, kv_len: int, device: torch.device) -> torch
     """``[1, 1, q, L]`` boolean mask: query ``i`` sees keys ``0 .. L - q + i``."""
     rows = torch.arange(q_len, device=device)[:, None] + (kv_len - q_len)
     return (torch.arange(kv_len, device=device)[None, :] <= rows)[None, None]
+
+
+def masked_gqa_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_valid: torch.Tensor, scaling: float | None = None
+) -> tuple[torch.Tensor, None]:
+    """Attention of the last ``q`` slots over keys, skipping invalid key slots (padding, holes of a batch).
+
+    The query tokens are the last ``q`` key slots (their own keys were just appended), causal among themselves;
+    a query always sees its own slot, so no row is fully masked.
+
+    Args:
+        query: ``[B, H_q, q, D]`` post-RoPE queries.
+        key: ``[B, H_kv, L, D]``.
+        value: ``[B, H_kv, L, D_v]``.
+        key_valid: ``[B, 1 or H_kv, L]`` bool, ``True`` where a key slot holds a real token.
+        scaling: softmax scale, default ``D ** -0.5``.
+
+    Returns:
+        ``([B, q, H_q, D_v] attention output, None)``, as a transformers attention function.
+
+    Example:
+        >>> q, k = torch.randn(2, 6, 3, 8), torch.randn(2, 2, 10, 8)
+        >>> masked_gqa_attention(q, k, k, torch.ones(2, 1, 10, dtype=torch.bool))[0].shape
+        torch.Size([2, 3, 6, 8])
+    """
+    q_len, kv_len = query.shape[2], key.shape[2]
+    mask = key_valid[:, :, None, :] & _bottom_right_causal(q_len, kv_len, query.device)
+    own = torch.arange(q_len, device=query.device)
+    mask[..., own, own + kv_len - q_len] = True
+    groups = query.shape[1] // key.shape[1]
+    if mask.shape[1] > 1 and groups > 1:
+        mask = mask.repeat_interleave(groups, dim=1)
+    grouped = key.shape[1] != query.shape[1]
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=grouped)
+    return out.transpose(1, 2).contiguous(), None

@@ -63,6 +63,20 @@ def test_tokenizer_round_trip(tokenizer):
 # Pipelines
 
 
+def test_pipeline_batch_size(llama, tokenizer):
+    """``pipeline(..., batch_size=4)`` over left-padded batches gives the plain pipeline's text."""
+    tokenizer.padding_side = "left"
+    try:
+        pipe = pipeline("text-generation", model=llama, tokenizer=tokenizer)
+        prompts = PROMPTS * 2
+        expected = pipe(prompts, max_new_tokens=16, do_sample=False, batch_size=4)
+        got = pipe(prompts, max_new_tokens=16, do_sample=False, batch_size=4, triforce_config=CFG)
+    finally:
+        tokenizer.padding_side = "right"
+    assert got == expected
+    assert len(hf_triforce.last_stats(llama).rows) == 2  # the last batch: 6 prompts in batches of 4
+
+
 @pytest.mark.parametrize("prompt", PROMPTS, ids=["long", "short", "lambda"])
 @pytest.mark.parametrize("drafter", ["none", "ngram", "auto"])
 def test_pipeline_same_text(llama, pipe, prompt, drafter):

@@ -350,3 +350,54 @@ def test_power_against_wrong_temperature(sampler):
         f"the homogeneity test did not detect a temperature off by 0.25 (p-value {p_value:.3g}, alpha {ALPHA}, "
         f"{NUM_SAMPLES} samples): raise NUM_SAMPLES.\n" + describe(table, labels, ("plain@0.95", "triforce@0.7"))
     )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Batches: every row of a batched call has its own prompt's distribution.
+
+BATCH_COPIES = 50
+"""``num_return_sequences`` of each batched call: 2 prompts x 50 copies = a batch of 100 rows."""
+
+
+@pytest.mark.parametrize("processors, drafter", [({"temperature": 0.9, "top_k": 5}, "ngram"), ({"top_p": 0.8}, "none")])
+def test_sampled_batch_rows_match_plain_generate(sampler, processors, drafter):
+    """A left-padded batch of two prompts (100 and 80 tokens), each repeated by ``num_return_sequences``: the rows
+    of each prompt are distributed like plain sampling of that prompt alone, each prompt tested on its own."""
+    short = torch.randint(0, VOCAB, (1, 80), generator=torch.Generator().manual_seed(2))
+    batch = torch.cat([sampler.prompt, torch.cat([short.new_zeros(1, 20), short], dim=1)])
+    mask = torch.ones_like(batch)
+    mask[1, :20] = 0
+    config = TriForceConfig(drafter=drafter, adaptive=False, **SPARSE)
+    rows, totals = [], {"level1_drafted": 0, "level1_accepted": 0, "refreshes": 0}
+    with torch.random.fork_rng(devices=[]):
+        for seed in range(NUM_SAMPLES // BATCH_COPIES):
+            torch.manual_seed(seed)
+            rows.append(
+                sampler.target.generate(
+                    batch,
+                    attention_mask=mask,
+                    max_new_tokens=NEW_TOKENS,
+                    do_sample=True,
+                    pad_token_id=0,
+                    num_return_sequences=BATCH_COPIES,
+                    triforce_config=config,
+                    **processors,
+                )  # fmt: skip
+            )
+            stats = hf_triforce.last_stats(sampler.target)
+            totals["level1_drafted"] += stats.level1.drafted
+            totals["level1_accepted"] += stats.level1.accepted
+            totals["refreshes"] += stats.retrieval_refreshes
+    sequences = torch.cat(rows)
+    first = sequences.view(-1, 2, BATCH_COPIES, sequences.shape[-1])[:, 0].reshape(-1, sequences.shape[-1])
+    second = sequences.view(-1, 2, BATCH_COPIES, sequences.shape[-1])[:, 1].reshape(-1, sequences.shape[-1])
+    plain_second = Sampler(sampler.target, None, short).plain(processors)
+    cases = (("100-token prompt", sampler.plain(processors), first), ("80-token prompt", plain_second, second))
+    for name, plain, got in cases:
+        p_value, table, labels = homogeneity_test(plain, sampler.codes(got))
+        assert p_value > ALPHA, (
+            f"batched TriForce rows ({name}, {drafter=}, {processors}) are not distributed like plain generate(): "
+            f"p-value {p_value:.3g} <= alpha {ALPHA}. {totals}\n" + describe(table, labels, ("plain", "triforce"))
+        )
+    assert 0 < totals["level1_accepted"] < totals["level1_drafted"], totals
+    assert totals["refreshes"] > 0, totals

@@ -1,0 +1,119 @@
+"""Per-row slot validity for batched caches: left padding and the holes ragged acceptance leaves.
+
+A batched cache keeps one slot count for every row (rectangular ``[B, H_kv, L, D]`` storage). Rows accept
+different numbers of tokens per round, so a round keeps, for every row, as many of its new slots as the row that
+accepted most; in a row that accepted fewer, the extra slots become *holes*: kept in storage, never attended to.
+Left padding is the same kind of slot. :class:`SlotMask` records which slots are real tokens and the position the
+next token of each row takes (its count of real tokens, as plain ``generate()`` numbers a left-padded row).
+Nothing is thrown away because another row accepted fewer: each row keeps every token it accepted.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class SlotMask:
+    """Which of a batched cache's ``L`` slots hold real tokens, per row, and each row's next position.
+
+    Args:
+        valid: ``[B, L]`` bool, ``True`` where a slot holds a real token (the prompt's attention mask).
+
+    Example:
+        >>> slots = SlotMask(torch.tensor([[0, 1, 1], [1, 1, 1]], dtype=torch.bool))
+        >>> slots.positions.tolist(), slots.append(2).tolist()
+        ([2, 3], [[2, 3], [3, 4]])
+        >>> slots.keep(torch.tensor([1, 2]), width=2); slots.valid.int().tolist(), slots.positions.tolist()
+        ([[0, 1, 1, 1, 0], [1, 1, 1, 1, 1]], [3, 5])
+    """
+
+    def __init__(self, valid: torch.Tensor) -> None:
+        self.valid = valid.bool()
+        self.positions = self.valid.sum(dim=1)
+
+    @property
+    def length(self) -> int:
+        return self.valid.shape[1]
+
+    def append(self, width: int) -> torch.Tensor:
+        """Mark ``width`` new slots valid in every row; returns their positions ``[B, width]``."""
+        ones = self.valid.new_ones(self.valid.shape[0], width)
+        self.valid = torch.cat([self.valid, ones], dim=1)
+        return self.positions[:, None] + torch.arange(width, device=self.valid.device)
+
+    def keep(self, kept: torch.Tensor, width: int) -> int:
+        """Of the last ``width`` slots, keep the first ``kept[b]`` of row ``b``; drop the slots no row kept.
+
+        Returns the (non-positive) count of slots dropped from the end, for the cache's ``crop``.
+        """
+        widest = int(kept.max()) if kept.numel() else 0
+        start = self.length - width
+        new = torch.arange(widest, device=self.valid.device)[None] < kept[:, None].to(self.valid.device)
+        self.valid = torch.cat([self.valid[:, :start], new], dim=1)
+        self.positions = self.positions + kept.to(self.positions.device)
+        return -(width - widest)
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Only the rows at ``rows`` (``[B']`` indices) remain."""
+        self.valid, self.positions = self.valid[rows], self.positions[rows]
+
+    def chunk_mask(self, chunk_size: int) -> torch.Tensor:
+        """``[B, L // chunk_size]`` bool: complete chunks holding at least one real token."""
+        n = self.length // chunk_size
+        return self.valid[:, : n * chunk_size].view(-1, n, chunk_size).any(dim=-1)
+
+    def first_chunk(self, chunk_size: int) -> torch.Tensor:
+        """``[B]`` index of each row's first chunk holding a real token (its attention sink)."""
+        return self.valid.int().argmax(dim=1) // chunk_size
+
+
+class ViewSlots:
+    """Slot validity of a batched retrieval view, per layer, row and KV head.
+
+    A view's layer ``l`` holds the ``S`` gathered tokens (which differ per row and KV head, so their validity is
+    ``[B, H_kv, S]`` per layer) and then a tail shared by all heads and layers (the full cache's tokens since the
+    selection, then drafts), whose validity is ``[B, T]``.
+
+    Args:
+        gathered: per layer, ``[B, H_kv, S]`` validity of the gathered tokens.
+        tail: ``[B, T]`` validity of the tail.
+
+    Example:
+        >>> view = ViewSlots([torch.ones(1, 2, 3, dtype=torch.bool)], torch.tensor([[True, False]]))
+        >>> view.for_layer(0).shape
+        torch.Size([1, 2, 5])
+    """
+
+    def __init__(self, gathered: list[torch.Tensor], tail: torch.Tensor) -> None:
+        self.gathered, self.tail = gathered, tail.bool()
+
+    def for_layer(self, layer_idx: int) -> torch.Tensor:
+        """``[B, H_kv, S + T]`` validity of layer ``layer_idx``'s keys."""
+        gathered = self.gathered[layer_idx]
+        return torch.cat([gathered, self.tail[:, None].expand(-1, gathered.shape[1], -1)], dim=-1)
+
+    def append(self, width: int) -> None:
+        """Mark ``width`` new tail slots valid in every row (a level-1 forward's inputs)."""
+        self.tail = torch.cat([self.tail, self.tail.new_ones(self.tail.shape[0], width)], dim=1)
+
+    def keep(self, kept: torch.Tensor, width: int) -> int:
+        """Of the last ``width`` tail slots keep the first ``kept[b]`` of row ``b``; returns the crop count."""
+        widest = int(kept.max()) if kept.numel() else 0
+        new = torch.arange(widest, device=self.tail.device)[None] < kept[:, None].to(self.tail.device)
+        self.tail = torch.cat([self.tail[:, : self.tail.shape[1] - width], new], dim=1)
+        return -(width - widest)
+
+
+class CacheSlots:
+    """The validity a full-cache forward attends with: the same ``[B, 1, L]`` for every layer and head.
+
+    Example:
+        >>> CacheSlots(SlotMask(torch.ones(2, 3))).for_layer(5).shape
+        torch.Size([2, 1, 3])
+    """
+
+    def __init__(self, slots: SlotMask) -> None:
+        self.slots = slots
+
+    def for_layer(self, layer_idx: int) -> torch.Tensor:
+        return self.slots.valid[:, None]
