@@ -14,6 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM
+from transformers.generation.streamers import BaseStreamer
 
 import hf_triforce
 from hf_triforce import TriForceConfig, TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError
@@ -45,34 +46,52 @@ def prompt():
     [
         (dict(num_beams=2), "num_beams"),
         (dict(num_beams=2, do_sample=True), "num_beams"),
-        (dict(num_return_sequences=2, do_sample=True), "num_return_sequences"),
         (dict(num_return_sequences=2), "num_return_sequences"),  # greedy: transformers' own check
         (dict(use_cache=False), "use_cache"),
         (dict(output_attentions=True, return_dict_in_generate=True), "output_attentions"),
         (dict(prompt_lookup_num_tokens=3), "prompt_lookup_num_tokens"),
     ],
-    ids=["beams", "beam_sample", "return_sequences", "return_sequences_greedy", "no_cache", "attentions", "lookup"],
+    ids=["beams", "beam_sample", "return_sequences_greedy", "no_cache", "attentions", "lookup"],
 )
 def test_unsupported_generation_options(llama, prompt, no_forward, kwargs, hint):
     with pytest.raises(ValueError, match=hint):
         llama.generate(prompt, max_new_tokens=5, triforce_config=TriForceConfig(**CFG), **kwargs)
 
 
-def test_batch_of_two_prompts(llama, prompt, no_forward):
+class SilentStreamer(BaseStreamer):
+    """A streamer that shows nothing (transformers puts the prompt into it before TriForce runs)."""
+
+    def put(self, value) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "kwargs, hint",
+    [
+        (dict(right_padding=True), "right padding"),
+        (dict(streamer=True), "a streamer"),
+        (dict(output_logits=True, return_dict_in_generate=True), "output_scores / output_logits"),
+    ],
+    ids=["right_padding", "streamer", "output_logits"],
+)
+def test_batch_options_refused_before_work(llama, prompt, no_forward, kwargs, hint):
+    """A batch (two rows, or one left-padded row) with what the batched loop cannot serve raises before any forward,
+    naming it and what to do."""
     batch = torch.cat([prompt, prompt.flip(1)])
-    with pytest.raises(UnsupportedGenerationError, match="batch size") as info:
-        llama.generate(batch, max_new_tokens=5, triforce_config=TriForceConfig(**CFG))
-    assert "one sequence at a time" in str(info.value)
+    mask = torch.ones_like(batch)
+    mask[0, -3:] = 0 if kwargs.pop("right_padding", False) else 1
+    if kwargs.pop("streamer", False):
+        kwargs["streamer"] = SilentStreamer()
+        batch, mask = batch[:1], torch.cat([mask.new_zeros(1, 2), mask[:1, 2:]], dim=1)
+    with pytest.raises(UnsupportedGenerationError, match=hint) as info:
+        llama.generate(batch, attention_mask=mask, max_new_tokens=5, triforce_config=TriForceConfig(**CFG), **kwargs)
+    assert "Batched TriForce generation" in str(info.value)
 
 
-def test_padded_attention_mask(llama, prompt, no_forward):
-    mask = torch.ones_like(prompt)
-    mask[0, :3] = 0
-    with pytest.raises(UnsupportedGenerationError, match="attention_mask"):
-        llama.generate(prompt, attention_mask=mask, max_new_tokens=5, triforce_config=TriForceConfig(**CFG))
-
-
-@pytest.mark.parametrize("kwargs", [dict(num_beams=2), dict(num_return_sequences=2, do_sample=True)])
+@pytest.mark.parametrize("kwargs", [dict(num_beams=2), dict(num_beams=2, do_sample=True)])
 def test_single_prompt_is_not_blamed_for_batch_size(llama, prompt, no_forward, kwargs):
     with pytest.raises(UnsupportedGenerationError) as info:
         llama.generate(prompt, max_new_tokens=5, triforce_config=TriForceConfig(**CFG), **kwargs)
