@@ -117,6 +117,11 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("--plot", default=None, help="write a PNG: speedup and per-level latency vs context length")
     p.add_argument(
+        "--batch-size", type=int, default=1, metavar="N",
+        help="N rows, each a different document and question, left-padded: throughput of plain batched generate() "
+        "vs batched TriForce (default 1: one prompt per call)",
+    )  # fmt: skip
+    p.add_argument(
         "--tp", type=int, default=1, metavar="N",
         help="tensor parallelism over N ranks (the model's tp_plan), each rank reporting its own figures: run "
         "under torchrun --nproc-per-node N -m hf_triforce bench --tp N ... (default 1: one process)",
@@ -210,6 +215,8 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
+    if args.batch_size < 1 or (args.batch_size > 1 and args.plot):
+        raise TriForceConfigError("--batch-size must be >= 1, and --plot (a context sweep) needs --batch-size 1.")
     options = BenchOptions(
         model=args.model,
         document=args.document,
@@ -234,6 +241,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         prompt_lookup=args.prompt_lookup,
         adaptive=args.adaptive,
         tp=args.tp,
+        batch_size=args.batch_size,
     )
     if args.question:
         options.question = args.question
@@ -244,7 +252,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     if args.output:
         for path in write_results(results, args.output):
             print(f"wrote {path}")
-    if args.plot:
+    if args.plot and "rows" in results:
         print(f"wrote {write_plot(results, args.plot)}")
     return 0
 

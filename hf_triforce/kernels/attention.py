@@ -71,7 +71,9 @@ def masked_gqa_attention(
     """Attention of the last ``q`` slots over keys, skipping invalid key slots (padding, holes of a batch).
 
     The query tokens are the last ``q`` key slots (their own keys were just appended), causal among themselves;
-    a query always sees its own slot, so no row is fully masked.
+    a query always sees its own slot, so no row is fully masked. The query heads that share a KV head are packed
+    into one block of ``groups * q`` query rows, so each key and value is read once per KV head (not once per
+    query head, as ``enable_gqa`` does on the CPU).
 
     Args:
         query: ``[B, H_q, q, D]`` post-RoPE queries.
@@ -88,13 +90,14 @@ def masked_gqa_attention(
         >>> masked_gqa_attention(q, k, k, torch.ones(2, 1, 10, dtype=torch.bool))[0].shape
         torch.Size([2, 3, 6, 8])
     """
-    q_len, kv_len = query.shape[2], key.shape[2]
+    b, h_q, q_len, d = query.shape
+    h_kv, kv_len = key.shape[1], key.shape[2]
+    groups = h_q // h_kv
     mask = key_valid[:, :, None, :] & _bottom_right_causal(q_len, kv_len, query.device)
     own = torch.arange(q_len, device=query.device)
     mask[..., own, own + kv_len - q_len] = True
-    groups = query.shape[1] // key.shape[1]
-    if mask.shape[1] > 1 and groups > 1:
-        mask = mask.repeat_interleave(groups, dim=1)
-    grouped = key.shape[1] != query.shape[1]
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=grouped)
-    return out.transpose(1, 2).contiguous(), None
+    # A KV head's query heads become rows of one query block: each key/value is read once, not once per query head.
+    packed = query.reshape(b, h_kv, groups * q_len, d)
+    mask = mask[:, :, None].expand(-1, -1, groups, -1, -1).reshape(b, mask.shape[1], groups * q_len, kv_len)
+    out = F.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scaling)
+    return out.reshape(b, h_q, q_len, value.shape[-1]).transpose(1, 2).contiguous(), None

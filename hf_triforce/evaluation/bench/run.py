@@ -16,6 +16,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ...config import TriForceConfig
+from ...errors import TriForceConfigError
+from ...generation import enable
 from ...hf.backend import preferred_attn_implementation
 from ...hf.model import attn_implementation, context_limit
 from ...hf.sharding import local_shard, sharded_loading_kwargs
@@ -26,6 +28,7 @@ from ..common.machine import machine_info
 from ..models.bandwidth import kv_bytes_per_token
 from ..models.memory_fit import check_fits, longest_context
 from ..models.shapes import kv_heads, preset_config, random_model
+from .batch import run_batch_benchmark
 from .comparison import compare
 from .profile import profile_phases
 from .rank_figures import attach_rank_figures, gather_rank_figures, is_report_rank, rank_figures
@@ -61,6 +64,7 @@ class BenchOptions(DocumentQuestion):
     prompt_lookup: int | None = None
     adaptive: bool = True
     tp: int = 1  # tensor-parallel ranks: run under torchrun --nproc-per-node tp
+    batch_size: int = 1  # > 1: rows of different documents and questions, plain batched generate() vs TriForce
 
 
 def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
@@ -79,6 +83,8 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
         >>> run_benchmark(BenchOptions(prompt_tokens=[7000], temperatures=[0.0]))  # doctest: +SKIP
     """
     check_tensor_parallel(options, command)
+    if options.batch_size > 1:
+        return _batch_benchmark(options, command)
     if options.tp > 1:
         quiet_other_ranks()
     prompt_lengths = _checked_prompt_lengths(options)
@@ -119,6 +125,25 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
         results["command"] = torchrun_command(options.tp, command)
         attach_rank_figures(results, gather_rank_figures(own), kv_heads(model.config.get_text_config()))
     return results
+
+
+def _batch_benchmark(options: BenchOptions, command: str) -> dict[str, Any]:
+    """``--batch-size N``: :func:`~.batch.run_batch_benchmark` on the real model (checked before loading)."""
+    unsupported = {
+        "--preset (random weights have no questions to batch)": options.preset is not None,
+        "--tp": options.tp > 1,
+        "--prompt-lookup": options.prompt_lookup is not None,
+        "--profile": options.profile,
+        "--draft-preset / drafter model": options.draft_preset is not None or "model" in options.drafters,
+        "--prompt-tokens max": "max" in options.prompt_tokens,
+    }
+    bad = [name for name, hit in unsupported.items() if hit]
+    if bad:
+        raise TriForceConfigError(f"--batch-size {options.batch_size} does not go with {', '.join(bad)}.")
+    model, tokenizer, _ = _load_models(options, max(options.prompt_tokens))
+    enable(model)
+    configs = [_config(options, b, d) for b, d in itertools.product(options.budgets, options.drafters)]
+    return run_batch_benchmark(options, model, tokenizer, configs, command)
 
 
 def _checked_prompt_lengths(options: BenchOptions) -> list[int]:
