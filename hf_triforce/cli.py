@@ -12,6 +12,7 @@ import torch
 
 from .config import DRAFTERS
 from .demo import DemoOptions, run_demo
+from .errors import TriForceConfigError
 from .evaluation.bench.rank_figures import is_report_rank
 from .evaluation.bench.real_acceptance import parse_real_acceptance
 from .evaluation.bench.report import markdown_table, write_results

@@ -6,9 +6,9 @@ left-padded into one batch. Both sides are forced to ``new_tokens`` tokens per r
 row decodes the same number of tokens.
 
 Decode time excludes the prefill: TriForce reports its own (``last_stats``: the call's seconds minus its prefill);
-plain ``generate()`` with a batch cannot stream, so its decode time is the difference between a call of
-``new_tokens`` tokens and a call of one token on the same batch (the prefill and the first token). Throughput is
-the tokens after the first of every row per decode second.
+plain ``generate()`` with a batch cannot stream, so a stopping criterion that stops nothing (:class:`StepClock`)
+notes when each of its steps ends, and its decode time runs from the first token to the last. Throughput is the
+tokens after the first of every row per decode second.
 """
 
 from __future__ import annotations
@@ -19,13 +19,17 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
+from transformers import StoppingCriteria, StoppingCriteriaList
 
+from ...config import TriForceConfig
 from ...generation import last_stats
 from ...hf.linears import small_batch_linears
 from ..common.documents import question_prompt, read_document
 from ..common.generate_kwargs import generate_kwargs
 from ..common.haystacks import haystack_text
 from ..common.machine import machine_info
+from ..models.bandwidth import modeled_batch_speedup
+from ..models.shapes import preset_config
 from .questions import DEFAULT_QUESTIONS
 
 logger = logging.getLogger(__name__)
@@ -75,17 +79,14 @@ def compare_batch(
     kwargs.update(attention_mask=mask.to(model.device), pad_token_id=int(ids[0, 0]))
     ids = ids.to(model.device)
     if warm_up:  # the first calls at a new cache size run slow on the CPU (the allocator): not timed
-        _timed(model, ids, seed, {**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})
+        _plain_decode(model, ids, seed, {**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})
         _timed(model, ids, seed, {**kwargs, "max_new_tokens": 4, "min_new_tokens": 4, "triforce_config": config})
-    first, _ = _timed(model, ids, seed, {**kwargs, "max_new_tokens": 1, "min_new_tokens": 1})
-    plain_seconds, plain = _timed(model, ids, seed, kwargs)
+    plain_decode, plain = _plain_decode(model, ids, seed, kwargs)
     with small_batch_linears(model):  # how much of the ratio hf_triforce's CPU linear path alone gives
-        fast_first, _ = _timed(model, ids, seed, {**kwargs, "max_new_tokens": 1, "min_new_tokens": 1})
-        fast_seconds, _ = _timed(model, ids, seed, kwargs)
-    _, triforce = _timed(model, ids, seed, {**kwargs, "triforce_config": config})
+        fast_decode, _ = _plain_decode(model, ids, seed, kwargs)
+    triforce = _timed(model, ids, seed, {**kwargs, "triforce_config": config})
     stats = last_stats(model)
     decoded = ids.shape[0] * (new_tokens - 1)
-    plain_decode = max(plain_seconds - first, 1e-9)
     triforce_decode = stats.seconds - stats.prefill_seconds
     return {
         "batch_size": ids.shape[0],
@@ -94,7 +95,7 @@ def compare_batch(
         "budget": config.retrieval_budget,
         "drafter": config.drafter,
         "plain": {"decode_seconds": plain_decode, "tokens_per_second": decoded / plain_decode},
-        "plain_fast_linears": {"tokens_per_second": decoded / max(fast_seconds - fast_first, 1e-9)},
+        "plain_fast_linears": {"decode_seconds": fast_decode, "tokens_per_second": decoded / fast_decode},
         "triforce_run": {"decode_seconds": triforce_decode, "tokens_per_second": decoded / triforce_decode},
         "throughput_ratio": plain_decode / triforce_decode,
         "identical_output": bool(torch.equal(plain, triforce)),
@@ -103,12 +104,28 @@ def compare_batch(
     }
 
 
-def _timed(model, ids, seed: int, kwargs: dict[str, Any]) -> tuple[float, torch.Tensor]:
+def _timed(model, ids, seed: int, kwargs: dict[str, Any]) -> torch.Tensor:
     torch.manual_seed(seed)
-    start = time.perf_counter()
     with torch.inference_mode():
-        out = model.generate(ids, **kwargs)
-    return time.perf_counter() - start, out
+        return model.generate(ids, **kwargs)
+
+
+class StepClock(StoppingCriteria):
+    """A stopping criterion that stops nothing and notes when each decoding step of plain ``generate()`` ends."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        self.times.append(time.perf_counter())
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+def _plain_decode(model, ids, seed: int, kwargs: dict[str, Any]) -> tuple[float, torch.Tensor]:
+    """Plain batched ``generate()``: the seconds from its first token to its last (the decode), and its output."""
+    clock = StepClock()
+    out = _timed(model, ids, seed, {**kwargs, "stopping_criteria": StoppingCriteriaList([clock])})
+    return clock.times[-1] - clock.times[0], out
 
 
 def run_batch_benchmark(options, model, tokenizer, configs, command: str = "") -> dict[str, Any]:
@@ -160,11 +177,11 @@ def batch_table(results: dict[str, Any]) -> list[str]:
     lines += [
         "",
         "Throughput = new tokens after the first of every row per decode second (prefill excluded), same process "
-        "and batch; both forced to the same number of new tokens per row. Plain decode time = a call of all the "
-        "tokens minus a call of one token on the same batch. Identical: every row equals plain batched generate() "
-        "(T=0). Verifications: batched full-cache forwards, for all the rows' new tokens. The last column is plain "
-        "batched generate() with hf_triforce's CPU linear path (hf_triforce.kernels.linear) switched on: the part "
-        "of the ratio that path alone gives.",
+        "and batch; both forced to the same number of new tokens per row. Plain decode time: from its first token "
+        "to its last, timed by a stopping criterion that stops nothing. Identical: every row equals plain batched "
+        "generate() (T=0). Verifications: batched full-cache forwards, for all the rows' new tokens. The last "
+        "column is plain batched generate() with hf_triforce's CPU linear path (hf_triforce.kernels.linear) "
+        "switched on: the part of the ratio that path alone gives.",
     ]
     return lines
 
@@ -172,3 +189,46 @@ def batch_table(results: dict[str, Any]) -> list[str]:
 def _rounds(stats: dict[str, Any]) -> str:
     rounds = stats.get("rounds", {})
     return " / ".join(str(rounds.get(kind, 0)) for kind in ("levels", "level0", "plain"))
+
+
+MODELED_BATCHES = (8, 16, 32)
+MODELED_CONTEXTS = (32768, 65536, 131072)
+ASSUMED_ACCEPTANCE = 0.9  # level-1 per-token acceptance when --real-acceptance gives none (TriForce: 0.91-0.92)
+
+
+def modeled_batch_results(options, command: str = "") -> dict[str, Any]:
+    """``--preset P --batch-size N``: the bandwidth model's figures for batches 8-32 (and N) at 32K-128K tokens per
+    row, for each budget; nothing is run (labelled as modeled)."""
+    config = preset_config(options.preset, 1)
+    dtype_bytes = getattr(torch, options.dtype or "bfloat16").itemsize
+    acceptance = options.real_acceptance if isinstance(options.real_acceptance, float) else ASSUMED_ACCEPTANCE
+    gamma2 = options.gamma2 or TriForceConfig().gamma2
+    rows = []
+    for batch in sorted({*MODELED_BATCHES, options.batch_size}):
+        for context in MODELED_CONTEXTS:
+            for budget in options.budgets:
+                figures = modeled_batch_speedup(config, dtype_bytes, batch, context, budget, acceptance, gamma2)
+                rows.append({"batch_size": batch, "context": context, "budget": budget, **figures})
+    title = f"batched TriForce, modeled: {options.preset}"
+    figures = {"acceptance": acceptance, "gamma2": gamma2, "dtype_bytes": dtype_bytes}
+    return {"title": title, "command": command, "machine": machine_info(), "modeled_batch_rows": rows, **figures}
+
+
+def modeled_batch_table(results: dict[str, Any]) -> list[str]:
+    """The markdown lines of :func:`modeled_batch_results`."""
+    lines = [
+        f"**Modeled, not measured** (bandwidth model, DESIGN.md section 5): level-1 per-token acceptance "
+        f"{results['acceptance']}, gamma2 {results['gamma2']}, {results['dtype_bytes']}-byte weights and KV. A "
+        "plain step reads the weights once and every row's KV; a level-1 step the weights and each row's view; a "
+        "verification what a plain step reads.",
+        "",
+        "| batch | context per row | budget | KV share of a plain step | GB per plain step | GB per level-1 step | "
+        "modeled speedup |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results["modeled_batch_rows"]:
+        lines.append(
+            f"| {r['batch_size']} | {r['context'] // 1024}K | {r['budget']} | {r['kv_share']:.2f} | "
+            f"{r['plain_bytes'] / 1e9:.1f} | {r['level1_bytes'] / 1e9:.1f} | {r['speedup']:.2f}x |"
+        )
+    return lines

@@ -11,7 +11,7 @@ from ..common.machine import device_name, library_versions
 from ..common.results import write_json
 from ..common.schedule_table import schedule_section
 from ..models.bandwidth import device_bandwidth, modeled_speedup
-from .batch import batch_table
+from .batch import batch_table, modeled_batch_table
 from .rank_report import rank_section
 
 
@@ -41,6 +41,8 @@ def markdown_table(results: dict[str, Any]) -> str:
     ]
     if "batch_rows" in results:
         return "\n".join(lines + batch_table(results)) + "\n"
+    if "modeled_batch_rows" in results:
+        return "\n".join(lines + modeled_batch_table(results)) + "\n"
     lines += [
         "| prompt | T | drafter | budget | plain tok/s | TriForce tok/s | speedup | identical | "
         "level-0 acc. (round / per token) | level-1 acc. (round / per token) | tokens/forward | "

@@ -28,7 +28,7 @@ from ..common.machine import machine_info
 from ..models.bandwidth import kv_bytes_per_token
 from ..models.memory_fit import check_fits, longest_context
 from ..models.shapes import kv_heads, preset_config, random_model
-from .batch import run_batch_benchmark
+from .batch import modeled_batch_results, run_batch_benchmark
 from .comparison import compare
 from .profile import profile_phases
 from .rank_figures import attach_rank_figures, gather_rank_figures, is_report_rank, rank_figures
@@ -129,8 +129,9 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
 
 def _batch_benchmark(options: BenchOptions, command: str) -> dict[str, Any]:
     """``--batch-size N``: :func:`~.batch.run_batch_benchmark` on the real model (checked before loading)."""
+    if options.preset is not None:  # a GPU shape: the bandwidth model's batch figures, labelled as modeled
+        return modeled_batch_results(options, command)
     unsupported = {
-        "--preset (random weights have no questions to batch)": options.preset is not None,
         "--tp": options.tp > 1,
         "--prompt-lookup": options.prompt_lookup is not None,
         "--profile": options.profile,

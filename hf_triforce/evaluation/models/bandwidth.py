@@ -91,3 +91,32 @@ def modeled_speedup(
         per_level1_token = (gamma1 * level0_step_ms + level1_step_ms) / expected_tokens(level0_acceptance, gamma1)
     round_ms = gamma2 * per_level1_token + verify_ms
     return expected_tokens(level1_acceptance, gamma2) * full_step_ms / round_ms
+
+
+def modeled_batch_speedup(
+    config, dtype_bytes: int, batch: int, context: int, budget: int, acceptance: float, gamma2: int
+) -> dict[str, float]:
+    """Bandwidth-model figures of a batch: every step reads the weights once and each row's KV.
+
+    A plain step reads ``weights + batch x context`` tokens of KV; a level-1 step ``weights + batch x budget``; a
+    verification of ``gamma2 + 1`` tokens per row reads what a plain step reads (bandwidth bound: its extra
+    compute is assumed hidden). A round of ``gamma2`` level-1 steps and one verification yields
+    :func:`expected_tokens` per row. The KV share of a step grows with the batch, so speculation over a sparse
+    view pays more with larger batches (MagicDec's observation).
+
+    Returns:
+        ``{"plain_bytes", "level1_bytes", "kv_share", "speedup"}`` (``kv_share``: KV bytes / all bytes of a
+        plain step).
+
+    Example:
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> figures = modeled_batch_speedup(preset_config("llama3.1-8b", 1), 2, 8, 32768, 4096, 0.9, 6)
+        >>> round(figures["speedup"], 2), round(figures["kv_share"], 2)
+        (1.52, 0.68)
+    """
+    kv = kv_bytes_per_token(config, dtype_bytes)
+    weights = weight_bytes(config, dtype_bytes)
+    plain = weights + batch * context * kv
+    level1 = weights + batch * min(budget, context) * kv
+    speedup = expected_tokens(acceptance, gamma2) * plain / (gamma2 * level1 + plain)
+    return {"plain_bytes": plain, "level1_bytes": level1, "kv_share": batch * context * kv / plain, "speedup": speedup}
