@@ -127,7 +127,7 @@ def _batch_decode(
     tensor_parallel = RankConsensus.for_model(model).active
     mask = validate_batch(
         model, input_ids, generation_config, model_kwargs, config, drafter_kind, streamer,
-        callers_cache(model_kwargs), tensor_parallel,
+        callers_cache(model_kwargs), tensor_parallel, stopping_criteria,
     )  # fmt: skip
     stats = TriForceStats()
     drafters = [_row_drafter(config, drafter_kind) for _ in range(input_ids.shape[0])]

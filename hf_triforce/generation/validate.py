@@ -107,9 +107,10 @@ def validate_batch(
     streamer,
     callers_cache,
     tensor_parallel: bool,
+    stopping_criteria=(),
 ) -> torch.Tensor:
     """Raise :class:`UnsupportedGenerationError` for what a batched TriForce call cannot serve; returns the
-    ``[B, n]`` attention mask (all ones when none was given)."""  # fmt: skip
+    ``[B, n]`` attention mask (all ones when none was given)."""
     gc = generation_config
     mask = model_kwargs.get("attention_mask")
     mask = torch.ones_like(input_ids) if mask is None else mask
@@ -123,6 +124,8 @@ def validate_batch(
         "a cache passed in (cache= / past_key_values=)": callers_cache is not None,
         f"cuda_graphs={config.cuda_graphs!r} (use False or 'auto')": config.cuda_graphs in (True, "eager"),
         "a tensor-parallel model": tensor_parallel,
+        "stop strings or stopping criteria without an eos_token_id (plain generate() then keeps decoding the rows "
+        "they stop instead of padding them; pass eos_token_id=)": _stops_without_eos(stopping_criteria),
         "a sliding window shorter than max_length": (getattr(text_config, "sliding_window", None) or gc.max_length)
         < gc.max_length
         and getattr(text_config, "use_sliding_window", True) is not False,
@@ -134,6 +137,13 @@ def validate_batch(
             f"support {', '.join(bad)}. Change these options, or pass one unpadded sequence per call."
         )
     return mask
+
+
+def _stops_without_eos(stopping_criteria) -> bool:
+    """Whether a criterion other than the length limits may stop a row while no EOS criterion pads stopped rows."""
+    names = {type(c).__name__ for c in stopping_criteria}
+    has_eos = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
+    return not has_eos and bool(names - {"MaxLengthCriteria", "MaxTimeCriteria"})
 
 
 def _right_padded(mask: torch.Tensor) -> bool:

@@ -18,6 +18,7 @@ from transformers.generation.streamers import BaseStreamer
 
 import hf_triforce
 from hf_triforce import TriForceConfig
+from hf_triforce.errors import UnsupportedGenerationError
 
 pytestmark = pytest.mark.integration
 
@@ -109,6 +110,30 @@ def test_pipeline_stop_sequence(pipe, tokenizer):
     kwargs = dict(max_new_tokens=30, do_sample=False, return_full_text=False, stop_sequence=stop)
     expected = pipe(PROMPTS[0], **kwargs)
     assert pipe(PROMPTS[0], triforce_config=CFG, **kwargs) == expected
+
+
+def test_batch_stop_strings(llama, tokenizer):
+    """A stop string one row reaches: that row stops where plain batched generate() stops it (padded after it, as
+    an EOS criterion makes plain generate() pad stopped rows), the others go on. Without an EOS id the batch is
+    refused: plain generate() would keep decoding the stopped row."""
+    tokenizer.padding_side = "left"
+    try:
+        batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    finally:
+        tokenizer.padding_side = "right"
+    plain = llama.generate(**batch, max_new_tokens=30, do_sample=False)
+    text = tokenizer.decode(plain[0, batch["input_ids"].shape[1] :])
+    words = [w for w in text.split() if len(w) >= 2]
+    if not words:
+        pytest.skip("plain output has no usable stop string")
+    kwargs = dict(max_new_tokens=30, do_sample=False, stop_strings=[words[len(words) // 2]], tokenizer=tokenizer)
+    with pytest.raises(UnsupportedGenerationError, match="without an eos_token_id"):
+        llama.generate(**batch, triforce_config=CFG, **kwargs)
+    kwargs.update(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    expected = llama.generate(**batch, **kwargs)
+    assert torch.equal(llama.generate(**batch, triforce_config=CFG, **kwargs), expected)
+    rows = hf_triforce.last_stats(llama).rows
+    assert min(row.new_tokens for row in rows) < 30
 
 
 def test_generate_stop_strings(llama, tokenizer):

@@ -29,6 +29,7 @@ from ..common.generate_kwargs import generate_kwargs
 from ..common.haystacks import haystack_text
 from ..common.machine import machine_info
 from ..models.bandwidth import modeled_batch_speedup
+from ..models.memory_fit import H100_BYTES, largest_batch
 from ..models.shapes import preset_config
 from .questions import DEFAULT_QUESTIONS
 
@@ -198,7 +199,8 @@ ASSUMED_ACCEPTANCE = 0.9  # level-1 per-token acceptance when --real-acceptance 
 
 def modeled_batch_results(options, command: str = "") -> dict[str, Any]:
     """``--preset P --batch-size N``: the bandwidth model's figures for batches 8-32 (and N) at 32K-128K tokens per
-    row, for each budget; nothing is run (labelled as modeled)."""
+    row, for each budget, with the largest batch that fits one 80 GB GPU (the memory model of
+    :func:`~hf_triforce.evaluation.models.memory_fit.largest_batch`); nothing is run (labelled as modeled)."""
     config = preset_config(options.preset, 1)
     dtype_bytes = getattr(torch, options.dtype or "bfloat16").itemsize
     acceptance = options.real_acceptance if isinstance(options.real_acceptance, float) else ASSUMED_ACCEPTANCE
@@ -208,7 +210,10 @@ def modeled_batch_results(options, command: str = "") -> dict[str, Any]:
         for context in MODELED_CONTEXTS:
             for budget in options.budgets:
                 figures = modeled_batch_speedup(config, dtype_bytes, batch, context, budget, acceptance, gamma2)
-                rows.append({"batch_size": batch, "context": context, "budget": budget, **figures})
+                tc = TriForceConfig(retrieval_budget=budget)
+                fits = largest_batch(config, context, dtype_bytes, tc, H100_BYTES)
+                rows.append({"batch_size": batch, "context": context, "budget": budget, "largest_batch_h100": fits,
+                             **figures})  # fmt: skip
     title = f"batched TriForce, modeled: {options.preset}"
     figures = {"acceptance": acceptance, "gamma2": gamma2, "dtype_bytes": dtype_bytes}
     return {"title": title, "command": command, "machine": machine_info(), "modeled_batch_rows": rows, **figures}
@@ -223,12 +228,13 @@ def modeled_batch_table(results: dict[str, Any]) -> list[str]:
         "verification what a plain step reads.",
         "",
         "| batch | context per row | budget | KV share of a plain step | GB per plain step | GB per level-1 step | "
-        "modeled speedup |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "modeled speedup | largest batch on one 80 GB GPU |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results["modeled_batch_rows"]:
         lines.append(
             f"| {r['batch_size']} | {r['context'] // 1024}K | {r['budget']} | {r['kv_share']:.2f} | "
-            f"{r['plain_bytes'] / 1e9:.1f} | {r['level1_bytes'] / 1e9:.1f} | {r['speedup']:.2f}x |"
+            f"{r['plain_bytes'] / 1e9:.1f} | {r['level1_bytes'] / 1e9:.1f} | {r['speedup']:.2f}x | "
+            f"{r['largest_batch_h100']} |"
         )
     return lines

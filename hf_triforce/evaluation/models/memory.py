@@ -52,7 +52,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...config import TriForceConfig
 from .bandwidth import kv_bytes_per_token, weight_bytes
@@ -423,3 +423,14 @@ def triforce_generate_bytes(
         79.0
     """
     return triforce_generate_estimate(config, context, dtype_bytes, triforce_config, draft_config).total
+
+
+def batch_estimate(estimate: MemoryEstimate, batch: int) -> MemoryEstimate:
+    """The estimate of ``batch`` rows: every term but the weights (the target's and the draft model's) is per row.
+
+    Example:
+        >>> batch_estimate(MemoryEstimate(weights=10, kv=20, prefill=5, decode=1), 4).total
+        90
+    """
+    per_row = ("kv", "prefill", "decode", "summaries", "view", "kept_view")
+    return replace(estimate, **{name: getattr(estimate, name) * batch for name in per_row})

@@ -26,6 +26,7 @@ from .bandwidth import kv_bytes_per_token
 from .memory import (
     GIB,
     MemoryEstimate,
+    batch_estimate,
     draft_weight_bytes,
     plain_generate_estimate,
     static_view,
@@ -246,3 +247,40 @@ def _prefill_hint(config, context, dtype_bytes, tc, available, draft_config, est
         for c in PREFILL_CHUNKS
     )  # fmt: skip
     return f"{what}; with --prefill-chunk-size {chunk}{BOTH_RUNS} the longest context that fits is {longest} tokens."
+
+
+def largest_batch(config, context: int, dtype_bytes: int, triforce_config: TriForceConfig, available_bytes: int) -> int:
+    """The most rows of ``context`` tokens each for which plain and TriForce ``generate()`` fit (0: not even one).
+
+    Example:
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> largest_batch(preset_config("llama3.1-8b", 32768), 32768, 2, TriForceConfig(), H100_BYTES)
+        7
+    """
+    estimates = _estimates(config, context, dtype_bytes, triforce_config, None, None)
+    batch = 0
+    while all(required_bytes(batch_estimate(e, batch + 1)) <= available_bytes for e in estimates):
+        batch += 1
+    return batch
+
+
+def check_batch_fits(
+    config, batch: int, context: int, dtype_bytes: int, triforce_config: TriForceConfig, available_bytes: int
+) -> None:
+    """Raise :class:`MemoryBudgetError` unless ``batch`` rows of ``context`` tokens fit, naming the largest batch
+    that does.
+
+    Example:
+        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> check_batch_fits(preset_config("llama3.1-8b", 32768), 32, 32768, 2, TriForceConfig(), H100_BYTES)
+        Traceback (most recent call last):
+            ...
+        hf_triforce.evaluation.models.memory_fit.MemoryBudgetError: A batch of 32 rows of 32768 tokens ...
+    """
+    fits = largest_batch(config, context, dtype_bytes, triforce_config, available_bytes)
+    if batch > fits:
+        raise MemoryBudgetError(
+            f"A batch of {batch} rows of {context} tokens does not fit in {available_bytes / GIB:.1f} GiB for the "
+            f"shape {describe_shape(config)}: the largest batch that fits is {fits} rows"
+            + (" (lower --batch-size)." if fits else "; not even one row fits: lower --prompt-tokens.")
+        )
