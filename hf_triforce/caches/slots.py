@@ -23,7 +23,9 @@ class SlotMask:
         >>> slots = SlotMask(torch.tensor([[0, 1, 1], [1, 1, 1]], dtype=torch.bool))
         >>> slots.positions.tolist(), slots.append(2).tolist()
         ([2, 3], [[2, 3], [3, 4]])
-        >>> slots.keep(torch.tensor([1, 2]), width=2); slots.valid.int().tolist(), slots.positions.tolist()
+        >>> slots.keep(torch.tensor([1, 2]), width=2)  # both slots kept by row 1: nothing to crop
+        0
+        >>> slots.valid.int().tolist(), slots.positions.tolist()
         ([[0, 1, 1, 1, 0], [1, 1, 1, 1, 1]], [3, 5])
     """
 

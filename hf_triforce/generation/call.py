@@ -80,15 +80,18 @@ def triforce_decode(
     only the rest is prefilled, and the caller's cache ends holding ``sequences`` minus the last token, as after
     plain ``generate()`` (see :mod:`~hf_triforce.generation.reuse`).
 
+    A batch (several rows, or a left-padded ``attention_mask``) runs the batched loop
+    (:class:`~hf_triforce.generation.batch_loop.BatchTriForceRun`): each row equals plain batched ``generate()``.
+
     Returns:
-        ``[1, prompt + new]`` token ids, or a ``GenerateDecoderOnlyOutput`` when
+        ``[B, prompt + new]`` token ids, or a ``GenerateDecoderOnlyOutput`` when
         ``return_dict_in_generate=True`` (``sequences``, the cache, and ``scores``/``logits`` when requested).
     """
     validate_generation(input_ids, generation_config, model_kwargs, model.config)
     if is_batched(input_ids, model_kwargs):
         return _batch_decode(
             model, input_ids, logits_processor, stopping_criteria, generation_config, triforce_config, drafter_kind,
-            streamer or triforce_streamer, model_kwargs,
+            streamer or triforce_streamer, model_kwargs, assistant_model,
         )  # fmt: skip
     if generation_config.do_sample:  # tensor-parallel ranks must draw alike (a no-op on one process)
         check_same_random_state(RankConsensus.for_model(model))
@@ -122,21 +125,31 @@ def _batch_decode(
     drafter_kind,
     streamer,
     model_kwargs,
+    assistant_model=None,
 ):
-    """A batch (or a left-padded row): :class:`~hf_triforce.generation.batch_loop.BatchTriForceRun`."""
+    """A batch (or a left-padded row): :class:`~hf_triforce.generation.batch_loop.BatchTriForceRun`, one level-0
+    drafter per row (with ``drafter="model"``, its own StreamingLLM cache of the draft model)."""
     tensor_parallel = RankConsensus.for_model(model).active
     mask = validate_batch(
-        model, input_ids, generation_config, model_kwargs, config, drafter_kind, streamer,
-        callers_cache(model_kwargs), tensor_parallel, stopping_criteria,
+        model, input_ids, generation_config, model_kwargs, config, streamer, callers_cache(model_kwargs),
+        tensor_parallel, stopping_criteria,
     )  # fmt: skip
     stats = TriForceStats()
-    drafters = [_row_drafter(config, drafter_kind) for _ in range(input_ids.shape[0])]
+    do_sample = bool(generation_config.do_sample)
+    drafters = [
+        _model_drafter(config, assistant_model, logits_processor, do_sample)
+        if drafter_kind == "model"
+        else _row_drafter(config, drafter_kind)
+        for _ in range(input_ids.shape[0])
+    ]
     run = BatchTriForceRun(
         model, input_ids, mask, logits_processor, stopping_criteria, generation_config, config,
         None if drafter_kind == "none" else drafters, stats,
     )  # fmt: skip
-    with small_batch_linears(model):
+    with small_batch_linears(model, assistant_model):
         sequences = run.decode()
+    if drafter_kind == "model":
+        stats.draft_cache_bytes = sum(d.cache.kv_nbytes() for d in drafters)
     state_of(model).last_stats = stats
     if not generation_config.return_dict_in_generate:
         return sequences
@@ -157,12 +170,18 @@ def _level0(run: TriForceRun, drafter_kind: str, assistant_model) -> Drafter | N
     cfg = run.config
     if drafter_kind != "model":
         return _row_drafter(cfg, drafter_kind)
+    drafter = _model_drafter(cfg, assistant_model, run.logits_processor, bool(run.generation_config.do_sample))
+    run.draft_cache = drafter.cache
+    return drafter
+
+
+def _model_drafter(cfg: TriForceConfig, assistant_model, logits_processor, do_sample: bool) -> ModelDrafter:
+    """A draft-model drafter with its own StreamingLLM cache."""
     inv_freq = rotary_inv_freq(assistant_model)
     cache = StreamingLLMCache(
         num_layers(assistant_model), cfg.draft_cache_budget, cfg.draft_sinks, inv_freq, cfg.draft_evict_batch
     )
-    run.draft_cache = cache
-    return ModelDrafter(assistant_model, cache, run.logits_processor, bool(run.generation_config.do_sample))
+    return ModelDrafter(assistant_model, cache, logits_processor, do_sample)
 
 
 def _level1(run: TriForceRun, drafter: Drafter | None) -> Level1Drafter:

@@ -103,7 +103,6 @@ def validate_batch(
     generation_config: GenerationConfig,
     model_kwargs: dict,
     config: TriForceConfig,
-    drafter_kind: str,
     streamer,
     callers_cache,
     tensor_parallel: bool,
@@ -118,7 +117,6 @@ def validate_batch(
     problems = {
         "right padding (pad batches on the left: tokenizer.padding_side = 'left')": _right_padded(mask),
         "a row with no token (an all-zero attention_mask row)": bool((mask.sum(dim=1) == 0).any()),
-        "drafter='model' (give the batch drafter='suffix', 'ngram' or 'none')": drafter_kind == "model",
         "a streamer": streamer is not None,
         "output_scores / output_logits": bool(gc.return_dict_in_generate and (gc.output_scores or gc.output_logits)),
         "a cache passed in (cache= / past_key_values=)": callers_cache is not None,

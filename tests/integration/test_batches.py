@@ -74,6 +74,20 @@ def test_greedy_batch_other_families_and_rows_alone(model_factory, family):
         assert torch.equal(got[b, -30:], expected[0, -30:]), f"row {b} differs from the row generated alone"
 
 
+def test_greedy_batch_with_a_draft_model(model_factory):
+    """drafter="model": each row drafts with its own StreamingLLM cache of the draft model."""
+    model = model_factory("llama_gqa", num_layers=2)
+    draft = model_factory("llama_gqa", num_layers=1, seed=3, enable=False)
+    ids, mask = left_padded([200, 120, 260])
+    kwargs = dict(attention_mask=mask, max_new_tokens=30, do_sample=False, pad_token_id=0)
+    cfg = TriForceConfig(drafter="model", draft_cache_budget=48, draft_sinks=4, **SPARSE)
+    got = model.generate(ids, assistant_model=draft, triforce_config=cfg, **kwargs)
+    check_rows(model.generate(ids, **kwargs), got)
+    stats = hf_triforce.last_stats(model)
+    assert stats.level0.drafted > 0 and stats.draft_cache_bytes > 0
+    assert all(row.level0.drafted > 0 for row in stats.rows)
+
+
 def test_rows_stop_where_plain_generate_stops_them(model_factory):
     """With an EOS id that rows reach at different steps, each row ends where plain batched generate() ends it,
     padded after it; a finished row leaves the batch (its forwards stop counting)."""
@@ -127,7 +141,6 @@ def test_num_return_sequences_and_sampling_shapes(model_factory):
     "change, message",
     [
         (dict(right_padding=True), "right padding"),
-        (dict(drafter="model"), "drafter='model'"),
         (dict(output_scores=True, return_dict_in_generate=True), "output_scores"),
         (dict(cuda_graphs=True), "cuda_graphs=True"),
     ],

@@ -359,7 +359,10 @@ BATCH_COPIES = 50
 """``num_return_sequences`` of each batched call: 2 prompts x 50 copies = a batch of 100 rows."""
 
 
-@pytest.mark.parametrize("processors, drafter", [({"temperature": 0.9, "top_k": 5}, "ngram"), ({"top_p": 0.8}, "none")])
+BATCH_CASES = [({"temperature": 0.9, "top_k": 5}, "ngram"), ({"top_p": 0.8}, "none"), ({"temperature": 1.2}, "model")]
+
+
+@pytest.mark.parametrize("processors, drafter", BATCH_CASES)
 def test_sampled_batch_rows_match_plain_generate(sampler, processors, drafter):
     """A left-padded batch of two prompts (100 and 80 tokens), each repeated by ``num_return_sequences``: the rows
     of each prompt are distributed like plain sampling of that prompt alone, each prompt tested on its own."""
@@ -369,6 +372,7 @@ def test_sampled_batch_rows_match_plain_generate(sampler, processors, drafter):
     mask[1, :20] = 0
     config = TriForceConfig(drafter=drafter, adaptive=False, **SPARSE)
     rows, totals = [], {"level1_drafted": 0, "level1_accepted": 0, "refreshes": 0}
+    assistant = {"assistant_model": sampler.draft} if drafter == "model" else {}
     with torch.random.fork_rng(devices=[]):
         for seed in range(NUM_SAMPLES // BATCH_COPIES):
             torch.manual_seed(seed)
@@ -382,7 +386,8 @@ def test_sampled_batch_rows_match_plain_generate(sampler, processors, drafter):
                     num_return_sequences=BATCH_COPIES,
                     triforce_config=config,
                     **processors,
-                )  # fmt: skip
+                    **assistant,
+                )
             )
             stats = hf_triforce.last_stats(sampler.target)
             totals["level1_drafted"] += stats.level1.drafted

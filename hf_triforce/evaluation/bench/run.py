@@ -26,7 +26,7 @@ from ..common.generate_kwargs import generate_kwargs
 from ..common.loading import load_model
 from ..common.machine import machine_info
 from ..models.bandwidth import kv_bytes_per_token
-from ..models.memory_fit import check_fits, longest_context
+from ..models.memory_fit import check_batch_fits, check_fits, longest_context
 from ..models.shapes import kv_heads, preset_config, random_model
 from .batch import modeled_batch_results, run_batch_benchmark
 from .comparison import compare
@@ -144,6 +144,11 @@ def _batch_benchmark(options: BenchOptions, command: str) -> dict[str, Any]:
     model, tokenizer, _ = _load_models(options, max(options.prompt_tokens))
     enable(model)
     configs = [_config(options, b, d) for b, d in itertools.product(options.budgets, options.drafters)]
+    if model.device.type == "cuda":  # before any generate(): the batch must fit beside the loaded weights
+        available = torch.cuda.mem_get_info(model.device)[0] + _weight_bytes(model)
+        context = max(options.prompt_tokens) + options.new_tokens + 64  # + the question and the chat template
+        for config in configs:
+            check_batch_fits(model.config, options.batch_size, context, model.dtype.itemsize, config, available)
     return run_batch_benchmark(options, model, tokenizer, configs, command)
 
 

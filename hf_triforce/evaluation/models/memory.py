@@ -429,8 +429,8 @@ def batch_estimate(estimate: MemoryEstimate, batch: int) -> MemoryEstimate:
     """The estimate of ``batch`` rows: every term but the weights (the target's and the draft model's) is per row.
 
     Example:
-        >>> batch_estimate(MemoryEstimate(weights=10, kv=20, prefill=5, decode=1), 4).total
-        90
+        >>> batch_estimate(MemoryEstimate(weights=10, kv=20, prefill=5, decode=1), 4).total  # 10 + 80 + 20
+        110
     """
     per_row = ("kv", "prefill", "decode", "summaries", "view", "kept_view")
     return replace(estimate, **{name: getattr(estimate, name) * batch for name in per_row})
