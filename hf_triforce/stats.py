@@ -14,10 +14,11 @@ level 2. The names of hf_triforce 0.1 (``levels["draft"]``/``["retrieval"]``, ph
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -244,8 +245,8 @@ class TriForceStats:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict (JSON-serializable)."""
-        skip = ("level0", "level1", "level0_to_level2", "phases", "rows")
-        out = {k: v for k, v in asdict(self).items() if k not in skip}
+        skip = ("level0", "level1", "level0_to_level2", "phases", "rows")  # each converted below
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
         out["mean_accepted_length"] = self.mean_accepted_length
         levels = {"level0": self.level0.to_dict(), "level1": self.level1.to_dict()}
         levels["level0_to_level2"] = self.level0_to_level2.to_dict()

@@ -13,6 +13,21 @@ from __future__ import annotations
 import torch
 
 
+def keep_leading(valid: torch.Tensor, kept: torch.Tensor, width: int) -> tuple[torch.Tensor, int]:
+    """Of the last ``width`` columns of ``valid`` (``[B, T]``), row ``b`` keeps its first ``kept[b]``; the columns
+    no row keeps are dropped. Returns the new validity and the (non-positive) count of dropped columns, for a
+    cache's ``crop``.
+
+    Example:
+        >>> valid, crop = keep_leading(torch.ones(2, 4, dtype=torch.bool), torch.tensor([1, 2]), width=3)
+        >>> valid.int().tolist(), crop
+        ([[1, 1, 0], [1, 1, 1]], -1)
+    """
+    widest = int(kept.max()) if kept.numel() else 0
+    new = torch.arange(widest, device=valid.device)[None] < kept[:, None].to(valid.device)
+    return torch.cat([valid[:, : valid.shape[1] - width], new], dim=1), -(width - widest)
+
+
 class SlotMask:
     """Which of a batched cache's ``L`` slots hold real tokens, per row, and each row's next position.
 
@@ -48,12 +63,9 @@ class SlotMask:
 
         Returns the (non-positive) count of slots dropped from the end, for the cache's ``crop``.
         """
-        widest = int(kept.max()) if kept.numel() else 0
-        start = self.length - width
-        new = torch.arange(widest, device=self.valid.device)[None] < kept[:, None].to(self.valid.device)
-        self.valid = torch.cat([self.valid[:, :start], new], dim=1)
+        self.valid, crop = keep_leading(self.valid, kept, width)
         self.positions = self.positions + kept.to(self.positions.device)
-        return -(width - widest)
+        return crop
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Only the rows at ``rows`` (``[B']`` indices) remain."""
@@ -100,10 +112,8 @@ class ViewSlots:
 
     def keep(self, kept: torch.Tensor, width: int) -> int:
         """Of the last ``width`` tail slots keep the first ``kept[b]`` of row ``b``; returns the crop count."""
-        widest = int(kept.max()) if kept.numel() else 0
-        new = torch.arange(widest, device=self.tail.device)[None] < kept[:, None].to(self.tail.device)
-        self.tail = torch.cat([self.tail[:, : self.tail.shape[1] - width], new], dim=1)
-        return -(width - widest)
+        self.tail, crop = keep_leading(self.tail, kept, width)
+        return crop
 
 
 class CacheSlots:

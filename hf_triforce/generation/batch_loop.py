@@ -21,12 +21,12 @@ from ..caches.retrieval import RetrievalCache
 from ..caches.slots import CacheSlots, SlotMask
 from ..config import TriForceConfig
 from ..hf.attention import capturing_queries, slot_attention
-from ..hf.generate import pad_token_id
+from ..hf.generate import eos_token_ids, pad_token_id
 from ..hf.model import num_layers
 from ..hf.versions import cache_kwargs
 from ..hierarchy.batch_level1 import BatchLevel1, RowDraft, padded_tokens
 from ..hierarchy.drafter import Drafter
-from ..sampling import verify_greedy, verify_sampled
+from ..hierarchy.judge import judge_row
 from ..stats import TriForceStats
 
 
@@ -88,7 +88,7 @@ class BatchTriForceRun:
         self.slots = SlotMask(mask)
         self.level1 = BatchLevel1(
             model, self.cache, self.slots, config, logits_processor, self.do_sample, drafters, self.stats,
-            [row.stats for row in self.rows], _eos_ids(generation_config),
+            [row.stats for row in self.rows], eos_token_ids(generation_config),
         )  # fmt: skip
 
     def decode(self) -> torch.LongTensor:
@@ -167,19 +167,9 @@ class BatchTriForceRun:
         """Verify one row's drafts against its ``[q, V]`` logits; append what it keeps. Returns
         ``(drafts accepted, tokens appended)``."""
         tokens = draft.tokens
-        g = tokens.shape[0]
-        context = torch.cat([row.ids, tokens])
-        n = row.ids.shape[0]
-        scores = torch.stack([self._process(context[: n + i], raw[i]) for i in range(g + 1)])
-        if self.do_sample:
-            q = None if draft.scores is None else draft.scores.softmax(-1)
-            accepted, token = verify_sampled(tokens, q, scores.softmax(-1))
-        else:
-            accepted, token = verify_greedy(tokens, scores)
+        q = draft.scores.softmax(-1) if self.do_sample and draft.scores is not None else None
+        accepted, token, _ = judge_row(self.logits_processor, self.do_sample, row.ids, tokens, q, raw)
         return accepted, self._append(row, torch.cat([tokens[:accepted], tokens.new_tensor([token])]))
-
-    def _process(self, context: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        return self.logits_processor(context[None], logits[None].clone())[0]
 
     def _append(self, row: BatchRow, tokens: torch.Tensor) -> int:
         """Append ``tokens`` to ``row`` one at a time, stopping exactly where plain ``generate()`` would."""
@@ -210,8 +200,3 @@ class BatchTriForceRun:
         for row in self.rows:
             out[row.index, : row.ids.shape[0]] = row.ids
         return out
-
-
-def _eos_ids(generation_config: GenerationConfig) -> list[int]:
-    eos = generation_config.eos_token_id
-    return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))

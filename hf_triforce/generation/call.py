@@ -12,7 +12,7 @@ from ..caches.streaming import StreamingLLMCache
 from ..config import TriForceConfig
 from ..hf.caches import callers_cache
 from ..hf.distributed import RankConsensus, check_same_random_state
-from ..hf.generate import decoder_only_output
+from ..hf.generate import decoder_only_output, eos_token_ids
 from ..hf.linears import small_batch_linears
 from ..hf.model import num_layers, rotary_inv_freq
 from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, NGramDrafter, SuffixDrafter
@@ -186,8 +186,7 @@ def _model_drafter(cfg: TriForceConfig, assistant_model, logits_processor, do_sa
 
 def _level1(run: TriForceRun, drafter: Drafter | None) -> Level1Drafter:
     gc = run.generation_config
-    eos = gc.eos_token_id
-    eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+    eos_ids = eos_token_ids(gc)
     return Level1Drafter(
         run.model, run.cache, run.config, run.logits_processor, bool(gc.do_sample), drafter, gc.max_length, eos_ids,
         run.stats, runner_slot=state_of(run.model),

@@ -15,7 +15,7 @@ from ..hf.attention import capturing_queries
 from ..hf.progress import prefill_progress, show_progress
 from ..hf.versions import cache_kwargs
 from ..hierarchy import Level1Drafter
-from ..sampling import verify_greedy, verify_sampled
+from ..hierarchy.judge import judge_row
 from ..stats import TriForceStats
 
 
@@ -136,14 +136,11 @@ class TriForceRun:
         with self.stats.phases.measure("level2"):
             raw = self._forward(candidates[:, cur - 1 :], keep=g + 1)
         seconds = time.perf_counter() - start
-        scores = torch.stack(
-            [self.logits_processor(candidates[:, : cur + i], raw[:, i].clone()) for i in range(g + 1)], 1
+        q = candidate_scores[0].softmax(-1) if self.do_sample and candidate_scores is not None else None
+        n_matches, next_token, row_scores = judge_row(
+            self.logits_processor, self.do_sample, self.input_ids[0], drafts, q, raw[0]
         )
-        if self.do_sample:
-            q = None if candidate_scores is None else candidate_scores[0].softmax(-1)
-            n_matches, next_token = verify_sampled(drafts, q, scores[0].softmax(-1))
-        else:
-            n_matches, next_token = verify_greedy(drafts, scores[0])
+        scores = row_scores[None]
         valid = torch.cat([drafts[:n_matches], drafts.new_tensor([next_token])])
         appended = self._append(valid, scores[:, : n_matches + 1], raw[:, : n_matches + 1], streamer)
         self.cache.crop(-(g + 1 - appended))

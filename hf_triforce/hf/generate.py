@@ -73,6 +73,18 @@ def pad_token_id(generation_config) -> int | None:
     return generation_config.pad_token_id
 
 
+def eos_token_ids(generation_config) -> list[int]:
+    """The call's end-of-sequence ids as a list (``eos_token_id`` may be None, an int or a list).
+
+    Example:
+        >>> from transformers import GenerationConfig
+        >>> eos_token_ids(GenerationConfig(eos_token_id=2)), eos_token_ids(GenerationConfig())
+        ([2], [])
+    """
+    eos = generation_config.eos_token_id
+    return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+
+
 def _move_stop_strings(model, kwargs: dict[str, Any]) -> None:
     """Turn ``stop_strings`` into a ``StopStringCriteria`` in ``kwargs["stopping_criteria"]``.
 

@@ -3,6 +3,8 @@
 * :mod:`.drafter`: the level-0 ``Drafter`` protocol; :mod:`.suffix`, :mod:`.ngram` and :mod:`.model_drafter`
   implement it;
 * :mod:`.level1`: :class:`Level1Drafter`, the target's weights over a retrieval view, verifying level 0;
+  :mod:`.batch_level1`: the same for every row of a batch;
+* :mod:`.judge`: one sequence's verdict on its drafts (processed scores, then the exact rule), at any level;
 * :mod:`.schedule`: when level 0 drafts and when level 1 re-selects;
 * :mod:`.static_steps`: fixed-shape decoding steps (CUDA graphs) for levels 0 and 1.
 """

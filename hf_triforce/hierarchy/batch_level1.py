@@ -28,9 +28,9 @@ from ..caches.view import RetrievalView
 from ..config import TriForceConfig
 from ..hf.attention import QueryCapture, slot_attention
 from ..hf.versions import cache_kwargs
-from ..sampling import verify_greedy, verify_sampled
 from ..stats import TriForceStats
 from .drafter import Drafter
+from .judge import judge_row
 from .planner import Plan, Planner
 from .schedule import RefreshRule
 
@@ -217,13 +217,8 @@ class BatchLevel1:
         kept = []
         for b, (prefix, (proposal, draft_probs)) in enumerate(zip(prefixes, proposals, strict=True)):
             k = proposal.shape[0]
-            context = torch.cat([prefix, proposal])
-            n = prefix.shape[0]
-            scores = torch.stack([self._process(context[: n + i], logits[b, i]) for i in range(k + 1)])
-            if self.do_sample:
-                accepted, token = verify_sampled(proposal, draft_probs, scores.softmax(dim=-1))
-            else:
-                accepted, token = verify_greedy(proposal, scores)
+            verdict = judge_row(self.logits_processor, self.do_sample, prefix, proposal, draft_probs, logits[b])
+            accepted, token, scores = verdict
             self.stats.level0.record(k, accepted)
             self.row_stats[b].level0.record(k, accepted)
             new = torch.cat([proposal[:accepted], proposal.new_tensor([token])])
@@ -246,10 +241,6 @@ class BatchLevel1:
                 **cache_kwargs(self.view), **slot_kwargs,
             )  # fmt: skip
         return out.logits[:, -q:].float()
-
-    def _process(self, context: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        """One row's processed scores ``[V]`` for the ``[V]`` logits following ``context`` ``[n]``."""
-        return self.logits_processor(context[None], logits[None].clone())[0]
 
     @staticmethod
     def _trimmed(draft: RowDraft, budget: int) -> RowDraft:

@@ -22,9 +22,9 @@ from ..config import TriForceConfig
 from ..hf.attention import QueryCapture, view_attention
 from ..hf.distributed import RankConsensus
 from ..hf.versions import cache_kwargs
-from ..sampling import verify_greedy, verify_sampled
 from ..stats import TriForceStats
 from .drafter import Drafter
+from .judge import judge_row
 from .model_drafter import ModelDrafter
 from .planner import Plan, Planner
 from .schedule import RefreshRule
@@ -218,24 +218,14 @@ class Level1Drafter:
 
     def _level1_step(self, prefix, drafts, draft_probs, position) -> tuple[torch.Tensor, torch.Tensor]:
         """One level-1 forward over ``[last token, drafts]``: verify the drafts, return new tokens + scores."""
-        inputs = torch.cat([prefix[-1:], drafts])
-        scores = self._scores(inputs, prefix, position)
-        if self.do_sample:
-            n_accepted, next_token = verify_sampled(drafts, draft_probs, scores.softmax(dim=-1))
-        else:
-            n_accepted, next_token = verify_greedy(drafts, scores)
+        logits = self._level1_logits(torch.cat([prefix[-1:], drafts]), position)
+        n_accepted, next_token, scores = judge_row(
+            self.logits_processor, self.do_sample, prefix, drafts, draft_probs, logits
+        )
         self.view.crop(-(drafts.shape[0] - n_accepted))
         self.stats.level0.record(drafts.shape[0], n_accepted)
         new = torch.cat([drafts[:n_accepted], drafts.new_tensor([next_token])])
         return new, scores[: n_accepted + 1]
-
-    def _scores(self, inputs: torch.Tensor, prefix: torch.Tensor, position: int) -> torch.Tensor:
-        q = inputs.shape[0]
-        logits = self._level1_logits(inputs, position)
-        context = torch.cat([prefix, inputs[1:]])
-        n = prefix.shape[0]
-        rows = [self.logits_processor(context[None, : n + i], logits[i : i + 1])[0] for i in range(q)]
-        return torch.stack(rows)
 
     def _level1_logits(self, inputs: torch.Tensor, position: int) -> torch.Tensor:
         """float32 logits ``[q, V]`` of the target over the view for ``inputs`` ``[q]`` at true ``position ..``."""
