@@ -66,6 +66,8 @@ def validate_generation(
             gc.prompt_lookup_num_tokens is not None or gc.assistant_early_exit is not None
         ),
         "inputs_embeds": model_kwargs.get("inputs_embeds") is not None,
+        "classifier-free guidance (guidance_scale; its processor runs the model one step at a time on a cache of "
+        "its own, and TriForce judges several positions per forward)": gc.guidance_scale not in (None, 1, 1.0),
     }
     bad = [name for name, hit in problems.items() if hit]
     if bad:

@@ -50,8 +50,9 @@ def prompt():
         (dict(use_cache=False), "use_cache"),
         (dict(output_attentions=True, return_dict_in_generate=True), "output_attentions"),
         (dict(prompt_lookup_num_tokens=3), "prompt_lookup_num_tokens"),
+        (dict(guidance_scale=1.5), "guidance_scale"),  # its processor steps the model on a cache of its own
     ],
-    ids=["beams", "beam_sample", "return_sequences_greedy", "no_cache", "attentions", "lookup"],
+    ids=["beams", "beam_sample", "return_sequences_greedy", "no_cache", "attentions", "lookup", "guidance"],
 )
 def test_unsupported_generation_options(llama, prompt, no_forward, kwargs, hint):
     with pytest.raises(ValueError, match=hint):
