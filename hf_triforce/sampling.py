@@ -19,6 +19,7 @@ import torch
 
 __all__ = [
     "acceptance_probability",
+    "draw",
     "residual_distribution",
     "verify_greedy",
     "verify_sampled",
@@ -143,14 +144,27 @@ def verify_sampled(
     draws = torch.rand(k, generator=generator, device=target_probs.device, dtype=accept.dtype)
     rejected = (draws >= accept).nonzero()
     if rejected.numel() == 0:
-        return k, _draw(target_probs[k], generator)
+        return k, draw(target_probs[k], generator)
     i = int(rejected[0, 0])
     q_i = None if draft_probs is None else draft_probs[i]
-    return i, _draw(residual_distribution(target_probs[i], q_i, int(draft_tokens[i])), generator)
+    return i, draw(residual_distribution(target_probs[i], q_i, int(draft_tokens[i])), generator)
 
 
-def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    return int(torch.multinomial(probs, num_samples=1, generator=generator))
+def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> int:
+    """One token drawn from ``probs`` ``[V]`` (non-negative, not necessarily normalized).
+
+    The draw is among the non-zero entries only: the same distribution as ``torch.multinomial(probs, 1)``, but
+    after top-k/top-p or in a residual a few hundred entries cost far less to draw from than ``V`` (the CPU's
+    multinomial costs about 1 ms over 49K entries, whatever their values).
+
+    Example:
+        >>> draw(torch.tensor([0.0, 0.0, 1.0, 0.0]))
+        2
+    """
+    support = probs.nonzero().squeeze(-1)
+    if support.numel() == probs.numel():
+        return int(torch.multinomial(probs, num_samples=1, generator=generator))
+    return int(support[torch.multinomial(probs[support], num_samples=1, generator=generator)])
 
 
 def _at_least_float32(probs: torch.Tensor) -> torch.Tensor:

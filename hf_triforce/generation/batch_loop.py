@@ -23,20 +23,23 @@ from ..config import TriForceConfig
 from ..hf.attention import capturing_queries, slot_attention
 from ..hf.generate import eos_token_ids, pad_token_id
 from ..hf.model import num_layers
+from ..hf.processors import for_row
 from ..hf.versions import cache_kwargs
 from ..hierarchy.batch_level1 import BatchLevel1, RowDraft, padded_tokens
 from ..hierarchy.drafter import Drafter
-from ..hierarchy.judge import judge_row
+from ..hierarchy.judge import Drafts, judge_rows
 from ..stats import TriForceStats
 
 
 @dataclass
 class BatchRow:
-    """One row of a batch: its tokens so far (``[n]``, left padding included), padding, state and statistics."""
+    """One row of a batch: its tokens so far (``[n]``, left padding included), padding, its logits processors (the
+    call's, with this row's batch index), state and statistics."""
 
     index: int
     ids: torch.Tensor
     pad: int
+    processors: LogitsProcessorList = field(default_factory=LogitsProcessorList)
     stats: TriForceStats = field(default_factory=TriForceStats)
     done: bool = False
 
@@ -80,14 +83,16 @@ class BatchTriForceRun:
         self.stats = stats if stats is not None else TriForceStats()
         mask = attention_mask.bool()
         pads = (~mask).sum(dim=1).tolist()
-        self.rows = [BatchRow(b, input_ids[b], int(pads[b])) for b in range(input_ids.shape[0])]
+        self.rows = [
+            BatchRow(b, input_ids[b], int(pads[b]), for_row(logits_processor, b)) for b in range(input_ids.shape[0])
+        ]
         self.stats.rows = [row.stats for row in self.rows]
         self.active = list(self.rows)
         capacity = config.full_cache_capacity(generation_config.max_length)
         self.cache = RetrievalCache(num_layers(model), config.chunk_size, capacity)
         self.slots = SlotMask(mask)
         self.level1 = BatchLevel1(
-            model, self.cache, self.slots, config, logits_processor, self.do_sample, drafters, self.stats,
+            model, self.cache, self.slots, config, self.do_sample, drafters, self.stats,
             [row.stats for row in self.rows], eos_token_ids(generation_config),
         )  # fmt: skip
 
@@ -98,10 +103,10 @@ class BatchTriForceRun:
             logits = self._prefill_forward()
         self.stats.prefill_seconds = time.perf_counter() - start
         self.level1.observe_prefill()
-        for b, row in enumerate(self.active):
-            scores = self.logits_processor(row.ids[None], logits[b : b + 1].clone())
-            token = torch.multinomial(scores.softmax(-1), 1)[0] if self.do_sample else scores.argmax(-1)
-            self._append(row, token)
+        rows = [Drafts(row.ids, row.ids[:0], None, logits[b : b + 1]) for b, row in enumerate(self.active)]
+        verdicts = judge_rows([row.processors for row in self.active], self.do_sample, rows)
+        for row, (_, token, _) in zip(self.active, verdicts, strict=True):
+            self._append(row, row.ids.new_tensor([token]))
         self._drop_finished()
         while self.active:
             self._round()
@@ -137,8 +142,8 @@ class BatchTriForceRun:
             raw = self._forward(inputs)
         seconds = time.perf_counter() - start
         kept, accepted = [], []
-        for b, (row, draft) in enumerate(zip(self.active, drafts, strict=True)):
-            n, appended = self._verify_row(row, draft, raw[b])
+        for row, draft, (n, token, _) in zip(self.active, drafts, self._judge(drafts, raw), strict=True):
+            appended = self._append(row, torch.cat([draft.tokens[:n], draft.tokens.new_tensor([token])]))
             kept.append(appended)
             accepted.append(n)
             row.stats.target_forwards += 1
@@ -163,13 +168,13 @@ class BatchTriForceRun:
             )  # fmt: skip
         return out.logits[:, -q:].float()
 
-    def _verify_row(self, row: BatchRow, draft: RowDraft, raw: torch.Tensor) -> tuple[int, int]:
-        """Verify one row's drafts against its ``[q, V]`` logits; append what it keeps. Returns
-        ``(drafts accepted, tokens appended)``."""
-        tokens = draft.tokens
-        q = draft.scores.softmax(-1) if self.do_sample and draft.scores is not None else None
-        accepted, token, _ = judge_row(self.logits_processor, self.do_sample, row.ids, tokens, q, raw)
-        return accepted, self._append(row, torch.cat([tokens[:accepted], tokens.new_tensor([token])]))
+    def _judge(self, drafts: list[RowDraft], raw: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:
+        """Every active row's verdict on its drafts against its ``[q, V]`` share of ``raw`` ``[B, q, V]``."""
+        rows = []
+        for b, (row, draft) in enumerate(zip(self.active, drafts, strict=True)):
+            q = draft.scores.softmax(-1) if self.do_sample and draft.scores is not None else None
+            rows.append(Drafts(row.ids, draft.tokens, q, raw[b]))
+        return judge_rows([row.processors for row in self.active], self.do_sample, rows)
 
     def _append(self, row: BatchRow, tokens: torch.Tensor) -> int:
         """Append ``tokens`` to ``row`` one at a time, stopping exactly where plain ``generate()`` would."""

@@ -4,6 +4,7 @@
   cache argument: ``past_key_values`` before 5.24, ``cache`` since);
 * :mod:`.attention`: query capture and attention routing through ``AttentionInterface``;
 * :mod:`.masks`: which mask function an attention implementation uses;
+* :mod:`.processors`: which logits processors ignore the context, and ``prefix_allowed_tokens_fn``'s batch index;
 * :mod:`.model`: supported families and what is read off a model (layers, rotary embedding, vocabulary);
 * :mod:`.generate`: the hook into ``generate()`` (``custom_generate``), its outputs and stop strings;
 * :mod:`.linears`: the CPU few-row linear patch; :mod:`.progress`: prefill progress bars (and silencing them);

@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from transformers import LogitsProcessorList
 
 from ..caches.retrieval import RetrievalCache
 from ..caches.slots import SlotMask, ViewSlots
@@ -30,7 +29,7 @@ from ..hf.attention import QueryCapture, slot_attention
 from ..hf.versions import cache_kwargs
 from ..stats import TriForceStats
 from .drafter import Drafter
-from .judge import judge_row
+from .judge import Drafts, judge_rows
 from .planner import Plan, Planner
 from .schedule import RefreshRule
 
@@ -53,7 +52,6 @@ class BatchLevel1:
         cache: the batch's full :class:`~hf_triforce.caches.retrieval.RetrievalCache` (``[B, H_kv, L, D]``).
         slots: the cache's :class:`~hf_triforce.caches.slots.SlotMask` (real tokens per row).
         config: the :class:`~hf_triforce.config.TriForceConfig`.
-        logits_processor: the call's processors, applied per row.
         do_sample: sampling (exact speculative sampling) or greedy (token matching).
         drafters: one level-0 drafter per row, or ``None`` (two levels).
         stats: the call's :class:`~hf_triforce.stats.TriForceStats` (the totals).
@@ -62,7 +60,7 @@ class BatchLevel1:
 
     Example:
         >>> cfg = TriForceConfig()
-        >>> level1 = BatchLevel1(model, cache, slots, cfg, processors, False, None, stats, rows)  # doctest: +SKIP
+        >>> level1 = BatchLevel1(model, cache, slots, cfg, False, None, stats, rows)  # doctest: +SKIP
         >>> level1.observe_prefill(); plan = level1.plan_round()  # doctest: +SKIP
         >>> drafts = level1.draft(plan, rows, budgets=[6, 6])  # one RowDraft per row  # doctest: +SKIP
     """
@@ -73,7 +71,6 @@ class BatchLevel1:
         cache: RetrievalCache,
         slots: SlotMask,
         config: TriForceConfig,
-        logits_processor: LogitsProcessorList,
         do_sample: bool,
         drafters: list[Drafter] | None,
         stats: TriForceStats,
@@ -81,7 +78,7 @@ class BatchLevel1:
         eos_token_ids: list[int] | None = None,
     ) -> None:
         self.model, self.cache, self.slots, self.config = model, cache, slots, config
-        self.logits_processor, self.do_sample, self.drafters = logits_processor, do_sample, drafters
+        self.do_sample, self.drafters = do_sample, drafters
         self.stats, self.row_stats = stats, row_stats
         self.eos_ids = set(eos_token_ids or [])
         self.capture = QueryCapture()
@@ -102,7 +99,8 @@ class BatchLevel1:
     def draft(self, plan: Plan, rows: list, budgets: list[int]) -> list[RowDraft]:
         """Each row's drafts for level 2 under ``plan``: at most ``budgets[b]`` tokens for row ``b``.
 
-        ``rows[b]`` has ``ids`` (``[n]``, its padded tokens so far) and ``pad`` (its left padding).
+        ``rows[b]`` has ``ids`` (``[n]``, its padded tokens so far), ``pad`` (its left padding) and ``processors``
+        (its logits processors).
         """
         if plan.kind == "plain" or max(budgets, default=0) <= 0:
             return [RowDraft(row.ids[:0]) for row in rows]
@@ -186,7 +184,7 @@ class BatchLevel1:
                 proposals = self._propose(rows, prefixes, drafts, budgets)
             start = time.perf_counter()
             with self.stats.phases.measure("level1"):
-                kept = self._level1_step(prefixes, proposals, drafts, budgets, positions)
+                kept = self._level1_step(rows, prefixes, proposals, drafts, budgets, positions)
             seconds = time.perf_counter() - start
             for (proposal, _), n in zip(proposals, kept, strict=True):
                 self.planner.observe_level1(proposal.shape[0], n - 1, seconds)
@@ -208,17 +206,17 @@ class BatchLevel1:
             self.planner.observe_level0(k, time.perf_counter() - start)
         return proposals
 
-    def _level1_step(self, prefixes, proposals, drafts, budgets, positions) -> list[int]:
+    def _level1_step(self, rows, prefixes, proposals, drafts, budgets, positions) -> list[int]:
         """One forward over every row's ``[last token, drafts, padding]``; returns the slots each row keeps."""
         width = max(p.shape[0] for p, _ in proposals) + 1
         steps = zip(prefixes, proposals, strict=True)
         inputs = torch.stack([padded_tokens(torch.cat([pre[-1:], p]), width) for pre, (p, _) in steps])
         logits = self._logits(inputs, positions)
+        cases = [Drafts(pre, p, q, logits[b]) for b, (pre, (p, q)) in enumerate(zip(prefixes, proposals, strict=True))]
+        verdicts = judge_rows([row.processors for row in rows], self.do_sample, cases)
         kept = []
-        for b, (prefix, (proposal, draft_probs)) in enumerate(zip(prefixes, proposals, strict=True)):
+        for b, ((proposal, _), (accepted, token, scores)) in enumerate(zip(proposals, verdicts, strict=True)):
             k = proposal.shape[0]
-            verdict = judge_row(self.logits_processor, self.do_sample, prefix, proposal, draft_probs, logits[b])
-            accepted, token, scores = verdict
             self.stats.level0.record(k, accepted)
             self.row_stats[b].level0.record(k, accepted)
             new = torch.cat([proposal[:accepted], proposal.new_tensor([token])])

@@ -1,16 +1,100 @@
-"""One sequence's verdict on its drafts, at any level: processed scores per position, then the exact rule.
+"""Verdicts on drafts, at any level: processed scores per position, then the exact rule.
 
 Level 1 judging level-0 drafts and level 2 judging level-1 (or level-0) drafts do the same thing, for one sequence
-or one row of a batch: the logits of ``[last token, drafts]`` go through the call's logits processors with that
-sequence's own context, position by position, then token matching (greedy) or exact speculative sampling.
+or for every row of a batch: the logits of each row's ``[last token, drafts]`` go through the call's logits
+processors with that row's own context, position by position, then token matching (greedy) or exact speculative
+sampling, row by row.
+
+The processors that read the context run per position. The trailing run of processors that never read it
+(temperature, top-k, top-p, ...: :func:`~hf_triforce.hf.processors.context_free_tail`) runs once over every
+position of every row: each row of that call is processed exactly as alone, and one ``[positions, V]`` sort costs
+far less than one sort per position.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from transformers import LogitsProcessorList
 
+from ..hf.processors import context_free_tail
 from ..sampling import verify_greedy, verify_sampled
+
+
+@dataclass
+class Drafts:
+    """One row's drafts to judge: its tokens so far ``prefix`` ``[n]``, the drafts ``tokens`` ``[k]``, their draft
+    distributions ``probs`` ``[k, V]`` (``None``: a deterministic drafter) and the verifier's float32 ``logits``
+    ``[>= k + 1, V]`` (the forward's positions for ``[last token, drafts]``)."""
+
+    prefix: torch.Tensor
+    tokens: torch.Tensor
+    probs: torch.Tensor | None
+    logits: torch.Tensor
+
+
+def processed_scores(processors: list[LogitsProcessorList], rows: list[Drafts]) -> list[torch.Tensor]:
+    """Each row's processed scores ``[k + 1, V]``: ``processors[b]`` (row ``b``'s list; every list has the same
+    context-free tail) applied to position ``i`` of row ``b`` with that row's first ``n + i`` tokens.
+
+    Positions whose contexts have the same length and whose rows share the same processors go through the
+    context-reading processors together (``[m, n + i]`` contexts, ``[m, V]`` scores), as ``generate()`` processes
+    a batch; then the context-free tail runs once over every position.
+
+    Example:
+        >>> rows = [Drafts(torch.tensor([3]), torch.tensor([1]), None, torch.zeros(2, 4))]
+        >>> [s.shape for s in processed_scores([LogitsProcessorList()], rows)]
+        [torch.Size([2, 4])]
+    """
+    tail = context_free_tail(processors[0]) if processors else 0
+    heads = [LogitsProcessorList(lp[: len(lp) - tail]) for lp in processors]
+    groups: dict[tuple, list[tuple[int, int]]] = {}
+    for b, (head, row) in enumerate(zip(heads, rows, strict=True)):
+        for i in range(row.tokens.shape[0] + 1):
+            groups.setdefault((tuple(map(id, head)), row.prefix.shape[0] + i), []).append((b, i))
+    scores = [[None] * (row.tokens.shape[0] + 1) for row in rows]
+    for (_, length), members in groups.items():
+        for (b, i), s in zip(members, _head_scores(heads[members[0][0]], rows, members, length), strict=True):
+            scores[b][i] = s
+    flat = torch.stack([s for row in scores for s in row])
+    if tail:
+        placeholder = torch.zeros(flat.shape[0], 1, dtype=torch.long, device=flat.device)  # never read
+        flat = LogitsProcessorList(processors[0][-tail:])(placeholder, flat)
+    return list(flat.split([row.tokens.shape[0] + 1 for row in rows]))
+
+
+def _head_scores(head: LogitsProcessorList, rows: list[Drafts], members: list[tuple[int, int]], length: int):
+    """``[m, V]`` scores of the positions ``members`` (``(row, position)``, contexts of ``length`` tokens) through
+    ``head``."""
+    logits = torch.stack([rows[b].logits[i] for b, i in members])
+    if not head:
+        return logits
+    contexts = torch.stack([torch.cat([rows[b].prefix, rows[b].tokens])[:length] for b, _ in members])
+    return head(contexts, logits)
+
+
+def judge_rows(
+    processors: list[LogitsProcessorList], do_sample: bool, rows: list[Drafts]
+) -> list[tuple[int, int, torch.Tensor]]:
+    """Verify every row's drafts (row ``b`` with ``processors[b]``).
+
+    Returns:
+        one ``(drafts accepted, the verifier's next token, processed scores [k + 1, V])`` per row.
+
+    Example:
+        >>> rows = [Drafts(torch.tensor([3]), torch.tensor([1]), None, torch.tensor([[0.0, 1.0], [1.0, 0.0]]))]
+        >>> judge_rows([LogitsProcessorList()], False, rows)[0][:2]
+        (1, 0)
+    """
+    verdicts = []
+    for row, scores in zip(rows, processed_scores(processors, rows), strict=True):
+        if do_sample:
+            accepted, token = verify_sampled(row.tokens, row.probs, scores.softmax(dim=-1))
+        else:
+            accepted, token = verify_greedy(row.tokens, scores)
+        verdicts.append((accepted, token, scores))
+    return verdicts
 
 
 def judge_row(
@@ -21,11 +105,8 @@ def judge_row(
     draft_probs: torch.Tensor | None,
     logits: torch.Tensor,
 ) -> tuple[int, int, torch.Tensor]:
-    """Verify one row's ``[k]`` drafts after its ``[n]`` tokens ``prefix`` against its float32 ``logits``
-    ``[>= k + 1, V]`` (the forward's positions for ``[last token, drafts]``), at either level.
-
-    Each position's scores go through the call's processors with that row's own context; then token matching, or
-    exact speculative sampling against ``draft_probs`` ``[k, V]`` (``None``: a deterministic drafter).
+    """Verify one sequence's ``[k]`` drafts after its ``[n]`` tokens ``prefix`` against its float32 ``logits``
+    ``[>= k + 1, V]``: :func:`judge_rows` for one row.
 
     Returns:
         ``(drafts accepted, the verifier's next token, processed scores [k + 1, V])``.
@@ -35,12 +116,4 @@ def judge_row(
         ...           torch.tensor([[0.0, 1.0], [1.0, 0.0]]))[:2]
         (1, 0)
     """
-    context = torch.cat([prefix, drafts])
-    n, k = prefix.shape[0], drafts.shape[0]
-    rows = [logits_processor(context[None, : n + i], logits[i : i + 1].clone())[0] for i in range(k + 1)]
-    scores = torch.stack(rows)
-    if do_sample:
-        accepted, token = verify_sampled(drafts, draft_probs, scores.softmax(dim=-1))
-    else:
-        accepted, token = verify_greedy(drafts, scores)
-    return accepted, token, scores
+    return judge_rows([logits_processor], do_sample, [Drafts(prefix, drafts, draft_probs, logits)])[0]

@@ -8,6 +8,7 @@ from transformers import LogitsProcessorList
 from ..caches.static_streaming import use_static_layers
 from ..caches.streaming import StreamingLLMCache
 from ..hf.versions import cache_kwargs
+from ..sampling import draw
 from .drafter import common_prefix_length
 from .static_steps import StaticStepRunner
 
@@ -74,7 +75,7 @@ class ModelDrafter:
         if not self.do_sample:
             return int(scores.argmax()), None
         probs = scores.softmax(dim=-1)
-        return int(torch.multinomial(probs, 1)), probs
+        return draw(probs), probs
 
     def _catch_up(self, prefix: torch.Tensor) -> torch.Tensor:
         common = min(common_prefix_length(self.consumed, prefix), prefix.shape[0] - 1)

@@ -137,6 +137,28 @@ def test_num_return_sequences_and_sampling_shapes(model_factory):
     assert len(hf_triforce.last_stats(model).rows) == 6
 
 
+def halves(batch_id: int, ids: torch.Tensor) -> list[int]:
+    """A ``prefix_allowed_tokens_fn`` that depends on the batch index: even rows draw from ids 0-127, odd rows
+    from 128-255."""
+    return list(range(128)) if batch_id % 2 == 0 else list(range(128, 256))
+
+
+def test_prefix_allowed_tokens_fn_gets_each_row_s_batch_index(model_factory):
+    """A row judged on its own still passes its own batch index to ``prefix_allowed_tokens_fn``, as plain batched
+    ``generate()`` does (given 0 for every row, odd rows would be constrained to the wrong half)."""
+    model = model_factory("llama_gqa", num_layers=2)
+    ids, mask = left_padded([150, 90, 120])
+    kwargs = dict(attention_mask=mask, max_new_tokens=16, pad_token_id=0, prefix_allowed_tokens_fn=halves)
+    expected = model.generate(ids, do_sample=False, **kwargs)
+    check_rows(expected, model.generate(ids, do_sample=False, triforce_config=TriForceConfig(**SPARSE), **kwargs))
+    # Sampled, with num_return_sequences: each row must get the half plain generate() gives it (the index of the
+    # prompt from transformers 5.24, of the expanded row before).
+    sampled = dict(kwargs, do_sample=True, num_return_sequences=2)
+    plain_low = (model.generate(ids, **sampled)[:, ids.shape[1] :] < 128).all(dim=1)
+    new = model.generate(ids, triforce_config=TriForceConfig(**SPARSE), **sampled)[:, ids.shape[1] :]
+    assert torch.equal(plain_low, (new < 128).all(dim=1)) and bool(((new < 128).all(1) | (new >= 128).all(1)).all())
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
