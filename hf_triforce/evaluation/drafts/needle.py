@@ -129,7 +129,7 @@ def build_needle_prompt(
 
 
 def passage_prefix(passage: str, words: int) -> str:
-    """The passage up to the end of its ``words``-th word, whitespace kept (``""`` for 0 words).
+    r"""The passage up to the end of its ``words``-th word, whitespace kept (``""`` for 0 words).
 
     Example:
         >>> passage_prefix("def f(x):\n    return x", 3)

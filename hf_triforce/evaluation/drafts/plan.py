@@ -34,7 +34,7 @@ def default_policy(budget: int) -> ViewPolicy:
 
     Example:
         >>> default_policy(512).label
-        'retrieval b512 c8 w64 sum r4'
+        'retrieval b512 c8 w64 a1 sum r4'
     """
     return ViewPolicy.from_config(TriForceConfig(), budget=budget)
 
