@@ -109,6 +109,10 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         help="TriForceConfig.adaptive=False: the fixed level 0 -> 1 -> 2 schedule with gamma1/gamma2 every round",
     )  # fmt: skip
     p.add_argument(
+        "--rescore-candidates", type=int, default=None, metavar="N",
+        help="TriForceConfig.rescore_candidates: rank N x the view's chunks by their keys (default: the config's)",
+    )  # fmt: skip
+    p.add_argument(
         "--cuda-graphs", default="off", choices=tuple(CUDA_GRAPHS),
         help="TriForceConfig.cuda_graphs: off (default), auto, on, eager (fixed-shape steps without graphs)",
     )  # fmt: skip
@@ -236,6 +240,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         device=args.device,
         dtype=args.dtype,
         prefill_chunk_size=args.prefill_chunk_size,
+        rescore_candidates=args.rescore_candidates,
         attn_implementation=args.attn_implementation,
         real_acceptance=parse_real_acceptance(args.real_acceptance, args.preset),
         cuda_graphs=CUDA_GRAPHS[args.cuda_graphs],

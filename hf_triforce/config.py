@@ -51,6 +51,15 @@ class TriForceConfig:
             "(eval-copy-heldout.md); 0 is TriForce's plain top-k."
         },
     )
+    rescore_candidates: int = field(
+        default=0,
+        metadata={
+            "help": "0: chunks are ranked by query . mean key (TriForce). N >= 1: the mean keys nominate N times as "
+            "many chunks as the view has room for, and those are ranked by their keys themselves (the largest "
+            "attention logit of the chunk over the GQA group's query heads), which reads N x the view's keys per "
+            "re-selection. Measured on the copy tasks: benchmarks/results/copy-selection-ceiling-*.md."
+        },
+    )
     gamma1: int = field(
         default=2, metadata={"help": "Tokens drafted by level 0 per level-1 verification (the most, when adaptive)."}
     )
@@ -144,6 +153,8 @@ class TriForceConfig:
             raise TriForceConfigError(f"adaptive must be True or False, got {self.adaptive!r}.")
         if not (isinstance(self.cuda_graphs, bool) or self.cuda_graphs in ("auto", "eager")):
             raise TriForceConfigError(f"cuda_graphs={self.cuda_graphs!r} must be one of {CUDA_GRAPH_MODES}.")
+        if not isinstance(self.rescore_candidates, int) or self.rescore_candidates < 0:
+            raise TriForceConfigError(f"rescore_candidates must be an integer >= 0, got {self.rescore_candidates!r}.")
         if not isinstance(self.lookahead_chunks, int) or self.lookahead_chunks < 0:
             raise TriForceConfigError(f"lookahead_chunks must be an integer >= 0, got {self.lookahead_chunks!r}.")
         r = self.refresh_below_acceptance

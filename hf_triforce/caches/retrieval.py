@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
-from ..kernels.retrieval import chunk_means, chunk_scores
+from ..kernels.retrieval import chunk_means, chunk_scores, score_chunk_keys
 from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
-from .selection import select_token_indices
+from .selection import rescore, select_token_indices
 from .slots import SlotMask
 from .view import RetrievalView
 
@@ -90,13 +92,17 @@ class RetrievalCache(BufferedCache):
         recent_window: int,
         lookahead: int = 0,
         slots: SlotMask | None = None,
+        rescore_candidates: int = 0,
     ) -> list[torch.Tensor]:
         """Per-layer token indices ``[B, H_kv, S]`` of the best chunks for ``queries[l]`` (``[B, H_q, D]``).
 
         ``lookahead`` chunks after each top-scoring chunk share its score (see
         :func:`~hf_triforce.caches.selection.select_token_indices`). With ``slots`` (a batch), chunks of padding
         or holes only are never preferred to chunks of real tokens, and each row's first real chunk is kept as
-        its attention sink.
+        its attention sink. With ``rescore_candidates = N > 0`` the summaries nominate ``N`` times as many chunks as
+        the view has room for, and those are ranked by their keys
+        (:func:`~hf_triforce.kernels.retrieval.score_chunk_keys`, see
+        :func:`~hf_triforce.caches.selection.rescore`).
 
         Chunk scoring runs as a Triton kernel on CUDA (:func:`hf_triforce.kernels.retrieval.chunk_scores`),
         the pure-torch ``score_chunks`` otherwise; top-k and the token indices are torch either way.
@@ -108,6 +114,10 @@ class RetrievalCache(BufferedCache):
                 scores = chunk_scores(query, layer.summaries())
                 if slots is not None:
                     scores = _per_row_sinks(scores, slots, self.chunk_size)
+                if rescore_candidates:
+                    by_keys = partial(score_chunk_keys, query, layer.buffer.keys, chunk_size=self.chunk_size)
+                    layout = (length, self.chunk_size, budget, recent_window)
+                    scores = rescore(scores, by_keys, *layout, rescore_candidates)
             else:  # everything is kept; only the [B, H_kv] shape matters (the indices are gathered per KV head)
                 kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1
                 scores = query.new_zeros(query.shape[0], kv_heads, 0)

@@ -6,6 +6,8 @@ a GQA group); this module turns them into token indices.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -42,15 +44,62 @@ def select_token_indices(
     device = scores.device
     if length <= budget:
         return torch.arange(length, device=device).expand(b, h, length)
-    recent_start = max(chunk_size, (length - recent_window) // chunk_size * chunk_size)
-    candidates = recent_start // chunk_size - 1
-    k = min(candidates, (budget - chunk_size - (length - recent_start)) // chunk_size)
+    recent_start, candidates, k = _layout(length, chunk_size, budget, recent_window)
     chunk_ids = _top_chunks(spread_forward(scores[:, :, 1 : 1 + candidates], lookahead), max(k, 0)) + 1
     offsets = torch.arange(chunk_size, device=device)
     middle = (chunk_ids[..., None] * chunk_size + offsets).flatten(2)
     sink = offsets.expand(b, h, chunk_size)
     recent = torch.arange(recent_start, length, device=device).expand(b, h, length - recent_start)
     return torch.cat([sink, middle, recent], dim=-1)
+
+
+def _layout(length: int, chunk_size: int, budget: int, recent_window: int) -> tuple[int, int, int]:
+    """``(recent_start, candidates, k)``: where the recent tokens start, how many chunks lie between the sink and
+    them, and how many of those the budget has room for."""
+    recent_start = max(chunk_size, (length - recent_window) // chunk_size * chunk_size)
+    candidates = recent_start // chunk_size - 1
+    return recent_start, candidates, min(candidates, (budget - chunk_size - (length - recent_start)) // chunk_size)
+
+
+def rescore(
+    scores: torch.Tensor,
+    score_keys: Callable[[torch.Tensor], torch.Tensor],
+    length: int,
+    chunk_size: int,
+    budget: int,
+    recent_window: int,
+    factor: int,
+) -> torch.Tensor:
+    """Chunk scores where the ``factor * k`` best-scoring candidate chunks are re-scored by ``score_keys``.
+
+    ``k`` is the number of chunks :func:`select_token_indices` takes between the sink and the recent tokens;
+    the other candidates score ``-inf``, and scores of ``+inf`` (a batch row's forced sink) stay. The ranking
+    the selection then makes among the nominated chunks is ``score_keys``'s. Infinite scores stay as they are (a
+    batch row's forced sink at ``+inf``, chunks of padding at ``-inf``).
+
+    Args:
+        scores: ``[B, H_kv, C]`` chunk-summary scores.
+        score_keys: maps ``[B, H_kv, F]`` chunk indices to ``[B, H_kv, F]`` scores (e.g.
+            :func:`~hf_triforce.kernels.retrieval.score_chunk_keys` with the query and keys bound).
+        length, chunk_size, budget, recent_window: as for :func:`select_token_indices`.
+        factor: candidates nominated per chunk the view has room for (``>= 1``).
+
+    Returns:
+        ``[B, H_kv, C]`` float32 scores.
+
+    Example:
+        >>> out = rescore(torch.tensor([[[0.0, 5.0, 4.0, 1.0, 0.0]]]), lambda c: -c.float(), 40, 8, 24, 8, 1)
+        >>> out.tolist()  # budget 24: sink + 1 chunk + recent; the best summary chunk (1) is re-scored as -1
+        [[[-inf, -1.0, -inf, -inf, -inf]]]
+    """
+    if length <= budget:
+        return scores
+    _, candidates, k = _layout(length, chunk_size, budget, recent_window)
+    middle = scores[:, :, 1 : 1 + candidates].float()
+    nominated = middle.topk(min(candidates, factor * max(k, 1)), dim=-1).indices + 1
+    out = torch.full_like(scores, float("-inf"), dtype=torch.float32)
+    out = out.scatter(-1, nominated, score_keys(nominated).float())
+    return torch.where(scores.isinf(), scores.float(), out)
 
 
 def _top_chunks(scores: torch.Tensor, k: int) -> torch.Tensor:

@@ -163,7 +163,12 @@ class BatchLevel1:
         start = time.perf_counter()
         with self.stats.phases.measure("refresh"):
             indices = self.cache.select(
-                self._queries, cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks, self.slots
+                self._queries,
+                cfg.retrieval_budget,
+                cfg.recent_window,
+                cfg.lookahead_chunks,
+                self.slots,
+                cfg.rescore_candidates,
             )
             self.view = self.cache.sparse_view(indices, cfg.view_extra_capacity)
             valid = self.slots.valid

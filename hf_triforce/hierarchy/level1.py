@@ -146,7 +146,10 @@ class Level1Drafter:
         cfg = self.config
         start = time.perf_counter()
         with self.stats.phases.measure("refresh"):
-            indices = self.cache.select(self._queries, cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks)
+            indices = self.cache.select(
+                self._queries, cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks,
+                rescore_candidates=cfg.rescore_candidates,
+            )  # fmt: skip
             self.view = self._new_view(indices)
         self.planner.observe_refresh(time.perf_counter() - start)
         self.refresh.selected()

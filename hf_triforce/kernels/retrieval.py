@@ -85,6 +85,41 @@ def score_chunks(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
     return torch.einsum("bhd,bhcd->bhc", grouped.to(summaries.dtype), summaries)
 
 
+def score_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """Score the chunks at ``chunks`` by their keys themselves: the largest attention logit of the chunk.
+
+    The score of chunk ``c`` for KV head ``h`` is ``max_{g in group(h)} max_{t in chunk c} q_g . k_{h,t}``: a
+    chunk counts if one of its tokens stands out for one query head of the group, which a chunk's mean key
+    blurs (:func:`score_chunks`). It reads ``F * chunk_size`` keys per KV head, not one summary per chunk, so
+    :meth:`~hf_triforce.caches.RetrievalCache.select` uses it only to re-rank the candidates the summaries
+    nominate (``TriForceConfig.rescore_candidates``). Pure torch on every device (a gather and a batched
+    matmul; no Triton kernel).
+
+    Args:
+        query: ``[B, H_q, D]`` post-RoPE query of the current token.
+        keys: ``[B, H_kv, L, D]`` post-RoPE keys.
+        chunks: ``[B, H_kv, F]`` chunk indices to score (each chunk complete: ``(c + 1) * chunk_size <= L``).
+        chunk_size: tokens per chunk.
+
+    Returns:
+        ``[B, H_kv, F]`` float32 scores (unscaled logits; only the ranking is used).
+
+    Example:
+        >>> keys = torch.zeros(1, 1, 24, 2); keys[0, 0, 13] = torch.tensor([3.0, 0.0])
+        >>> score_chunk_keys(torch.tensor([[[1.0, 0.0]]]), keys, torch.tensor([[[0, 1, 2]]]), 8).tolist()
+        [[[0.0, 3.0, 0.0]]]
+    """
+    b, hq, d = query.shape
+    hkv, f = keys.shape[1], chunks.shape[-1]
+    n = keys.shape[2] // chunk_size
+    by_chunk = keys[:, :, : n * chunk_size].unflatten(2, (n, chunk_size))  # [B, H_kv, n, chunk_size, D], a view
+    rows = torch.arange(b, device=chunks.device)[:, None, None], torch.arange(hkv, device=chunks.device)[:, None]
+    chunk_keys = by_chunk[rows[0], rows[1], chunks].reshape(b, hkv, f * chunk_size, d).float()  # copies F chunks
+    grouped = query.reshape(b, hkv, hq // hkv, d).float()
+    logits = torch.einsum("bhgd,bhtd->bhgt", grouped, chunk_keys)  # [B, H_kv, G, F * chunk_size]
+    return logits.amax(dim=2).view(b, hkv, f, chunk_size).amax(dim=-1)
+
+
 def gather_tokens(states: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """Gather ``[B, H, S, D]`` states at per-head token ``indices`` ``[B, H, S]`` from ``[B, H, L, D]``."""
     return states.gather(2, indices[..., None].expand(-1, -1, -1, states.shape[-1]))

@@ -18,6 +18,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrained
 
 from hf_triforce.caches.view import RetrievalView
 from hf_triforce.cli import main
+from hf_triforce.errors import TriForceConfigError
 from hf_triforce.evaluation.drafts.acceptance import acceptance, processed_probs, token_acceptance
 from hf_triforce.evaluation.drafts.level0 import measure_drafter
 from hf_triforce.evaluation.drafts.level1 import measure_view, replay_round
@@ -31,7 +32,7 @@ from hf_triforce.evaluation.drafts.reference import decode_reference, prefill_pr
 from hf_triforce.evaluation.drafts.streaming_view import streaming_indices
 from hf_triforce.evaluation.drafts.summary import pooled
 from hf_triforce.evaluation.drafts.view_forward import row_mask, view_logits
-from hf_triforce.evaluation.drafts.view_policy import ViewPolicy, group_scores, select_indices
+from hf_triforce.evaluation.drafts.view_policy import ViewPolicy, attention_mass, group_scores, select_indices
 from hf_triforce.hf.model import truncated_model
 from hf_triforce.hf.versions import cache_kwargs
 from hf_triforce.hierarchy import NGramDrafter
@@ -168,6 +169,18 @@ def test_group_scores_combine_the_heads_of_each_kv_group():
     torch.testing.assert_close(group_scores(query, summaries, "max")[0], per_head.view(2, 3, 5).amax(1))
     soft = (per_head / math.sqrt(8)).softmax(-1).view(2, 3, 5).sum(1)
     torch.testing.assert_close(group_scores(query, summaries, "softmax")[0], soft)
+
+
+def test_attention_mass_is_the_full_attention_summed_per_chunk():
+    gen = torch.Generator().manual_seed(1)
+    query, keys = torch.randn(1, 6, 8, generator=gen), torch.randn(1, 2, 43, 8, generator=gen)
+    by_hand = torch.zeros(2, 5)
+    for h in range(6):  # query head h reads KV head h // 3; the trailing 3 keys (a partial chunk) are left out
+        weights = (keys[0, h // 3, :40] @ query[0, h] / math.sqrt(8)).softmax(-1)
+        by_hand[h // 3] += weights.view(5, 8).sum(-1)
+    torch.testing.assert_close(attention_mass(query, keys, 8)[0], by_hand)
+    with pytest.raises(TriForceConfigError, match="attention_mass"):
+        group_scores(query, keys[:, :, :5], "attention")
 
 
 def test_row_mask_shows_each_row_its_prefix_and_itself():

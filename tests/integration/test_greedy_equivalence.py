@@ -427,6 +427,7 @@ def sweep_cases(draw):
         gamma2=gamma2,
         refresh_every=draw(st.integers(1, 20)),
         lookahead_chunks=draw(st.integers(0, 3)),
+        rescore_candidates=draw(st.sampled_from([0, 0, 1, 4])),
         refresh_below_acceptance=draw(st.sampled_from([None, 0.3, 0.8])),
         drafter=draw(st.sampled_from(["none", "suffix", "ngram", "model", "auto"])),
         draft_sinks=sinks,

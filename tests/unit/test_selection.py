@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.models.llama.modeling_llama import repeat_kv
 
-from hf_triforce.caches.selection import select_token_indices, spread_forward
-from hf_triforce.kernels.retrieval import chunk_means, gather_tokens, score_chunks
+from hf_triforce.caches.retrieval import RetrievalCache
+from hf_triforce.caches.selection import rescore, select_token_indices, spread_forward
+from hf_triforce.kernels.retrieval import chunk_means, gather_tokens, score_chunk_keys, score_chunks
 
 pytestmark = pytest.mark.unit
 
@@ -233,3 +234,49 @@ def test_gather_tokens_per_head():
     for h in range(2):
         for s in range(3):
             assert torch.equal(got[0, h, s], states[0, h, int(idx[0, h, s])])
+
+
+@pytest.mark.parametrize("kv_heads, group", [(1, 1), (2, 3), (3, 4)])
+def test_score_chunk_keys_is_the_largest_logit_by_hand(kv_heads, group):
+    query = torch.randn(2, kv_heads * group, 8, generator=_gen(group))
+    keys = torch.randn(2, kv_heads, 45, 8, generator=_gen(kv_heads))
+    chunks = torch.stack([torch.randperm(5, generator=_gen(b))[:3] for b in range(2 * kv_heads)]).view(2, kv_heads, 3)
+    got = score_chunk_keys(query, keys, chunks, 8)
+    for b in range(2):
+        for h in range(kv_heads):
+            for f, c in enumerate(chunks[b, h].tolist()):
+                logits = [float(query[b, q] @ keys[b, q // group, t]) for q in range(h * group, (h + 1) * group)
+                          for t in range(c * 8, c * 8 + 8)]  # fmt: skip
+                assert got[b, h, f].item() == pytest.approx(max(logits), rel=1e-5, abs=1e-5)
+
+
+def test_rescore_ranks_the_nominated_chunks_by_their_keys():
+    """Chunk 2's mean key scores best but chunk 5 holds the key the query hits: with every candidate nominated
+    (factor 8), the view takes chunk 5; nominating only the summaries' best (factor 1) keeps chunk 2."""
+    length, chunk, budget, window = 96, 8, 8 + 8 + 16, 16  # sink + one chunk + recent
+    keys = torch.zeros(1, 1, length, 4)
+    keys[0, 0, 16:24, 0] = 1.0  # chunk 2: every key a little aligned
+    keys[0, 0, 43, 0] = 5.0  # chunk 5: one key very aligned, the mean less than chunk 2's
+    query = torch.tensor([[[1.0, 0.0, 0.0, 0.0]]])
+    scores = score_chunks(query, chunk_means(keys, chunk))
+    assert int(scores[0, 0, 1:10].argmax()) + 1 == 2
+    by_keys = lambda c: score_chunk_keys(query, keys, c, chunk)  # noqa: E731
+    for factor, expected in [(8, 5), (1, 2)]:
+        rescored = rescore(scores, by_keys, length, chunk, budget, window, factor)
+        idx = select_token_indices(rescored, length, chunk, budget, window)
+        assert idx[0, 0, 8:16].tolist() == list(range(expected * 8, expected * 8 + 8)), factor
+    forced = scores.clone()
+    forced[0, 0, 3], forced[0, 0, 4] = float("inf"), float("-inf")
+    rescored = rescore(forced, by_keys, length, chunk, budget, window, 8)
+    assert rescored[0, 0, 3] == float("inf") and rescored[0, 0, 4] == float("-inf")
+
+
+def test_retrieval_cache_select_rescores_when_asked():
+    cache = RetrievalCache(num_layers=1, chunk_size=8, capacity=96)
+    keys = torch.zeros(1, 1, 96, 4)
+    keys[0, 0, 16:24, 0], keys[0, 0, 43, 0] = 1.0, 5.0
+    cache.update(keys, torch.randn(1, 1, 96, 4), layer_idx=0)
+    query = [torch.tensor([[[1.0, 0.0, 0.0, 0.0]]])]
+    plain = cache.select(query, 32, 16)[0][0, 0, 8:16].tolist()
+    rescored = cache.select(query, 32, 16, rescore_candidates=8)[0][0, 0, 8:16].tolist()
+    assert plain == list(range(16, 24)) and rescored == list(range(40, 48))

@@ -58,6 +58,7 @@ class BenchOptions(DocumentQuestion):
     device: str | None = None
     dtype: str | None = None
     prefill_chunk_size: int | None = None
+    rescore_candidates: int | None = None  # TriForceConfig.rescore_candidates (None: the config's default)
     attn_implementation: str = "auto"
     real_acceptance: str | float | None = None
     cuda_graphs: bool | str = False
@@ -190,7 +191,7 @@ def _memory_cases(options: BenchOptions) -> list[dict[str, Any]]:
 
 
 def _config(options: BenchOptions, budget: int, drafter: str) -> TriForceConfig:
-    names = ("gamma1", "gamma2", "prefill_chunk_size")
+    names = ("gamma1", "gamma2", "prefill_chunk_size", "rescore_candidates")
     extra = {k: getattr(options, k) for k in names if getattr(options, k) is not None}
     return TriForceConfig(
         retrieval_budget=budget, drafter=drafter, cuda_graphs=options.cuda_graphs, adaptive=options.adaptive, **extra

@@ -20,10 +20,11 @@ logger = logging.getLogger(__name__)
 
 # knob -> values tried at the headline budget; every other knob keeps its TriForceConfig default.
 ABLATIONS: dict[str, list[Any]] = {
-    "combine": ["sum", "max", "softmax"],
+    "combine": ["sum", "max", "softmax", "attention"],
     "recent_window": [0, 16, 64, 128, 256],
     "chunk_size": [4, 8, 16, 32],
     "lookahead_chunks": [0, 1, 2, 3],
+    "rescore_candidates": [0, 2, 4],
     "refresh_every": [1, 4, 8, 16, 32, NEVER],
     "refresh_below_acceptance": [None, 0.5, 0.8],
 }

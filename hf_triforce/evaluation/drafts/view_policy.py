@@ -17,22 +17,30 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from typing import Any
 
 import torch
 
 from ...caches.retrieval import RetrievalCache
-from ...caches.selection import select_token_indices
+from ...caches.selection import rescore, select_token_indices
 from ...config import TriForceConfig
 from ...errors import TriForceConfigError
 from ...hierarchy.schedule import RefreshRule
-from ...kernels.retrieval import chunk_means, score_chunks
+from ...kernels.retrieval import chunk_means, score_chunk_keys, score_chunks
 from .streaming_view import streaming_indices
 
 KINDS = ("retrieval", "streaming")
-COMBINES = ("sum", "max", "softmax")
+COMBINES = ("sum", "max", "softmax", "attention")
 NEVER = 2**31 - 1  # refresh_every that never re-selects
-CONFIG_KNOBS = ("chunk_size", "recent_window", "lookahead_chunks", "refresh_every", "refresh_below_acceptance")
+CONFIG_KNOBS = (
+    "chunk_size",
+    "recent_window",
+    "lookahead_chunks",
+    "rescore_candidates",
+    "refresh_every",
+    "refresh_below_acceptance",
+)
 """The ``TriForceConfig`` knobs a :class:`ViewPolicy` carries, under the config's own names."""
 _DEFAULTS = TriForceConfig()
 
@@ -50,6 +58,8 @@ class ViewPolicy:
         chunk_size: retrieval chunk size.
         recent_window: retrieval: recent tokens always kept.
         lookahead_chunks: retrieval: chunks after each top-scoring chunk that share its score.
+        rescore_candidates: retrieval: the summaries nominate this many times the chunks the view holds, ranked
+            then by their keys (0: off; :func:`~hf_triforce.caches.selection.rescore`).
         combine: retrieval: how a GQA group's query heads score a chunk (see :func:`group_scores`).
         refresh_every: re-select after this many new tokens (``NEVER``: select once).
         refresh_below_acceptance: also re-select when a round's acceptance falls below this (None: off).
@@ -61,6 +71,7 @@ class ViewPolicy:
     chunk_size: int = _DEFAULTS.chunk_size
     recent_window: int = _DEFAULTS.recent_window
     lookahead_chunks: int = _DEFAULTS.lookahead_chunks
+    rescore_candidates: int = _DEFAULTS.rescore_candidates
     combine: str = "sum"
     refresh_every: int = _DEFAULTS.refresh_every
     refresh_below_acceptance: float | None = _DEFAULTS.refresh_below_acceptance
@@ -113,6 +124,7 @@ class ViewPolicy:
             return f"streaming b{self.budget} s{self.sinks} r{refresh}"
         below = "" if self.refresh_below_acceptance is None else f" below{self.refresh_below_acceptance:g}"
         ahead = f" a{self.lookahead_chunks}" if self.lookahead_chunks else ""
+        ahead += f" x{self.rescore_candidates}" if self.rescore_candidates else ""
         return (
             f"retrieval b{self.budget} c{self.chunk_size} w{self.recent_window}{ahead} {self.combine} r{refresh}{below}"
         )
@@ -132,6 +144,8 @@ def group_scores(query: torch.Tensor, summaries: torch.Tensor, combine: str = "s
     * ``"max"``: ``max_g q_g . s``: a chunk counts if any head of the group wants it.
     * ``"softmax"``: ``sum_g softmax_c(q_g . s / sqrt(D))``: every head contributes an attention-like
       distribution of total 1, so a head with large logits cannot drown the others.
+    * ``"attention"`` is not a function of the summaries: see :func:`attention_mass` (:func:`select_indices`
+      routes it there).
 
     Args:
         query: ``[B, H_q, D]`` post-RoPE query of the newest cached token.
@@ -153,7 +167,38 @@ def group_scores(query: torch.Tensor, summaries: torch.Tensor, combine: str = "s
         return per_head.amax(dim=2)
     if combine == "softmax":
         return (per_head / math.sqrt(d)).softmax(dim=-1).sum(dim=2)
+    if combine == "attention":
+        raise TriForceConfigError("combine='attention' scores the keys, not the summaries: call attention_mass.")
     raise TriForceConfigError(f"combine={combine!r} is not one of {COMBINES}.")
+
+
+def attention_mass(query: torch.Tensor, keys: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """Exact attention of the query over the complete chunks' keys, summed per chunk and over the GQA group.
+
+    ``out[b, h, c] = sum_g sum_{t in chunk c} softmax_t(q_g . k_t / sqrt(D))``: the attention mass the full
+    cache gives each chunk (over the keys of complete chunks), which no chunk summary can beat at ranking
+    chunks for this query. The evaluation's ``combine="attention"`` uses it as the ceiling of chunk scoring
+    (it reads every key, as the verification forward does; the package's selection reads one mean key per
+    chunk).
+
+    Args:
+        query: ``[B, H_q, D]`` post-RoPE query of the newest cached token.
+        keys: ``[B, H_kv, L, D]`` post-RoPE keys; a trailing partial chunk is left out.
+        chunk_size: tokens per chunk.
+
+    Returns:
+        ``[B, H_kv, L // chunk_size]`` float32 masses (each KV head's sum to ``H_q / H_kv``).
+
+    Example:
+        >>> mass = attention_mass(torch.randn(1, 4, 8), torch.randn(1, 2, 35, 8), 8)
+        >>> mass.shape, torch.allclose(mass.sum(-1), torch.full((1, 2), 2.0))
+        (torch.Size([1, 2, 4]), True)
+    """
+    b, hq, d = query.shape
+    hkv, n = keys.shape[1], keys.shape[2] // chunk_size
+    grouped = query.reshape(b, hkv, hq // hkv, d).float()
+    logits = torch.einsum("bhgd,bhld->bhgl", grouped, keys[:, :, : n * chunk_size].float()) / math.sqrt(d)
+    return logits.softmax(dim=-1).reshape(b, hkv, hq // hkv, n, chunk_size).sum(dim=(2, 4))
 
 
 def select_indices(
@@ -183,9 +228,15 @@ def select_indices(
             indices.append(streaming_indices(length, policy.budget, policy.sinks, kv_heads, query.device))
             continue
         c = policy.chunk_size
-        if length > policy.budget:
+        if length > policy.budget and policy.combine == "attention":
+            scores = attention_mass(query, layer.buffer.keys[:, :, :length], c)
+        elif length > policy.budget:
             summaries = _summaries(layer, length, c, cache.chunk_size)
             scores = group_scores(query, summaries, policy.combine)
+            if policy.rescore_candidates:
+                by_keys = partial(score_chunk_keys, query, layer.buffer.keys, chunk_size=c)
+                layout = (length, c, policy.budget, policy.recent_window)
+                scores = rescore(scores, by_keys, *layout, policy.rescore_candidates)
         else:
             scores = query.new_zeros(1, kv_heads, 0)
         indices.append(

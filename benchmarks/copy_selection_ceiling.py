@@ -1,0 +1,265 @@
+"""How far can better chunk scoring lift level-1 acceptance on the copy tasks? (issue 18)
+
+For every task of a copy-task split (``hf_triforce.evaluation.drafts.copy_tasks``: 4 passage kinds x 5 depths,
+6K-token prompts, T=0), the prompt is prefilled once, the full model's own answer decoded (64 tokens), and
+level 1 replayed along it (rounds of gamma2 = 6, re-selection every 4 cached tokens, as ``eval-drafts`` does) with
+several chunk-scoring rules. Reported: per-token acceptance (accepted / (accepted + rejections)) per depth.
+
+Rules (all with the package's ``select_token_indices``: sink chunk, recent window 64, ``lookahead`` chunks):
+
+* ``sum-wN``: the package's rule (query . chunk-mean key, summed over the GQA group), over the last N queries;
+* ``softmax-wN`` / ``max-w1`` / ``softmaxmax-w8``: other ways to combine a group's heads and N recent queries;
+* ``package-xN``: the package's selection itself (``eval-drafts``' ``select_indices``) with
+  ``rescore_candidates=N`` (``package-x0`` is ``base-sum-w1``);
+* ``two-stage-xN-*``: the same idea as ``rescore_candidates=N`` written out here (it nominates
+  ``N * (budget - CHUNK - WINDOW) / CHUNK`` chunks; the package subtracts the exact recent span, so it may
+  nominate one fewer), with three ways to rank the nominated chunks;
+* ``exact-*``: the keys themselves, not their chunk means: ``mass`` is the attention the full cache gives each
+  chunk (softmax over every key), ``peak`` the largest token logit in the chunk, ``peakprob`` its largest
+  probability. These are the ceiling of chunk-mean scoring for the same queries.
+
+Run: ``.venv/bin/python benchmarks/copy_selection_ceiling.py --split tune --output benchmarks/results/X.json``
+(about 25 minutes per 10 rules on 2 CPU threads); ``--report X.json [Y.json ...]`` rewrites the markdown table of
+recorded runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import sys
+import time
+
+import torch
+
+from hf_triforce.caches.selection import select_token_indices
+from hf_triforce.evaluation.common.loading import load_model
+from hf_triforce.evaluation.common.machine import machine_info
+from hf_triforce.evaluation.drafts.acceptance import acceptance
+from hf_triforce.evaluation.drafts.copy_tasks import build_copy_prompt, copy_task_specs
+from hf_triforce.evaluation.drafts.level1 import replay_round
+from hf_triforce.evaluation.drafts.reference import Prefill, decode_reference, new_cache
+from hf_triforce.evaluation.drafts.view_forward import DEFAULT_MAX_ROWS, view_logits
+from hf_triforce.evaluation.drafts.view_policy import ViewPolicy, select_indices
+from hf_triforce.hf.attention import QueryCapture, capturing_queries
+from hf_triforce.hf.linears import small_batch_linears
+from hf_triforce.hf.model import eos_token_ids
+from hf_triforce.hf.versions import cache_kwargs
+from hf_triforce.stats import LevelStats
+
+K = 32  # prompt-tail queries kept for the multi-query rules
+CTX, NEW, CHUNK, WINDOW, BUDGETS = 6144, 64, 8, 64, (384, 768)
+
+
+def prefill(model, ids):
+    """Full cache of ``ids`` ``[1, n]``, the last step, and the last K positions' queries ``[L, K, H_q, D]``."""
+    n = ids.shape[1]
+    cache = new_cache(model, n + NEW + 8)
+    cap = QueryCapture()
+    with torch.inference_mode(), small_batch_linears(model), capturing_queries(model, cap, keep=K) as kw:
+        out = model(input_ids=ids, position_ids=torch.arange(n)[None], **cache_kwargs(cache), use_cache=True,
+                    logits_to_keep=1, **kw)  # fmt: skip
+    tail = torch.stack([cap.queries[i][0].transpose(0, 1) for i in sorted(cap.queries)])
+    return cache, Prefill(ids[0], out.logits[0, -1].float(), tail[:, -1]), tail
+
+
+def summary_scores(queries, summaries, rule):
+    """``queries`` ``[W, H_q, D]``, ``summaries`` ``[1, H_kv, C, D]`` -> ``[1, H_kv, C]``."""
+    w, hq, d = queries.shape
+    hkv = summaries.shape[1]
+    per = torch.einsum("whgd,hcd->whgc", queries.reshape(w, hkv, hq // hkv, d).to(summaries.dtype), summaries[0])
+    if rule == "sum":
+        return per.sum(dim=2).sum(0)[None]
+    if rule == "softmax":
+        return (per / math.sqrt(d)).softmax(-1).sum(dim=2).sum(0)[None]
+    if rule == "max":
+        return per.amax(dim=2).sum(0)[None]
+    return (per / math.sqrt(d)).softmax(-1).amax(dim=2).sum(0)[None]  # softmax-max
+
+
+def key_scores(queries, keys, rule):
+    """``queries`` ``[W, H_q, D]``, ``keys`` ``[1, H_kv, C * CHUNK, D]`` -> ``[1, H_kv, C]``."""
+    w, hq, d = queries.shape
+    hkv, length = keys.shape[1], keys.shape[2]
+    g = queries.reshape(w, hkv, hq // hkv, d).to(keys.dtype)
+    logits = torch.einsum("whgd,hld->whgl", g, keys[0]) / math.sqrt(d)
+    chunks = (w, hkv, hq // hkv, length // CHUNK, CHUNK)
+    if rule == "mass":
+        return logits.softmax(-1).reshape(chunks).sum(-1).sum(dim=2).sum(0)[None]
+    if rule == "peak":
+        return logits.reshape(chunks).amax(-1).amax(2).sum(0)[None]
+    return logits.softmax(-1).reshape(chunks).amax(-1).sum(dim=2).sum(0)[None]  # peakprob
+
+
+def two_stage(rule, factor, lookahead=1):
+    """Chunk-mean scores pick ``factor`` x as many chunks as the budget holds; ``key_scores`` ranks those."""
+
+    def select(cache, history, length, budget):
+        indices = []
+        k = max(1, (budget - CHUNK - WINDOW) // CHUNK)
+        for layer, queries in zip(cache.layers, history, strict=True):
+            coarse = summary_scores(queries[-1:], layer.summaries()[:, :, : length // CHUNK], "sum")
+            n = coarse.shape[-1]
+            keep = coarse[:, :, 1:].topk(min(n - 1, factor * k), dim=-1).indices + 1  # [1, H_kv, F] (not the sink)
+            tokens = (keep[..., None] * CHUNK + torch.arange(CHUNK)).flatten(2)  # [1, H_kv, F * CHUNK]
+            keys = layer.buffer.keys.gather(2, tokens[..., None].expand(-1, -1, -1, layer.buffer.keys.shape[-1]))
+            fine = key_scores(queries[-1:], keys, rule)  # [1, H_kv, F]
+            scores = torch.full_like(coarse, float("-inf")).scatter(-1, keep, fine.to(coarse.dtype))
+            indices.append(select_token_indices(scores, length, CHUNK, budget, WINDOW, lookahead))
+        return indices
+
+    return select
+
+
+def selector(rule, window, lookahead=1, exact=False):
+    def select(cache, history, length, budget):
+        indices = []
+        for layer, queries in zip(cache.layers, history, strict=True):
+            if exact:
+                scores = key_scores(queries[-window:], layer.buffer.keys[:, :, : length // CHUNK * CHUNK], rule)
+            else:
+                scores = summary_scores(queries[-window:], layer.summaries()[:, :, : length // CHUNK], rule)
+            indices.append(select_token_indices(scores, length, CHUNK, budget, WINDOW, lookahead))
+        return indices
+
+    return select
+
+
+def package(rescore_candidates):
+    """The package's own selection (as ``eval-drafts`` runs it) with ``TriForceConfig.rescore_candidates``."""
+
+    def select(cache, history, length, budget):
+        policy = ViewPolicy(budget=budget, rescore_candidates=rescore_candidates)
+        return select_indices(cache, [queries[-1][None] for queries in history], length, policy)
+
+    return select
+
+
+RULES = {
+    "package-x0": package(0),
+    "package-x4": package(4),
+    "base-sum-w1": selector("sum", 1),
+    "softmax-w1": selector("softmax", 1),
+    "max-w1": selector("max", 1),
+    "sum-w8": selector("sum", 8),
+    "softmax-w4": selector("softmax", 4),
+    "softmax-w8": selector("softmax", 8),
+    "softmax-w16": selector("softmax", 16),
+    "softmax-w32": selector("softmax", 32),
+    "softmaxmax-w8": selector("softmax-max", 8),
+    "softmax-w8-a2": selector("softmax", 8, 2),
+    "exact-mass-w1": selector("mass", 1, exact=True),
+    "exact-peak-w1": selector("peak", 1, exact=True),
+    "exact-peakprob-w1": selector("peakprob", 1, exact=True),
+    "exact-mass-w8": selector("mass", 8, exact=True),
+    "exact-mass-w1-a0": selector("mass", 1, 0, exact=True),
+    "two-stage-x2-peak": two_stage("peak", 2),
+    "two-stage-x4-peak": two_stage("peak", 4),
+    "two-stage-x4-mass": two_stage("mass", 4),
+    "two-stage-x4-peakprob": two_stage("peakprob", 4),
+}
+
+
+def replay(model, cache, ref, tail, select, budget, gamma2=6, refresh_every=4):
+    """Level-1 rounds along ``ref`` with ``select``; returns (accepted, rejections)."""
+    n, m = ref.prompt_length, ref.tokens.shape[0]
+    history = torch.cat([tail[:, :-1], ref.queries], dim=1)  # index K - 1 + j: the query of position n - 1 + j
+    coins, rounds = torch.Generator().manual_seed(0), LevelStats()
+    selection, selected_at, j = None, 0, 1
+    while j < m:
+        length = n + j - 1
+        if selection is None or length - selected_at >= refresh_every:
+            selection, selected_at = select(cache, [h[: K - 1 + j] for h in history], length, budget), length
+        stop = min(m, j + gamma2 + 1)
+        lengths = torch.arange(n + j - 1, n + stop - 1)
+        logits = view_logits(model, cache, selection, selected_at, lengths, ref.tokens[j - 1 : stop - 1],
+                             DEFAULT_MAX_ROWS)  # fmt: skip
+        done = replay_round(acceptance(ref.logits[j:stop], logits, 0.0, 1.0), min(gamma2, m - j - 1), 0.0, coins)
+        rounds.record(done.drafted, done.accepted)
+        j += done.keep
+    return rounds.accepted, rounds.rejections
+
+
+def run(split: str, rules: list[str], output: str) -> None:
+    model, tokenizer = load_model(None)
+    eos, texts, rows, start = eos_token_ids(model.generation_config), {}, [], time.time()
+    result = {"split": split, "machine": machine_info(), "rows": rows, "command": _command()}
+    for spec in copy_task_specs(split):
+        cache, first, tail = prefill(model, build_copy_prompt(tokenizer, spec, CTX - NEW, texts).input_ids)
+        ref = decode_reference(model, cache, first, NEW, 0.0, 1.0, None, eos)
+        for budget in BUDGETS:
+            for name in rules:
+                accepted, rejections = replay(model, cache, ref, tail, RULES[name], budget)
+                rows.append(dict(kind=spec.kind, depth=spec.depth, budget=budget, rule=name, acc=accepted,
+                                 rej=rejections))  # fmt: skip
+        print(f"{spec.name}: {time.time() - start:.0f} s", flush=True)
+        json.dump(result, open(output, "w"), indent=1)
+
+
+def report(paths: list[str]) -> str:
+    """Markdown: per-token acceptance per rule, budget and depth, pooled over the runs' tasks."""
+    runs = [json.load(open(p)) for p in paths]
+    totals = collections.defaultdict(lambda: [0, 0])
+    for rec in runs:
+        for r in rec["rows"]:
+            for depth in (r["depth"], "all"):
+                totals[(r["budget"], r["rule"], depth)][0] += r["acc"]
+                totals[(r["budget"], r["rule"], depth)][1] += r["rej"]
+    rules = list(dict.fromkeys(r["rule"] for rec in runs for r in rec["rows"]))
+    depths = sorted({r["depth"] for rec in runs for r in rec["rows"]})
+    m = runs[0]["machine"]
+    commands = [c for rec in runs for c in rec.get("commands", [rec.get("command", "")]) if c]
+    lines = [
+        f"# Chunk scoring on the copy tasks ({runs[0]['split']} split): per-token level-1 acceptance at T=0",
+        "",
+        f"Device: {m['cpu']} ({m['torch_threads']} threads). torch {m['torch']}, transformers {m['transformers']}, "
+        f"hf_triforce {m['hf_triforce']}; {m['date']}.",
+        "",
+        "Commands: " + "; ".join(f"`{c}`" for c in commands),
+        "",
+        "Each task (4 passage kinds x 5 depths, 6K-token prompts) is prefilled once and level 1 replayed along the "
+        "full model's own answer (64 tokens, rounds of gamma2 = 6, re-selection every 4 cached tokens) with each "
+        "rule; per-token acceptance = accepted / (accepted + rejections), pooled over the kinds of a depth. "
+        "Rules: see the docstring of benchmarks/copy_selection_ceiling.py (`base-sum-w1` is the package's "
+        "selection with rescore_candidates=0, `two-stage-x4-peak` with rescore_candidates=4).",
+        "",
+    ]
+    for budget in BUDGETS:
+        lines += [f"Budget {budget} (1/{CTX // budget} of the context):", ""]
+        lines += ["| rule | " + " | ".join(f"{d:g}" for d in depths) + " | all | worst depth |"]
+        lines += ["|---|" + "---:|" * (len(depths) + 2)]
+        for rule in rules:
+            values = [_rate(totals[(budget, rule, d)]) for d in [*depths, "all"]]
+            cells = " | ".join(f"{v:.3f}" for v in values)
+            lines.append(f"| {rule} | {cells} | {min(values[:-1]):.3f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _command() -> str:
+    return "benchmarks/copy_selection_ceiling.py " + " ".join(sys.argv[1:])
+
+
+def _rate(pair):
+    return pair[0] / max(1, pair[0] + pair[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--split", default="tune")
+    parser.add_argument("--rules", default=",".join(RULES))
+    parser.add_argument("--output", default="copy-selection-ceiling.json")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--report", nargs="*", help="print the markdown table of these recorded runs")
+    args = parser.parse_args()
+    if args.report:
+        print(report(args.report))
+        return
+    torch.set_num_threads(args.threads)
+    run(args.split, args.rules.split(","), args.output)
+
+
+if __name__ == "__main__":
+    main()
