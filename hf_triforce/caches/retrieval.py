@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 
-from ..kernels.retrieval import chunk_means, chunk_scores, score_chunk_keys
+from ..kernels.retrieval import chunk_means, chunk_scores
 from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
 from .selection import rescore, select_token_indices
@@ -115,9 +113,8 @@ class RetrievalCache(BufferedCache):
                 if slots is not None:
                     scores = _per_row_sinks(scores, slots, self.chunk_size)
                 if rescore_candidates:
-                    by_keys = partial(score_chunk_keys, query, layer.buffer.keys, chunk_size=self.chunk_size)
                     layout = (length, self.chunk_size, budget, recent_window)
-                    scores = rescore(scores, by_keys, *layout, rescore_candidates)
+                    scores = rescore(scores, query, layer.buffer.keys, *layout, rescore_candidates)
             else:  # everything is kept; only the [B, H_kv] shape matters (the indices are gathered per KV head)
                 kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1
                 scores = query.new_zeros(query.shape[0], kv_heads, 0)

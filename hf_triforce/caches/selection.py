@@ -6,9 +6,9 @@ a GQA group); this module turns them into token indices.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
+
+from ..kernels.retrieval import score_chunk_keys
 
 
 def select_token_indices(
@@ -63,24 +63,25 @@ def _layout(length: int, chunk_size: int, budget: int, recent_window: int) -> tu
 
 def rescore(
     scores: torch.Tensor,
-    score_keys: Callable[[torch.Tensor], torch.Tensor],
+    query: torch.Tensor,
+    keys: torch.Tensor,
     length: int,
     chunk_size: int,
     budget: int,
     recent_window: int,
     factor: int,
 ) -> torch.Tensor:
-    """Chunk scores where the ``factor * k`` best-scoring candidate chunks are re-scored by ``score_keys``.
+    """Chunk scores where the ``factor * k`` best-scoring candidate chunks are re-scored by their keys.
 
-    ``k`` is the number of chunks :func:`select_token_indices` takes between the sink and the recent tokens;
-    the other candidates score ``-inf``, and scores of ``+inf`` (a batch row's forced sink) stay. The ranking
-    the selection then makes among the nominated chunks is ``score_keys``'s. Infinite scores stay as they are (a
-    batch row's forced sink at ``+inf``, chunks of padding at ``-inf``).
+    ``k`` is the number of chunks :func:`select_token_indices` takes between the sink and the recent tokens. The
+    nominated chunks score :func:`~hf_triforce.kernels.retrieval.score_chunk_keys` (their largest logit for
+    ``query``), the other candidates ``-inf``, so the selection's ranking among the nominated chunks is the keys'.
+    Infinite scores stay as they are (a batch row's forced sink at ``+inf``, chunks of padding at ``-inf``).
 
     Args:
         scores: ``[B, H_kv, C]`` chunk-summary scores.
-        score_keys: maps ``[B, H_kv, F]`` chunk indices to ``[B, H_kv, F]`` scores (e.g.
-            :func:`~hf_triforce.kernels.retrieval.score_chunk_keys` with the query and keys bound).
+        query: ``[B, H_q, D]`` post-RoPE query the scores were made with.
+        keys: ``[B, H_kv, >= length, D]`` post-RoPE keys of the full cache.
         length, chunk_size, budget, recent_window: as for :func:`select_token_indices`.
         factor: candidates nominated per chunk the view has room for (``>= 1``).
 
@@ -88,17 +89,18 @@ def rescore(
         ``[B, H_kv, C]`` float32 scores.
 
     Example:
-        >>> out = rescore(torch.tensor([[[0.0, 5.0, 4.0, 1.0, 0.0]]]), lambda c: -c.float(), 40, 8, 24, 8, 1)
-        >>> out.tolist()  # budget 24: sink + 1 chunk + recent; the best summary chunk (1) is re-scored as -1
-        [[[-inf, -1.0, -inf, -inf, -inf]]]
+        >>> keys = torch.zeros(1, 1, 40, 2); keys[0, 0, 20] = torch.tensor([3.0, 0.0])
+        >>> scores = torch.tensor([[[0.0, 5.0, 4.0, 1.0, 0.0]]])  # chunk 1's mean key scores best
+        >>> rescore(scores, torch.tensor([[[1.0, 0.0]]]), keys, 40, 8, 24, 8, 2).tolist()  # room for one chunk
+        [[[-inf, 0.0, 3.0, -inf, -inf]]]
     """
     if length <= budget:
         return scores
     _, candidates, k = _layout(length, chunk_size, budget, recent_window)
     middle = scores[:, :, 1 : 1 + candidates].float()
     nominated = middle.topk(min(candidates, factor * max(k, 1)), dim=-1).indices + 1
-    out = torch.full_like(scores, float("-inf"), dtype=torch.float32)
-    out = out.scatter(-1, nominated, score_keys(nominated).float())
+    by_keys = score_chunk_keys(query, keys, nominated, chunk_size)
+    out = torch.full_like(scores, float("-inf"), dtype=torch.float32).scatter(-1, nominated, by_keys)
     return torch.where(scores.isinf(), scores.float(), out)
 
 

@@ -91,7 +91,7 @@ def score_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tens
     The score of chunk ``c`` for KV head ``h`` is ``max_{g in group(h)} max_{t in chunk c} q_g . k_{h,t}``: a
     chunk counts if one of its tokens stands out for one query head of the group, which a chunk's mean key
     blurs (:func:`score_chunks`). It reads ``F * chunk_size`` keys per KV head, not one summary per chunk, so
-    :meth:`~hf_triforce.caches.RetrievalCache.select` uses it only to re-rank the candidates the summaries
+    :func:`~hf_triforce.caches.selection.rescore` uses it only to re-rank the candidates the summaries
     nominate (``TriForceConfig.rescore_candidates``). Pure torch on every device (a gather and a batched
     matmul; no Triton kernel).
 
@@ -113,8 +113,8 @@ def score_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tens
     hkv, f = keys.shape[1], chunks.shape[-1]
     n = keys.shape[2] // chunk_size
     by_chunk = keys[:, :, : n * chunk_size].unflatten(2, (n, chunk_size))  # [B, H_kv, n, chunk_size, D], a view
-    rows = torch.arange(b, device=chunks.device)[:, None, None], torch.arange(hkv, device=chunks.device)[:, None]
-    chunk_keys = by_chunk[rows[0], rows[1], chunks].reshape(b, hkv, f * chunk_size, d).float()  # copies F chunks
+    batch, head = torch.arange(b, device=chunks.device)[:, None, None], torch.arange(hkv, device=chunks.device)[:, None]
+    chunk_keys = by_chunk[batch, head, chunks].reshape(b, hkv, f * chunk_size, d).float()  # copies the F chunks
     grouped = query.reshape(b, hkv, hq // hkv, d).float()
     logits = torch.einsum("bhgd,bhtd->bhgt", grouped, chunk_keys)  # [B, H_kv, G, F * chunk_size]
     return logits.amax(dim=2).view(b, hkv, f, chunk_size).amax(dim=-1)

@@ -260,14 +260,13 @@ def test_rescore_ranks_the_nominated_chunks_by_their_keys():
     query = torch.tensor([[[1.0, 0.0, 0.0, 0.0]]])
     scores = score_chunks(query, chunk_means(keys, chunk))
     assert int(scores[0, 0, 1:10].argmax()) + 1 == 2
-    by_keys = lambda c: score_chunk_keys(query, keys, c, chunk)  # noqa: E731
     for factor, expected in [(8, 5), (1, 2)]:
-        rescored = rescore(scores, by_keys, length, chunk, budget, window, factor)
+        rescored = rescore(scores, query, keys, length, chunk, budget, window, factor)
         idx = select_token_indices(rescored, length, chunk, budget, window)
         assert idx[0, 0, 8:16].tolist() == list(range(expected * 8, expected * 8 + 8)), factor
     forced = scores.clone()
     forced[0, 0, 3], forced[0, 0, 4] = float("inf"), float("-inf")
-    rescored = rescore(forced, by_keys, length, chunk, budget, window, 8)
+    rescored = rescore(forced, query, keys, length, chunk, budget, window, 8)
     assert rescored[0, 0, 3] == float("inf") and rescored[0, 0, 4] == float("-inf")
 
 

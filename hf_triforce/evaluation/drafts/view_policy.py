@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from functools import partial
 from typing import Any
 
 import torch
@@ -27,7 +26,7 @@ from ...caches.selection import rescore, select_token_indices
 from ...config import TriForceConfig
 from ...errors import TriForceConfigError
 from ...hierarchy.schedule import RefreshRule
-from ...kernels.retrieval import chunk_means, score_chunk_keys, score_chunks
+from ...kernels.retrieval import chunk_means, score_chunks
 from .streaming_view import streaming_indices
 
 KINDS = ("retrieval", "streaming")
@@ -228,17 +227,15 @@ def select_indices(
             indices.append(streaming_indices(length, policy.budget, policy.sinks, kv_heads, query.device))
             continue
         c = policy.chunk_size
-        if length > policy.budget and policy.combine == "attention":
-            scores = attention_mass(query, layer.buffer.keys[:, :, :length], c)
-        elif length > policy.budget:
-            summaries = _summaries(layer, length, c, cache.chunk_size)
-            scores = group_scores(query, summaries, policy.combine)
-            if policy.rescore_candidates:
-                by_keys = partial(score_chunk_keys, query, layer.buffer.keys, chunk_size=c)
-                layout = (length, c, policy.budget, policy.recent_window)
-                scores = rescore(scores, by_keys, *layout, policy.rescore_candidates)
-        else:
+        if length <= policy.budget:
             scores = query.new_zeros(1, kv_heads, 0)
+        elif policy.combine == "attention":
+            scores = attention_mass(query, layer.buffer.keys[:, :, :length], c)
+        else:
+            scores = group_scores(query, _summaries(layer, length, c, cache.chunk_size), policy.combine)
+        if policy.rescore_candidates and length > policy.budget:
+            layout = (length, c, policy.budget, policy.recent_window)
+            scores = rescore(scores, query, layer.buffer.keys, *layout, policy.rescore_candidates)
         indices.append(
             select_token_indices(scores, length, c, policy.budget, policy.recent_window, policy.lookahead_chunks)
         )
