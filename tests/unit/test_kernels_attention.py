@@ -68,3 +68,17 @@ def test_dropout_is_refused():
     query, key, value = _inputs(2, 5, 2, 1, torch.float32)
     with pytest.raises(ValueError, match="dropout"):
         gqa_sdpa_attention(None, query, key, value, None, dropout=0.1)
+
+
+@pytest.mark.parametrize("mask_heads", [1, 9])
+def test_batched_and_per_head_masks(mask_heads):
+    """A mask shared by the heads takes the packed path, a per-head one SDPA's own GQA; both equal transformers'."""
+    gen = torch.Generator().manual_seed(1)
+    query, key = torch.randn(2, 9, 5, 16, generator=gen), torch.randn(2, 3, 40, 16, generator=gen)
+    value = torch.randn(2, 3, 40, 16, generator=gen)
+    mask = torch.rand(2, mask_heads, 5, 40, generator=gen) > 0.3
+    mask[..., -5:] = _bottom_right_causal(5, 40, query.device)[..., -5:]
+    mask[..., 0] = True  # no fully masked row
+    expected, _ = sdpa_attention_forward(_Attention(3), query, key, value, mask, scaling=0.25)
+    got, _ = gqa_sdpa_attention(None, query, key, value, mask, scaling=0.25)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
