@@ -13,7 +13,7 @@ from ..config import TriForceConfig
 from ..hf.caches import callers_cache
 from ..hf.distributed import RankConsensus, check_same_random_state
 from ..hf.generate import decoder_only_output, eos_token_ids
-from ..hf.linears import small_batch_linears
+from ..hf.linears import resolve_level1_weights, small_batch_linears
 from ..hf.model import num_layers, rotary_inv_freq
 from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, NGramDrafter, SuffixDrafter
 from ..stats import TriForceStats
@@ -44,6 +44,7 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
     """
     config = as_config(triforce_config)
     check_cache_implementation(model, generate_kwargs)
+    resolve_level1_weights(config.level1_weights, model)  # an int8 copy that cannot run here raises now
     assistant = generate_kwargs.pop("assistant_model", None)
     drafter = resolve_drafter(config, assistant)
     if assistant is not None and drafter == "model":

@@ -1,18 +1,41 @@
-"""The CPU few-row linear patch: a model's ``nn.Linear`` layers through ``kernels.linear.linear_forward``.
+"""Patches of a model's ``nn.Linear`` layers: the CPU few-row path, and level 1's int8 weight copy.
 
-Patching leaves alone the layers that transformers' integrations own: layers wrapped by accelerate hooks
-(``_hf_hook``: offload, device maps) and subclasses of ``nn.Linear`` (quantized layers).
+:func:`small_batch_linears` runs the layers through ``kernels.linear.linear_forward`` for a whole call;
+:func:`int8_linears` runs them with an int8 copy of their weights (``kernels.int8_linear``) for the level-1
+forwards only. Patching leaves alone the layers that transformers' integrations own: layers wrapped by
+accelerate hooks (``_hf_hook``: offload, device maps) and subclasses of ``nn.Linear`` (quantized layers).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
+import time
+import weakref
 from collections.abc import Iterator
 
 import torch
 
+from ..errors import UnsupportedDeviceError
+from ..kernels.int8_linear import Int8Weight, int8_kernel_available, int8_kernel_supports, int8_linear, quantize_int8
 from ..kernels.linear import linear_forward
+from .distributed import RankConsensus
+from .model import is_dispatched
+
+logger = logging.getLogger(__name__)
+
+Int8Copy = dict[torch.nn.Linear, Int8Weight]
+_INT8_COPIES: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple, Int8Copy]] = weakref.WeakKeyDictionary()
+
+
+def _patchable_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    """The model's plain, unhooked ``nn.Linear`` layers that carry no instance ``forward`` yet."""
+    return [
+        m
+        for m in model.modules()
+        if type(m) is torch.nn.Linear and "forward" not in vars(m) and not hasattr(m, "_hf_hook")
+    ]
 
 
 @contextlib.contextmanager
@@ -23,13 +46,7 @@ def small_batch_linears(*models: torch.nn.Module | None) -> Iterator[None]:
     single-token step on the CPU. Layers wrapped by accelerate hooks, and subclasses of ``nn.Linear``
     (quantized layers), are left alone.
     """
-    layers = {
-        id(m): m
-        for model in models
-        if model is not None
-        for m in model.modules()
-        if type(m) is torch.nn.Linear and "forward" not in vars(m) and not hasattr(m, "_hf_hook")
-    }.values()
+    layers = {id(m): m for model in models if model is not None for m in _patchable_layers(model)}.values()
     for layer in layers:
         layer.forward = functools.partial(linear_forward, layer)
     try:
@@ -37,3 +54,106 @@ def small_batch_linears(*models: torch.nn.Module | None) -> Iterator[None]:
     finally:
         for layer in layers:
             del layer.forward
+
+
+def int8_level1_problem(model: torch.nn.Module) -> str | None:
+    """Why level 1 cannot draft with an int8 weight copy of ``model`` (``None``: it can).
+
+    It needs ``torch._weight_int8pack_mm`` and a model held whole on the CPU in float32 or bfloat16: not on a
+    GPU, not dispatched or offloaded by accelerate, not sharded across tensor-parallel ranks.
+
+    Example:
+        >>> int8_level1_problem(torch.nn.Linear(16, 4)) is None
+        True
+    """
+    param = next(model.parameters(), None)
+    if param is None or param.device.type != "cpu":
+        return f"the model is on {getattr(param, 'device', 'no device')}, and the int8 kernel is CPU-only"
+    if param.dtype not in (torch.float32, torch.bfloat16):
+        return f"the model's dtype is {param.dtype} (float32 or bfloat16 needed)"
+    if is_dispatched(model) or RankConsensus.for_model(model).active:
+        return "the model is dispatched by accelerate or sharded across tensor-parallel ranks"
+    if not int8_kernel_available():
+        return f"this torch ({torch.__version__}) has no torch._weight_int8pack_mm"
+    return None
+
+
+def resolve_level1_weights(choice: str, model: torch.nn.Module) -> str:
+    """``"full"`` or ``"int8"``: the weights level 1 drafts with for ``TriForceConfig.level1_weights == choice``.
+
+    ``"auto"`` is ``"int8"`` where :func:`int8_level1_problem` finds no problem, else ``"full"``; an explicit
+    ``"int8"`` that cannot run raises :class:`~hf_triforce.errors.UnsupportedDeviceError` (before any work).
+
+    Example:
+        >>> resolve_level1_weights("full", torch.nn.Linear(4, 4)), resolve_level1_weights("auto", torch.nn.Linear(4, 4))
+        ('full', 'int8')
+    """
+    if choice == "full":
+        return "full"
+    problem = int8_level1_problem(model)
+    if problem is None:
+        return "int8"
+    if choice == "int8":
+        raise UnsupportedDeviceError(
+            f"TriForceConfig(level1_weights='int8') cannot run here: {problem}. Use level1_weights='full' "
+            "(the target's own weights) or 'auto' (int8 only where it runs)."
+        )
+    return "full"
+
+
+def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
+    """The int8 copy of ``model``'s plain ``nn.Linear`` weights, made at the first call and kept beside the model.
+
+    Layers the kernel cannot serve (``in_features`` not a multiple of 16) keep their own weights. The copy is
+    made again when a weight changed since (another tensor, or an in-place update). Its size is about a
+    quarter of the float32 weights (SmolLM2-135M: 128 MiB beside 513 MiB).
+
+    Example:
+        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Linear(8, 2))
+        >>> copy = int8_weight_copy(model)
+        >>> copy[model[0]].qweight.shape, model[1] in copy, int8_weight_copy(model) is copy
+        (torch.Size([8, 16]), False, True)
+    """
+    layers = [
+        m
+        for m in model.modules()
+        if type(m) is torch.nn.Linear and not hasattr(m, "_hf_hook") and int8_kernel_supports(m.weight)
+    ]
+    key = tuple((m.weight.data_ptr(), m.weight._version) for m in layers)
+    kept = _INT8_COPIES.get(model)
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    start = time.perf_counter()
+    copy = {m: quantize_int8(m.weight) for m in layers}
+    _INT8_COPIES[model] = (key, copy)
+    mib = sum(w.nbytes() for w in copy.values()) / 2**20
+    logger.info("made level 1's int8 weight copy (%.0f MiB) in %.2fs", mib, time.perf_counter() - start)
+    return copy
+
+
+@contextlib.contextmanager
+def int8_linears(copy: Int8Copy | None) -> Iterator[None]:
+    """Within the block, the layers of ``copy`` (:func:`int8_weight_copy`) multiply by their int8 weights.
+
+    An instance ``forward`` set before (:func:`small_batch_linears`) is restored afterwards. ``None``: no change.
+
+    Example:
+        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8))
+        >>> with torch.no_grad(), int8_linears(int8_weight_copy(model)):
+        ...     model(torch.randn(2, 16)).shape
+        torch.Size([2, 8])
+    """
+    if copy is None:
+        yield
+        return
+    saved = {layer: vars(layer).get("forward") for layer in copy}
+    for layer, weight in copy.items():
+        layer.forward = functools.partial(int8_linear, weight=weight, bias=layer.bias)
+    try:
+        yield
+    finally:
+        for layer, forward in saved.items():
+            if forward is None:
+                del layer.forward
+            else:
+                layer.forward = forward

@@ -26,6 +26,7 @@ from ..caches.slots import SlotMask, ViewSlots
 from ..caches.view import RetrievalView
 from ..config import TriForceConfig
 from ..hf.attention import QueryCapture, slot_attention
+from ..hf.linears import int8_linears, int8_weight_copy, resolve_level1_weights
 from ..hf.versions import cache_kwargs
 from ..stats import TriForceStats
 from .drafter import Drafter
@@ -87,6 +88,10 @@ class BatchLevel1:
         self.view: RetrievalView | None = None
         self.view_slots: ViewSlots | None = None
         self._queries: list[torch.Tensor] | None = None
+        self.stats.level1_weights = resolve_level1_weights(config.level1_weights, model)
+        for row in row_stats:
+            row.level1_weights = self.stats.level1_weights
+        self.int8 = int8_weight_copy(model) if self.stats.level1_weights == "int8" else None
 
     # -- the round -------------------------------------------------------------------------------------------
 
@@ -238,7 +243,7 @@ class BatchLevel1:
         q = inputs.shape[1]
         self.view_slots.append(q)
         position_ids = positions[:, None] + torch.arange(q, device=positions.device)
-        with slot_attention(self.model, self.view_slots) as slot_kwargs:
+        with slot_attention(self.model, self.view_slots) as slot_kwargs, int8_linears(self.int8):
             out = self.model(
                 input_ids=inputs, position_ids=position_ids, use_cache=True, logits_to_keep=q,
                 **cache_kwargs(self.view), **slot_kwargs,

@@ -21,6 +21,7 @@ from ..caches.view import RetrievalView
 from ..config import TriForceConfig
 from ..hf.attention import QueryCapture, view_attention
 from ..hf.distributed import RankConsensus
+from ..hf.linears import int8_linears, int8_weight_copy, resolve_level1_weights
 from ..hf.versions import cache_kwargs
 from ..stats import TriForceStats
 from .drafter import Drafter
@@ -93,6 +94,8 @@ class Level1Drafter:
         self._last_drafted = 0
         self.step_mode = resolve_step_mode(config.cuda_graphs, model, "target model")
         self.runner: StaticStepRunner | None = None
+        self.stats.level1_weights = resolve_level1_weights(config.level1_weights, model)
+        self.int8 = int8_weight_copy(model) if self.stats.level1_weights == "int8" else None
         if isinstance(drafter, ModelDrafter):
             draft_mode = resolve_step_mode(config.cuda_graphs, drafter.model, "draft model")
             drafter.use_static_steps(draft_mode, strict=config.cuda_graphs is True)
@@ -233,10 +236,11 @@ class Level1Drafter:
     def _level1_logits(self, inputs: torch.Tensor, position: int) -> torch.Tensor:
         """float32 logits ``[q, V]`` of the target over the view for ``inputs`` ``[q]`` at true ``position ..``."""
         if self.runner is not None:
-            return self.runner.step(inputs, position)
+            with int8_linears(self.int8):
+                return self.runner.step(inputs, position)
         q = inputs.shape[0]
         positions = torch.arange(position, position + q, device=inputs.device)[None]
-        with view_attention(self.model):
+        with view_attention(self.model), int8_linears(self.int8):
             out = self.model(
                 input_ids=inputs[None], position_ids=positions, use_cache=True, logits_to_keep=q,
                 **cache_kwargs(self.view),

@@ -115,6 +115,7 @@ def test_gammas_with_full_acceptance(llama, make_prompt, assert_greedy_equal, ga
         recent_window=16,
         gamma1=gamma1,
         gamma2=gamma2,
+        level1_weights="full",  # level 1 = level 2 up to float noise (the int8 copy would reject a few)
         adaptive=False,  # the fixed schedule's mechanics
         drafter="model",
         draft_cache_budget=512,
@@ -167,7 +168,13 @@ def test_level0_keeps_drafting_while_accepted(llama, make_prompt, assert_greedy_
     """With the target as its own drafter every draft is accepted, so even floor 1.0 never pauses it."""
     prompt = make_prompt(50, seed=3)
     cfg = small_config(
-        drafter="model", retrieval_budget=256, gamma1=2, gamma2=6, draft_acceptance_floor=1.0, adaptive=False
+        drafter="model",
+        retrieval_budget=256,
+        gamma1=2,
+        gamma2=6,
+        draft_acceptance_floor=1.0,
+        adaptive=False,
+        level1_weights="full",  # the target drafting for itself: every draft accepted
     )
     assert_greedy_equal(llama, prompt, cfg, 37, assistant_model=llama)
     stats = hf_triforce.last_stats(llama)
@@ -240,6 +247,7 @@ def test_max_new_tokens_inside_a_draft(llama, make_prompt, assert_greedy_equal, 
         drafter="model",
         draft_cache_budget=128,
         draft_sinks=4,
+        level1_weights="full",  # every level agrees only when level 1 runs the target's own weights
     )
     out = assert_greedy_equal(llama, prompt, cfg, max_new, assistant_model=llama)
     assert out.shape[1] == 33 + max_new
@@ -360,7 +368,9 @@ def test_stats_are_consistent(zoo, llama, make_prompt, drafter):
 def test_full_budget_retrieval_acceptance(llama, make_prompt, drafter):
     """With budget >= prompt + new tokens, level 1 sees every token: it equals level 2 up to float noise."""
     prompt = make_prompt(60, seed=8)
-    cfg = TriForceConfig(chunk_size=8, retrieval_budget=128, recent_window=16, drafter=drafter, adaptive=False)
+    cfg = TriForceConfig(
+        chunk_size=8, retrieval_budget=128, recent_window=16, drafter=drafter, adaptive=False, level1_weights="full"
+    )
     expected = llama.generate(prompt, max_new_tokens=40, do_sample=False)
     out = llama.generate(prompt, max_new_tokens=40, do_sample=False, triforce_config=cfg)
     assert torch.equal(expected, out)
