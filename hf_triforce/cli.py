@@ -113,6 +113,15 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         help="TriForceConfig.rescore_candidates: rank N x the view's chunks by their keys (default: the config's)",
     )  # fmt: skip
     p.add_argument(
+        "--repeats", type=int, default=1, metavar="N",
+        help="measure N interleaved (plain, TriForce) pairs per configuration and report the median pair "
+        "(the JSON keeps every pair); for timings on a shared machine",
+    )  # fmt: skip
+    p.add_argument(
+        "--level1-weights", default=None, choices=("auto", "full", "int8"),
+        help="TriForceConfig.level1_weights: the weights level 1 drafts with (default: the config's, 'auto')",
+    )  # fmt: skip
+    p.add_argument(
         "--cuda-graphs", default="off", choices=tuple(CUDA_GRAPHS),
         help="TriForceConfig.cuda_graphs: off (default), auto, on, eager (fixed-shape steps without graphs)",
     )  # fmt: skip
@@ -241,6 +250,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         prefill_chunk_size=args.prefill_chunk_size,
         rescore_candidates=args.rescore_candidates,
+        level1_weights=args.level1_weights,
+        repeats=args.repeats,
         attn_implementation=args.attn_implementation,
         real_acceptance=parse_real_acceptance(args.real_acceptance, args.preset),
         cuda_graphs=CUDA_GRAPHS[args.cuda_graphs],

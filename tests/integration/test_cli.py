@@ -223,6 +223,24 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_bench_repeats_interleaves_pairs_and_reports_the_median(capsys, tmp_path, model_dir, document):
+    out = tmp_path / "repeats.json"
+    argv = ["bench", "--model", model_dir, "--document", document, "--prompt-tokens", "200", "--temperatures", "0"]
+    argv += ["--budgets", "128", "--new-tokens", "8", "--repeats", "3", "--level1-weights", "full"]
+    assert main(argv + ["--output", str(out)]) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    assert len(row["repeats"]) == 3 and row["identical_output"] is True
+    speedups = sorted(pair["speedup"] for pair in row["repeats"])
+    assert row["speedup"] == pytest.approx(speedups[1])  # the median pair is the row
+    assert row["config"]["level1_weights"] == "full" and row["triforce"]["triforce"]["level1_weights"] == "full"
+    assert "interleaved (plain, TriForce) pairs" in out.with_suffix(".md").read_text()
+
+
+def test_bench_repeats_with_a_batch_is_refused(capsys, model_dir):
+    argv = ["bench", "--model", model_dir, "--batch-size", "2", "--repeats", "2"]
+    one_line_error(capsys, argv, "--repeats measures interleaved pairs")
+
+
 def test_bench_unknown_preset_is_one_line(capsys):
     one_line_error(capsys, ["bench", "--preset", "gpt-5"], "choose one of")
 

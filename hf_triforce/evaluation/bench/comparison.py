@@ -18,13 +18,18 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Comparison:
-    """Plain and TriForce runs of the same call; ``speedup`` is plain latency / TriForce latency per token."""
+    """Plain and TriForce runs of the same call; ``speedup`` is plain latency / TriForce latency per token.
+
+    With several interleaved (plain, TriForce) pairs (``compare(..., repeats=N)``), ``pairs`` holds them all and
+    ``plain``/``triforce`` are the pair of median speedup.
+    """
 
     plain: RunResult
     triforce: RunResult
     generate_kwargs: dict[str, Any] = field(default_factory=dict)
     plain_fast_linears: RunResult | None = None
     prompt_lookup: RunResult | None = None
+    pairs: list[tuple[RunResult, RunResult]] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
@@ -33,8 +38,9 @@ class Comparison:
 
     @property
     def identical(self) -> bool:
-        """Whether both runs produced the same token ids."""
-        return torch.equal(self.plain.sequences, self.triforce.sequences)
+        """Whether plain and TriForce produced the same token ids (in every pair)."""
+        pairs = self.pairs or [(self.plain, self.triforce)]
+        return all(torch.equal(plain.sequences, fast.sequences) for plain, fast in pairs)
 
     def to_dict(self) -> dict[str, Any]:
         """The comparison as a JSON-ready row (the benchmark's result format)."""
@@ -48,7 +54,16 @@ class Comparison:
             "plain_fast_linears": None if self.plain_fast_linears is None else self.plain_fast_linears.to_dict(),
             "prompt_lookup": None if self.prompt_lookup is None else self.prompt_lookup.to_dict(),
             "peak_rss_bytes": peak_rss_bytes(),
+            "repeats": [_pair_dict(plain, fast) for plain, fast in self.pairs] if len(self.pairs) > 1 else None,
         }
+
+
+def _pair_dict(plain: RunResult, fast: RunResult) -> dict[str, float]:
+    return {
+        "plain_tokens_per_second": plain.tokens_per_second,
+        "triforce_tokens_per_second": fast.tokens_per_second,
+        "speedup": plain.decode_seconds_per_token / fast.decode_seconds_per_token,
+    }
 
 
 def compare(
@@ -61,6 +76,7 @@ def compare(
     reference_fast_linears: bool = False,
     plain_prefill_chunk_size: int | None = None,
     prompt_lookup_tokens: int | None = None,
+    repeats: int = 1,
     **generate_kwargs,
 ) -> Comparison:
     """Measure plain ``generate()`` then TriForce with the same kwargs and seed; prefill excluded.
@@ -78,6 +94,8 @@ def compare(
             prefill is not timed), to match ``triforce_config.prefill_chunk_size`` at long context.
         prompt_lookup_tokens: also measure transformers' prompt-lookup decoding (``prompt_lookup_num_tokens``)
             on the same prompt, as a third row.
+        repeats: measure this many (plain, TriForce) pairs, interleaved, and report the pair of median speedup
+            (a shared machine's speed drifts by 10-30% within minutes; interleaving exposes both to the same drift).
 
     Example:
         >>> result = compare(model, ids, TriForceConfig(retrieval_budget=512), max_new_tokens=128)  # doctest: +SKIP
@@ -88,10 +106,14 @@ def compare(
     chunk = {"prefill_chunk_size": plain_prefill_chunk_size} if plain_prefill_chunk_size else {}
     if warmup:
         warm_up(model, input_ids, triforce_config, generate_kwargs, **extra)
-    logger.info("plain generate(): %d prompt tokens", input_ids.shape[1])
-    plain = measure(model, input_ids, seed=seed, **chunk, **generate_kwargs)
-    logger.info("TriForce generate(): %d prompt tokens", input_ids.shape[1])
-    fast = measure(model, input_ids, seed=seed, triforce_config=triforce_config, **extra, **generate_kwargs)
+    pairs = []
+    for _ in range(repeats):
+        logger.info("plain generate(): %d prompt tokens", input_ids.shape[1])
+        plain = measure(model, input_ids, seed=seed, **chunk, **generate_kwargs)
+        logger.info("TriForce generate(): %d prompt tokens", input_ids.shape[1])
+        fast = measure(model, input_ids, seed=seed, triforce_config=triforce_config, **extra, **generate_kwargs)
+        pairs.append((plain, fast))
+    plain, fast = median_pair(pairs)
     reference = None
     if reference_fast_linears:
         with small_batch_linears(model):
@@ -101,4 +123,10 @@ def compare(
         logger.info("prompt-lookup generate(): %d prompt tokens", input_ids.shape[1])
         lookup = measure(model, input_ids, seed=seed, prompt_lookup_num_tokens=prompt_lookup_tokens, **chunk,
                          **generate_kwargs)  # fmt: skip
-    return Comparison(plain, fast, generate_kwargs, reference, lookup)
+    return Comparison(plain, fast, generate_kwargs, reference, lookup, pairs)
+
+
+def median_pair(pairs: list[tuple[RunResult, RunResult]]) -> tuple[RunResult, RunResult]:
+    """The (plain, TriForce) pair of median speedup (the lower median for an even count)."""
+    ranked = sorted(pairs, key=lambda pair: pair[0].decode_seconds_per_token / pair[1].decode_seconds_per_token)
+    return ranked[(len(ranked) - 1) // 2]

@@ -57,12 +57,26 @@ def markdown_table(results: dict[str, Any]) -> str:
         "hf_triforce's CPU linear fast path (hf_triforce.kernels.linear) switched on: it shows how much of the "
         "speedup that path alone would give; the rest comes from speculation.",
     ]
+    lines += _repeats_note(results["rows"])
     lines += rank_section(results)
     lines += schedule_section(results["rows"])
     lines += _phase_section(results["rows"])
     lines += _bandwidth_section(results)
     lines += _profile_section(results["rows"])
     return "\n".join(lines) + "\n"
+
+
+def _repeats_note(rows: list[dict[str, Any]]) -> list[str]:
+    """With ``--repeats N``: each row is the median of N interleaved (plain, TriForce) pairs; their speedups."""
+    repeated = [r for r in rows if r.get("repeats")]
+    if not repeated:
+        return []
+    lines = ["", f"Each row is the pair of median speedup among {len(repeated[0]['repeats'])} interleaved (plain, "
+             "TriForce) pairs (`--repeats`); every pair's speedup:", ""]  # fmt: skip
+    for r in repeated:
+        speedups = ", ".join(f"{p['speedup']:.2f}x" for p in r["repeats"])
+        lines.append(f"- {r['prompt_tokens']} tokens, T={r['temperature']}: {speedups}")
+    return lines
 
 
 def _phase_section(rows: list[dict[str, Any]]) -> list[str]:

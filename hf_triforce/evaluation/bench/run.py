@@ -59,6 +59,7 @@ class BenchOptions(DocumentQuestion):
     dtype: str | None = None
     prefill_chunk_size: int | None = None
     rescore_candidates: int | None = None  # TriForceConfig.rescore_candidates (None: the config's default)
+    level1_weights: str | None = None  # TriForceConfig.level1_weights (None: the config's default)
     attn_implementation: str = "auto"
     real_acceptance: str | float | None = None
     cuda_graphs: bool | str = False
@@ -66,6 +67,7 @@ class BenchOptions(DocumentQuestion):
     adaptive: bool = True
     tp: int = 1  # tensor-parallel ranks: run under torchrun --nproc-per-node tp
     batch_size: int = 1  # > 1: rows of different documents and questions, plain batched generate() vs TriForce
+    repeats: int = 1  # interleaved (plain, TriForce) pairs per configuration; the median pair is reported
 
 
 def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
@@ -84,6 +86,7 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
         >>> run_benchmark(BenchOptions(prompt_tokens=[7000], temperatures=[0.0]))  # doctest: +SKIP
     """
     check_tensor_parallel(options, command)
+    _check_repeats(options)
     if options.batch_size > 1:
         return _batch_benchmark(options, command)
     if options.tp > 1:
@@ -102,7 +105,8 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
         on_cpu = model.device.type == "cpu" and options.tp == 1  # the CPU linear patch is per process
         result = compare(model, ids, config, warmup=not warm, seed=options.seed, reference_fast_linears=on_cpu,
                          plain_prefill_chunk_size=options.prefill_chunk_size,
-                         prompt_lookup_tokens=options.prompt_lookup, **extra, **kwargs)  # fmt: skip
+                         prompt_lookup_tokens=options.prompt_lookup, repeats=options.repeats,
+                         **extra, **kwargs)  # fmt: skip
         warm = True
         row = {"prompt_tokens": ids.shape[1], "temperature": temperature, "budget": budget, "drafter": drafter}
         row.update(result.to_dict(), config=config.to_dict(), weight_bytes=_weight_bytes(model))
@@ -153,6 +157,17 @@ def _batch_benchmark(options: BenchOptions, command: str) -> dict[str, Any]:
     return run_batch_benchmark(options, model, tokenizer, configs, command)
 
 
+def _check_repeats(options: BenchOptions) -> None:
+    """``repeats`` is a positive count, for the one-sequence benchmark on one process (refused elsewhere)."""
+    if not isinstance(options.repeats, int) or options.repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {options.repeats!r}.")
+    if options.repeats > 1 and (options.batch_size > 1 or options.tp > 1):
+        raise ValueError(
+            "--repeats measures interleaved pairs of the one-sequence benchmark; it is not implemented with "
+            "--batch-size or --tp. Run the command several times instead."
+        )
+
+
 def _checked_prompt_lengths(options: BenchOptions) -> list[int]:
     """``options.prompt_tokens`` with ``"max"`` resolved; for a shape preset on CUDA, each checked to fit.
 
@@ -191,7 +206,7 @@ def _memory_cases(options: BenchOptions) -> list[dict[str, Any]]:
 
 
 def _config(options: BenchOptions, budget: int, drafter: str) -> TriForceConfig:
-    names = ("gamma1", "gamma2", "prefill_chunk_size", "rescore_candidates")
+    names = ("gamma1", "gamma2", "prefill_chunk_size", "rescore_candidates", "level1_weights")
     extra = {k: getattr(options, k) for k in names if getattr(options, k) is not None}
     return TriForceConfig(
         retrieval_budget=budget, drafter=drafter, cuda_graphs=options.cuda_graphs, adaptive=options.adaptive, **extra
