@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..hf.generate import unwrap_generate, wrap_generate
+from ..hf.linears import drop_int8_copy
 from ..hf.model import check_model_supported
 from ..stats import TriForceStats
 from .call import prepare_triforce_call
@@ -48,6 +49,7 @@ def disable(model: torch.nn.Module) -> torch.nn.Module:
     if state_of(model) is not None:
         unwrap_generate(model)
         detach_state(model)
+    drop_int8_copy(model)  # level 1's int8 weight copy
     return model
 
 

@@ -119,7 +119,7 @@ def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
         for m in model.modules()
         if type(m) is torch.nn.Linear and not hasattr(m, "_hf_hook") and int8_kernel_supports(m.weight)
     ]
-    key = tuple((m.weight.data_ptr(), m.weight._version) for m in layers)
+    key = tuple(_fingerprint(m.weight) for m in layers)
     kept = _INT8_COPIES.get(model)
     if kept is not None and kept[0] == key:
         return kept[1]
@@ -129,6 +129,25 @@ def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
     mib = sum(w.nbytes() for w in copy.values()) / 2**20
     logger.info("made level 1's int8 weight copy (%.0f MiB) in %.2fs", mib, time.perf_counter() - start)
     return copy
+
+
+def drop_int8_copy(model: torch.nn.Module) -> None:
+    """Free ``model``'s int8 weight copy (:func:`int8_weight_copy`), if one was made.
+
+    Example:
+        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8))
+        >>> copy = int8_weight_copy(model); drop_int8_copy(model)
+        >>> int8_weight_copy(model) is copy
+        False
+    """
+    _INT8_COPIES.pop(model, None)
+
+
+def _fingerprint(weight: torch.Tensor) -> tuple[int, int]:
+    """Where the weight lives and how often it was written in place. Tensors made under ``torch.inference_mode``
+    have no version counter: only a new tensor is noticed then. A stale copy only lowers level 1's acceptance;
+    the output stays exact, since level 2 verifies with the weights themselves."""
+    return weight.data_ptr(), -1 if weight.is_inference() else weight._version
 
 
 @contextlib.contextmanager

@@ -83,6 +83,16 @@ def test_copy_covers_the_decoder_and_lm_head(llama):
     assert int8_weight_copy(llama) is copy  # made once, kept beside the model
 
 
+def test_disable_frees_the_copy(model_factory, make_prompt):
+    from hf_triforce.hf.linears import _INT8_COPIES
+
+    model = model_factory("llama_gqa")
+    model.generate(make_prompt(60), max_new_tokens=8, do_sample=False, triforce_config=TriForceConfig(**SMALL))
+    assert model in _INT8_COPIES
+    hf_triforce.disable(model)
+    assert model not in _INT8_COPIES
+
+
 def test_explicit_int8_is_refused_before_any_work_where_it_cannot_run(model_factory, make_prompt, monkeypatch):
     model = model_factory("llama_gqa").half()  # float16: the kernel takes bfloat16 or float32 only
     forwards = []

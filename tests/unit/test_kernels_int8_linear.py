@@ -83,6 +83,14 @@ def test_copy_is_kept_and_remade_when_a_weight_changes():
     torch.testing.assert_close(remade[model[0]].dequantize(), model[0].weight, atol=0.05, rtol=0.02)
 
 
+def test_copy_of_a_model_made_under_inference_mode():
+    """Inference tensors have no version counter; the copy is still made, and kept while the tensors stay."""
+    with torch.inference_mode():
+        model = _model()
+        copy = int8_weight_copy(model)
+        assert int8_weight_copy(model) is copy and model[0] in copy
+
+
 def test_patch_computes_with_the_copy_and_restores_every_forward():
     model = _model()
     x = torch.randn(3, 16)
