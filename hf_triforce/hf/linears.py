@@ -18,7 +18,14 @@ from collections.abc import Iterator
 import torch
 
 from ..errors import UnsupportedDeviceError
-from ..kernels.int8_linear import Int8Weight, int8_kernel_available, int8_kernel_supports, int8_linear, quantize_int8
+from ..kernels.int8_linear import (
+    Int8Weight,
+    int8_kernel_available,
+    int8_kernel_supports,
+    int8_linear,
+    quantize_int8,
+    use_int8_linear,
+)
 from ..kernels.linear import linear_forward
 from .distributed import RankConsensus
 from .model import is_dispatched
@@ -143,6 +150,12 @@ def drop_int8_copy(model: torch.nn.Module) -> None:
     _INT8_COPIES.pop(model, None)
 
 
+def _int8_forward(layer: torch.nn.Linear, weight: Int8Weight, own, x: torch.Tensor) -> torch.Tensor:
+    if use_int8_linear(x):
+        return int8_linear(x, weight, layer.bias)
+    return own(x) if own is not None else torch.nn.functional.linear(x, layer.weight, layer.bias)
+
+
 def _fingerprint(weight: torch.Tensor) -> tuple[int, int]:
     """Where the weight lives and how often it was written in place. Tensors made under ``torch.inference_mode``
     have no version counter: only a new tensor is noticed then. A stale copy only lowers level 1's acceptance;
@@ -154,7 +167,9 @@ def _fingerprint(weight: torch.Tensor) -> tuple[int, int]:
 def int8_linears(copy: Int8Copy | None) -> Iterator[None]:
     """Within the block, the layers of ``copy`` (:func:`int8_weight_copy`) multiply by their int8 weights.
 
-    An instance ``forward`` set before (:func:`small_batch_linears`) is restored afterwards. ``None``: no change.
+    A forward of more rows than the kernel serves faster (``kernels.int8_linear.MAX_ROWS``: a wide batch) uses
+    the layer's own weights. An instance ``forward`` set before (:func:`small_batch_linears`) is used for those
+    and restored afterwards. ``None``: no change.
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8))
@@ -167,7 +182,7 @@ def int8_linears(copy: Int8Copy | None) -> Iterator[None]:
         return
     saved = {layer: vars(layer).get("forward") for layer in copy}
     for layer, weight in copy.items():
-        layer.forward = functools.partial(int8_linear, weight=weight, bias=layer.bias)
+        layer.forward = functools.partial(_int8_forward, layer, weight, saved[layer])
     try:
         yield
     finally:

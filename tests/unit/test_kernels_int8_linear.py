@@ -108,6 +108,19 @@ def test_patch_computes_with_the_copy_and_restores_every_forward():
     torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
 
 
+def test_wide_forwards_use_the_layers_own_weights():
+    """More rows than MAX_ROWS (a wide batch) go through the layer's own weights, exactly as without the patch."""
+    from hf_triforce.kernels.int8_linear import MAX_ROWS
+
+    model = _model()
+    wide, narrow = torch.randn(MAX_ROWS + 1, 16), torch.randn(MAX_ROWS, 16)
+    with torch.no_grad():
+        expected_wide, expected_narrow = model(wide), model(narrow)
+        with int8_linears(int8_weight_copy(model)):
+            assert torch.equal(model(wide), expected_wide)
+            assert not torch.equal(model(narrow), expected_narrow)  # the copy served these
+
+
 def test_level1_weights_resolution():
     model = _model()
     assert int8_level1_problem(model) is None
