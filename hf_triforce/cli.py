@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .config import DRAFTERS
+from .config import DRAFTERS, LEVEL1_WEIGHTS
 from .demo import DemoOptions, run_demo
 from .errors import TriForceConfigError
 from .evaluation.bench.rank_figures import is_report_rank
@@ -118,7 +118,7 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         "(the JSON keeps every pair); for timings on a shared machine",
     )  # fmt: skip
     p.add_argument(
-        "--level1-weights", default=None, choices=("auto", "full", "int8"),
+        "--level1-weights", default=None, choices=LEVEL1_WEIGHTS,
         help="TriForceConfig.level1_weights: the weights level 1 drafts with (default: the config's, 'auto')",
     )  # fmt: skip
     p.add_argument(

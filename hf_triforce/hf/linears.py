@@ -36,13 +36,14 @@ Int8Copy = dict[torch.nn.Linear, Int8Weight]
 _INT8_COPIES: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple, Int8Copy]] = weakref.WeakKeyDictionary()
 
 
+def _plain_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    """The model's plain (not subclassed), unhooked ``nn.Linear`` layers."""
+    return [m for m in model.modules() if type(m) is torch.nn.Linear and not hasattr(m, "_hf_hook")]
+
+
 def _patchable_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
     """The model's plain, unhooked ``nn.Linear`` layers that carry no instance ``forward`` yet."""
-    return [
-        m
-        for m in model.modules()
-        if type(m) is torch.nn.Linear and "forward" not in vars(m) and not hasattr(m, "_hf_hook")
-    ]
+    return [m for m in _plain_layers(model) if "forward" not in vars(m)]
 
 
 @contextlib.contextmanager
@@ -108,6 +109,17 @@ def resolve_level1_weights(choice: str, model: torch.nn.Module) -> str:
     return "full"
 
 
+def level1_int8_copy(choice: str, model: torch.nn.Module) -> Int8Copy | None:
+    """The int8 copy level 1 drafts with for ``TriForceConfig.level1_weights == choice``, or ``None`` for the
+    model's own weights (:func:`resolve_level1_weights`, then :func:`int8_weight_copy`).
+
+    Example:
+        >>> level1_int8_copy("full", torch.nn.Linear(16, 4)) is None
+        True
+    """
+    return int8_weight_copy(model) if resolve_level1_weights(choice, model) == "int8" else None
+
+
 def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
     """The int8 copy of ``model``'s plain ``nn.Linear`` weights, made at the first call and kept beside the model.
 
@@ -121,11 +133,7 @@ def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
         >>> copy[model[0]].qweight.shape, model[1] in copy, int8_weight_copy(model) is copy
         (torch.Size([8, 16]), False, True)
     """
-    layers = [
-        m
-        for m in model.modules()
-        if type(m) is torch.nn.Linear and not hasattr(m, "_hf_hook") and int8_kernel_supports(m.weight)
-    ]
+    layers = [m for m in _plain_layers(model) if int8_kernel_supports(m.weight)]
     key = tuple(_fingerprint(m.weight) for m in layers)
     kept = _INT8_COPIES.get(model)
     if kept is not None and kept[0] == key:

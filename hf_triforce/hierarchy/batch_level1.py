@@ -26,7 +26,7 @@ from ..caches.slots import SlotMask, ViewSlots
 from ..caches.view import RetrievalView
 from ..config import TriForceConfig
 from ..hf.attention import QueryCapture, slot_attention
-from ..hf.linears import int8_linears, int8_weight_copy, resolve_level1_weights
+from ..hf.linears import int8_linears, level1_int8_copy
 from ..hf.versions import cache_kwargs
 from ..stats import TriForceStats
 from .drafter import Drafter
@@ -88,10 +88,9 @@ class BatchLevel1:
         self.view: RetrievalView | None = None
         self.view_slots: ViewSlots | None = None
         self._queries: list[torch.Tensor] | None = None
-        self.stats.level1_weights = resolve_level1_weights(config.level1_weights, model)
-        for row in row_stats:
-            row.level1_weights = self.stats.level1_weights
-        self.int8 = int8_weight_copy(model) if self.stats.level1_weights == "int8" else None
+        self.int8 = level1_int8_copy(config.level1_weights, model)
+        for stats in (self.stats, *row_stats):
+            stats.level1_weights = "full" if self.int8 is None else "int8"
 
     # -- the round -------------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from ..caches.view import RetrievalView
 from ..config import TriForceConfig
 from ..hf.attention import QueryCapture, view_attention
 from ..hf.distributed import RankConsensus
-from ..hf.linears import int8_linears, int8_weight_copy, resolve_level1_weights
+from ..hf.linears import int8_linears, level1_int8_copy
 from ..hf.versions import cache_kwargs
 from ..stats import TriForceStats
 from .drafter import Drafter
@@ -94,8 +94,8 @@ class Level1Drafter:
         self._last_drafted = 0
         self.step_mode = resolve_step_mode(config.cuda_graphs, model, "target model")
         self.runner: StaticStepRunner | None = None
-        self.stats.level1_weights = resolve_level1_weights(config.level1_weights, model)
-        self.int8 = int8_weight_copy(model) if self.stats.level1_weights == "int8" else None
+        self.int8 = level1_int8_copy(config.level1_weights, model)
+        self.stats.level1_weights = "full" if self.int8 is None else "int8"
         if isinstance(drafter, ModelDrafter):
             draft_mode = resolve_step_mode(config.cuda_graphs, drafter.model, "draft model")
             drafter.use_static_steps(draft_mode, strict=config.cuda_graphs is True)

@@ -34,7 +34,7 @@ class Comparison:
     @property
     def speedup(self) -> float:
         """Plain decode seconds per token over TriForce's (prefill excluded)."""
-        return self.plain.decode_seconds_per_token / self.triforce.decode_seconds_per_token
+        return pair_speedup(self.plain, self.triforce)
 
     @property
     def identical(self) -> bool:
@@ -58,11 +58,16 @@ class Comparison:
         }
 
 
+def pair_speedup(plain: RunResult, fast: RunResult) -> float:
+    """Plain decode seconds per token over TriForce's (prefill excluded)."""
+    return plain.decode_seconds_per_token / fast.decode_seconds_per_token
+
+
 def _pair_dict(plain: RunResult, fast: RunResult) -> dict[str, float]:
     return {
         "plain_tokens_per_second": plain.tokens_per_second,
         "triforce_tokens_per_second": fast.tokens_per_second,
-        "speedup": plain.decode_seconds_per_token / fast.decode_seconds_per_token,
+        "speedup": pair_speedup(plain, fast),
     }
 
 
@@ -128,5 +133,5 @@ def compare(
 
 def median_pair(pairs: list[tuple[RunResult, RunResult]]) -> tuple[RunResult, RunResult]:
     """The (plain, TriForce) pair of median speedup (the lower median for an even count)."""
-    ranked = sorted(pairs, key=lambda pair: pair[0].decode_seconds_per_token / pair[1].decode_seconds_per_token)
+    ranked = sorted(pairs, key=lambda pair: pair_speedup(*pair))
     return ranked[(len(ranked) - 1) // 2]
