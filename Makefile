@@ -49,7 +49,7 @@ test-latest:
 	$(LATEST_VENV)/bin/lint-imports
 
 # The main job: TriForce vs plain generate() on SmolLM2-135M-Instruct and a ~7K-token document.
-# Extra options through DEMO_ARGS, e.g. make demo DEMO_ARGS="--temperature 0.6 --max-new-tokens 64".
+# Extra options through DEMO_ARGS, e.g. make demo DEMO_ARGS="--temperatures 0.6 --max-new-tokens 64".
 demo: venv
 	$(VPY) -m hf_triforce demo $(DEMO_ARGS)
 

@@ -28,7 +28,7 @@ from hf_triforce.evaluation.common.smollm2 import load_smollm2
 SMALL = os.environ.get("HF_TRIFORCE_EXAMPLE_SMALL") == "1"
 DOCUMENT_TOKENS = 600 if SMALL else 4000
 NEW_TOKENS = 24 if SMALL else 96
-QUESTION = DEFAULT_QUESTION  # the demo's question, about the 'with' statement
+QUESTION = DEFAULT_QUESTION  # the demo's question, about __getattr__ and __getattribute__
 BUDGET = 256 if SMALL else 512  # tokens of the KV cache level 1 reads: 1/8 of the full-size prompt
 logger = logging.getLogger("two_level")
 

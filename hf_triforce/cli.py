@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from .config import DRAFTERS, LEVEL1_WEIGHTS
-from .demo import DemoOptions, run_demo
+from .demo import DEFAULT_REPETITION_PENALTY, DemoOptions, run_demo
 from .errors import TriForceConfigError
 from .evaluation.bench.rank_figures import is_report_rank
 from .evaluation.bench.real_acceptance import parse_real_acceptance
@@ -57,13 +57,18 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("--document-tokens", type=int, default=7000, help="tokens of the document to use (default 7000)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="answer length limit (default 128)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 for greedy (default), > 0 to sample")
+    p.add_argument(
+        "--temperatures", "--temperature", default="0,0.6",
+        help="comma-separated temperatures, one comparison each: 0 is greedy, > 0 samples (default 0,0.6)",
+    )  # fmt: skip
     p.add_argument("--budget", type=int, default=512, help="retrieval budget in tokens (default 512)")
     p.add_argument("--drafter", choices=DRAFTERS, default="ngram", help="level-0 drafter (default ngram)")
     p.add_argument(
-        "--repetition-penalty", type=float, default=None,
-        help="generate()'s repetition_penalty for both runs (e.g. 1.2 keeps a small model from looping)",
+        "--repetition-penalty", type=float, default=DEFAULT_REPETITION_PENALTY,
+        help="penalty on the answer's own tokens (the prompt's are free), given to both runs alike; it keeps a small "
+        f"model's answer from looping (default {DEFAULT_REPETITION_PENALTY}; 1 for none)",
     )  # fmt: skip
+    p.add_argument("--output", default=None, help="also write the figures and answers to this JSON file")
     p.add_argument(
         "--questions",
         type=int,
@@ -214,13 +219,14 @@ def _run_demo(args: argparse.Namespace) -> int:
         document=args.document,
         document_tokens=args.document_tokens,
         max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
+        temperatures=tuple(_temperatures(args.temperatures)),
         top_p=args.top_p,
         budget=args.budget,
         drafter=args.drafter,
         seed=args.seed,
         questions=args.questions,
         repetition_penalty=args.repetition_penalty,
+        output=args.output,
     )
     if args.question:
         options.question = args.question
@@ -235,7 +241,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         model=args.model,
         document=args.document,
         prompt_tokens=_lengths(args.prompt_tokens),
-        temperatures=[float(t) for t in args.temperatures.split(",")],
+        temperatures=_temperatures(args.temperatures),
         budgets=_ints(args.budgets),
         drafters=args.drafters.split(","),
         new_tokens=args.new_tokens,
@@ -277,6 +283,14 @@ def _run_bench(args: argparse.Namespace) -> int:
 def _lengths(text: str) -> list[int | str]:
     """Like :func:`_ints`, keeping ``max`` (the longest context that fits the GPU) as is."""
     return [x if x == "max" else _ints(x)[0] for x in text.split(",")]
+
+
+def _temperatures(text: str) -> list[float]:
+    """``"0,0.6"`` -> ``[0.0, 0.6]``; anything else raises a one-line error."""
+    try:
+        return [float(t) for t in text.split(",")]
+    except ValueError:
+        raise TriForceConfigError(f"temperatures {text!r}: give comma-separated numbers, e.g. 0,0.6.") from None
 
 
 def _ints(text: str) -> list[int]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from transformers import TextStreamer
 
 from .config import TriForceConfig
+from .errors import TriForceConfigError
 from .evaluation.bench.comparison import Comparison
 from .evaluation.bench.questions import DEFAULT_QUESTIONS, QuestionsResult, ask_questions
 from .evaluation.bench.timed_run import measure, peak_rss_bytes, warm_up
@@ -21,32 +23,57 @@ from .evaluation.common.documents import (
 from .evaluation.common.formatting import acceptance_rate, mib, number, per_token_acceptance
 from .evaluation.common.generate_kwargs import generate_kwargs
 from .evaluation.common.loading import load_model
+from .evaluation.common.machine import machine_info
+from .evaluation.common.repetition import LOOP_NGRAM, repeated_fraction
+from .evaluation.common.results import write_json
 from .generation import enable
 from .hf.model import context_limit
+from .hf.processors import answer_repetition_penalty, custom_processor_replaces_builtin
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_REPETITION_PENALTY = 1.2
+"""The demo's penalty on the answer's own tokens (the value the CTRL paper suggests, as transformers' docs quote)."""
 
 
 @dataclass
 class DemoOptions(DocumentQuestion):
-    """What the demo runs; the CLI fills it from ``hf-triforce demo`` arguments."""
+    """What the demo runs; the CLI fills it from ``hf-triforce demo`` arguments.
+
+    Attributes:
+        temperatures: each is one plain/TriForce comparison, in order (0 is greedy: the texts must be identical).
+        repetition_penalty: a penalty on the answer's own tokens, the prompt's tokens free
+            (:func:`~hf_triforce.hf.processors.answer_repetition_penalty`), given to both runs alike; ``None`` or
+            1.0 for none. A small model's long answers otherwise drift into a loop.
+        output: a JSON file for the figures (with the machine record), or None.
+    """
 
     document_tokens: int | None = DEFAULT_DOCUMENT_TOKENS
     max_new_tokens: int = 128
-    temperature: float = 0.0
+    temperatures: tuple[float, ...] = (0.0, 0.6)
     top_p: float = 0.9
     budget: int = 512
     drafter: str = "ngram"
     seed: int = 0
     questions: int = 1
-    repetition_penalty: float | None = None
+    repetition_penalty: float | None = DEFAULT_REPETITION_PENALTY
+    output: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.temperatures or any(t < 0 for t in self.temperatures):
+            raise TriForceConfigError(f"temperatures {self.temperatures}: give one or more values >= 0.")
+        if self.repetition_penalty is not None and not self.repetition_penalty > 0:
+            raise TriForceConfigError(f"repetition_penalty={self.repetition_penalty} must be > 0 (1.0: none).")
 
 
-def run_demo(options: DemoOptions, print_fn=print) -> Comparison:
-    """Stream a TriForce answer, run plain ``generate()`` on the same input, print a comparison table.
+def run_demo(options: DemoOptions, print_fn=print) -> list[Comparison]:
+    """Per temperature: stream a TriForce answer, run plain ``generate()`` on the same input, print a table.
+
+    Returns:
+        one comparison per temperature of ``options.temperatures``, in order.
 
     Example:
-        >>> run_demo(DemoOptions(max_new_tokens=16)).identical  # doctest: +SKIP
+        >>> run_demo(DemoOptions(max_new_tokens=16, temperatures=(0.0,)))[0].identical  # doctest: +SKIP
         True
     """
     if options.questions > 1:
@@ -57,27 +84,39 @@ def run_demo(options: DemoOptions, print_fn=print) -> Comparison:
     enable(model)
     limit = context_limit(model)
     ids = question_prompt(tokenizer, document, options.question, options.document_tokens, limit, options.max_new_tokens)
-    kwargs = _generate_kwargs(options)
-    print_fn(f"Prompt: {ids.shape[1]} tokens (document + question). Question: {options.question}\n")
-    print_fn("TriForce answer (streamed):")
-    fast = measure(model, ids, streamer=TextStreamer(tokenizer, skip_prompt=True), seed=options.seed,
-                   triforce_config=config, **kwargs)  # fmt: skip
-    print_fn("\nRunning plain generate() on the same input for comparison ...")
-    plain = measure(model, ids, seed=options.seed, **kwargs)
+    print_fn(f"Prompt: {ids.shape[1]} tokens (document + question). Question: {options.question}")
+    results = [_compare(model, tokenizer, ids, config, options, t, print_fn) for t in options.temperatures]
+    print_fn(format_summary(results, options))
+    if options.output:
+        print_fn(f"wrote {write_json(demo_record(results, options, tokenizer, ids.shape[1]), options.output)}")
+    return results
+
+
+def _compare(model, tokenizer, ids, config, options: DemoOptions, temperature: float, print_fn) -> Comparison:
+    """One temperature: the TriForce answer streamed, then plain ``generate()`` on the same input, then the table."""
+    kwargs = _generate_kwargs(options, temperature, ids.shape[1])
+    print_fn(f"\nTriForce answer at {_temperature(temperature, options.top_p)} (streamed):")
+    with custom_processor_replaces_builtin():
+        fast = measure(model, ids, streamer=TextStreamer(tokenizer, skip_prompt=True), seed=options.seed,
+                       triforce_config=config, **kwargs)  # fmt: skip
+        print_fn("\nRunning plain generate() on the same input for comparison ...")
+        plain = measure(model, ids, seed=options.seed, **kwargs)
     result = Comparison(plain, fast, kwargs)
     print_fn(format_table(result, options, config, tokenizer, ids.shape[1]))
     return result
 
 
-def run_questions_demo(options: DemoOptions, print_fn=print) -> QuestionsResult:
+def run_questions_demo(options: DemoOptions, print_fn=print) -> list[QuestionsResult]:
     """``--questions N``: N questions about one document, the document prefilled once into a cache.
 
     Plain ``generate()`` without reuse, plain ``generate()`` from a copy of the prefilled cache and TriForce from a
-    copy of the same cache, each timed per question (own prefill, decode speed, end to end) and in total.
+    copy of the same cache, each timed per question (own prefill, decode speed, end to end) and in total, at each
+    temperature of ``options.temperatures``.
 
     Example:
-        >>> result = run_questions_demo(DemoOptions(questions=2, max_new_tokens=16))  # doctest: +SKIP
-        >>> result.identical("plain", "triforce_reuse")  # doctest: +SKIP
+        >>> options = DemoOptions(questions=2, max_new_tokens=16, temperatures=(0.0,))
+        >>> result = run_questions_demo(options)  # doctest: +SKIP
+        >>> result[0].identical("plain", "triforce_reuse")  # doctest: +SKIP
         [True, True]
     """
     config = TriForceConfig(retrieval_budget=options.budget, drafter=options.drafter)
@@ -87,19 +126,33 @@ def run_questions_demo(options: DemoOptions, print_fn=print) -> QuestionsResult:
     document, limit = read_document(options.document), context_limit(model)
     prompts = [question_prompt(tokenizer, document, q, options.document_tokens, limit, options.max_new_tokens)
                for q in questions]  # fmt: skip
-    kwargs = _generate_kwargs(options)
-    warm_up(model, prompts[0], config, kwargs)
-    result = ask_questions(model, prompts, config, seed=options.seed, **kwargs)
-    print_fn(format_questions(result, questions, tokenizer, options.temperature > 0))
-    return result
+    results = []
+    for temperature in options.temperatures:
+        print_fn(f"\nAt {_temperature(temperature, options.top_p)}:")
+        per_prompt = functools.partial(_generate_kwargs, options, temperature)
+        with custom_processor_replaces_builtin():
+            warm_up(model, prompts[0], config, per_prompt(prompts[0].shape[1]))
+            result = ask_questions(model, prompts, config, seed=options.seed, prompt_kwargs=per_prompt)
+        print_fn(format_questions(result, questions, tokenizer, temperature > 0))
+        results.append(result)
+    if options.output:
+        record = {"kind": "demo-questions", "machine": machine_info(), "questions": questions,
+                  "options": _options_record(options), "temperatures": list(options.temperatures),
+                  "results": [r.to_dict() for r in results]}  # fmt: skip
+        print_fn(f"wrote {write_json(record, options.output)}")
+    return results
 
 
-def _generate_kwargs(options: DemoOptions) -> dict:
-    """Both runs' ``generate()`` arguments (a repetition penalty, when given, applies to plain and TriForce alike)."""
-    kwargs = generate_kwargs(options.max_new_tokens, options.temperature, options.top_p)
-    if options.repetition_penalty is not None:
-        kwargs["repetition_penalty"] = options.repetition_penalty
+def _generate_kwargs(options: DemoOptions, temperature: float, prompt_length: int) -> dict:
+    """Both runs' ``generate()`` arguments at ``temperature``, with the answer-only repetition penalty if any."""
+    kwargs = generate_kwargs(options.max_new_tokens, temperature, options.top_p)
+    if options.repetition_penalty not in (None, 1.0):
+        kwargs.update(answer_repetition_penalty(options.repetition_penalty, prompt_length))
     return kwargs
+
+
+def _temperature(temperature: float, top_p: float) -> str:
+    return "T=0 (greedy)" if temperature == 0 else f"T={temperature:g} (top-p {top_p:g})"
 
 
 def _questions(options: DemoOptions) -> list[str]:
@@ -133,6 +186,41 @@ def format_questions(result: QuestionsResult, questions: list[str], tokenizer, s
     return "\n".join(lines)
 
 
+def format_summary(results: list[Comparison], options: DemoOptions) -> str:
+    """One line per temperature: decode speedup and whether the greedy texts were identical."""
+    lines = ["", "Summary (decode speed, prefill excluded):"]
+    for temperature, result in zip(options.temperatures, results, strict=True):
+        same = "n/a (sampling)" if temperature > 0 else ("yes" if result.identical else "NO")
+        plain, fast = (number(r.tokens_per_second, 1) for r in (result.plain, result.triforce))
+        lines.append(f"  {_temperature(temperature, options.top_p):<22} plain {plain} tok/s, TriForce {fast} tok/s: "
+                     f"{result.speedup:.2f}x   identical text: {same}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def demo_record(results: list[Comparison], options: DemoOptions, tokenizer, prompt_tokens: int) -> dict:
+    """The demo's figures as JSON-ready data: options, machine, and per temperature the comparison row with the
+    TriForce answer's text and :func:`repeated_fraction`."""
+    rows = []
+    for temperature, result in zip(options.temperatures, results, strict=True):
+        answer = result.triforce.sequences[0, prompt_tokens:].tolist()
+        rows.append(dict(result.to_dict(), temperature=temperature, answer=tokenizer.decode(answer,
+                         skip_special_tokens=True), answer_repeated_fraction=repeated_fraction(answer)))  # fmt: skip
+    return {
+        "kind": "demo",
+        "machine": machine_info(),
+        "document": options.document or "python-reference",
+        "question": options.question,
+        "prompt_tokens": prompt_tokens,
+        "options": _options_record(options),
+        "repetition_penalty_scope": "answer tokens only (prompt_ignore_length)",
+        "rows": rows,
+    }
+
+
+def _options_record(options: DemoOptions) -> dict:
+    return {k: v for k, v in asdict(options).items() if k not in ("model", "output")}
+
+
 def format_table(result: Comparison, options: DemoOptions, config: TriForceConfig, tokenizer, prompt: int) -> str:
     """The comparison as a small text table."""
     stats = result.triforce.stats
@@ -153,7 +241,8 @@ def format_table(result: Comparison, options: DemoOptions, config: TriForceConfi
         f"{_rate(level1)}",
         f"rounds by schedule (adaptive={config.adaptive}): {_rounds(stats)}",
         f"mean tokens per full-cache forward: {stats['mean_accepted_length']:.2f} (plain: 1.00)",
-        f"identical text: {_identical(result, options, tokenizer, prompt)}",
+        f"identical text: {_identical(result, tokenizer, prompt)}",
+        f"answer repeats itself: {_repeats(result.triforce.sequences[0, prompt:].tolist())}",
         f"KV memory: full cache {mib(stats['full_cache_bytes'])}, retrieval view {mib(stats['view_bytes'])}"
         f" ({config.retrieval_budget}-token budget), draft cache {mib(stats['draft_cache_bytes'])}",
         f"peak process memory (RSS): {mib(peak_rss_bytes())}",
@@ -161,11 +250,17 @@ def format_table(result: Comparison, options: DemoOptions, config: TriForceConfi
     return "\n".join(lines)
 
 
-def _identical(result: Comparison, options: DemoOptions, tokenizer, prompt: int) -> str:
-    if options.temperature > 0:
+def _identical(result: Comparison, tokenizer, prompt: int) -> str:
+    if result.generate_kwargs.get("do_sample"):
         return "n/a when sampling (same distribution, different draws)"
     texts = [tokenizer.decode(r.sequences[0, prompt:]) for r in (result.plain, result.triforce)]
     return "yes" if result.identical and texts[0] == texts[1] else "NO (please report this as a bug)"
+
+
+def _repeats(answer: list[int]) -> str:
+    fraction = repeated_fraction(answer)
+    verdict = "no" if fraction == 0 else ("a loop" if fraction > 0.25 else "in places")
+    return f"{verdict} ({fraction:.0%} of its {LOOP_NGRAM}-token spans occurred earlier in it)"
 
 
 def _rounds(stats: dict) -> str:

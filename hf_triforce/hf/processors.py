@@ -16,6 +16,10 @@ Classes are matched exactly (``type(p) is cls``): a subclass may read ``input_id
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from typing import Any
+
 import transformers
 from transformers import LogitsProcessorList
 
@@ -79,3 +83,48 @@ def _rebound(processor, index: int):
         return processor
     fn, batch_index = processor._prefix_allowed_tokens_fn, index // processor._num_beams
     return transformers.PrefixConstrainedLogitsProcessor(lambda _, ids: fn(batch_index, ids), 1)
+
+
+def answer_repetition_penalty(penalty: float, prompt_length: int) -> dict[str, Any]:
+    """``generate()`` kwargs for a repetition penalty on the answer's own tokens (the prompt's tokens are free).
+
+    ``generate(repetition_penalty=p)`` also penalizes every token of the prompt, so a long document makes its
+    common words unlikely and copying from it hard. transformers' documented remedy is a
+    ``RepetitionPenaltyLogitsProcessor(p, prompt_ignore_length=n)`` passed as ``logits_processor``; passing
+    ``repetition_penalty`` as well puts it where generate() puts its own (before temperature, top-k and top-p),
+    because a custom processor replaces the built-in one of the same class in place. Use the kwargs inside
+    :func:`custom_processor_replaces_builtin` to keep transformers' note about that replacement out of the log.
+
+    Args:
+        penalty: the penalty (> 0; 1.0 means none).
+        prompt_length: tokens of the prompt, ``input_ids.shape[1]``.
+
+    Example:
+        >>> kwargs = answer_repetition_penalty(1.2, prompt_length=7000)
+        >>> kwargs["repetition_penalty"], kwargs["logits_processor"][0].prompt_ignore_length
+        (1.2, 7000)
+    """
+    processor = transformers.RepetitionPenaltyLogitsProcessor(float(penalty), prompt_ignore_length=prompt_length)
+    return {"repetition_penalty": float(penalty), "logits_processor": LogitsProcessorList([processor])}
+
+
+class _Replaced(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "will take precedence" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def custom_processor_replaces_builtin():
+    """Within the block, transformers' warning that a custom logits processor replaces the built-in one of the
+    same class is dropped (it is the intent of :func:`answer_repetition_penalty`); every other record passes.
+
+    Example:
+        >>> with custom_processor_replaces_builtin():
+        ...     pass
+    """
+    log, quiet = logging.getLogger("transformers.generation.utils"), _Replaced()
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)

@@ -87,16 +87,57 @@ def one_line_error(capsys, argv: list[str], expected: str) -> str:
     return errors[0]
 
 
-def test_demo_runs_end_to_end(capsys, model_dir, document):
+def test_demo_runs_end_to_end(capsys, model_dir, document, tmp_path):
+    """The defaults: one greedy and one sampled comparison, a summary, and the figures in a JSON file."""
     argv = ["demo", "--model", model_dir, "--document", document, "--document-tokens", "600"]
-    assert main(argv + ["--max-new-tokens", "24", "--budget", "128"]) == 0
+    output = tmp_path / "demo.json"
+    assert main(argv + ["--max-new-tokens", "24", "--budget", "128", "--output", str(output)]) == 0
     out = capsys.readouterr().out
-    assert "TriForce answer (streamed):" in out
-    for row in ("decode tokens/s", "speedup", "acceptance", "mean tokens per full-cache forward", "peak process"):
-        assert row in out, out
-    assert "identical text: yes" in out, out
+    assert "TriForce answer at T=0 (greedy) (streamed):" in out
+    assert "TriForce answer at T=0.6 (top-p 0.9) (streamed):" in out
+    for row in ("decode tokens/s", "speedup", "acceptance", "mean tokens per full-cache forward", "peak process",
+                "answer repeats itself: "):  # fmt: skip
+        assert out.count(row) >= 2, out
+    assert "identical text: yes" in out and "identical text: n/a when sampling" in out, out
     level1 = next(line for line in out.splitlines() if line.startswith("level-1 ("))
     assert "per token" in level1 or "nothing drafted" in level1, level1
+    summary = out[out.index("Summary (decode speed, prefill excluded):") :].splitlines()[1:3]
+    assert "T=0 (greedy)" in summary[0] and "identical text: yes" in summary[0], summary
+    assert "T=0.6 (top-p 0.9)" in summary[1] and "n/a (sampling)" in summary[1], summary
+    record = json.loads(output.read_text())
+    assert [row["temperature"] for row in record["rows"]] == [0.0, 0.6]
+    assert record["rows"][0]["identical_output"] is True and record["machine"]["torch"] == torch.__version__
+    assert record["rows"][0]["generate_kwargs"]["repetition_penalty"] == 1.2
+    assert all(0.0 <= row["answer_repeated_fraction"] <= 1.0 and isinstance(row["answer"], str)
+               for row in record["rows"])  # fmt: skip
+
+
+def test_demo_without_repetition_penalty(capsys, model_dir, document):
+    """``--repetition-penalty 1`` switches the penalty off: generate() gets no processor for it."""
+    argv = ["demo", "--model", model_dir, "--document", document, "--document-tokens", "300", "--temperatures", "0"]
+    assert main(argv + ["--max-new-tokens", "8", "--budget", "128", "--repetition-penalty", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "identical text: yes" in out and "T=0.6" not in out, out
+
+
+def test_questions_demo(capsys, model_dir, document, tmp_path):
+    """``--questions 2``: two questions from one prefilled document, texts identical, figures in a JSON file."""
+    output = tmp_path / "questions.json"
+    argv = ["demo", "--model", model_dir, "--document", document, "--document-tokens", "300", "--questions", "2",
+            "--output", str(output)]  # fmt: skip
+    assert main(argv + ["--max-new-tokens", "8", "--budget", "128", "--temperatures", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("identical text: yes") == 2 and "TriForce + reuse vs plain + reuse" in out, out
+    record = json.loads(output.read_text())
+    assert record["kind"] == "demo-questions" and record["temperatures"] == [0.0] and len(record["questions"]) == 2
+    assert len(record["results"][0]["answers"]["triforce_reuse"]) == 2
+
+
+def test_bad_temperatures_are_one_line(capsys, model_dir, document):
+    argv = ["demo", "--model", model_dir, "--document", document]
+    one_line_error(capsys, argv + ["--temperatures", "0,warm"], "comma-separated numbers")
+    one_line_error(capsys, argv + ["--temperatures", "-1"], "values >= 0")
+    one_line_error(capsys, argv + ["--repetition-penalty", "0"], "must be > 0")
 
 
 def test_demo_samples(capsys, model_dir, document):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,7 +119,13 @@ def prefill(model, ids: torch.LongTensor) -> tuple[DynamicCache, float]:
 
 
 def ask_questions(
-    model, prompts: list[torch.LongTensor], config: TriForceConfig, modes=MODES, seed: int = 0, **generate_kwargs
+    model,
+    prompts: list[torch.LongTensor],
+    config: TriForceConfig,
+    modes=MODES,
+    seed: int = 0,
+    prompt_kwargs: Callable[[int], dict[str, Any]] | None = None,
+    **generate_kwargs,
 ) -> QuestionsResult:
     """Answer every prompt each way in ``modes`` (see :data:`MODES`), timing each question end to end.
 
@@ -127,6 +134,8 @@ def ask_questions(
         prompts: ``[1, n_i]`` token ids, one prompt per question, sharing a long prefix (the document).
         config: the TriForce configuration of ``"triforce_reuse"``.
         seed: ``torch.manual_seed`` before each call.
+        prompt_kwargs: given a prompt's length, more ``generate()`` arguments of that prompt's calls (e.g. a
+            processor that must know where the prompt ends).
         generate_kwargs: the ``generate()`` arguments of every call (``max_new_tokens``, ``do_sample``, ...).
 
     Example:
@@ -134,13 +143,15 @@ def ask_questions(
         >>> result.end_to_end_seconds("plain_reuse") / result.end_to_end_seconds("triforce_reuse")  # doctest: +SKIP
         1.5
     """
+    own = prompt_kwargs or (lambda _: {})
     n = shared_prefix_length(prompts)
     cache, seconds = prefill(model, prompts[0][:, :n])
     result = QuestionsResult(prompts, n, seconds)
     for mode in modes:
         kwargs = dict(generate_kwargs, triforce_config=config) if mode == "triforce_reuse" else generate_kwargs
         result.answers[mode] = [
-            _answer(model, ids, cache if mode != "plain" else None, seed, kwargs) for ids in prompts
+            _answer(model, ids, cache if mode != "plain" else None, seed, {**kwargs, **own(ids.shape[1])})
+            for ids in prompts
         ]
     return result
 

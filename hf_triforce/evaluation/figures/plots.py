@@ -4,9 +4,10 @@
 every ``*.json`` result file (through :func:`hf_triforce.evaluation.common.results.read_results`, which
 upgrades 0.1 stats names) and writes, per file, PNG figures (matplotlib, Agg backend) and markdown table
 snippets that the documentation includes, plus a copy of the JSON under ``data/`` so the site can link
-to it. Three formats are understood: ``hf-triforce bench`` results (:mod:`.bench_page`),
-``hf_triforce.evaluation.bench.tuning`` sweeps (:mod:`.tuning_page`) and ``hf-triforce eval-drafts``
-draft-quality results (:mod:`.drafts_page`); other files are skipped with a warning.
+to it. Four formats are understood: ``hf-triforce bench`` results (:mod:`.bench_page`),
+``hf_triforce.evaluation.bench.tuning`` sweeps (:mod:`.tuning_page`), ``hf-triforce eval-drafts``
+draft-quality results (:mod:`.drafts_page`) and ``hf-triforce demo --output`` records (:mod:`.demo_page`); other
+files are skipped with a warning.
 Nothing is drawn by hand: regenerate after recording new results.
 
 Example:
@@ -26,14 +27,20 @@ from typing import Any
 
 from ..common.results import read_results
 from .bench_page import write_bench
+from .demo_page import write_demo
 from .drafts_page import write_eval_drafts
 from .tuning_page import write_tuning
 
 logger = logging.getLogger(__name__)
 
+WRITERS = {"bench": write_bench, "tuning": write_tuning, "eval-drafts": write_eval_drafts, "demo": write_demo}
+"""Each result format's page writer: ``writer(results, out_dir, stem) -> written paths``."""
+
 
 def kind_of(results: dict[str, Any]) -> str | None:
-    """``"bench"``, ``"tuning"``, ``"eval-drafts"`` or ``None`` (a format this module does not plot)."""
+    """``"bench"``, ``"tuning"``, ``"eval-drafts"``, ``"demo"`` or ``None`` (a format this module does not plot)."""
+    if isinstance(results, dict) and results.get("kind") == "demo":
+        return "demo"
     if isinstance(results, dict) and "views" in results and "options" in results:
         return "eval-drafts"
     rows = results.get("rows") if isinstance(results, dict) else None
@@ -55,10 +62,9 @@ def generate_all(results_dir: str | Path, out_dir: str | Path) -> list[Path]:
         results = read_results(path)
         kind = kind_of(results)
         if kind is None:
-            logger.warning("skipping %s: not a bench or tuning result", path)
+            logger.warning("skipping %s: not a bench, tuning, eval-drafts or demo result", path)
             continue
-        writer = {"bench": write_bench, "tuning": write_tuning, "eval-drafts": write_eval_drafts}[kind]
-        written += writer(results, out, path.stem)
+        written += WRITERS[kind](results, out, path.stem)
         written.append(Path(shutil.copyfile(path, out / "data" / path.name)))
     return written
 
