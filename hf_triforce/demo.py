@@ -119,10 +119,10 @@ def run_questions_demo(options: DemoOptions, print_fn=print) -> list[QuestionsRe
         >>> result[0].identical("plain", "triforce_reuse")  # doctest: +SKIP
         [True, True]
     """
+    questions = _questions(options)  # refused before the model is loaded
     config = TriForceConfig(retrieval_budget=options.budget, drafter=options.drafter)
     model, tokenizer = load_model(options.model)
     enable(model)
-    questions = _questions(options)
     document, limit = read_document(options.document), context_limit(model)
     prompts = [question_prompt(tokenizer, document, q, options.document_tokens, limit, options.max_new_tokens)
                for q in questions]  # fmt: skip

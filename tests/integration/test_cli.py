@@ -133,6 +133,11 @@ def test_questions_demo(capsys, model_dir, document, tmp_path):
     assert len(record["results"][0]["answers"]["triforce_reuse"]) == 2
 
 
+def test_too_many_questions_refused_before_loading(capsys, tmp_path, document):
+    argv = ["demo", "--model", str(tmp_path / "no-model"), "--document", document, "--questions", "99"]
+    one_line_error(capsys, argv, "--questions 99: the demo has")
+
+
 def test_bad_temperatures_are_one_line(capsys, model_dir, document):
     argv = ["demo", "--model", model_dir, "--document", document]
     one_line_error(capsys, argv + ["--temperatures", "0,warm"], "comma-separated numbers")
