@@ -286,11 +286,11 @@ def _lengths(text: str) -> list[int | str]:
 
 
 def _temperatures(text: str) -> list[float]:
-    """``"0,0.6"`` -> ``[0.0, 0.6]``; anything else raises a one-line error."""
-    try:
-        return [float(t) for t in text.split(",")]
-    except ValueError:
-        raise TriForceConfigError(f"temperatures {text!r}: give comma-separated numbers, e.g. 0,0.6.") from None
+    """``"0,0.6"`` -> ``[0.0, 0.6]`` (:func:`parse_fractions`, as eval-drafts parses its own); none is an error."""
+    values = parse_fractions(text)
+    if not values:
+        raise TriForceConfigError(f"temperatures {text!r}: give comma-separated numbers, e.g. 0,0.6.")
+    return values
 
 
 def _ints(text: str) -> list[int]:

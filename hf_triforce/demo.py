@@ -127,11 +127,12 @@ def run_questions_demo(options: DemoOptions, print_fn=print) -> list[QuestionsRe
     prompts = [question_prompt(tokenizer, document, q, options.document_tokens, limit, options.max_new_tokens)
                for q in questions]  # fmt: skip
     results = []
+    with custom_processor_replaces_builtin():
+        warm_up(model, prompts[0], config, _generate_kwargs(options, options.temperatures[0], prompts[0].shape[1]))
     for temperature in options.temperatures:
         print_fn(f"\nAt {_temperature(temperature, options.top_p)}:")
         per_prompt = functools.partial(_generate_kwargs, options, temperature)
         with custom_processor_replaces_builtin():
-            warm_up(model, prompts[0], config, per_prompt(prompts[0].shape[1]))
             result = ask_questions(model, prompts, config, seed=options.seed, prompt_kwargs=per_prompt)
         print_fn(format_questions(result, questions, tokenizer, temperature > 0))
         results.append(result)

@@ -140,7 +140,8 @@ def test_too_many_questions_refused_before_loading(capsys, tmp_path, document):
 
 def test_bad_temperatures_are_one_line(capsys, model_dir, document):
     argv = ["demo", "--model", model_dir, "--document", document]
-    one_line_error(capsys, argv + ["--temperatures", "0,warm"], "comma-separated numbers")
+    one_line_error(capsys, argv + ["--temperatures", "0,warm"], "'warm' is not a number")
+    one_line_error(capsys, argv + ["--temperatures", ","], "comma-separated numbers")
     one_line_error(capsys, argv + ["--temperatures", "-1"], "values >= 0")
     one_line_error(capsys, argv + ["--repetition-penalty", "0"], "must be > 0")
 
