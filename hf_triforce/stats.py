@@ -198,7 +198,8 @@ class TriForceStats:
     from a caller's cache and handing it back). ``reused_tokens`` counts the prompt tokens a caller's cache
     already held. ``*_bytes`` are the key/value bytes allocated by the full cache, the largest retrieval view,
     and the level-0 draft cache. ``level1_weights`` says which weights level 1 drafted with (``"full"`` or
-    ``"int8"``, ``TriForceConfig.level1_weights``). ``rows`` is filled by a batched call only: one
+    ``"int8"``, ``TriForceConfig.level1_weights``), and ``level1_forward`` which forward ran them (``"direct"`` or
+    ``"transformers"``, ``TriForceConfig.level1_forward``). ``rows`` is filled by a batched call only: one
     :class:`TriForceStats` per row of the batch, in its order, with that row's own acceptance at every level, its
     new tokens, and the verification forwards it took part in (``target_forwards``); the top-level figures are then
     the batch's totals, and its ``target_forwards`` counts batched forwards.
@@ -221,6 +222,7 @@ class TriForceStats:
     view_bytes: int = 0
     draft_cache_bytes: int = 0
     level1_weights: str = "full"
+    level1_forward: str = "transformers"
     level0: LevelStats = field(default_factory=LevelStats)
     level1: LevelStats = field(default_factory=LevelStats)
     level0_to_level2: LevelStats = field(default_factory=LevelStats)

@@ -11,6 +11,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from ..caches.streaming import StreamingLLMCache
 from ..config import TriForceConfig
 from ..hf.caches import callers_cache
+from ..hf.direct_forward import resolve_level1_forward
 from ..hf.distributed import RankConsensus, check_same_random_state
 from ..hf.generate import decoder_only_output, eos_token_ids
 from ..hf.linears import resolve_level1_weights, small_batch_linears
@@ -45,6 +46,7 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
     config = as_config(triforce_config)
     check_cache_implementation(model, generate_kwargs)
     resolve_level1_weights(config.level1_weights, model)  # an int8 copy that cannot run here raises now
+    resolve_level1_forward(config.level1_forward, model)  # so does a direct forward of a model it cannot run
     assistant = generate_kwargs.pop("assistant_model", None)
     drafter = resolve_drafter(config, assistant)
     if assistant is not None and drafter == "model":

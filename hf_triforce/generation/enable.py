@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..hf.direct_forward import drop_direct_decoder
 from ..hf.generate import unwrap_generate, wrap_generate
 from ..hf.linears import drop_int8_copy
 from ..hf.model import check_model_supported
@@ -50,6 +51,7 @@ def disable(model: torch.nn.Module) -> torch.nn.Module:
         unwrap_generate(model)
         detach_state(model)
     drop_int8_copy(model)  # level 1's int8 weight copy
+    drop_direct_decoder(model)  # level 1's direct forward (and its own int8 copy)
     return model
 
 

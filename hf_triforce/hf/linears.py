@@ -134,7 +134,7 @@ def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
         (torch.Size([8, 16]), False, True)
     """
     layers = [m for m in _plain_layers(model) if int8_kernel_supports(m.weight)]
-    key = tuple(_fingerprint(m.weight) for m in layers)
+    key = tuple(weight_fingerprint(m.weight) for m in layers)
     kept = _INT8_COPIES.get(model)
     if kept is not None and kept[0] == key:
         return kept[1]
@@ -164,7 +164,7 @@ def _int8_forward(layer: torch.nn.Linear, weight: Int8Weight, own, x: torch.Tens
     return own(x) if own is not None else torch.nn.functional.linear(x, layer.weight, layer.bias)
 
 
-def _fingerprint(weight: torch.Tensor) -> tuple[int, int]:
+def weight_fingerprint(weight: torch.Tensor) -> tuple[int, int]:
     """Where the weight lives and how often it was written in place. Tensors made under ``torch.inference_mode``
     have no version counter: only a new tensor is noticed then. A stale copy only lowers level 1's acceptance;
     the output stays exact, since level 2 verifies with the weights themselves."""

@@ -19,9 +19,11 @@ from ..caches.retrieval import RetrievalCache
 from ..caches.static_view import StaticRetrievalView
 from ..caches.view import RetrievalView
 from ..config import TriForceConfig
+from ..errors import UnsupportedDeviceError
 from ..hf.attention import QueryCapture, view_attention
+from ..hf.direct_forward import DirectDecoder, direct_decoder, resolve_level1_forward
 from ..hf.distributed import RankConsensus
-from ..hf.linears import int8_linears, level1_int8_copy
+from ..hf.linears import int8_linears, int8_weight_copy, resolve_level1_weights
 from ..hf.versions import cache_kwargs
 from ..stats import TriForceStats
 from .drafter import Drafter
@@ -94,11 +96,28 @@ class Level1Drafter:
         self._last_drafted = 0
         self.step_mode = resolve_step_mode(config.cuda_graphs, model, "target model")
         self.runner: StaticStepRunner | None = None
-        self.int8 = level1_int8_copy(config.level1_weights, model)
-        self.stats.level1_weights = "full" if self.int8 is None else "int8"
+        weights = resolve_level1_weights(config.level1_weights, model)
+        self.direct = self._direct_decoder(weights == "int8")
+        self.int8 = int8_weight_copy(model) if weights == "int8" and self.direct is None else None
+        self.stats.level1_weights = weights
+        self.stats.level1_forward = "transformers" if self.direct is None else "direct"
         if isinstance(drafter, ModelDrafter):
             draft_mode = resolve_step_mode(config.cuda_graphs, drafter.model, "draft model")
             drafter.use_static_steps(draft_mode, strict=config.cuda_graphs is True)
+
+    def _direct_decoder(self, int8: bool) -> DirectDecoder | None:
+        """Level 1's :class:`~hf_triforce.hf.direct_forward.DirectDecoder` (on the dynamic-shape path only), or ``None``
+        for the model's own forward."""
+        choice = self.config.level1_forward
+        if self.step_mode != "dynamic" and choice == "direct":
+            raise UnsupportedDeviceError(
+                f"TriForceConfig(level1_forward='direct') runs level 1 on the dynamic-shape path, but cuda_graphs="
+                f"{self.config.cuda_graphs!r} resolved to {self.step_mode!r} steps here: pass cuda_graphs=False, or "
+                "level1_forward='auto'."
+            )
+        if self.step_mode != "dynamic" or resolve_level1_forward(choice, self.model) != "direct":
+            return None
+        return direct_decoder(self.model, int8)
 
     def draft(self, input_ids: torch.LongTensor) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
         """Candidates ``[1, cur + g]`` for the full cache and the scores ``[1, g, V]`` they were drafted from.
@@ -238,6 +257,8 @@ class Level1Drafter:
         if self.runner is not None:
             with int8_linears(self.int8):
                 return self.runner.step(inputs, position)
+        if self.direct is not None:
+            return self.direct.logits(inputs, position, self.view)
         q = inputs.shape[0]
         positions = torch.arange(position, position + q, device=inputs.device)[None]
         with view_attention(self.model), int8_linears(self.int8):

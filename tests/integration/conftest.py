@@ -19,6 +19,8 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -38,6 +40,8 @@ _CLASSES = {
     "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": None}),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, {"use_sliding_window": False}),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM, {"use_sliding_window": False}),
+    # Not in FAMILIES (the suites' matrix): fused qkv_proj / gate_up_proj and partial RoPE, for layout tests.
+    "phi3": (Phi3Config, Phi3ForCausalLM, {"sliding_window": None, "partial_rotary_factor": 0.5}),
 }
 
 

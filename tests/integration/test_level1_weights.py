@@ -38,7 +38,8 @@ def test_greedy_equals_plain_generate(zoo, make_prompt, assert_greedy_equal, fam
 
 def test_level1_forwards_run_the_copy_and_level2_does_not(llama, make_prompt, monkeypatch):
     """The copy serves level 1's forwards only: with 'full' it is never called, with 'int8' it is, and then only
-    for level 1's few rows (never the full-cache verification or the prefill); the text is the same."""
+    for level 1's few rows (never the full-cache verification or the prefill); the text is the same. (The model's
+    own forward with its layers patched; the direct forward's fused copy: tests/integration/test_direct_forward.py.)"""
     import hf_triforce.hf.linears as linears
 
     calls: list[int] = []
@@ -52,7 +53,9 @@ def test_level1_forwards_run_the_copy_and_level2_does_not(llama, make_prompt, mo
     prompt, outputs = make_prompt(120, seed=5), {}
     for weights in ("full", "int8"):
         calls.clear()
-        cfg = TriForceConfig(drafter="ngram", level1_weights=weights, adaptive=False, **SMALL)
+        cfg = TriForceConfig(
+            drafter="ngram", level1_weights=weights, level1_forward="transformers", adaptive=False, **SMALL
+        )
         outputs[weights] = llama.generate(prompt, max_new_tokens=40, do_sample=False, triforce_config=cfg)
         level1 = hf_triforce.last_stats(llama).phases.calls.get("level1", 0)
         assert (len(calls) > 0) == (weights == "int8")
@@ -87,7 +90,8 @@ def test_disable_frees_the_copy(model_factory, make_prompt):
     from hf_triforce.hf.linears import _INT8_COPIES
 
     model = model_factory("llama_gqa")
-    model.generate(make_prompt(60), max_new_tokens=8, do_sample=False, triforce_config=TriForceConfig(**SMALL))
+    cfg = TriForceConfig(level1_forward="transformers", **SMALL)  # the direct forward keeps its own copy
+    model.generate(make_prompt(60), max_new_tokens=8, do_sample=False, triforce_config=cfg)
     assert model in _INT8_COPIES
     hf_triforce.disable(model)
     assert model not in _INT8_COPIES

@@ -1,0 +1,203 @@
+"""Level 1's direct forward (``hf_triforce.hf.direct_forward``) against the model's own forward, and its wiring.
+
+The decoder must compute what the model's forward computes over the same cache (float32 tolerance with the
+model's weights, bfloat16 tolerance with the int8 copy, checked against the model's forward with its layers
+patched to the per-layer int8 copy), for every layout it serves: separate and fused projections, biases, per-head
+norms, partial RoPE. The greedy and sampling suites run it too (``level1_forward="auto"`` is ``"direct"`` on these
+CPU models); the tests here name the choice, check that it is the one run, and that it is refused where it cannot.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+import hf_triforce
+from hf_triforce import TriForceConfig
+from hf_triforce.config import TriForceConfigError
+from hf_triforce.errors import UnsupportedModelError
+from hf_triforce.hf.direct_forward import (
+    _DECODERS,
+    DirectDecoder,
+    direct_decoder,
+    direct_forward_problem,
+    resolve_level1_forward,
+)
+from hf_triforce.hf.linears import int8_linears, int8_weight_copy
+from hf_triforce.hf.versions import cache_kwargs
+from hf_triforce.kernels.int8_linear import int8_kernel_available
+
+pytestmark = pytest.mark.integration
+
+SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamma2=5)
+needs_int8 = pytest.mark.skipif(not int8_kernel_available(), reason="torch has no _weight_int8pack_mm")
+
+
+LAYOUTS = ("llama_gqa", "llama_mha", "mistral", "qwen2", "qwen3", "phi3")
+
+
+def random_prompt(length: int, seed: int) -> torch.LongTensor:
+    return torch.randint(0, 256, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+def prefilled_pair(model, length: int) -> tuple[DynamicCache, DynamicCache]:
+    """Two caches holding the same ``length``-token random prompt."""
+    caches = []
+    for _ in range(2):
+        cache = DynamicCache(config=model.config)
+        with torch.no_grad():
+            model(input_ids=random_prompt(length, seed=4), **cache_kwargs(cache), use_cache=True)
+        caches.append(cache)
+    return caches[0], caches[1]
+
+
+def model_logits(model, tokens: torch.Tensor, position: int, cache) -> torch.Tensor:
+    positions = torch.arange(position, position + tokens.shape[0])[None]
+    with torch.no_grad():
+        out = model(input_ids=tokens[None], position_ids=positions, **cache_kwargs(cache), use_cache=True)
+    return out.logits[0].float()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("width", [1, 3])
+def test_equals_the_models_forward_over_the_same_cache(model_factory, layout, width):
+    model = model_factory(layout)
+    ours, theirs = prefilled_pair(model, 40)
+    tokens = random_prompt(width, seed=9)[0]
+    with torch.no_grad():
+        got = DirectDecoder(model, int8=False).logits(tokens, 40, ours)
+    expected = model_logits(model, tokens, 40, theirs)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    for a, b in zip(ours.layers, theirs.layers, strict=True):  # the same keys/values were appended
+        torch.testing.assert_close(a.keys, b.keys, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.values, b.values, rtol=1e-5, atol=1e-5)
+
+
+@needs_int8
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("width", [1, 3])
+def test_int8_equals_the_models_forward_with_the_int8_copy(model_factory, layout, width):
+    """Stacking q|k|v and gate|up before quantizing per output row gives each layer's own int8 copy: the fused
+    products equal the model's forward with every linear patched to its int8 copy (bfloat16 rounding apart)."""
+    model = model_factory(layout)
+    ours, theirs = prefilled_pair(model, 40)
+    tokens = random_prompt(width, seed=9)[0]
+    with torch.no_grad():
+        got = DirectDecoder(model, int8=True).logits(tokens, 40, ours)
+        with int8_linears(int8_weight_copy(model)):
+            expected = model_logits(model, tokens, 40, theirs)
+    scale = expected.abs().max()
+    torch.testing.assert_close(got, expected, rtol=0, atol=float(2e-2 * scale))  # bfloat16: 8 bits of mantissa
+
+
+def test_over_a_retrieval_view_equals_the_models_forward_over_it(llama):
+    """The real use: one level-1 step over a sparse view of the full cache, both ways, from the same selection."""
+    from hf_triforce.caches.retrieval import RetrievalCache
+    from hf_triforce.hf.attention import QueryCapture, capturing_queries
+
+    cache, capture = RetrievalCache(num_layers=2, chunk_size=8), QueryCapture()
+    prompt = random_prompt(96, seed=2)
+    with torch.no_grad(), capturing_queries(llama, capture, keep=1) as kwargs:
+        llama(input_ids=prompt, **cache_kwargs(cache), use_cache=True, **kwargs)
+    indices = cache.select(capture.at(-1), 48, 16)
+    tokens = random_prompt(3, seed=5)[0]
+    views = [cache.sparse_view(indices, 16) for _ in range(2)]
+    with torch.no_grad():
+        got = DirectDecoder(llama).logits(tokens, 96, views[0])
+    expected = model_logits(llama, tokens, 96, views[1])
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["llama_gqa", "qwen2", "phi3"])
+@pytest.mark.parametrize("forward", ["direct", "transformers"])
+def test_greedy_equals_plain_generate(model_factory, layout, forward, make_prompt, assert_greedy_equal):
+    model = model_factory(layout)
+    cfg = TriForceConfig(drafter="ngram", level1_forward=forward, **SMALL)
+    assert_greedy_equal(model, make_prompt(120, seed=3, repetitive=True), cfg, 40)
+    stats = hf_triforce.last_stats(model)
+    assert stats.level1_forward == forward and stats.level1.drafted > 0
+
+
+def test_auto_is_direct_on_the_cpu(llama, make_prompt):
+    llama.generate(make_prompt(60), max_new_tokens=8, do_sample=False, triforce_config=TriForceConfig(**SMALL))
+    assert hf_triforce.last_stats(llama).level1_forward == "direct"
+
+
+@pytest.mark.parametrize("forward", ["direct", "transformers"])
+def test_only_the_chosen_forward_runs_level1(llama, make_prompt, monkeypatch, forward):
+    """With 'direct', the model's forward never runs over a retrieval view (level 1's steps); with 'transformers',
+    it does, and the direct decoder never runs."""
+    from hf_triforce.caches.view import RetrievalView
+    from hf_triforce.hf import direct_forward
+
+    over_view, direct_calls = [], []
+    real_forward, real_logits = type(llama).forward, direct_forward.DirectDecoder.logits
+
+    def counting_forward(self, *args, **kwargs):
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        over_view.append(isinstance(cache, RetrievalView))
+        return real_forward(self, *args, **kwargs)
+
+    def counting_logits(self, *args, **kwargs):
+        direct_calls.append(1)
+        return real_logits(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(llama), "forward", counting_forward)
+    monkeypatch.setattr(direct_forward.DirectDecoder, "logits", counting_logits)
+    cfg = TriForceConfig(drafter="none", level1_forward=forward, adaptive=False, **SMALL)
+    llama.generate(make_prompt(80), max_new_tokens=20, do_sample=False, triforce_config=cfg)
+    level1_steps = hf_triforce.last_stats(llama).phases.calls["level1"]
+    assert level1_steps > 0
+    assert sum(over_view) == (level1_steps if forward == "transformers" else 0)
+    assert len(direct_calls) == (level1_steps if forward == "direct" else 0)
+
+
+def test_decoder_is_kept_and_remade_after_a_weight_update(model_factory):
+    model = model_factory("llama_gqa")
+    decoder = direct_decoder(model, int8=False)
+    assert direct_decoder(model, int8=False) is decoder
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight.mul_(1.5)
+    assert direct_decoder(model, int8=False) is not decoder
+
+
+def test_disable_frees_the_decoder(model_factory, make_prompt):
+    model = model_factory("llama_gqa")
+    model.generate(make_prompt(60), max_new_tokens=8, do_sample=False, triforce_config=TriForceConfig(**SMALL))
+    assert model in _DECODERS
+    hf_triforce.disable(model)
+    assert model not in _DECODERS
+
+
+class _QuantizedLinear(torch.nn.Linear):
+    """Stands for an integration's own linear class (bitsandbytes, quanto...): a subclass of nn.Linear."""
+
+
+def test_a_model_with_subclassed_linears_is_refused_by_direct_and_auto_runs_transformers(
+    model_factory, make_prompt, monkeypatch
+):
+    model = model_factory("llama_gqa")
+    old = model.model.layers[0].self_attn.q_proj
+    new = _QuantizedLinear(old.in_features, old.out_features, bias=False)
+    new.load_state_dict(old.state_dict())
+    model.model.layers[0].self_attn.q_proj = new
+    assert "not plain nn.Linear" in direct_forward_problem(model)
+    assert resolve_level1_forward("auto", model) == "transformers"
+    forwards = []
+    monkeypatch.setattr(model, "forward", lambda *a, **k: forwards.append(1))
+    with pytest.raises(UnsupportedModelError, match="level1_forward='direct'"):
+        model.generate(make_prompt(40), max_new_tokens=4, triforce_config=TriForceConfig(level1_forward="direct"))
+    assert not forwards  # refused before any work
+    monkeypatch.undo()
+    model.generate(make_prompt(60), max_new_tokens=8, do_sample=False, triforce_config=TriForceConfig(**SMALL))
+    assert hf_triforce.last_stats(model).level1_forward == "transformers"
+
+
+def test_config_refuses_bad_values():
+    with pytest.raises(TriForceConfigError, match="level1_forward"):
+        TriForceConfig(level1_forward="fast")
+    with pytest.raises(TriForceConfigError, match="cuda_graphs=False"):
+        TriForceConfig(level1_forward="direct", cuda_graphs="eager")
+    config = TriForceConfig(level1_forward="transformers")
+    assert TriForceConfig.from_dict(config.to_dict()) == config
