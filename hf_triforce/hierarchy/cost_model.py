@@ -5,7 +5,12 @@ its acceptance probability, a forward costs what forwards of its width have cost
 
 * :class:`Acceptance`: the probability that a level accepts one more drafted token (the per-token acceptance of
   the TriForce paper), from each verdict "``accepted`` leading tokens of ``drafted``": every accepted token is
-  a success, a rejection one failure (tokens after it were never judged). Old verdicts fade geometrically.
+  a success, a rejection one failure (tokens after it were never judged). Old verdicts fade geometrically with
+  the tokens judged since (by verdicts, a failure would fade as slowly after ten one-token rounds as after ten
+  six-token rounds, and a long run of full acceptances would take many rounds to lift the estimate).
+* :class:`StreakAcceptance`: the same, kept apart after a round whose drafts were all accepted and after one with a
+  rejection (acceptance comes in runs: a copied passage or a loop is accepted throughout, a passage the draft does
+  not know is rejected round after round; one running average lags behind both).
 * :class:`StepCost`: seconds of one forward of ``w`` query tokens; measured widths by the fastest of their last
   :data:`WINDOW` forwards, others by an affine fit ``a + b (w - 1)`` through the measured ones (or the nearest
   one with a prior slope). The minimum, not a mean: the first forwards of a call pay one-time costs (buffers
@@ -15,7 +20,7 @@ its acceptance probability, a forward costs what forwards of its width have cost
 
 from __future__ import annotations
 
-FORGET = 0.9  # weight of the past at each new verdict (about the last ten count)
+FORGET = 0.9  # weight of the past at each newly judged token (about the last ten tokens count)
 WINDOW = 4
 """How many of a width's latest forwards :class:`StepCost` keeps (it estimates with their minimum)."""
 MIN_SECONDS = 1e-7
@@ -39,14 +44,14 @@ class Acceptance:
 
     Args:
         prior: the rate before any verdict.
-        weight: how many verdicts the prior counts for.
+        weight: how many judged tokens the prior counts for.
 
     Example:
         >>> a = Acceptance(prior=0.5, weight=1.0)
-        >>> a.observe(drafted=4, accepted=4); round(a.rate, 3)
-        0.908
-        >>> a.observe(drafted=4, accepted=0); round(a.rate, 3)
-        0.74
+        >>> a.observe(drafted=4, accepted=4); round(a.rate, 3)  # four judged tokens: the prior fades by 0.9 ** 4
+        0.93
+        >>> a.observe(drafted=4, accepted=0); round(a.rate, 3)  # one judged token (the rejected one)
+        0.75
     """
 
     def __init__(self, prior: float = 0.8, weight: float = 2.0) -> None:
@@ -57,14 +62,54 @@ class Acceptance:
         """Fold in one verdict: ``accepted`` leading tokens of ``drafted`` (nothing when nothing was drafted)."""
         if drafted <= 0:
             return
-        self.successes = FORGET * self.successes + accepted
-        self.failures = FORGET * self.failures + (1.0 if accepted < drafted else 0.0)
+        rejected = 1.0 if accepted < drafted else 0.0
+        fade = FORGET ** (accepted + rejected)  # the past fades by the tokens judged since
+        self.successes = fade * self.successes + accepted
+        self.failures = fade * self.failures + rejected
         self.verdicts += 1
 
     @property
     def rate(self) -> float:
         """The estimated probability of accepting one more drafted token."""
         return self.successes / (self.successes + self.failures)
+
+
+class StreakAcceptance:
+    """Per-token acceptance conditioned on the previous verdict: all drafts accepted, or a rejection (a two-state
+    Markov estimate, one :class:`Acceptance` per state); :attr:`rate` is the estimate for the current state.
+
+    With one running average a run of full acceptances after a hard passage raises the estimate by about one
+    verdict's worth per round, so the planner keeps short rounds (each of which can add little) for many rounds;
+    conditioned on the previous verdict, the estimate after a full acceptance learns how often full acceptances
+    are followed by more of them.
+
+    Example:
+        >>> a = StreakAcceptance(prior=0.8, weight=1.0)
+        >>> for _ in range(3): a.observe(drafted=2, accepted=0)
+        >>> a.observe(drafted=1, accepted=1); a.observe(drafted=4, accepted=4)
+        >>> round(a.rate, 3), round(a.after[False].rate, 3)  # after a full acceptance, after a rejection
+        (0.852, 0.46)
+    """
+
+    def __init__(self, prior: float = 0.8, weight: float = 2.0) -> None:
+        self.after = {True: Acceptance(prior, weight), False: Acceptance(prior, weight)}
+        self.last_full = True
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """Fold ``accepted`` of ``drafted`` into the estimate of the state the verdict followed."""
+        if drafted <= 0:
+            return
+        self.after[self.last_full].observe(drafted, accepted)
+        self.last_full = accepted >= drafted
+
+    @property
+    def verdicts(self) -> int:
+        return sum(a.verdicts for a in self.after.values())
+
+    @property
+    def rate(self) -> float:
+        """The estimated probability of accepting one more drafted token, given the previous verdict."""
+        return self.after[self.last_full].rate
 
 
 class StepCost:

@@ -30,7 +30,7 @@ from typing import Literal
 
 from ..config import TriForceConfig
 from ..hf.distributed import RankConsensus
-from .cost_model import Acceptance, StepCost, expected_tokens
+from .cost_model import StepCost, StreakAcceptance, expected_tokens
 from .schedule import Level0Gate
 
 PROBE_EVERY = 16  # rounds between re-tries of a schedule that is not chosen
@@ -68,7 +68,7 @@ class Planner:
         self.consensus = consensus if consensus is not None else RankConsensus(None)
         self.level2, self.level1, self.level0 = StepCost(), StepCost(), StepCost()
         self.refresh = StepCost()  # one re-selection, as a width-1 "forward"
-        self.a1, self.a0, self.a02 = Acceptance(0.8), Acceptance(0.6), Acceptance(0.5)
+        self.a1, self.a0, self.a02 = StreakAcceptance(0.8), StreakAcceptance(0.6), StreakAcceptance(0.5)
         self.rounds = 0
         self.last_tried: dict[Kind, int] = {}
         self.gate = Level0Gate(config.draft_acceptance_floor)

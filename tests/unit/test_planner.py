@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hf_triforce import TriForceConfig
-from hf_triforce.hierarchy.cost_model import Acceptance, StepCost, expected_tokens
+from hf_triforce.hierarchy.cost_model import Acceptance, StepCost, StreakAcceptance, expected_tokens
 from hf_triforce.hierarchy.planner import PROBE_EVERY, Plan, Planner
 
 pytestmark = pytest.mark.unit
@@ -137,3 +137,53 @@ def test_a_one_time_slow_forward_does_not_stick():
     for _ in range(8):
         cost.observe(7, 0.060)  # the machine got slower: the estimate follows within a few forwards
     assert cost(7) == pytest.approx(0.060)
+
+
+def test_acceptance_fades_by_tokens_judged_not_by_rounds():
+    """A rejection weighs as much after ten one-token rounds as after ten judged tokens of longer rounds."""
+    short, long = Acceptance(0.8), Acceptance(0.8)
+    for a in (short, long):
+        a.observe(6, 0)
+    for _ in range(12):
+        short.observe(1, 1)
+    for _ in range(2):
+        long.observe(6, 6)
+    assert short.rate == pytest.approx(long.rate, abs=0.02)
+    assert long.rate > 0.9  # twelve accepted tokens after one rejection
+
+
+def test_streak_acceptance_keeps_runs_apart():
+    """Rejections, then a run of full acceptances: each state learns its own rate, the estimate follows the last
+    verdict."""
+    a = StreakAcceptance(0.8)
+    for _ in range(10):
+        a.observe(4, 0)
+    for _ in range(10):
+        a.observe(4, 4)
+    assert a.after[True].rate > 0.95 and a.after[False].rate < 0.6
+    assert a.rate == a.after[True].rate
+    a.observe(4, 1)
+    assert a.rate == a.after[False].rate and not a.last_full
+
+
+def _best_levels_gamma(p: Planner) -> int:
+    return max(range(1, 7), key=lambda g: p.rate(Plan("levels", g)))
+
+
+@pytest.mark.parametrize("estimator", ["streak", "one average"])
+def test_a_run_of_full_acceptances_after_a_hard_passage_lengthens_the_rounds(estimator):
+    """Level 1 rejected at once for a while (a passage the view does not know), then accepted in full round after
+    round: conditioned on the previous verdict, the planner is back to the longest rounds within five rounds (1, 1, 2,
+    4, 6 drafts); one running average is not (1, 1, 1, 1, 1: each one-token round lifts it by little)."""
+    p = planner()
+    feed(p, rounds=0)
+    if estimator == "one average":
+        p.a1 = Acceptance(0.8)
+    for _ in range(8):
+        p.a1.observe(2, 0)
+    gammas = []
+    for _ in range(5):
+        gammas.append(_best_levels_gamma(p))
+        p.a1.observe(gammas[-1], gammas[-1])
+    assert gammas[0] < 6
+    assert (gammas[-1] == 6) == (estimator == "streak"), gammas
