@@ -7,7 +7,10 @@ and not recorded. Modes: ``plain``, or ``WEIGHTS[:key=value;...]`` (``TriForceCo
 level1_weights=WEIGHTS, key=value ...)``), optionally suffixed ``fresh`` (no prefilled cache: the call prefills).
 
 Run: ``.venv/bin/python benchmarks/level1_weights_ab.py --temperatures 0,0.6 --rounds 3
---output benchmarks/results/level1-weights-ab-7k.json`` (about 10 minutes on 2 CPU threads).
+--output benchmarks/results/level1-weights-ab-7k.json`` (about 10 minutes on 2 CPU threads). Level 1's forward,
+``int8:level1_forward=transformers`` against ``int8:level1_forward=direct``: ``--modes
+plain,int8:level1_forward=transformers,int8:level1_forward=direct --output
+benchmarks/results/level1-forward-ab-7k.json``.
 """
 
 from __future__ import annotations
