@@ -82,8 +82,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Llama's RMSNorm of ``x`` ``[..., H]``: computed in float32, cast back, times ``weight`` ``[H]``.
 
     Example:
-        >>> rms_norm(torch.tensor([[3.0, 4.0]]), torch.ones(2), 0.0).tolist()
-        [[0.8485281467437744, 1.1313708305358887]]
+        >>> rms_norm(torch.tensor([[2.0, -2.0]]), torch.tensor([1.0, 0.5]), 0.0).tolist()
+        [[1.0, -0.5]]
     """
     variance = x.float().pow(2).mean(-1, keepdim=True)
     return weight * (x.float() * torch.rsqrt(variance + eps)).to(x.dtype)

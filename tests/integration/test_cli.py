@@ -323,7 +323,9 @@ def test_bench_tp_reports_every_rank(capsys, tmp_path, model_dir, document):
     assert row["same_text_on_all_ranks"] is True and row["identical_output"] is True
     for rank in row["ranks"]:
         assert rank["full_cache_bytes"] * 2 == single["full_cache_bytes"]
-        assert rank["view_bytes"] * 2 == single["view_bytes"]
+        # A view holds what its selection chose plus the tokens since: its size depends on where the selections
+        # fell, i.e. on the schedule, which the adaptive planner takes from each process's own timings.
+        assert rank["view_bytes"] * 2 == pytest.approx(single["view_bytes"], rel=0.1)
         assert rank["plain_ms_per_token"] > 0 and rank["triforce_ms_per_token"] > 0 and rank["verification_ms"] > 0
     page = (tmp_path / "tp.md").read_text()
     assert "## Tensor parallelism: 2 ranks (gloo)" in page

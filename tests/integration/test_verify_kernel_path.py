@@ -37,7 +37,9 @@ def test_verification_and_view_masks_are_bottom_right_causal(zoo, make_prompt, m
     monkeypatch.setattr(integration, "_use_split_kv", spy)
     monkeypatch.setattr(integration, "triton_enabled", lambda *tensors: True)  # level-1 steps wrapped, as on CUDA
     prompt = make_prompt(260, seed=3, repetitive=drafter == "ngram")
-    assert_greedy_equal(zoo.target(family), prompt, TriForceConfig(drafter=drafter, **CFG), 30)
+    # level1_forward="transformers": the level-1 steps a CUDA model runs (the direct forward is "auto" on the CPU only)
+    cfg = TriForceConfig(drafter=drafter, level1_forward="transformers", **CFG)
+    assert_greedy_equal(zoo.target(family), prompt, cfg, 30)
     masked = [(q, k, m) for q, k, m in seen if q > 1 and m is not None]
     assert any(k >= 260 for _, k, _ in masked), "no masked multi-token verification forward was seen"
     if drafter == "ngram":  # level-1 steps verifying level-0 drafts over the (shorter) retrieval view
@@ -66,7 +68,7 @@ def test_triforce_through_the_split_kv_kernel(model_factory, make_prompt, monkey
 
     monkeypatch.setattr(kv, "verify_attention_triton", counted)
     model = model_factory(family, seed=11)
-    cfg = TriForceConfig(drafter="ngram", prefill_chunk_size=chunk, **CFG)
+    cfg = TriForceConfig(drafter="ngram", prefill_chunk_size=chunk, level1_forward="transformers", **CFG)
     assert_greedy_equal(model, make_prompt(100, seed=8, repetitive=True), cfg, 10)
     group = model.config.num_attention_heads // model.config.num_key_value_heads
     launches = [q for q, _ in calls]
