@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..hf.model import apply_rope
 from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
 
@@ -27,14 +28,10 @@ def rotate_keys(keys: torch.Tensor, inv_freq: torch.Tensor, shift: int) -> torch
         >>> torch.allclose(rotate_keys(rotate_keys(k, f, 5), f, -5), k, atol=1e-5)
         True
     """
-    rot = 2 * inv_freq.shape[0]
     angles = (shift * inv_freq.double()).to(torch.float32)
     cos = torch.cat([angles.cos(), angles.cos()]).to(keys.dtype)
     sin = torch.cat([angles.sin(), angles.sin()]).to(keys.dtype)
-    head, rest = keys[..., :rot], keys[..., rot:]
-    half = rot // 2
-    rotated_half = torch.cat([-head[..., half:], head[..., :half]], dim=-1)
-    return torch.cat([head * cos + rotated_half * sin, rest], dim=-1)
+    return apply_rope(keys, cos, sin)
 
 
 class StreamingLayer(BufferedLayer):

@@ -33,8 +33,8 @@ from ..kernels.attention import gqa_sdpa_attention
 from ..kernels.int8_linear import Int8Weight, int8_kernel_supports, int8_linear, quantize_int8, use_int8_linear
 from ..kernels.linear import linear_forward
 from .distributed import tensor_parallel_size
-from .linears import weight_fingerprint
-from .model import decoder_layers, is_dispatched
+from .linears import kept_beside, weight_fingerprint
+from .model import apply_rope, decoder_layers, is_dispatched
 
 DIRECT_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 """``config.model_type`` values whose decoder layers :class:`DirectDecoder` runs."""
@@ -87,21 +87,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """
     variance = x.float().pow(2).mean(-1, keepdim=True)
     return weight * (x.float() * torch.rsqrt(variance + eps)).to(x.dtype)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` ``[B, H, q, D]`` by ``cos``/``sin`` ``[B, 1, q, R]`` (``R <= D``: the rest passes unrotated).
-
-    Example:
-        >>> x = torch.tensor([[[[1.0, 0.0]]]])
-        >>> apply_rope(x, torch.zeros(1, 1, 1, 2), torch.ones(1, 1, 1, 2)).tolist()
-        [[[[0.0, 1.0]]]]
-    """
-    rotary = cos.shape[-1]
-    part = x[..., :rotary]
-    half = rotary // 2
-    rotated = part * cos + torch.cat((-part[..., half:], part[..., :half]), dim=-1) * sin
-    return rotated if rotary == x.shape[-1] else torch.cat((rotated, x[..., rotary:]), dim=-1)
 
 
 def _norm(module: torch.nn.Module | None) -> tuple[torch.Tensor, float] | None:
@@ -258,12 +243,7 @@ def direct_decoder(model: torch.nn.Module, int8: bool) -> DirectDecoder:
         True
     """
     key = (int8, *(weight_fingerprint(p) for p in model.parameters()))
-    kept = _DECODERS.get(model)
-    if kept is not None and kept[0] == key:
-        return kept[1]
-    decoder = DirectDecoder(model, int8)
-    _DECODERS[model] = (key, decoder)
-    return decoder
+    return kept_beside(_DECODERS, model, key, lambda: DirectDecoder(model, int8))
 
 
 def resolve_level1_forward(choice: str, model: torch.nn.Module) -> str:

@@ -13,7 +13,8 @@ import functools
 import logging
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import torch
 
@@ -33,6 +34,7 @@ from .model import is_dispatched
 logger = logging.getLogger(__name__)
 
 Int8Copy = dict[torch.nn.Linear, Int8Weight]
+T = TypeVar("T")
 _INT8_COPIES: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple, Int8Copy]] = weakref.WeakKeyDictionary()
 
 
@@ -135,15 +137,36 @@ def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
     """
     layers = [m for m in _plain_layers(model) if int8_kernel_supports(m.weight)]
     key = tuple(weight_fingerprint(m.weight) for m in layers)
-    kept = _INT8_COPIES.get(model)
-    if kept is not None and kept[0] == key:
-        return kept[1]
+    return kept_beside(_INT8_COPIES, model, key, lambda: _quantized(layers))
+
+
+def _quantized(layers: list[torch.nn.Linear]) -> Int8Copy:
     start = time.perf_counter()
     copy = {m: quantize_int8(m.weight) for m in layers}
-    _INT8_COPIES[model] = (key, copy)
     mib = sum(w.nbytes() for w in copy.values()) / 2**20
     logger.info("made level 1's int8 weight copy (%.0f MiB) in %.2fs", mib, time.perf_counter() - start)
     return copy
+
+
+def kept_beside(store: weakref.WeakKeyDictionary, model: torch.nn.Module, key: tuple, make: Callable[[], T]) -> T:
+    """What ``store`` keeps for ``model`` under ``key``, else ``make()``'s result, kept under ``key`` from now on.
+
+    ``key`` says what the kept value was made from (the fingerprints of the weights, :func:`weight_fingerprint`):
+    another key replaces the kept value. ``store`` holds the model weakly, so the value goes with the model.
+
+    Example:
+        >>> store, model = weakref.WeakKeyDictionary(), torch.nn.Linear(2, 2)
+        >>> kept_beside(store, model, (1,), lambda: "a"), kept_beside(store, model, (1,), lambda: "b")
+        ('a', 'a')
+        >>> kept_beside(store, model, (2,), lambda: "b")
+        'b'
+    """
+    kept = store.get(model)
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    value = make()
+    store[model] = (key, value)
+    return value
 
 
 def drop_int8_copy(model: torch.nn.Module) -> None:

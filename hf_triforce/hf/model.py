@@ -43,6 +43,22 @@ def rotary_inv_freq(model: torch.nn.Module) -> torch.Tensor:
     return inv_freq.detach().float()
 
 
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` ``[..., D]`` by ``cos``/``sin`` ``[..., R]`` (broadcast; ``R <= D``: the rest passes unrotated), in
+    the ``rotate_half`` layout of Llama-style models (the first ``R`` channels, their halves paired).
+
+    Example:
+        >>> x = torch.tensor([[[[1.0, 0.0]]]])
+        >>> apply_rope(x, torch.zeros(1, 1, 1, 2), torch.ones(1, 1, 1, 2)).tolist()
+        [[[[0.0, 1.0]]]]
+    """
+    rotary = cos.shape[-1]
+    part = x[..., :rotary]
+    half = rotary // 2
+    rotated = part * cos + torch.cat((-part[..., half:], part[..., :half]), dim=-1) * sin
+    return rotated if rotary == x.shape[-1] else torch.cat((rotated, x[..., rotary:]), dim=-1)
+
+
 def vocab_size(model: torch.nn.Module) -> int:
     """Rows of the model's output embedding (the length of its logits)."""
     return model.get_output_embeddings().weight.shape[0]

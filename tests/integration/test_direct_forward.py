@@ -37,17 +37,13 @@ needs_int8 = pytest.mark.skipif(not int8_kernel_available(), reason="torch has n
 LAYOUTS = ("llama_gqa", "llama_mha", "mistral", "qwen2", "qwen3", "phi3")
 
 
-def random_prompt(length: int, seed: int) -> torch.LongTensor:
-    return torch.randint(0, 256, (1, length), generator=torch.Generator().manual_seed(seed))
-
-
-def prefilled_pair(model, length: int) -> tuple[DynamicCache, DynamicCache]:
-    """Two caches holding the same ``length``-token random prompt."""
+def prefilled_pair(model, prompt: torch.LongTensor) -> tuple[DynamicCache, DynamicCache]:
+    """Two caches holding the same ``[1, L]`` prompt."""
     caches = []
     for _ in range(2):
         cache = DynamicCache(config=model.config)
         with torch.no_grad():
-            model(input_ids=random_prompt(length, seed=4), **cache_kwargs(cache), use_cache=True)
+            model(input_ids=prompt, **cache_kwargs(cache), use_cache=True)
         caches.append(cache)
     return caches[0], caches[1]
 
@@ -61,10 +57,10 @@ def model_logits(model, tokens: torch.Tensor, position: int, cache) -> torch.Ten
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("width", [1, 3])
-def test_equals_the_models_forward_over_the_same_cache(model_factory, layout, width):
+def test_equals_the_models_forward_over_the_same_cache(model_factory, make_prompt, layout, width):
     model = model_factory(layout)
-    ours, theirs = prefilled_pair(model, 40)
-    tokens = random_prompt(width, seed=9)[0]
+    ours, theirs = prefilled_pair(model, make_prompt(40, seed=4))
+    tokens = make_prompt(width, seed=9)[0]
     with torch.no_grad():
         got = DirectDecoder(model, int8=False).logits(tokens, 40, ours)
     expected = model_logits(model, tokens, 40, theirs)
@@ -77,12 +73,12 @@ def test_equals_the_models_forward_over_the_same_cache(model_factory, layout, wi
 @needs_int8
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("width", [1, 3])
-def test_int8_equals_the_models_forward_with_the_int8_copy(model_factory, layout, width):
+def test_int8_equals_the_models_forward_with_the_int8_copy(model_factory, make_prompt, layout, width):
     """Stacking q|k|v and gate|up before quantizing per output row gives each layer's own int8 copy: the fused
     products equal the model's forward with every linear patched to its int8 copy (bfloat16 rounding apart)."""
     model = model_factory(layout)
-    ours, theirs = prefilled_pair(model, 40)
-    tokens = random_prompt(width, seed=9)[0]
+    ours, theirs = prefilled_pair(model, make_prompt(40, seed=4))
+    tokens = make_prompt(width, seed=9)[0]
     with torch.no_grad():
         got = DirectDecoder(model, int8=True).logits(tokens, 40, ours)
         with int8_linears(int8_weight_copy(model)):
@@ -91,17 +87,17 @@ def test_int8_equals_the_models_forward_with_the_int8_copy(model_factory, layout
     torch.testing.assert_close(got, expected, rtol=0, atol=float(2e-2 * scale))  # bfloat16: 8 bits of mantissa
 
 
-def test_over_a_retrieval_view_equals_the_models_forward_over_it(llama):
+def test_over_a_retrieval_view_equals_the_models_forward_over_it(llama, make_prompt):
     """The real use: one level-1 step over a sparse view of the full cache, both ways, from the same selection."""
     from hf_triforce.caches.retrieval import RetrievalCache
     from hf_triforce.hf.attention import QueryCapture, capturing_queries
 
     cache, capture = RetrievalCache(num_layers=2, chunk_size=8), QueryCapture()
-    prompt = random_prompt(96, seed=2)
+    prompt = make_prompt(96, seed=2)
     with torch.no_grad(), capturing_queries(llama, capture, keep=1) as kwargs:
         llama(input_ids=prompt, **cache_kwargs(cache), use_cache=True, **kwargs)
     indices = cache.select(capture.at(-1), 48, 16)
-    tokens = random_prompt(3, seed=5)[0]
+    tokens = make_prompt(3, seed=5)[0]
     views = [cache.sparse_view(indices, 16) for _ in range(2)]
     with torch.no_grad():
         got = DirectDecoder(llama).logits(tokens, 96, views[0])
