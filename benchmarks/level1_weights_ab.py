@@ -10,7 +10,12 @@ Run: ``.venv/bin/python benchmarks/level1_weights_ab.py --temperatures 0,0.6 --r
 --output benchmarks/results/level1-weights-ab-7k.json`` (about 10 minutes on 2 CPU threads). Level 1's forward,
 ``int8:level1_forward=transformers`` against ``int8:level1_forward=direct``: ``--modes
 plain,int8:level1_forward=transformers,int8:level1_forward=direct --output
-benchmarks/results/level1-forward-ab-7k.json``.
+benchmarks/results/level1-forward-ab-7k.json``. Rounds that stop by confidence against planned lengths:
+``--temperatures 0.6 --rounds 12 --modes plain,int8:confidence_stops=False,int8 --output
+benchmarks/results/confidence-stops-ab-7k.json``.
+
+Sampled rounds use seed ``round`` (each round its own text, the same for every mode of the round; a sampled
+text's speed depends on the text, so the means are over several); greedy rounds are the same text each time.
 """
 
 from __future__ import annotations
@@ -44,16 +49,16 @@ def mode_kwargs(mode: str) -> dict:
         return {}
     weights, _, rest = name.partition(":")
     pairs = (item.split("=") for item in rest.split(";") if item)
-    over = {k: int(v) if v.isdigit() else v for k, v in pairs}
+    over = {k: int(v) if v.isdigit() else {"True": True, "False": False}.get(v, v) for k, v in pairs}
     return {"triforce_config": TriForceConfig(**{"retrieval_budget": 512, "level1_weights": weights, **over})}
 
 
-def run_round(model, ids, cache, modes, kw) -> dict[str, dict]:
-    """Every mode once; ``{mode: {"tokens_per_second", "sequences", "stats"}}``."""
+def run_round(model, ids, cache, modes, kw, seed: int = 0) -> dict[str, dict]:
+    """Every mode once, each with ``seed``; ``{mode: {"tokens_per_second", "sequences", "stats"}}``."""
     out = {}
     for mode in modes:
         reuse = {} if "fresh" in mode else cache_kwargs(copy.deepcopy(cache))
-        r = measure(model, ids, seed=0, **reuse, **kw, **mode_kwargs(mode))
+        r = measure(model, ids, seed=seed, **reuse, **kw, **mode_kwargs(mode))
         out[mode] = {"tokens_per_second": r.tokens_per_second, "sequences": r.sequences, "stats": r.stats}
     return out
 
@@ -78,13 +83,14 @@ def main() -> None:
     for temperature in (float(t) for t in args.temperatures.split(",")):
         kw = generate_kwargs(128, temperature, 0.9, min_new_tokens=128)
         for index in range(args.rounds + 1):
-            runs = run_round(model, ids, cache, modes, kw)
+            seed = index if temperature > 0 else 0
+            runs = run_round(model, ids, cache, modes, kw, seed)
             if index == 0:
                 continue
             same = all(torch.equal(r["sequences"], runs[modes[0]]["sequences"]) for r in runs.values())
             for mode, r in runs.items():
                 stats = r["stats"] or {}
-                records.append({"temperature": temperature, "round": index, "mode": mode,
+                records.append({"temperature": temperature, "round": index, "seed": seed, "mode": mode,
                                 "tokens_per_second": r["tokens_per_second"], "rounds": stats.get("rounds"),
                                 "phases": stats.get("phases"), "levels": stats.get("levels"),
                                 "identical_to_first_mode": same if temperature == 0 else None})  # fmt: skip

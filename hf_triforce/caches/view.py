@@ -19,8 +19,8 @@ from .buffers import KVBuffer
 def gather_selection(buffer: KVBuffer, keys: torch.Tensor, values: torch.Tensor, indices: torch.Tensor) -> int:
     """Write the tokens at ``[B, H_kv, S]`` ``indices`` of ``[B, H_kv, L, D]`` keys/values into ``buffer[:S]``.
 
-    In place, straight into the buffer's storage (one Triton launch for keys and values on CUDA,
-    ``torch.gather`` otherwise; see :func:`hf_triforce.kernels.retrieval.gather_kv_into`); the buffer's
+    In place, straight into the buffer's storage (one Triton launch for keys and values on CUDA, row copies on
+    the CPU; see :func:`hf_triforce.kernels.retrieval.gather_kv_into`); the buffer's
     length becomes ``S``, which is returned (a view layer's ``static_length``).
     """
     selected = indices.shape[-1]

@@ -11,6 +11,11 @@ its acceptance probability, a forward costs what forwards of its width have cost
 * :class:`StreakAcceptance`: the same, kept apart after a round whose drafts were all accepted and after one with a
   rejection (acceptance comes in runs: a copied passage or a loop is accepted throughout, a passage the draft does
   not know is rejected round after round; one running average lags behind both).
+* :class:`ConfidenceAcceptance`: the same, kept per bucket of the drafter's confidence in each token (its probability
+  under the drafter's processed distribution): a token level 1 was sure of is accepted far more often than one it
+  drew from a spread distribution (SmolLM2 at 7K tokens, T=0.6: 0.99 above 0.99, 0.83-0.90 below 0.95), so the
+  chance that a round's drafts all survive is known token by token while the round is drafted.
+* :class:`RunningRate`: tokens per second of whole rounds, old rounds fading as acceptance verdicts do.
 * :class:`StepCost`: seconds of one forward of ``w`` query tokens; measured widths by the fastest of their last
   :data:`WINDOW` forwards, others by an affine fit ``a + b (w - 1)`` through the measured ones (or the nearest
   one with a prior slope). The minimum, not a mean: the first forwards of a call pay one-time costs (buffers
@@ -112,6 +117,66 @@ class StreakAcceptance:
         return self.after[self.last_full].rate
 
 
+CONFIDENCE_EDGES = (0.5, 0.8, 0.95, 0.99)
+"""Bucket boundaries of :class:`ConfidenceAcceptance` (a token's probability under its drafter)."""
+CONFIDENCE_PRIORS = (0.8, 0.85, 0.9, 0.95, 0.99)
+"""Each bucket's acceptance before any verdict (about what SmolLM2's level 1 reached at 7K tokens, T=0.6)."""
+
+
+class ConfidenceAcceptance:
+    """Per-token acceptance by the drafter's confidence in the token: one :class:`Acceptance` per bucket of
+    :data:`CONFIDENCE_EDGES`.
+
+    Example:
+        >>> a = ConfidenceAcceptance()
+        >>> a.rate(0.3), a.rate(0.995)  # the priors
+        (0.8, 0.99)
+        >>> a.observe([0.999, 0.3, 0.6], accepted=1)  # the first accepted, the second rejected, the third unjudged
+        >>> round(a.rate(0.999), 3), round(a.rate(0.3), 3), a.rate(0.6)
+        (0.994, 0.514, 0.85)
+    """
+
+    def __init__(self, weight: float = 2.0) -> None:
+        self.buckets = [Acceptance(prior, weight) for prior in CONFIDENCE_PRIORS]
+
+    def _bucket(self, confidence: float) -> Acceptance:
+        return self.buckets[sum(confidence >= edge for edge in CONFIDENCE_EDGES)]
+
+    def observe(self, confidences: list[float], accepted: int) -> None:
+        """Fold in one verdict on drafts of ``confidences``: the first ``accepted`` accepted, the next one (if any)
+        rejected; the ones after it were never judged."""
+        for i, confidence in enumerate(confidences[: accepted + 1]):
+            self._bucket(confidence).observe(1, int(i < accepted))
+
+    def rate(self, confidence: float) -> float:
+        """The estimated probability that a drafted token of this ``confidence`` is accepted."""
+        return self._bucket(confidence).rate
+
+
+class RunningRate:
+    """Tokens per second over the latest rounds, older ones fading by :data:`FORGET` per token since.
+
+    Example:
+        >>> r = RunningRate(); r.rate is None
+        True
+        >>> r.observe(tokens=4, seconds=0.2); r.observe(tokens=1, seconds=0.1); round(r.rate, 2)
+        16.43
+    """
+
+    def __init__(self) -> None:
+        self.tokens, self.seconds = 0.0, 0.0
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        """Fold in one round that gave ``tokens`` in ``seconds``."""
+        fade = FORGET**tokens
+        self.tokens, self.seconds = fade * self.tokens + tokens, fade * self.seconds + seconds
+
+    @property
+    def rate(self) -> float | None:
+        """Tokens per second (``None`` before any round)."""
+        return self.tokens / self.seconds if self.seconds > 0 else None
+
+
 class StepCost:
     """Seconds of one forward by query width.
 
@@ -150,10 +215,29 @@ class StepCost:
             estimate = self._affine(width)
         return None if estimate is None else max(MIN_SECONDS, estimate)
 
-    def _affine(self, width: int) -> float:
+    def slope(self) -> float | None:
+        """Seconds one more query token adds to a forward: the affine fit's slope through the measured widths (a
+        difference of two widths' estimates would carry both one's noise), or :data:`PRIOR_SLOPE` of the one
+        measured width's cost; ``None`` before any measurement.
+
+        Example:
+            >>> cost = StepCost(); cost.observe(1, 0.030); cost.observe(4, 0.036); cost.observe(7, 0.060)
+            >>> round(cost.slope(), 4)
+            0.005
+        """
+        if len(self.fastest) < 2:
+            return None if not self.fastest else PRIOR_SLOPE * max(MIN_SECONDS, min(self.fastest.values()))
+        return max(0.0, self._fit()[2])
+
+    def _fit(self) -> tuple[float, float, float]:
+        """``(mean width, mean cost, slope)`` of the least-squares line through the measured widths."""
         widths, costs = list(self.fastest), list(self.fastest.values())
         n = len(widths)
         mean_w, mean_c = sum(widths) / n, sum(costs) / n
         var = sum((w - mean_w) ** 2 for w in widths)
         slope = sum((w - mean_w) * (c - mean_c) for w, c in zip(widths, costs, strict=True)) / var
+        return mean_w, mean_c, slope
+
+    def _affine(self, width: int) -> float:
+        mean_w, mean_c, slope = self._fit()
         return mean_c + max(slope, 0.0) * (width - mean_w)

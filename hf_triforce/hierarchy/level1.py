@@ -10,6 +10,7 @@ full cache (level 2) verifies against.
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -89,7 +90,12 @@ class Level1Drafter:
         self.runner_slot = runner_slot
         self.capture = QueryCapture()
         self.view: RetrievalView | StaticRetrievalView | None = None
-        self.planner = Planner(config, has_drafter=drafter is not None, consensus=RankConsensus.for_model(model))
+        consensus = RankConsensus.for_model(model)
+        stops = config.confidence_stops and not consensus.active  # under TP rank 0 would have to decide each step
+        self.planner = Planner(config, has_drafter=drafter is not None, consensus=consensus, confidence_stops=stops)
+        self._confidences: list[float] = []  # level 1's probability of each token of the round's drafts
+        self._survival = 1.0  # the estimated chance that all of the round's drafts so far are accepted
+        self._round: tuple[float, int] | None = None  # the last round's start and tokens, timed at the next start
         self.plan: Plan | None = None
         self.refresh = RefreshRule(config)
         self._queries: list[torch.Tensor] | None = None
@@ -128,6 +134,7 @@ class Level1Drafter:
         a plain decoding step). ``g <= gamma2`` (``gamma1 + gamma2`` for level 0 alone), and never past
         ``max_length``.
         """
+        self._time_round()
         self.plan = self.planner.plan_round()
         budget = min(self.plan.gamma2, self.max_length - input_ids.shape[1] - 1)
         self._last_drafted = 0
@@ -149,13 +156,21 @@ class Level1Drafter:
         """Record the verdict of the round's verification (``num_matches`` drafts accepted, the forward took
         ``seconds``) and keep the query of the newest cached token for the next selection."""
         drafted, accepted = self._last_drafted, int(num_matches)
+        self._round = (self._round[0], accepted + 1) if self._round is not None else None
         self._queries = self.capture.at(accepted)
-        self.planner.observe_level2(self.plan, drafted, accepted, seconds)
+        self.planner.observe_level2(self.plan, drafted, accepted, seconds, self._confidences)
         if self.plan.kind == "levels":
             self.stats.level1.record(drafted, accepted)
             self.refresh.observe(drafted, accepted)
         elif self.plan.kind == "level0":
             self.stats.level0_to_level2.record(drafted, accepted)
+
+    def _time_round(self) -> None:
+        """A round starts: the planner learns how long the last one took, from its start to this one's."""
+        now = time.perf_counter()
+        if self._round is not None and self._round[1]:
+            self.planner.observe_round(self._round[1], now - self._round[0])
+        self._round = (now, 0)
 
     def observe_prefill(self) -> None:
         """Keep the last prompt token's query (captured during the prefill) for the first selection."""
@@ -202,8 +217,11 @@ class Level1Drafter:
         return runner
 
     def _draft(self, ids: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Up to ``budget`` level-1 tokens and their scores; stops early where the planner's
+        :meth:`~hf_triforce.hierarchy.planner.Planner.keep_drafting` says one more token does not pay."""
         tokens, scores = ids[:0], []
         position = self.cache.get_seq_length()
+        self._confidences, self._survival = [], 1.0
         while tokens.shape[0] < budget:
             prefix = torch.cat([ids, tokens])
             with self.stats.phases.measure("level0"):
@@ -215,9 +233,22 @@ class Level1Drafter:
             tokens = torch.cat([tokens, new])
             scores.append(new_scores)
             position += new.shape[0]
-            if self.eos_token_ids.intersection(new.tolist()):
+            keep = self._keep_drafting(new, new_scores, len(tokens))  # first: it records the new tokens' confidence
+            if not keep or self.eos_token_ids.intersection(new.tolist()):
                 break
         return tokens, torch.cat(scores)
+
+    def _keep_drafting(self, tokens: torch.Tensor, scores: torch.Tensor, drafted: int) -> bool:
+        """Whether the round drafts on after level 1 drew ``tokens`` ``[n]`` from processed ``scores`` ``[n, V]``
+        (``drafted`` in all): always without confidence stops, else the planner's
+        :meth:`~hf_triforce.hierarchy.planner.Planner.keep_drafting` on the estimated chance that every draft so far
+        is accepted. Keeps level 1's probability of each token (its confidence) for the verdict."""
+        if not self.planner.confidence_stops:
+            return True
+        confidences = scores.float().softmax(-1).gather(-1, tokens[:, None])[:, 0].tolist()
+        self._confidences += confidences
+        self._survival *= math.prod(self.planner.token_acceptance(c) for c in confidences)
+        return self.planner.keep_drafting(drafted, self._survival)
 
     def _propose(self, prefix: torch.Tensor, room: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         k = min(self.planner.gamma1(), room)

@@ -14,6 +14,17 @@ with the most tokens per second, within the user's ``gamma1``/``gamma2`` maxima.
 exactly, so the choice changes speed, never the output's distribution. Schedules not chosen are re-tried now
 and then (every ``PROBE_EVERY`` rounds) so that their estimates follow the call.
 
+With ``confidence_stops`` (one sequence on one process) a ``"levels"`` round is not given its length up front: it
+may draft up to ``gamma2`` tokens, and after each level-1 step :meth:`Planner.keep_drafting` weighs one more
+token against the round's expected rate. What one more token is worth is the chance that every draft so far
+survives verification, estimated token by token from level 1's confidence in each
+(:class:`~hf_triforce.hierarchy.cost_model.ConfidenceAcceptance`), times the per-token acceptance; what it costs
+is a level-1 step plus one more token of verification. It is drafted while that beats the rate the call has
+reached so far (tokens per second of whole rounds, overheads included: the rate a round's tokens must beat to pay
+for themselves; iterating the rule on the rate it reaches converges to the best such rule, as Dinkelbach's method
+does for any ratio). A round of tokens level 1 is sure of runs to ``gamma2``; a round that drew from spread
+distributions stops after a few.
+
 With ``TriForceConfig.adaptive=False`` the planner always returns ``"levels"`` with ``gamma2``, and ``gamma1``
 unless the level-0 gate (``draft_acceptance_floor``) pauses level 0.
 
@@ -30,7 +41,7 @@ from typing import Literal
 
 from ..config import TriForceConfig
 from ..hf.distributed import RankConsensus
-from .cost_model import StepCost, StreakAcceptance, expected_tokens
+from .cost_model import ConfidenceAcceptance, RunningRate, StepCost, StreakAcceptance, expected_tokens
 from .schedule import Level0Gate
 
 PROBE_EVERY = 16  # rounds between re-tries of a schedule that is not chosen
@@ -55,6 +66,8 @@ class Planner:
         has_drafter: whether a level-0 drafter exists.
         consensus: how ranks of a tensor-parallel model agree on each adaptive decision (rank 0's is taken);
             ``None``: one process, every decision is local.
+        confidence_stops: ``"levels"`` rounds may draft up to ``gamma2`` tokens and stop by
+            :meth:`keep_drafting` (adaptive only); ``False``: the plan's ``gamma2`` is the round's length.
 
     Example:
         >>> planner = Planner(TriForceConfig(gamma1=2, gamma2=6), has_drafter=True)
@@ -62,9 +75,18 @@ class Planner:
         Plan(kind='levels', gamma2=6)
     """
 
-    def __init__(self, config: TriForceConfig, has_drafter: bool, consensus: RankConsensus | None = None) -> None:
+    def __init__(
+        self,
+        config: TriForceConfig,
+        has_drafter: bool,
+        consensus: RankConsensus | None = None,
+        confidence_stops: bool = False,
+    ) -> None:
         self.config, self.has_drafter = config, has_drafter
         self.adaptive = config.adaptive
+        self.confidence_stops = confidence_stops and config.adaptive
+        self.by_confidence = ConfidenceAcceptance()
+        self.reached = RunningRate()  # tokens per second of whole rounds so far
         self.consensus = consensus if consensus is not None else RankConsensus(None)
         self.level2, self.level1, self.level0 = StepCost(), StepCost(), StepCost()
         self.refresh = StepCost()  # one re-selection, as a width-1 "forward"
@@ -83,7 +105,35 @@ class Planner:
             return Plan("levels", self.config.gamma2)
         plan = self._agreed(self._probe() or self._best())
         self.last_tried[plan.kind] = self.rounds
+        if plan.kind == "levels" and self.confidence_stops:
+            return Plan("levels", self.config.gamma2)  # the round's length is decided by keep_drafting
         return plan
+
+    def keep_drafting(self, drafted: int, survival: float) -> bool:
+        """Whether a ``"levels"`` round that drafted ``drafted`` tokens should draft one more.
+
+        ``survival`` is the estimated chance that all ``drafted`` tokens are accepted (the product of
+        :meth:`token_acceptance` of each). One more token adds ``survival * a1`` expected tokens for a level-1 step
+        and one more verified position; it is drafted while that beats the rate the call has reached
+        (:meth:`observe_round`). Always ``True`` without ``confidence_stops`` or before the costs are measured.
+
+        Example:
+            >>> p = Planner(TriForceConfig(), has_drafter=False, confidence_stops=True)
+            >>> p.level1.observe(1, 0.02); p.level2.observe(2, 0.10); p.level2.observe(3, 0.11)  # 10 ms a token
+            >>> p.observe_round(tokens=4, seconds=0.2)  # 20 tokens per second so far
+            >>> p.keep_drafting(1, survival=0.99), p.keep_drafting(1, survival=0.5)
+            (True, False)
+        """
+        if not self.confidence_stops:
+            return True
+        per_token, verify = self._level1_seconds_per_token(), self.level2.slope()
+        if per_token is None or verify is None or self.reached.rate is None:
+            return True
+        return survival * self.a1.rate > self.reached.rate * (per_token + verify)
+
+    def token_acceptance(self, confidence: float) -> float:
+        """The estimated chance that level 2 accepts a level-1 token drawn with probability ``confidence``."""
+        return self.by_confidence.rate(confidence)
 
     def gamma1(self) -> int:
         """Level-0 drafts for the next level-1 step (0: level 1 decodes one token on its own)."""
@@ -142,9 +192,13 @@ class Planner:
         per_token = self._level1_seconds_per_token()
         if per_token is None:
             return 0.0
-        refresh = (self.refresh(1) or 0.0) / self.config.refresh_every
         tokens = expected_tokens(self.a1.rate, plan.gamma2)
-        return tokens / (verify + plan.gamma2 * per_token + tokens * refresh)
+        return tokens / (verify + plan.gamma2 * per_token + self._refresh_per_round(tokens))
+
+    def _refresh_per_round(self, tokens: float) -> float:
+        """A re-selection is due at a round's start once ``refresh_every`` tokens were added since the last: every
+        round for rounds of that many tokens, every few rounds for shorter ones."""
+        return (self.refresh(1) or 0.0) * min(1.0, tokens / self.config.refresh_every)
 
     def _level1_rate(self, gamma1: int) -> float:
         """Level-1 tokens per second of a level-1 step with ``gamma1`` level-0 drafts."""
@@ -161,11 +215,16 @@ class Planner:
 
     # -- observations -----------------------------------------------------------------------------------------
 
-    def observe_level2(self, plan: Plan, drafted: int, accepted: int, seconds: float) -> None:
-        """A round's verification: ``accepted`` of ``drafted`` tokens, a forward of ``drafted + 1`` in ``seconds``."""
+    def observe_level2(
+        self, plan: Plan, drafted: int, accepted: int, seconds: float, confidences: list[float] | None = None
+    ) -> None:
+        """A round's verification: ``accepted`` of ``drafted`` tokens, a forward of ``drafted + 1`` in ``seconds``;
+        ``confidences``: level 1's probability of each drafted token (a ``"levels"`` round)."""
         self.level2.observe(drafted + 1, seconds)
         if plan.kind == "levels":
             self.a1.observe(drafted, accepted)
+            if confidences:
+                self.by_confidence.observe(confidences, accepted)
         elif plan.kind == "level0":
             self.a02.observe(drafted, accepted)
 
@@ -178,6 +237,10 @@ class Planner:
     def observe_level0(self, requested: int, seconds: float) -> None:
         """One level-0 proposal of up to ``requested`` tokens took ``seconds``."""
         self.level0.observe(requested, seconds)
+
+    def observe_round(self, tokens: int, seconds: float) -> None:
+        """A whole round (drafting, verification and what the loop did around them) gave ``tokens`` in ``seconds``."""
+        self.reached.observe(tokens, seconds)
 
     def observe_refresh(self, seconds: float) -> None:
         """One re-selection of the retrieval chunks took ``seconds``."""

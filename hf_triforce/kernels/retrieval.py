@@ -159,7 +159,9 @@ def gather_kv_into(
 ) -> None:
     """Copy the keys and values at per-head token ``indices`` into ``out_keys``/``out_values``, in place.
 
-    :func:`gather_kv_triton` on CUDA, else ``out.copy_(gather_tokens(states, indices))`` (exact either way).
+    :func:`gather_kv_triton` on CUDA; on the CPU one ``index_select`` of whole rows per batch row and KV head
+    (refreshing a 512-token view of SmolLM2's 30 layers: 18 -> 6 ms); else ``out.copy_(gather_tokens(states,
+    indices))``. Exact every way.
 
     Args:
         keys: ``[B, H_kv, L, D]`` full-cache keys (any strides, e.g. a slice of a larger buffer).
@@ -183,8 +185,21 @@ def gather_kv_into(
 
 
 def _gather(keys, values, indices, out_keys, out_values) -> None:
-    out_keys.copy_(gather_tokens(keys, indices))
-    out_values.copy_(gather_tokens(values, indices))
+    for states, out in ((keys, out_keys), (values, out_values)):
+        if not _rows_into(states, indices, out):
+            out.copy_(gather_tokens(states, indices))
+
+
+def _rows_into(states: torch.Tensor, indices: torch.Tensor, out: torch.Tensor) -> bool:
+    """``out[b, h] = states[b, h, indices[b, h]]`` as one ``index_select`` of whole rows per ``(b, h)`` (on the CPU
+    about 4x faster than ``gather`` over an index expanded along ``D``); False, untouched, unless every destination
+    ``out[b, h]`` is contiguous."""
+    if states.device.type != "cpu" or not (out.stride(-1) == 1 and out.stride(-2) == out.shape[-1]):
+        return False
+    for b in range(indices.shape[0]):
+        for h in range(indices.shape[1]):
+            torch.index_select(states[b, h], 0, indices[b, h], out=out[b, h])
+    return True
 
 
 # --------------------------------------------------------------------------------------------------------------

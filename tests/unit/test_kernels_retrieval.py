@@ -216,6 +216,26 @@ def test_dispatch_uses_the_reference_on_cpu(monkeypatch):
     assert torch.equal(out_k, gather_tokens(keys, indices)) and torch.equal(out_v, gather_tokens(values, indices))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_gather_into_slices_of_larger_buffers(dtype):
+    """The CPU row-copy path (one ``index_select`` per batch row and KV head) writes exactly the reference's tokens
+    into the first slots of a larger storage, from a source that is itself a slice of a longer buffer; a
+    destination whose rows are not contiguous takes the reference path, with the same result."""
+    g = _gen(9)
+    full_k, full_v = (torch.randn(2, 3, 50, 16, generator=g).to(dtype) for _ in range(2))
+    keys, values = full_k[:, :, :41], full_v[:, :, :41]
+    indices = torch.randint(0, 41, (2, 3, 13), generator=g)
+    storage_k, storage_v = torch.zeros(2, 3, 20, 16, dtype=dtype), torch.zeros(2, 3, 20, 16, dtype=dtype)
+    kr.gather_kv_into(keys, values, indices, storage_k[:, :, :13], storage_v[:, :, :13])
+    assert torch.equal(storage_k[:, :, :13], gather_tokens(keys, indices))
+    assert torch.equal(storage_v[:, :, :13], gather_tokens(values, indices))
+    assert not storage_k[:, :, 13:].any() and not storage_v[:, :, 13:].any()
+    out_k = torch.zeros(2, 3, 16, 13, dtype=dtype).transpose(-1, -2)  # [2, 3, 13, 16] with strided rows
+    out_v = torch.zeros_like(out_k)
+    kr.gather_kv_into(keys, values, indices, out_k, out_v)
+    assert torch.equal(out_k, gather_tokens(keys, indices)) and torch.equal(out_v, gather_tokens(values, indices))
+
+
 @pytest.mark.parametrize("value,enabled", [(None, True), ("1", False), ("true", False), ("0", True), ("", True)])
 def test_triton_enabled_for_cuda_tensors_unless_disabled(monkeypatch, value, enabled):
     cuda_like = SimpleNamespace(is_cuda=True)  # stands in for a CUDA tensor: only ``is_cuda`` is read

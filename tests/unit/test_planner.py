@@ -5,14 +5,22 @@ from __future__ import annotations
 import pytest
 
 from hf_triforce import TriForceConfig
-from hf_triforce.hierarchy.cost_model import Acceptance, StepCost, StreakAcceptance, expected_tokens
+from hf_triforce.hierarchy.cost_model import (
+    Acceptance,
+    ConfidenceAcceptance,
+    RunningRate,
+    StepCost,
+    StreakAcceptance,
+    expected_tokens,
+)
 from hf_triforce.hierarchy.planner import PROBE_EVERY, Plan, Planner
 
 pytestmark = pytest.mark.unit
 
 
-def planner(drafter=True, **config) -> Planner:
-    return Planner(TriForceConfig(**{"gamma1": 3, "gamma2": 6, **config}), has_drafter=drafter)
+def planner(drafter=True, confidence_stops=False, **config) -> Planner:
+    config = TriForceConfig(**{"gamma1": 3, "gamma2": 6, **config})
+    return Planner(config, has_drafter=drafter, confidence_stops=confidence_stops)
 
 
 def feed(p: Planner, c2=(0.10, 0.002), c1=(0.03, 0.004), c0=0.0002, a1=0.95, a0=0.7, a02=0.5, rounds=30) -> None:
@@ -96,9 +104,12 @@ def test_round_rate_matches_the_formula():
     p.a1 = Acceptance(prior=0.9, weight=1e9)
     p.observe_refresh(0.016)
     per_token = 1.0 / max(p._level1_rate(g) for g in range(4))
-    tokens = expected_tokens(0.9, 4)
-    expected = tokens / (p.level2(5) + 4 * per_token + tokens * 0.016 / p.config.refresh_every)
+    tokens = expected_tokens(0.9, 4)  # 4.1 tokens: every round is due a re-selection (refresh_every=4)
+    expected = tokens / (p.level2(5) + 4 * per_token + 0.016)
     assert p.rate(Plan("levels", 4)) == pytest.approx(expected)
+    tokens = expected_tokens(0.9, 1)  # 1.9 tokens: a re-selection every 4 / 1.9 rounds
+    expected = tokens / (p.level2(2) + per_token + 0.016 * tokens / 4)
+    assert p.rate(Plan("levels", 1)) == pytest.approx(expected)
 
 
 def test_step_cost_extrapolates_with_a_prior_slope():
@@ -187,3 +198,81 @@ def test_a_run_of_full_acceptances_after_a_hard_passage_lengthens_the_rounds(est
         p.a1.observe(gammas[-1], gammas[-1])
     assert gammas[0] < 6
     assert (gammas[-1] == 6) == (estimator == "streak"), gammas
+
+
+# -- rounds that stop by level 1's confidence -------------------------------------------------------------------
+
+
+def test_confidence_stops_let_levels_rounds_run_to_gamma2():
+    """With confidence stops a "levels" round may draft up to gamma2 (keep_drafting ends it); without, the plan's
+    length is the round's, and a fixed schedule never stops by confidence."""
+    free, planned = planner(drafter=False, confidence_stops=True), planner(drafter=False)
+    for p in (free, planned):
+        feed(p, a1=0.7)  # acceptance so low that the planned rounds are short
+    assert free.plan_round() == Plan("levels", 6)
+    assert planned.plan_round().gamma2 < 6 and planned.keep_drafting(1, survival=0.0)
+    fixed = planner(confidence_stops=True, adaptive=False)
+    assert not fixed.confidence_stops and fixed.keep_drafting(1, survival=0.0)
+
+
+def test_keep_drafting_weighs_one_more_token_against_the_reached_rate():
+    """One more token is worth survival * a1 tokens for a level-1 step plus one verified position; it is drafted
+    while that beats the tokens per second the call has reached."""
+    p = planner(confidence_stops=True)
+    assert p.keep_drafting(3, survival=0.01)  # nothing measured: draft on
+    feed(p, a1=0.9)
+    assert p.keep_drafting(3, survival=0.01)  # no round timed yet
+    p.observe_round(tokens=5, seconds=0.25)  # 20 tokens per second
+    marginal = p._level1_seconds_per_token() + p.level2.slope()
+    threshold = 20.0 * marginal / p.a1.rate  # the survival at which one more token breaks even
+    assert p.keep_drafting(3, survival=min(1.0, threshold * 1.05))
+    assert not p.keep_drafting(3, survival=threshold * 0.95)
+    slow = planner(confidence_stops=True)
+    feed(slow, a1=0.9)
+    slow.observe_round(tokens=5, seconds=1.0)  # a call reaching 5 tokens/s drafts on at lower survival
+    assert slow.keep_drafting(3, survival=threshold * 0.95)
+
+
+def test_the_planner_learns_acceptance_by_confidence():
+    """Verdicts of a levels round update the buckets of its drafts' confidences: accepted ones, then the rejected
+    one; drafts after the rejection were never judged."""
+    p = planner(confidence_stops=True)
+    before = [p.token_acceptance(c) for c in (0.3, 0.9, 0.999)]
+    for _ in range(10):
+        p.observe_level2(Plan("levels", 6), drafted=3, accepted=1, seconds=0.1, confidences=[0.999, 0.3, 0.9])
+    after = [p.token_acceptance(c) for c in (0.3, 0.9, 0.999)]
+    assert after[0] < 0.1 < before[0]  # the rejected, unsure token
+    assert after[1] == before[1]  # never judged
+    assert after[2] > before[2]  # accepted each time
+    p.observe_level2(Plan("level0", 6), drafted=3, accepted=0, seconds=0.1, confidences=[0.999])  # not level 1's
+    assert p.token_acceptance(0.999) == after[2]
+
+
+def test_confidence_acceptance_keeps_buckets_apart():
+    a = ConfidenceAcceptance()
+    for _ in range(20):
+        a.observe([0.995, 0.995, 0.2], accepted=2)
+    assert a.rate(0.999) > 0.99 and a.rate(0.1) < 0.1 and a.rate(0.9) == pytest.approx(0.9)
+
+
+def test_running_rate_follows_the_latest_rounds():
+    rate = RunningRate()
+    for _ in range(30):
+        rate.observe(tokens=5, seconds=0.5)  # 10 tokens/s
+    for _ in range(30):
+        rate.observe(tokens=5, seconds=0.25)  # 20 tokens/s
+    assert rate.rate == pytest.approx(20.0, rel=0.01)
+
+
+def test_step_cost_slope():
+    cost = StepCost()
+    assert cost.slope() is None
+    cost.observe(3, 0.10)
+    assert cost.slope() == pytest.approx(0.01)  # the prior: 10% of the one measured width's cost
+    for w in range(1, 8):
+        cost.observe(w, 0.08 + 0.01 * w + (0.004 if w % 2 else -0.004))  # noisy around 10 ms a token
+    assert cost.slope() == pytest.approx(0.01, abs=0.002)
+    cost = StepCost()
+    cost.observe(2, 0.10)
+    cost.observe(5, 0.09)  # a wider forward measured faster: no negative cost for a token
+    assert cost.slope() == 0.0

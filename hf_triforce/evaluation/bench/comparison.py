@@ -101,6 +101,8 @@ def compare(
             on the same prompt, as a third row.
         repeats: measure this many (plain, TriForce) pairs, interleaved, and report the pair of median speedup
             (a shared machine's speed drifts by 10-30% within minutes; interleaving exposes both to the same drift).
+            Sampled pairs use seeds ``seed, seed + 1, ...``: a sampled text's speedup depends on the text (a
+            passage level 1 is sure of runs in long rounds), so the median is taken over several texts.
 
     Example:
         >>> result = compare(model, ids, TriForceConfig(retrieval_budget=512), max_new_tokens=128)  # doctest: +SKIP
@@ -112,11 +114,12 @@ def compare(
     if warmup:
         warm_up(model, input_ids, triforce_config, generate_kwargs, **extra)
     pairs = []
-    for _ in range(repeats):
+    for i in range(repeats):
+        pair_seed = seed + i if generate_kwargs.get("do_sample") else seed  # sampled: each pair its own text
         logger.info("plain generate(): %d prompt tokens", input_ids.shape[1])
-        plain = measure(model, input_ids, seed=seed, **chunk, **generate_kwargs)
+        plain = measure(model, input_ids, seed=pair_seed, **chunk, **generate_kwargs)
         logger.info("TriForce generate(): %d prompt tokens", input_ids.shape[1])
-        fast = measure(model, input_ids, seed=seed, triforce_config=triforce_config, **extra, **generate_kwargs)
+        fast = measure(model, input_ids, seed=pair_seed, triforce_config=triforce_config, **extra, **generate_kwargs)
         pairs.append((plain, fast))
     plain, fast = median_pair(pairs)
     reference = None

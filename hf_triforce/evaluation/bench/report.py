@@ -72,7 +72,8 @@ def _repeats_note(rows: list[dict[str, Any]]) -> list[str]:
     if not repeated:
         return []
     lines = ["", f"Each row is the pair of median speedup among {len(repeated[0]['repeats'])} interleaved (plain, "
-             "TriForce) pairs (`--repeats`); every pair's speedup:", ""]  # fmt: skip
+             "TriForce) pairs (`--repeats`; sampled pairs with seeds seed, seed + 1, ...: each pair is its own "
+             "text); every pair's speedup:", ""]  # fmt: skip
     for r in repeated:
         speedups = ", ".join(f"{p['speedup']:.2f}x" for p in r["repeats"])
         lines.append(f"- {r['prompt_tokens']} tokens, T={r['temperature']}: {speedups}")
