@@ -16,7 +16,7 @@ and then (every ``PROBE_EVERY`` rounds) so that their estimates follow the call.
 
 With ``confidence_stops`` (one sequence on one process) a ``"levels"`` round is not given its length up front: it
 may draft up to ``gamma2`` tokens, and after each level-1 step :meth:`Planner.keep_drafting` weighs one more
-token against the round's expected rate. What one more token is worth is the chance that every draft so far
+token against what it costs. What one more token is worth is the chance that every draft so far
 survives verification, estimated token by token from level 1's confidence in each
 (:class:`~hf_triforce.hierarchy.cost_model.ConfidenceAcceptance`), times the per-token acceptance; what it costs
 is a level-1 step plus one more token of verification. It is drafted while that beats the rate the call has
