@@ -225,8 +225,10 @@ class StepCost:
             >>> round(cost.slope(), 4)
             0.005
         """
-        if len(self.fastest) < 2:
-            return None if not self.fastest else PRIOR_SLOPE * max(MIN_SECONDS, min(self.fastest.values()))
+        if not self.fastest:
+            return None
+        if len(self.fastest) == 1:
+            return PRIOR_SLOPE * max(MIN_SECONDS, *self.fastest.values())
         return max(0.0, self._fit()[2])
 
     def _fit(self) -> tuple[float, float, float]:

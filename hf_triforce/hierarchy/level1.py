@@ -90,9 +90,8 @@ class Level1Drafter:
         self.runner_slot = runner_slot
         self.capture = QueryCapture()
         self.view: RetrievalView | StaticRetrievalView | None = None
-        consensus = RankConsensus.for_model(model)
-        stops = config.confidence_stops and not consensus.active  # under TP rank 0 would have to decide each step
-        self.planner = Planner(config, has_drafter=drafter is not None, consensus=consensus, confidence_stops=stops)
+        consensus = RankConsensus.for_model(model)  # one sequence: its rounds may stop by confidence (not under TP)
+        self.planner = Planner(config, has_drafter=drafter is not None, consensus=consensus, one_sequence=True)
         self._confidences: list[float] = []  # level 1's probability of each token of the round's drafts
         self._survival = 1.0  # the estimated chance that all of the round's drafts so far are accepted
         self._round: tuple[float, int] | None = None  # the last round's start and tokens, timed at the next start
@@ -156,7 +155,7 @@ class Level1Drafter:
         """Record the verdict of the round's verification (``num_matches`` drafts accepted, the forward took
         ``seconds``) and keep the query of the newest cached token for the next selection."""
         drafted, accepted = self._last_drafted, int(num_matches)
-        self._round = (self._round[0], accepted + 1) if self._round is not None else None
+        self._round = (self._round[0], accepted + 1)
         self._queries = self.capture.at(accepted)
         self.planner.observe_level2(self.plan, drafted, accepted, seconds, self._confidences)
         if self.plan.kind == "levels":

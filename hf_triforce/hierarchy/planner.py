@@ -14,10 +14,10 @@ with the most tokens per second, within the user's ``gamma1``/``gamma2`` maxima.
 exactly, so the choice changes speed, never the output's distribution. Schedules not chosen are re-tried now
 and then (every ``PROBE_EVERY`` rounds) so that their estimates follow the call.
 
-With ``confidence_stops`` (one sequence on one process) a ``"levels"`` round is not given its length up front: it
-may draft up to ``gamma2`` tokens, and after each level-1 step :meth:`Planner.keep_drafting` weighs one more
-token against what it costs. What one more token is worth is the chance that every draft so far
-survives verification, estimated token by token from level 1's confidence in each
+For one sequence on one process (``one_sequence``, with ``TriForceConfig.confidence_stops``) a ``"levels"`` round
+is not given its length up front: it may draft up to ``gamma2`` tokens, and after each level-1 step
+:meth:`Planner.keep_drafting` weighs one more token against what it costs. What one more token is worth is the
+chance that every draft so far survives verification, estimated token by token from level 1's confidence in each
 (:class:`~hf_triforce.hierarchy.cost_model.ConfidenceAcceptance`), times the per-token acceptance; what it costs
 is a level-1 step plus one more token of verification. It is drafted while that beats the rate the call has
 reached so far (tokens per second of whole rounds, overheads included: the rate a round's tokens must beat to pay
@@ -66,8 +66,10 @@ class Planner:
         has_drafter: whether a level-0 drafter exists.
         consensus: how ranks of a tensor-parallel model agree on each adaptive decision (rank 0's is taken);
             ``None``: one process, every decision is local.
-        confidence_stops: ``"levels"`` rounds may draft up to ``gamma2`` tokens and stop by
-            :meth:`keep_drafting` (adaptive only); ``False``: the plan's ``gamma2`` is the round's length.
+        one_sequence: the planner serves one sequence (not a batch): with ``adaptive`` and ``confidence_stops``, and
+            not under tensor parallelism (rank 0 would have to decide every step), its ``"levels"`` rounds may draft
+            up to ``gamma2`` tokens and stop by :meth:`keep_drafting` (:attr:`confidence_stops`); otherwise the
+            plan's ``gamma2`` is the round's length.
 
     Example:
         >>> planner = Planner(TriForceConfig(gamma1=2, gamma2=6), has_drafter=True)
@@ -80,14 +82,15 @@ class Planner:
         config: TriForceConfig,
         has_drafter: bool,
         consensus: RankConsensus | None = None,
-        confidence_stops: bool = False,
+        one_sequence: bool = False,
     ) -> None:
         self.config, self.has_drafter = config, has_drafter
         self.adaptive = config.adaptive
-        self.confidence_stops = confidence_stops and config.adaptive
         self.by_confidence = ConfidenceAcceptance()
         self.reached = RunningRate()  # tokens per second of whole rounds so far
         self.consensus = consensus if consensus is not None else RankConsensus(None)
+        stops = config.adaptive and config.confidence_stops and not self.consensus.active
+        self.confidence_stops = one_sequence and stops
         self.level2, self.level1, self.level0 = StepCost(), StepCost(), StepCost()
         self.refresh = StepCost()  # one re-selection, as a width-1 "forward"
         self.a1, self.a0, self.a02 = StreakAcceptance(0.8), StreakAcceptance(0.6), StreakAcceptance(0.5)
@@ -118,7 +121,7 @@ class Planner:
         (:meth:`observe_round`). Always ``True`` without ``confidence_stops`` or before the costs are measured.
 
         Example:
-            >>> p = Planner(TriForceConfig(), has_drafter=False, confidence_stops=True)
+            >>> p = Planner(TriForceConfig(), has_drafter=False, one_sequence=True)
             >>> p.level1.observe(1, 0.02); p.level2.observe(2, 0.10); p.level2.observe(3, 0.11)  # 10 ms a token
             >>> p.observe_round(tokens=4, seconds=0.2)  # 20 tokens per second so far
             >>> p.keep_drafting(1, survival=0.99), p.keep_drafting(1, survival=0.5)

@@ -80,6 +80,15 @@ def test_planner_takes_the_agreed_plan_and_gamma1():
     assert len(consensus.asked) == 2
 
 
+def test_one_sequence_under_tensor_parallelism_keeps_planned_lengths():
+    """Rounds that stop by confidence would need rank 0's decision at every level-1 step: under TP they are off."""
+    planner = Planner(
+        TriForceConfig(gamma1=2, gamma2=6), has_drafter=True, consensus=FixedConsensus(), one_sequence=True
+    )
+    assert not planner.confidence_stops and planner.keep_drafting(1, survival=0.0)
+    assert Planner(TriForceConfig(), has_drafter=True, one_sequence=True).confidence_stops
+
+
 def test_non_adaptive_planner_sends_nothing():
     consensus = FixedConsensus()
     planner = Planner(TriForceConfig(gamma1=2, gamma2=6, adaptive=False), has_drafter=True, consensus=consensus)

@@ -18,9 +18,9 @@ from hf_triforce.hierarchy.planner import PROBE_EVERY, Plan, Planner
 pytestmark = pytest.mark.unit
 
 
-def planner(drafter=True, confidence_stops=False, **config) -> Planner:
+def planner(drafter=True, one_sequence=False, **config) -> Planner:
     config = TriForceConfig(**{"gamma1": 3, "gamma2": 6, **config})
-    return Planner(config, has_drafter=drafter, confidence_stops=confidence_stops)
+    return Planner(config, has_drafter=drafter, one_sequence=one_sequence)
 
 
 def feed(p: Planner, c2=(0.10, 0.002), c1=(0.03, 0.004), c0=0.0002, a1=0.95, a0=0.7, a02=0.5, rounds=30) -> None:
@@ -206,19 +206,21 @@ def test_a_run_of_full_acceptances_after_a_hard_passage_lengthens_the_rounds(est
 def test_confidence_stops_let_levels_rounds_run_to_gamma2():
     """With confidence stops a "levels" round may draft up to gamma2 (keep_drafting ends it); without, the plan's
     length is the round's, and a fixed schedule never stops by confidence."""
-    free, planned = planner(drafter=False, confidence_stops=True), planner(drafter=False)
+    free, planned = planner(drafter=False, one_sequence=True), planner(drafter=False)
     for p in (free, planned):
         feed(p, a1=0.7)  # acceptance so low that the planned rounds are short
     assert free.plan_round() == Plan("levels", 6)
     assert planned.plan_round().gamma2 < 6 and planned.keep_drafting(1, survival=0.0)
-    fixed = planner(confidence_stops=True, adaptive=False)
+    fixed = planner(one_sequence=True, adaptive=False)
     assert not fixed.confidence_stops and fixed.keep_drafting(1, survival=0.0)
+    switched_off = planner(one_sequence=True, confidence_stops=False)
+    assert not switched_off.confidence_stops and switched_off.keep_drafting(1, survival=0.0)
 
 
 def test_keep_drafting_weighs_one_more_token_against_the_reached_rate():
     """One more token is worth survival * a1 tokens for a level-1 step plus one verified position; it is drafted
     while that beats the tokens per second the call has reached."""
-    p = planner(confidence_stops=True)
+    p = planner(one_sequence=True)
     assert p.keep_drafting(3, survival=0.01)  # nothing measured: draft on
     feed(p, a1=0.9)
     assert p.keep_drafting(3, survival=0.01)  # no round timed yet
@@ -227,7 +229,7 @@ def test_keep_drafting_weighs_one_more_token_against_the_reached_rate():
     threshold = 20.0 * marginal / p.a1.rate  # the survival at which one more token breaks even
     assert p.keep_drafting(3, survival=min(1.0, threshold * 1.05))
     assert not p.keep_drafting(3, survival=threshold * 0.95)
-    slow = planner(confidence_stops=True)
+    slow = planner(one_sequence=True)
     feed(slow, a1=0.9)
     slow.observe_round(tokens=5, seconds=1.0)  # a call reaching 5 tokens/s drafts on at lower survival
     assert slow.keep_drafting(3, survival=threshold * 0.95)
@@ -236,7 +238,7 @@ def test_keep_drafting_weighs_one_more_token_against_the_reached_rate():
 def test_the_planner_learns_acceptance_by_confidence():
     """Verdicts of a levels round update the buckets of its drafts' confidences: accepted ones, then the rejected
     one; drafts after the rejection were never judged."""
-    p = planner(confidence_stops=True)
+    p = planner(one_sequence=True)
     before = [p.token_acceptance(c) for c in (0.3, 0.9, 0.999)]
     for _ in range(10):
         p.observe_level2(Plan("levels", 6), drafted=3, accepted=1, seconds=0.1, confidences=[0.999, 0.3, 0.9])
