@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from transformers import LogitsProcessorList
 
+from ..hf.fast_processors import faster, length_only, suppress_eos
 from ..hf.processors import context_free_tail
 from ..sampling import verify_greedy, verify_sampled
 
@@ -40,7 +41,9 @@ def processed_scores(processors: list[LogitsProcessorList], rows: list[Drafts]) 
 
     Positions whose contexts have the same length and whose rows share the same processors go through the
     context-reading processors together (``[m, n + i]`` contexts, ``[m, V]`` scores), as ``generate()`` processes
-    a batch; then the context-free tail runs once over every position.
+    a batch; where those processors read only the context's length (minimum lengths), every position goes through
+    them at once (:func:`~hf_triforce.hf.fast_processors.suppress_eos`). Then the context-free tail runs once over
+    every position, top-p by its exact faster stand-in (:func:`~hf_triforce.hf.fast_processors.faster`).
 
     Example:
         >>> rows = [Drafts(torch.tensor([3]), torch.tensor([1]), None, torch.zeros(2, 4))]
@@ -49,6 +52,28 @@ def processed_scores(processors: list[LogitsProcessorList], rows: list[Drafts]) 
     """
     tail = context_free_tail(processors[0]) if processors else 0
     heads = [LogitsProcessorList(lp[: len(lp) - tail]) for lp in processors]
+    if len({tuple(map(id, head)) for head in heads}) <= 1 and length_only(heads[0] if heads else []):
+        flat = _by_length(heads[0] if heads else [], rows)
+    else:
+        flat = _by_context(heads, rows)
+    if tail:
+        placeholder = torch.zeros(flat.shape[0], 1, dtype=torch.long, device=flat.device)  # never read
+        flat = LogitsProcessorList(faster(p) for p in processors[0][-tail:])(placeholder, flat)
+    return list(flat.split([row.tokens.shape[0] + 1 for row in rows]))
+
+
+def _by_length(head, rows: list[Drafts]) -> torch.Tensor:
+    """``[sum(k + 1), V]`` scores of every position through ``head``, processors that read only the length."""
+    flat = torch.cat([row.logits[: row.tokens.shape[0] + 1] for row in rows])
+    if not head:
+        return flat
+    lengths = torch.cat([torch.arange(row.tokens.shape[0] + 1) + row.prefix.shape[0] for row in rows])
+    return suppress_eos(head, lengths, flat)
+
+
+def _by_context(heads: list[LogitsProcessorList], rows: list[Drafts]) -> torch.Tensor:
+    """``[sum(k + 1), V]`` scores of every position through its row's ``head``, positions grouped by context
+    length."""
     groups: dict[tuple, list[tuple[int, int]]] = {}
     for b, (head, row) in enumerate(zip(heads, rows, strict=True)):
         for i in range(row.tokens.shape[0] + 1):
@@ -57,11 +82,7 @@ def processed_scores(processors: list[LogitsProcessorList], rows: list[Drafts]) 
     for (_, length), members in groups.items():
         for (b, i), s in zip(members, _head_scores(heads[members[0][0]], rows, members, length), strict=True):
             scores[b][i] = s
-    flat = torch.stack([s for row in scores for s in row])
-    if tail:
-        placeholder = torch.zeros(flat.shape[0], 1, dtype=torch.long, device=flat.device)  # never read
-        flat = LogitsProcessorList(processors[0][-tail:])(placeholder, flat)
-    return list(flat.split([row.tokens.shape[0] + 1 for row in rows]))
+    return torch.stack([s for row in scores for s in row])
 
 
 def _head_scores(head: LogitsProcessorList, rows: list[Drafts], members: list[tuple[int, int]], length: int):

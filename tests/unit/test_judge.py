@@ -16,6 +16,7 @@ import torch
 from scipy.stats import chisquare
 from transformers import (
     LogitsProcessorList,
+    MinLengthLogitsProcessor,
     MinNewTokensLengthLogitsProcessor,
     NoRepeatNGramLogitsProcessor,
     PrefixConstrainedLogitsProcessor,
@@ -68,6 +69,18 @@ def test_processed_scores_equal_per_position_processing(processors):
     got = processed_scores([lp] * len(rows), rows)
     for row, scores in zip(rows, got, strict=True):
         torch.testing.assert_close(scores, _one_by_one(lp, row), rtol=0, atol=0)
+
+
+def test_processed_scores_with_length_only_head_and_a_large_vocabulary_equal_per_position_processing():
+    """The path generate()'s usual list takes (minimum lengths, then temperature, top-k 50, top-p): the lengths for
+    every position at once and top-p sorting only the finite scores, still exactly as position by position."""
+    head = [MinLengthLogitsProcessor(12, [3]), MinNewTokensLengthLogitsProcessor(9, 4, [3, 5])]
+    lp = LogitsProcessorList(head + [TemperatureLogitsWarper(0.6), TopKLogitsWarper(50), TopPLogitsWarper(0.9)])
+    for seed in range(4):
+        rows = [Drafts(r.prefix, r.tokens, None, torch.randn(r.logits.shape[0], 2048) * 4) for r in _rows(seed=seed)]
+        for row, scores in zip(rows, processed_scores([lp] * len(rows), rows), strict=True):
+            torch.testing.assert_close(scores, _one_by_one(lp, row), rtol=0, atol=0)
+            assert scores[: max(0, 12 - row.prefix.shape[0]), 3].eq(float("-inf")).all()
 
 
 def test_context_free_tail_counts_only_the_trailing_context_free_processors():

@@ -1,0 +1,175 @@
+"""Faster equivalents of transformers' minimum-length and top-p processors, exact to the bit.
+
+TriForce processes every position it judges: each level-1 step's positions and each verification's ``k + 1``
+positions, about twice as many per token as ``generate()``. Two of ``generate()``'s usual processors cost far more
+than they need to there:
+
+* **top-p** (:class:`~transformers.TopPLogitsWarper`) sorts the whole vocabulary (about 1.2 ms per position for
+  49K tokens on a 2-core CPU). After top-k (``generate()``'s default keeps 50) all but a few scores are ``-inf``.
+  :func:`finite_top_p` sorts only the finite scores and rebuilds the row the full sort would give (``-inf`` first,
+  then the finite scores ascending), so the softmax and cumulative sum run on the same tensor as transformers' own,
+  and the kept set is the same, bit for bit.
+* the **minimum lengths** (:class:`~transformers.MinLengthLogitsProcessor`,
+  :class:`~transformers.MinNewTokensLengthLogitsProcessor`) read only the context's length, yet build a vocabulary
+  mask on every call: :func:`suppress_eos` applies them to every position at once from a tensor of lengths.
+
+Both follow transformers' implementation of these classes, unchanged from 5.17 to 5.24 (:data:`CHECKED_BELOW`);
+on a later release they are not used (:func:`fast_paths_checked`) and the classes run as they are. The tests
+compare them with the installed classes bit for bit (``tests/unit/test_fast_processors.py``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import transformers
+from packaging import version
+
+CHECKED_BELOW = "5.25"
+"""First transformers release whose processors these equivalents were not checked against."""
+FINITE_LIMIT = 1024
+"""Most finite scores per row :func:`finite_top_p` sorts itself; more go through transformers' full sort."""
+LENGTH_ONLY = (transformers.MinLengthLogitsProcessor, transformers.MinNewTokensLengthLogitsProcessor)
+"""Processor classes that read only the context's length (matched exactly: a subclass may read more)."""
+
+
+def fast_paths_checked(current: str | None = None) -> bool:
+    """Whether the installed transformers is one these equivalents were checked against.
+
+    Example:
+        >>> fast_paths_checked("5.24.0"), fast_paths_checked("5.30.0")
+        (True, False)
+    """
+    return version.parse(current or transformers.__version__) < version.parse(CHECKED_BELOW)
+
+
+def length_only(processors) -> bool:
+    """Whether :func:`suppress_eos` serves ``processors``: each reads only the context's length, and the installed
+    transformers was checked (:func:`fast_paths_checked`).
+
+    Example:
+        >>> length_only([transformers.MinLengthLogitsProcessor(5, 2)]), length_only([])
+        (True, True)
+    """
+    return fast_paths_checked() and all(type(p) in LENGTH_ONLY for p in processors)
+
+
+def suppress_eos(processors, lengths: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """``scores`` processed by the length-only ``processors`` in order, each row with its own context length.
+
+    Equals applying each processor to row ``i`` with a context of ``lengths[i]`` tokens: while the context is
+    shorter than the processor's minimum, its end-of-sequence tokens score ``-inf``.
+
+    Args:
+        processors: :data:`LENGTH_ONLY` instances.
+        lengths: ``[P]`` context length of each row.
+        scores: ``[P, V]`` scores.
+
+    Returns:
+        ``[P, V]`` processed scores (a new tensor).
+
+    Example:
+        >>> p = transformers.MinNewTokensLengthLogitsProcessor(10, 2, [3])  # 10 prompt tokens, 2 new ones at least
+        >>> suppress_eos([p], torch.tensor([11, 12]), torch.zeros(2, 4))[:, 3].tolist()
+        [-inf, 0.0]
+    """
+    out = scores.clone()
+    for processor in processors:
+        eos = processor.eos_token_id.to(scores.device).flatten()
+        eos = eos[(eos >= 0) & (eos < scores.shape[-1])]  # isin over the vocabulary ignores the others
+        short = (lengths.to(scores.device) < _minimum_length(processor)).nonzero()
+        out[short, eos[None]] = -math.inf
+    return out
+
+
+def _minimum_length(processor) -> int:
+    """The context length below which ``processor`` suppresses end-of-sequence."""
+    if type(processor) is transformers.MinNewTokensLengthLogitsProcessor:
+        return processor.prompt_length_to_skip + processor.min_new_tokens
+    return processor.min_length
+
+
+def finite_top_p(warper: transformers.TopPLogitsWarper, scores: torch.Tensor) -> torch.Tensor:
+    """``warper(input_ids, scores)`` for ``[P, V]`` scores, sorting only the finite scores of each row.
+
+    transformers sorts each row ascending, takes the softmax's cumulative sum and removes the tokens whose sum stays
+    at or below ``1 - top_p``. With ``m`` finite scores per row at most, the sorted row is ``V - m`` times ``-inf``
+    and then the top ``m`` scores ascending: built here from one ``topk``, it is the same tensor, so the same
+    kernels give the same sums. Ties among finite scores (a sort does not fix their order), NaN, ``+inf``, a
+    filter value other than ``-inf`` or more than :data:`FINITE_LIMIT` finite scores go to ``warper`` itself.
+
+    Args:
+        warper: the top-p warper (exactly :class:`~transformers.TopPLogitsWarper`).
+        scores: ``[P, V]`` scores (after temperature and top-k).
+
+    Returns:
+        ``[P, V]`` processed scores, bit-equal to ``warper(input_ids, scores)``.
+
+    Example:
+        >>> w = transformers.TopPLogitsWarper(0.5)
+        >>> finite_top_p(w, torch.tensor([[0.0, 2.0, float("-inf"), 1.0]])).tolist()  # 2.0 holds 0.67
+        [[-inf, 2.0, -inf, -inf]]
+    """
+    top = _finite_top(warper, scores)
+    if top is None:
+        return warper(None, scores)
+    values, indices = top[0].flip(-1), top[1].flip(-1)
+    m = values.shape[-1]
+    sorted_logits = scores.new_full(scores.shape, -math.inf)
+    sorted_logits[:, scores.shape[-1] - m :] = values
+    remove = sorted_logits.softmax(dim=-1).cumsum(dim=-1) <= (1 - warper.top_p)
+    remove[..., -warper.min_tokens_to_keep :] = False
+    return scores.scatter(-1, indices, values.masked_fill(remove[:, scores.shape[-1] - m :], warper.filter_value))
+
+
+def _finite_top(warper, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(values, indices)`` ``[P, m]`` of the ``m`` largest scores per row, descending, where ``m`` is the most
+    finite scores any row has; ``None`` where :func:`finite_top_p` must hand the scores to transformers (see there).
+
+    ``topk`` ranks NaN, then ``+inf``, above every number, so a row holding either shows it first.
+    """
+    if scores.dim() != 2 or warper.filter_value != -math.inf or scores.numel() == 0:
+        return None
+    k = min(scores.shape[-1], 64)
+    values, indices = scores.topk(k, dim=-1)
+    while torch.isfinite(values[:, -1]).any() and k < scores.shape[-1]:  # a row may hold more finite scores
+        if k >= FINITE_LIMIT:
+            return None
+        k = min(scores.shape[-1], 4 * k)
+        values, indices = scores.topk(k, dim=-1)
+    finite = torch.isfinite(values)
+    if not finite[:, 0].all() or ((values[:, 1:] == values[:, :-1]) & finite[:, 1:]).any():
+        return None  # NaN, +inf or a row of -inf only; or ties among finite scores (a sort leaves their order open)
+    m = int(finite.sum(-1).max())
+    return values[:, :m], indices[:, :m]
+
+
+class FiniteTopP:
+    """A :class:`~transformers.TopPLogitsWarper` that sorts only the finite scores (:func:`finite_top_p`).
+
+    Args:
+        warper: the warper it stands in for.
+
+    Example:
+        >>> FiniteTopP(transformers.TopPLogitsWarper(0.8))(None, torch.tensor([[0.0, 2.0, 1.0]])).tolist()
+        [[-inf, 2.0, 1.0]]
+    """
+
+    def __init__(self, warper: transformers.TopPLogitsWarper) -> None:
+        self.warper = warper
+
+    def __call__(self, input_ids, scores: torch.Tensor) -> torch.Tensor:
+        return finite_top_p(self.warper, scores)
+
+
+def faster(processor):
+    """``processor``, or its faster exact stand-in where one exists and was checked (top-p today).
+
+    Example:
+        >>> [type(faster(p)).__name__ for p in (transformers.TopPLogitsWarper(0.9), transformers.TopKLogitsWarper(5))]
+        ['FiniteTopP', 'TopKLogitsWarper']
+    """
+    if type(processor) is transformers.TopPLogitsWarper and fast_paths_checked():
+        return FiniteTopP(processor)
+    return processor
