@@ -10,7 +10,10 @@ its acceptance probability, a forward costs what forwards of its width have cost
   six-token rounds, and a long run of full acceptances would take many rounds to lift the estimate).
 * :class:`StreakAcceptance`: the same, kept apart after a round whose drafts were all accepted and after one with a
   rejection (acceptance comes in runs: a copied passage or a loop is accepted throughout, a passage the draft does
-  not know is rejected round after round; one running average lags behind both).
+  not know is rejected round after round; one running average lags behind both). What the last verdict says fades
+  with the tokens decided by rounds the level took no part in, toward the level's call-long rate (otherwise one
+  rejection could keep a level out of the schedule until the planner's next probe: its states are only updated by
+  rounds that run it).
 * :class:`ConfidenceAcceptance`: the same, kept per bucket of the drafter's confidence in each token (its probability
   under the drafter's processed distribution): a token level 1 was sure of is accepted far more often than one it
   drew from a spread distribution (SmolLM2 at 7K tokens, T=0.6: 0.99 above 0.99, 0.83-0.90 below 0.95), so the
@@ -26,6 +29,9 @@ its acceptance probability, a forward costs what forwards of its width have cost
 from __future__ import annotations
 
 FORGET = 0.9  # weight of the past at each newly judged token (about the last ten tokens count)
+SLOW_FORGET = 0.98
+"""The same for a level's call-long rate, toward which :class:`StreakAcceptance`'s estimate fades while the level is
+idle (about the last fifty judged tokens count)."""
 WINDOW = 4
 """How many of a width's latest forwards :class:`StepCost` keeps (it estimates with their minimum)."""
 MIN_SECONDS = 1e-7
@@ -50,6 +56,7 @@ class Acceptance:
     Args:
         prior: the rate before any verdict.
         weight: how many judged tokens the prior counts for.
+        forget: the weight of the past at each newly judged token.
 
     Example:
         >>> a = Acceptance(prior=0.5, weight=1.0)
@@ -59,8 +66,9 @@ class Acceptance:
         0.75
     """
 
-    def __init__(self, prior: float = 0.8, weight: float = 2.0) -> None:
+    def __init__(self, prior: float = 0.8, weight: float = 2.0, forget: float = FORGET) -> None:
         self.successes, self.failures = prior * weight, (1.0 - prior) * weight
+        self.forget = forget
         self.verdicts = 0
 
     def observe(self, drafted: int, accepted: int) -> None:
@@ -68,7 +76,7 @@ class Acceptance:
         if drafted <= 0:
             return
         rejected = 1.0 if accepted < drafted else 0.0
-        fade = FORGET ** (accepted + rejected)  # the past fades by the tokens judged since
+        fade = self.forget ** (accepted + rejected)  # the past fades by the tokens judged since
         self.successes = fade * self.successes + accepted
         self.failures = fade * self.failures + rejected
         self.verdicts += 1
@@ -81,12 +89,17 @@ class Acceptance:
 
 class StreakAcceptance:
     """Per-token acceptance conditioned on the previous verdict: all drafts accepted, or a rejection (a two-state
-    Markov estimate, one :class:`Acceptance` per state); :attr:`rate` is the estimate for the current state.
+    Markov estimate); :attr:`rate` is the estimate for the current state.
 
     With one running average a run of full acceptances after a hard passage raises the estimate by about one
     verdict's worth per round, so the planner keeps short rounds (each of which can add little) for many rounds;
     conditioned on the previous verdict, the estimate after a full acceptance learns how often full acceptances
     are followed by more of them.
+
+    Rounds the level takes no part in (:meth:`idle`) do not update its states, so what its last verdict says about
+    the next round fades with the tokens they decide, toward the level's call-long rate :attr:`overall`: without
+    it, one early rejection (the state after a rejection then near half the level's usual rate) could keep the
+    level out of the schedule until the planner's next probe, however well it would draft.
 
     Example:
         >>> a = StreakAcceptance(prior=0.8, weight=1.0)
@@ -94,27 +107,40 @@ class StreakAcceptance:
         >>> a.observe(drafted=1, accepted=1); a.observe(drafted=4, accepted=4)
         >>> round(a.rate, 3), round(a.after[False].rate, 3)  # after a full acceptance, after a rejection
         (0.852, 0.46)
+        >>> a.observe(drafted=4, accepted=0); a.idle(tokens=10)  # a rejection, then ten tokens decided without it
+        >>> round(a.after[False].rate, 3), round(a.rate, 3), round(a.overall.rate, 3)
+        (0.46, 0.547, 0.593)
     """
 
     def __init__(self, prior: float = 0.8, weight: float = 2.0) -> None:
         self.after = {True: Acceptance(prior, weight), False: Acceptance(prior, weight)}
+        self.overall = Acceptance(prior, weight, forget=SLOW_FORGET)  # every verdict, a longer memory
         self.last_full = True
+        self.idle_tokens = 0
 
     def observe(self, drafted: int, accepted: int) -> None:
         """Fold ``accepted`` of ``drafted`` into the estimate of the state the verdict followed."""
         if drafted <= 0:
             return
         self.after[self.last_full].observe(drafted, accepted)
+        self.overall.observe(drafted, accepted)
         self.last_full = accepted >= drafted
+        self.idle_tokens = 0
+
+    def idle(self, tokens: int) -> None:
+        """``tokens`` were decided by a round this level took no part in."""
+        self.idle_tokens += tokens
 
     @property
     def verdicts(self) -> int:
-        return sum(a.verdicts for a in self.after.values())
+        return self.overall.verdicts
 
     @property
     def rate(self) -> float:
-        """The estimated probability of accepting one more drafted token, given the previous verdict."""
-        return self.after[self.last_full].rate
+        """The estimated probability of accepting one more drafted token, given the previous verdict (fading toward
+        :attr:`overall` by :data:`FORGET` per token decided since without this level)."""
+        conditioned = FORGET**self.idle_tokens
+        return conditioned * self.after[self.last_full].rate + (1.0 - conditioned) * self.overall.rate
 
 
 CONFIDENCE_EDGES = (0.5, 0.8, 0.95, 0.99)

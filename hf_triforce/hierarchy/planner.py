@@ -161,17 +161,21 @@ class Planner:
         return Plan(KINDS[kind], gamma2)
 
     def _probe(self) -> Plan | None:
-        """A schedule that has not run for ``PROBE_EVERY`` rounds (or ever), to measure it."""
+        """A schedule that has not run for ``PROBE_EVERY`` rounds (or ever), to measure it: at the length the
+        estimates favour for it (a probe only needs a verdict; a long one that fails costs a wide verification for
+        one token), the longest while nothing is measured."""
         for kind in self._kinds():
             if self.rounds - self.last_tried.get(kind, -PROBE_EVERY) >= PROBE_EVERY:
-                return Plan(kind, 0 if kind == "plain" else self._longest(kind))
+                return Plan("plain", 0) if kind == "plain" else self._best_of(kind)
         return None
 
     def _best(self) -> Plan:
-        candidates = [Plan("plain", 0)]
-        for kind in self._kinds()[:-1]:
-            candidates += [Plan(kind, g) for g in range(1, self._longest(kind) + 1)]
-        return max(candidates, key=self.rate)
+        return max([Plan("plain", 0)] + [self._best_of(kind) for kind in self._kinds()[:-1]], key=self.rate)
+
+    def _best_of(self, kind: Kind) -> Plan:
+        """The length of ``kind`` with the most expected tokens per second (the longest while none is known)."""
+        plans = [Plan(kind, g) for g in range(self._longest(kind), 0, -1)]
+        return max(plans, key=self.rate)
 
     def _kinds(self) -> list[Kind]:
         """The schedules, in the order the first rounds try them (speculating first)."""
@@ -224,6 +228,10 @@ class Planner:
         """A round's verification: ``accepted`` of ``drafted`` tokens, a forward of ``drafted + 1`` in ``seconds``;
         ``confidences``: level 1's probability of each drafted token (a ``"levels"`` round)."""
         self.level2.observe(drafted + 1, seconds)
+        if plan.kind != "levels":
+            self.a1.idle(accepted + 1)
+        if plan.kind != "level0":
+            self.a02.idle(accepted + 1)
         if plan.kind == "levels":
             self.a1.observe(drafted, accepted)
             if confidences:

@@ -98,6 +98,41 @@ def test_unchosen_schedules_are_probed_again():
     assert "plain" in kinds and "level0" in kinds and kinds.count("levels") >= PROBE_EVERY - 1
 
 
+def test_a_probe_drafts_the_length_the_estimates_favour():
+    """Re-trying level 0 -> 2 when level 2 rejects its drafts: a one-token probe (a failed long one costs a wide
+    verification for one token); with nothing measured yet, the longest."""
+    p = planner()
+    assert p.plan_round() == Plan("levels", 6) and p.plan_round() == Plan("level0", 9)
+    p = planner()
+    feed(p, a02=0.0)
+    p.last_tried["level0"] = p.rounds - PROBE_EVERY
+    probe = p.plan_round()
+    assert probe == Plan("level0", 1)
+    assert probe == max((Plan("level0", g) for g in range(1, 10)), key=p.rate)
+
+
+def test_a_level_kept_out_of_the_schedule_is_judged_again_by_its_usual_rate():
+    """Level 1 usually accepts 95%, then two rejections in a row: the state after a rejection puts it below the
+    other schedules. Rounds without level 1 do not update that state, so what it says fades with the tokens they
+    decide, toward level 1's call-long rate, and level 1 is back in the schedule within a few tokens (it was out
+    until the next probe, PROBE_EVERY rounds later)."""
+    p = planner()
+    feed(p, a1=0.95, a02=0.35)
+    for _ in range(2):
+        p.a1.observe(6, 0)
+    out = p.plan_round()
+    assert out.kind != "levels"
+    back = None
+    for round_ in range(PROBE_EVERY):
+        p.observe_level2(out, out.gamma2, 0, 0.1)  # each decides one token
+        out = p.plan_round()
+        if out.kind == "levels":
+            back = round_ + 1
+            break
+    assert back is not None and back <= 6, back
+    assert p.a1.overall.rate > 0.85 and p.a1.after[False].rate < 0.6
+
+
 def test_round_rate_matches_the_formula():
     p = planner()
     feed(p, rounds=0)
