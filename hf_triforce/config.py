@@ -8,7 +8,7 @@ from typing import Any
 from .errors import TriForceConfigError
 
 DRAFTERS = ("auto", "model", "suffix", "ngram", "none")
-LEVEL1_WEIGHTS = ("auto", "full", "int8")
+LEVEL1_WEIGHTS = ("auto", "full", "int8", "int4")
 LEVEL1_FORWARDS = ("auto", "direct", "transformers")
 CUDA_GRAPH_MODES = (True, False, "auto", "eager")
 
@@ -69,8 +69,10 @@ class TriForceConfig:
             "per output channel, bfloat16 activations), made at the first call and kept beside the model (a quarter "
             "of the float32 weight bytes); a CPU model in float32 or bfloat16 only. The full-cache verification "
             "still uses the target's own weights, so the output is unchanged; the copy makes a level-1 step cheaper "
-            "(SmolLM2 on 2 CPU cores: 42 -> 26 ms) at a small cost in level-1 acceptance. 'auto': 'int8' where it "
-            "runs, else 'full'."
+            "(SmolLM2 on 2 CPU cores: 42 -> 26 ms) at a small cost in level-1 acceptance. 'int4': the decoder "
+            "layers' projections as a weight-only int4 copy (groups of 32 inputs, bfloat16 scales and zeros), the LM "
+            "head as int8; run by level 1's direct forward only (one sequence, level1_forward 'auto' or 'direct'). "
+            "'auto': 'int4' where level 1 runs its direct forward, else 'int8' where it runs, else 'full'."
         },
     )
     level1_forward: str = field(

@@ -10,6 +10,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 
 from ..caches.streaming import StreamingLLMCache
 from ..config import TriForceConfig
+from ..errors import UnsupportedDeviceError
 from ..hf.caches import callers_cache
 from ..hf.direct_forward import resolve_level1_forward
 from ..hf.distributed import RankConsensus, check_same_random_state
@@ -45,8 +46,14 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
     """
     config = as_config(triforce_config)
     check_cache_implementation(model, generate_kwargs)
-    resolve_level1_weights(config.level1_weights, model)  # an int8 copy that cannot run here raises now
-    resolve_level1_forward(config.level1_forward, model)  # so does a direct forward of a model it cannot run
+    forward = resolve_level1_forward(config.level1_forward, model)  # a direct forward it cannot run raises now
+    weights = resolve_level1_weights(config.level1_weights, model, direct=forward == "direct")  # so does a copy
+    if weights == "int4" and forward != "direct":
+        raise UnsupportedDeviceError(
+            "TriForceConfig(level1_weights='int4') runs through level 1's direct forward, and level 1 runs "
+            f"transformers' forward here (level1_forward={config.level1_forward!r}): use level1_weights='int8' or "
+            "'auto', or level1_forward='auto'."
+        )
     assistant = generate_kwargs.pop("assistant_model", None)
     drafter = resolve_drafter(config, assistant)
     if assistant is not None and drafter == "model":

@@ -124,6 +124,9 @@ def validate_batch(
         "a cache passed in (cache= / past_key_values=)": callers_cache is not None,
         f"cuda_graphs={config.cuda_graphs!r} (use False or 'auto')": config.cuda_graphs in (True, "eager"),
         "a tensor-parallel model": tensor_parallel,
+        "level1_weights='int4' (run by the single-sequence direct forward; use 'int8' or 'auto')": (
+            config.level1_weights == "int4"
+        ),
         "stop strings or stopping criteria without an eos_token_id (plain generate() then keeps decoding the rows "
         "they stop instead of padding them; pass eos_token_id=)": _stops_without_eos(stopping_criteria),
         "a sliding window shorter than max_length": (getattr(text_config, "sliding_window", None) or gc.max_length)

@@ -30,6 +30,7 @@ from transformers import Cache
 
 from ..errors import UnsupportedModelError
 from ..kernels.attention import gqa_sdpa_attention
+from ..kernels.int4_linear import Int4Weight, int4_kernel_supports, int4_linear, quantize_int4
 from ..kernels.int8_linear import Int8Weight, int8_kernel_supports, int8_linear, quantize_int8, use_int8_linear
 from ..kernels.linear import linear_forward
 from .distributed import tensor_parallel_size
@@ -46,28 +47,33 @@ _DECODERS: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple, DirectDecoder
 class Projection:
     """``nn.Linear`` layers applied to one input, outputs concatenated: ``[..., K]`` -> ``[..., sum N]``.
 
-    With ``int8`` (their weights stacked, quantized per output row, see
-    :func:`~hf_triforce.kernels.int8_linear.quantize_int8`) a few rows multiply once by the int8 copy; otherwise,
-    or for more rows than the int8 kernel serves, each layer's own weight (the CPU few-row path where faster).
+    With a low-bit copy (their weights stacked, then quantized: int8 per output row, see
+    :func:`~hf_triforce.kernels.int8_linear.quantize_int8`, or int4 per group of inputs, see
+    :func:`~hf_triforce.kernels.int4_linear.quantize_int4`) a few rows multiply once by the copy; otherwise, or for
+    more rows than the low-bit kernels serve faster, each layer's own weight (the CPU few-row path where faster).
     """
 
     layers: tuple[torch.nn.Linear, ...]
-    int8: Int8Weight | None = None
+    low_bit: Int8Weight | Int4Weight | None = None
     bias: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, *layers: torch.nn.Linear, int8: bool = False) -> Projection:
-        """The projection of ``layers``, with a stacked int8 copy when ``int8`` and the kernel serves the shape."""
-        weight = torch.cat([layer.weight.detach() for layer in layers]) if int8 else None
+    def of(cls, *layers: torch.nn.Linear, weights: str = "full") -> Projection:
+        """The projection of ``layers``, with a stacked ``weights`` copy (``"int8"``, ``"int4"``; ``"full"``: none)
+        where the kernel serves the shape (an int4 shape it does not serve gets the int8 copy)."""
+        weight = torch.cat([layer.weight.detach() for layer in layers]) if weights != "full" else None
         if weight is None or not int8_kernel_supports(weight):
             return cls(tuple(layers))
         biases = [layer.bias for layer in layers]
         bias = None if all(b is None for b in biases) else torch.cat([_bias_or_zeros(layer) for layer in layers])
+        if weights == "int4" and int4_kernel_supports(weight):
+            return cls(tuple(layers), quantize_int4(weight), bias)
         return cls(tuple(layers), quantize_int8(weight), bias)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.int8 is not None and use_int8_linear(x):
-            return int8_linear(x, self.int8, self.bias)
+        if self.low_bit is not None and use_int8_linear(x):
+            multiply = int4_linear if isinstance(self.low_bit, Int4Weight) else int8_linear
+            return multiply(x, self.low_bit, self.bias)
         outputs = [linear_forward(layer, x) for layer in self.layers]
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
 
@@ -114,15 +120,15 @@ class DirectLayer:
     scaling: float
 
     @classmethod
-    def from_module(cls, layer: torch.nn.Module, heads: int, kv_heads: int, int8: bool) -> DirectLayer:
+    def from_module(cls, layer: torch.nn.Module, heads: int, kv_heads: int, weights: str) -> DirectLayer:
         attn, mlp = layer.self_attn, layer.mlp
         qkv = (attn.qkv_proj,) if hasattr(attn, "qkv_proj") else (attn.q_proj, attn.k_proj, attn.v_proj)
         gate_up = (mlp.gate_up_proj,) if hasattr(mlp, "gate_up_proj") else (mlp.gate_proj, mlp.up_proj)
         return cls(
-            _norm(layer.input_layernorm), Projection.of(*qkv, int8=int8), _norm(getattr(attn, "q_norm", None)),
-            _norm(getattr(attn, "k_norm", None)), Projection.of(attn.o_proj, int8=int8),
-            _norm(layer.post_attention_layernorm), Projection.of(*gate_up, int8=int8),
-            Projection.of(mlp.down_proj, int8=int8), getattr(mlp, "act_fn", None) or mlp.activation_fn,
+            _norm(layer.input_layernorm), Projection.of(*qkv, weights=weights), _norm(getattr(attn, "q_norm", None)),
+            _norm(getattr(attn, "k_norm", None)), Projection.of(attn.o_proj, weights=weights),
+            _norm(layer.post_attention_layernorm), Projection.of(*gate_up, weights=weights),
+            Projection.of(mlp.down_proj, weights=weights), getattr(mlp, "act_fn", None) or mlp.activation_fn,
             heads, kv_heads, attn.head_dim, float(attn.scaling),
         )  # fmt: skip
 
@@ -163,27 +169,29 @@ class DirectDecoder:
     Args:
         model: a causal LM of a family in :data:`DIRECT_MODEL_TYPES`, whole on one device
             (:func:`direct_forward_problem` says why another cannot run).
-        int8: multiply by a stacked int8 copy of the projections (``q|k|v``, ``gate|up``, ``o``, ``down``, LM head)
-            instead of the model's weights; the copy is about a quarter of the float32 weight bytes.
+        weights: ``"full"``: the model's weights; ``"int8"``: a stacked int8 copy of the projections (``q|k|v``,
+            ``gate|up``, ``o``, ``down``, LM head), about a quarter of the float32 weight bytes; ``"int4"``: the
+            decoder layers' projections as an int4 copy (about an eighth), the LM head as int8 (level 1 samples
+            from its logits: an int4 head cost SmolLM2 about 0.08 of level-1 acceptance at T=0.6).
 
     Example:
-        >>> decoder = DirectDecoder(model, int8=True)  # doctest: +SKIP
+        >>> decoder = DirectDecoder(model, weights="int8")  # doctest: +SKIP
         >>> decoder.logits(torch.tensor([42]), position=900, cache=view).shape  # [q, vocab], float32  # doctest: +SKIP
         torch.Size([1, 49152])
     """
 
-    def __init__(self, model: torch.nn.Module, int8: bool = False) -> None:
+    def __init__(self, model: torch.nn.Module, weights: str = "full") -> None:
         problem = direct_forward_problem(model)
         if problem is not None:
             raise UnsupportedModelError(f"level 1's direct forward cannot run this model: {problem}.")
         config, inner = model.config.get_text_config(), model.model
         heads = config.num_attention_heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        self.int8 = int8
+        self.weights = weights
         self.embed, self.rotary = inner.embed_tokens, inner.rotary_emb
-        self.layers = [DirectLayer.from_module(layer, heads, kv_heads, int8) for layer in inner.layers]
+        self.layers = [DirectLayer.from_module(layer, heads, kv_heads, weights) for layer in inner.layers]
         self.norm = _norm(inner.norm)
-        self.head = Projection.of(model.lm_head, int8=int8)
+        self.head = Projection.of(model.lm_head, weights="full" if weights == "full" else "int8")
 
     def logits(self, tokens: torch.Tensor, position: int, cache: Cache) -> torch.Tensor:
         """float32 logits ``[q, V]`` of ``tokens`` ``[q]`` at true positions ``position ..``; appends them to ``cache``.
@@ -234,16 +242,16 @@ def _layout_problem(model: torch.nn.Module) -> str | None:
     return None
 
 
-def direct_decoder(model: torch.nn.Module, int8: bool) -> DirectDecoder:
+def direct_decoder(model: torch.nn.Module, weights: str) -> DirectDecoder:
     """The :class:`DirectDecoder` of ``model``, made at the first call and kept beside the model (rebuilt when a
     weight changed since: another tensor, or an in-place update).
 
     Example:
-        >>> direct_decoder(model, int8=True) is direct_decoder(model, int8=True)  # doctest: +SKIP
+        >>> direct_decoder(model, "int8") is direct_decoder(model, "int8")  # doctest: +SKIP
         True
     """
-    key = (int8, *(weight_fingerprint(p) for p in model.parameters()))
-    return kept_beside(_DECODERS, model, key, lambda: DirectDecoder(model, int8))
+    key = (weights, *(weight_fingerprint(p) for p in model.parameters()))
+    return kept_beside(_DECODERS, model, key, lambda: DirectDecoder(model, weights))
 
 
 def resolve_level1_forward(choice: str, model: torch.nn.Module) -> str:

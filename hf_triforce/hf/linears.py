@@ -19,6 +19,7 @@ from typing import TypeVar
 import torch
 
 from ..errors import UnsupportedDeviceError
+from ..kernels.int4_linear import int4_kernel_available
 from ..kernels.int8_linear import (
     Int8Weight,
     int8_kernel_available,
@@ -88,24 +89,33 @@ def int8_level1_problem(model: torch.nn.Module) -> str | None:
     return None
 
 
-def resolve_level1_weights(choice: str, model: torch.nn.Module) -> str:
-    """``"full"`` or ``"int8"``: the weights level 1 drafts with for ``TriForceConfig.level1_weights == choice``.
+def resolve_level1_weights(choice: str, model: torch.nn.Module, direct: bool = False) -> str:
+    """``"full"``, ``"int8"`` or ``"int4"``: the weights level 1 drafts with for ``TriForceConfig.level1_weights ==
+    choice``, where level 1 runs its direct forward (``direct``: one sequence on the CPU) or transformers' forward.
 
-    ``"auto"`` is ``"int8"`` where :func:`int8_level1_problem` finds no problem, else ``"full"``; an explicit
-    ``"int8"`` that cannot run raises :class:`~hf_triforce.errors.UnsupportedDeviceError` (before any work).
+    ``"auto"`` is ``"int4"`` for the direct forward where the int4 kernel exists, else ``"int8"``, where
+    :func:`int8_level1_problem` finds no problem; else ``"full"``. An explicit ``"int8"`` or ``"int4"`` that cannot
+    run raises :class:`~hf_triforce.errors.UnsupportedDeviceError` (before any work); ``"int4"`` also needs the
+    direct forward, which the call checks with the forward it resolves.
 
     Example:
         >>> resolve_level1_weights("full", torch.nn.Linear(4, 4)), resolve_level1_weights("auto", torch.nn.Linear(4, 4))
         ('full', 'int8')
+        >>> resolve_level1_weights("auto", torch.nn.Linear(4, 4), direct=True) == ("int4" if int4_kernel_available()
+        ...                                                                         else "int8")
+        True
     """
     if choice == "full":
         return "full"
     problem = int8_level1_problem(model)
+    if choice == "int4" and problem is None and not int4_kernel_available():
+        problem = f"this torch ({torch.__version__}) has no torch._weight_int4pack_mm_for_cpu"
     if problem is None:
-        return "int8"
-    if choice == "int8":
+        int4 = choice == "int4" or (choice == "auto" and direct and int4_kernel_available())
+        return "int4" if int4 else "int8"
+    if choice in ("int8", "int4"):
         raise UnsupportedDeviceError(
-            f"TriForceConfig(level1_weights='int8') cannot run here: {problem}. Use level1_weights='full' "
+            f"TriForceConfig(level1_weights={choice!r}) cannot run here: {problem}. Use level1_weights='full' "
             "(the target's own weights) or 'auto' (int8 only where it runs)."
         )
     return "full"

@@ -22,7 +22,7 @@ from ..caches.view import RetrievalView
 from ..config import TriForceConfig
 from ..errors import UnsupportedDeviceError
 from ..hf.attention import QueryCapture, view_attention
-from ..hf.direct_forward import DirectDecoder, direct_decoder, resolve_level1_forward
+from ..hf.direct_forward import direct_decoder, resolve_level1_forward
 from ..hf.distributed import RankConsensus
 from ..hf.linears import int8_linears, int8_weight_copy, resolve_level1_weights
 from ..hf.versions import cache_kwargs
@@ -101,8 +101,14 @@ class Level1Drafter:
         self._last_drafted = 0
         self.step_mode = resolve_step_mode(config.cuda_graphs, model, "target model")
         self.runner: StaticStepRunner | None = None
-        weights = resolve_level1_weights(config.level1_weights, model)
-        self.direct = self._direct_decoder(weights == "int8")
+        direct = self._runs_direct_forward()
+        weights = resolve_level1_weights(config.level1_weights, model, direct=direct)
+        self.direct = direct_decoder(model, weights) if direct else None
+        if weights == "int4" and self.direct is None:
+            raise UnsupportedDeviceError(
+                "TriForceConfig(level1_weights='int4') runs through level 1's direct forward, which does not run "
+                "here (level1_forward='transformers', or static steps): use level1_weights='int8' or 'auto'."
+            )
         self.int8 = int8_weight_copy(model) if weights == "int8" and self.direct is None else None
         self.stats.level1_weights = weights
         self.stats.level1_forward = "transformers" if self.direct is None else "direct"
@@ -110,9 +116,9 @@ class Level1Drafter:
             draft_mode = resolve_step_mode(config.cuda_graphs, drafter.model, "draft model")
             drafter.use_static_steps(draft_mode, strict=config.cuda_graphs is True)
 
-    def _direct_decoder(self, int8: bool) -> DirectDecoder | None:
-        """Level 1's :class:`~hf_triforce.hf.direct_forward.DirectDecoder` (on the dynamic-shape path only), or ``None``
-        for the model's own forward."""
+    def _runs_direct_forward(self) -> bool:
+        """Whether level 1 runs its :class:`~hf_triforce.hf.direct_forward.DirectDecoder` (on the dynamic-shape path
+        only) rather than the model's own forward."""
         choice = self.config.level1_forward
         if self.step_mode != "dynamic" and choice == "direct":
             raise UnsupportedDeviceError(
@@ -120,9 +126,7 @@ class Level1Drafter:
                 f"{self.config.cuda_graphs!r} resolved to {self.step_mode!r} steps here: pass cuda_graphs=False, or "
                 "level1_forward='auto'."
             )
-        if self.step_mode != "dynamic" or resolve_level1_forward(choice, self.model) != "direct":
-            return None
-        return direct_decoder(self.model, int8)
+        return self.step_mode == "dynamic" and resolve_level1_forward(choice, self.model) == "direct"
 
     def draft(self, input_ids: torch.LongTensor) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
         """Candidates ``[1, cur + g]`` for the full cache and the scores ``[1, g, V]`` they were drafted from.

@@ -26,7 +26,8 @@ from hf_triforce.hf.direct_forward import (
 )
 from hf_triforce.hf.linears import int8_linears, int8_weight_copy
 from hf_triforce.hf.versions import cache_kwargs
-from hf_triforce.kernels.int8_linear import int8_kernel_available
+from hf_triforce.kernels.int4_linear import int4_kernel_available, quantize_int4
+from hf_triforce.kernels.int8_linear import int8_kernel_available, quantize_int8
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +63,7 @@ def test_equals_the_models_forward_over_the_same_cache(model_factory, make_promp
     ours, theirs = prefilled_pair(model, make_prompt(40, seed=4))
     tokens = make_prompt(width, seed=9)[0]
     with torch.no_grad():
-        got = DirectDecoder(model, int8=False).logits(tokens, 40, ours)
+        got = DirectDecoder(model, weights="full").logits(tokens, 40, ours)
     expected = model_logits(model, tokens, 40, theirs)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     for a, b in zip(ours.layers, theirs.layers, strict=True):  # the same keys/values were appended
@@ -80,11 +81,37 @@ def test_int8_equals_the_models_forward_with_the_int8_copy(model_factory, make_p
     ours, theirs = prefilled_pair(model, make_prompt(40, seed=4))
     tokens = make_prompt(width, seed=9)[0]
     with torch.no_grad():
-        got = DirectDecoder(model, int8=True).logits(tokens, 40, ours)
+        got = DirectDecoder(model, weights="int8").logits(tokens, 40, ours)
         with int8_linears(int8_weight_copy(model)):
             expected = model_logits(model, tokens, 40, theirs)
     scale = expected.abs().max()
     torch.testing.assert_close(got, expected, rtol=0, atol=float(2e-2 * scale))  # bfloat16: 8 bits of mantissa
+
+
+needs_int4 = pytest.mark.skipif(not int4_kernel_available(), reason="torch has no _weight_int4pack_mm_for_cpu")
+
+
+@needs_int4
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("width", [1, 3])
+def test_int4_equals_the_models_forward_with_the_weights_it_stands_for(model_factory, make_prompt, layout, width):
+    """With weights='int4' the decoder layers' projections multiply by their int4 copy and the LM head by its int8
+    copy: the model's own forward with each of those weights replaced by what its copy stands for (de-quantized;
+    quantizing stacked q|k|v per group of inputs quantizes each layer alike) gives the same logits, bfloat16
+    rounding of the activations apart."""
+    model = model_factory(layout)
+    ours, theirs = prefilled_pair(model, make_prompt(40, seed=4))
+    tokens = make_prompt(width, seed=9)[0]
+    with torch.no_grad():
+        got = DirectDecoder(model, weights="int4").logits(tokens, 40, ours)
+        for layer in model.model.layers:
+            for linear in (m for m in layer.modules() if isinstance(m, torch.nn.Linear)):
+                linear.weight.copy_(quantize_int4(linear.weight).dequantize())
+        model.lm_head.weight.copy_(quantize_int8(model.lm_head.weight).dequantize())
+        expected = model_logits(model, tokens, 40, theirs)
+    scale = expected.abs().max()
+    # bfloat16 (8 bits of mantissa) rounds the activations on our side only, at each of a layer's four products
+    torch.testing.assert_close(got, expected, rtol=0, atol=float(4e-2 * scale))
 
 
 def test_over_a_retrieval_view_equals_the_models_forward_over_it(llama, make_prompt):
@@ -151,11 +178,11 @@ def test_only_the_chosen_forward_runs_level1(llama, make_prompt, monkeypatch, fo
 
 def test_decoder_is_kept_and_remade_after_a_weight_update(model_factory):
     model = model_factory("llama_gqa")
-    decoder = direct_decoder(model, int8=False)
-    assert direct_decoder(model, int8=False) is decoder
+    decoder = direct_decoder(model, "full")
+    assert direct_decoder(model, "full") is decoder
     with torch.no_grad():
         model.model.layers[0].mlp.down_proj.weight.mul_(1.5)
-    assert direct_decoder(model, int8=False) is not decoder
+    assert direct_decoder(model, "full") is not decoder
 
 
 def test_disable_frees_the_decoder(model_factory, make_prompt):

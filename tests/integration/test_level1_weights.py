@@ -1,4 +1,4 @@
-"""``TriForceConfig.level1_weights``: level 1 drafting with an int8 copy of the weights stays lossless.
+"""``TriForceConfig.level1_weights``: level 1 drafting with an int8 or int4 copy of the weights stays lossless.
 
 The greedy and sampling suites already run with the default (``"auto"``: the int8 copy on these float32 CPU
 models); these tests name the choice, check that it is the one run, and that it is refused where it cannot run.
@@ -25,7 +25,7 @@ SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamm
 
 @pytest.mark.parametrize("family", ["llama_gqa", "qwen3", "mistral"])
 @pytest.mark.parametrize("drafter", ["none", "ngram", "model"])
-@pytest.mark.parametrize("weights", ["int8", "full"])
+@pytest.mark.parametrize("weights", ["int8", "int4", "full"])
 def test_greedy_equals_plain_generate(zoo, make_prompt, assert_greedy_equal, family, drafter, weights):
     model = zoo.target(family)
     cfg = TriForceConfig(drafter=drafter, level1_weights=weights, **SMALL)
@@ -104,6 +104,48 @@ def test_explicit_int8_is_refused_before_any_work_where_it_cannot_run(model_fact
     with pytest.raises(UnsupportedDeviceError, match="float16"):
         model.generate(make_prompt(40), max_new_tokens=4, triforce_config=TriForceConfig(level1_weights="int8"))
     assert not forwards
+
+
+def test_int4_samples_run_to_length_and_use_the_int4_copy(llama, make_prompt, monkeypatch):
+    """A sampled call with level 1 on the int4 copy: the copy's kernel runs for level 1's rows only, and the call
+    runs to its length (the sampling suite checks the distribution with the default weights)."""
+    import hf_triforce.hf.direct_forward as direct_forward
+
+    rows: list[int] = []
+    real = direct_forward.int4_linear
+    monkeypatch.setattr(
+        direct_forward, "int4_linear", lambda x, w, b=None: rows.append(x.numel() // x.shape[-1]) or real(x, w, b)
+    )
+    direct_forward._DECODERS.clear()
+    cfg = TriForceConfig(drafter="ngram", level1_weights="int4", **SMALL)
+    torch.manual_seed(0)
+    out = llama.generate(make_prompt(120, seed=5), max_new_tokens=30, min_new_tokens=30, do_sample=True,
+                         temperature=0.8, top_p=0.9, triforce_config=cfg)  # fmt: skip
+    assert out.shape[1] == 150 and hf_triforce.last_stats(llama).level1_weights == "int4"
+    assert rows and max(rows) <= 1 + SMALL["gamma1"]
+
+
+@pytest.mark.parametrize("problem", ["transformers forward", "batch"])
+def test_int4_is_refused_before_any_work_where_the_direct_forward_does_not_run(llama, make_prompt, problem):
+    from hf_triforce.errors import UnsupportedGenerationError
+
+    prompt, kwargs = make_prompt(40), {}
+    cfg = TriForceConfig(level1_weights="int4", **SMALL)
+    if problem == "transformers forward":
+        cfg, error = (
+            TriForceConfig(level1_weights="int4", level1_forward="transformers", **SMALL),
+            UnsupportedDeviceError,
+        )
+    else:
+        prompt, kwargs, error = prompt.repeat(2, 1), {"pad_token_id": 0}, UnsupportedGenerationError
+    calls = []
+    handle = llama.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(error, match="int4"):
+            llama.generate(prompt, max_new_tokens=4, do_sample=False, triforce_config=cfg, **kwargs)
+    finally:
+        handle.remove()
+    assert not calls
 
 
 def test_auto_falls_back_to_full_weights_where_int8_cannot_run(model_factory, make_prompt):

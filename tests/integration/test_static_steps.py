@@ -40,7 +40,8 @@ def _static_equals_dynamic(model, prompt, assert_greedy_equal, cfg: TriForceConf
     """Greedy equality with the static path, and the same drafts (acceptance counts) as the dynamic path."""
     assert_greedy_equal(model, prompt, cfg, new_tokens, assistant_model=assistant)
     static_levels = _levels(model)
-    dynamic = TriForceConfig(**{**cfg.to_dict(), "cuda_graphs": False})
+    weights = hf_triforce.last_stats(model).level1_weights  # the dynamic path's "auto" would pick int4
+    dynamic = TriForceConfig(**{**cfg.to_dict(), "cuda_graphs": False, "level1_weights": weights})
     assert_greedy_equal(model, prompt, dynamic, new_tokens, assistant_model=assistant)
     assert static_levels == _levels(model), "the static path drafted differently from the dynamic path"
     return static_levels

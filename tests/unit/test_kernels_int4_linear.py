@@ -1,0 +1,76 @@
+"""The int4 weight-only linear (level 1's cheapest weights) against its pure-torch reference, and its resolution."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_triforce.errors import UnsupportedDeviceError
+from hf_triforce.hf.linears import resolve_level1_weights
+from hf_triforce.kernels.int4_linear import (
+    GROUP_SIZE,
+    int4_kernel_available,
+    int4_kernel_supports,
+    int4_linear,
+    int4_linear_reference,
+    quantize_int4,
+)
+
+pytestmark = [
+    pytest.mark.unit,
+    pytest.mark.skipif(not int4_kernel_available(), reason="torch has no _weight_int4pack_mm_for_cpu"),
+]
+
+BF16_EPS = 2.0**-7  # the kernel and the reference both round the product to bfloat16
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 16, 24])
+@pytest.mark.parametrize("out_features,in_features", [(16, 32), (48, 64), (960, 576), (64, 1536)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_kernel_matches_reference(rows, out_features, in_features, dtype, bias):
+    gen = torch.Generator().manual_seed(rows * 1000 + in_features)
+    weight = quantize_int4(torch.randn(out_features, in_features, generator=gen) * 0.05)
+    x = torch.randn(1, rows, in_features, generator=gen).to(dtype)
+    b = torch.randn(out_features, generator=gen).to(dtype) if bias else None
+    got, expected = int4_linear(x, weight, b), int4_linear_reference(x, weight, b)
+    assert got.shape == (1, rows, out_features) and got.dtype == dtype
+    scale = expected.abs().max().item()
+    torch.testing.assert_close(got.float(), expected.float(), rtol=2 * BF16_EPS, atol=2 * BF16_EPS * scale)
+
+
+@pytest.mark.parametrize("group_size", [32, 64])
+def test_quantization_error_is_half_a_step_per_group(group_size):
+    """Each weight is within half a quantization step of its group (plus the bfloat16 rounding of scale and zero),
+    for groups of very different sizes; the values span 0..15 and the packed nibbles hold them."""
+    weight = torch.randn(32, 4 * group_size) * torch.logspace(-3, 1, 32)[:, None]
+    q = quantize_int4(weight, group_size)
+    groups = weight.view(32, 4, group_size)
+    step = (groups.amax(-1) - groups.amin(-1)) / 15
+    error = (q.dequantize() - weight).abs().view(32, 4, group_size).amax(-1)
+    assert bool((error <= step * (0.5 + 8 * BF16_EPS) + 1e-6).all())
+    assert q.values().min() == 0 and q.values().max() == 15
+    assert q.qweight.shape == (32, 2 * group_size) and q.scales_and_zeros.shape == (4, 32, 2)
+
+
+def test_a_constant_group_is_exact():
+    weight = torch.full((16, 64), 0.25)
+    weight[:, 32:] = -1.5
+    torch.testing.assert_close(quantize_int4(weight).dequantize(), weight, rtol=0, atol=1e-6)
+
+
+def test_shapes_the_kernel_cannot_serve_are_refused():
+    assert int4_kernel_supports(torch.zeros(16, GROUP_SIZE))
+    assert not int4_kernel_supports(torch.zeros(8, 64))  # out_features: a multiple of 16
+    assert not int4_kernel_supports(torch.zeros(16, 48))  # in_features: a multiple of the group
+    with pytest.raises(ValueError, match="multiple of 16"):
+        quantize_int4(torch.zeros(8, 64))
+
+
+def test_level1_weights_int4_resolution():
+    model = torch.nn.Linear(64, 16)
+    assert resolve_level1_weights("int4", model) == "int4"
+    assert resolve_level1_weights("auto", model) == "int8"  # transformers' forward: the int8 copy
+    assert resolve_level1_weights("auto", model, direct=True) == "int4"  # level 1's direct forward
+    with pytest.raises(UnsupportedDeviceError, match="level1_weights='int4'.*float16"):
+        resolve_level1_weights("int4", model.half())
