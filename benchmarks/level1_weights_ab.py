@@ -10,7 +10,8 @@ Run: ``.venv/bin/python benchmarks/level1_weights_ab.py --temperatures 0,0.6 --r
 --output benchmarks/results/level1-weights-ab-7k.json`` (about 10 minutes on 2 CPU threads). Level 1's forward,
 ``int8:level1_forward=transformers`` against ``int8:level1_forward=direct``: ``--modes
 plain,int8:level1_forward=transformers,int8:level1_forward=direct --output
-benchmarks/results/level1-forward-ab-7k.json``. Rounds that stop by confidence against planned lengths:
+benchmarks/results/level1-forward-ab-7k.json``. The int8 copy against the int4 one (both through the direct
+forward): ``--modes plain,int8,int4``. Rounds that stop by confidence against planned lengths:
 ``--temperatures 0.6 --rounds 12 --modes plain,int8:confidence_stops=False,int8 --output
 benchmarks/results/confidence-stops-ab-7k.json``.
 

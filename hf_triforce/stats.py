@@ -197,7 +197,7 @@ class TriForceStats:
     full-cache verifications (``level2``), the ``prefill`` (of the uncached prompt tokens) and ``reuse`` (starting
     from a caller's cache and handing it back). ``reused_tokens`` counts the prompt tokens a caller's cache
     already held. ``*_bytes`` are the key/value bytes allocated by the full cache, the largest retrieval view,
-    and the level-0 draft cache. ``level1_weights`` says which weights level 1 drafted with (``"full"`` or
+    and the level-0 draft cache. ``level1_weights`` says which weights level 1 drafted with (``"full"``, ``"int4"`` or
     ``"int8"``, ``TriForceConfig.level1_weights``), and ``level1_forward`` which forward ran them (``"direct"`` or
     ``"transformers"``, ``TriForceConfig.level1_forward``). ``rows`` is filled by a batched call only: one
     :class:`TriForceStats` per row of the batch, in its order, with that row's own acceptance at every level, its

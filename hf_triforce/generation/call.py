@@ -48,11 +48,11 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
     check_cache_implementation(model, generate_kwargs)
     forward = resolve_level1_forward(config.level1_forward, model)  # a direct forward it cannot run raises now
     weights = resolve_level1_weights(config.level1_weights, model, direct=forward == "direct")  # so does a copy
-    if weights == "int4" and forward != "direct":
+    if weights == "int4" and (forward != "direct" or config.cuda_graphs in (True, "eager")):
         raise UnsupportedDeviceError(
-            "TriForceConfig(level1_weights='int4') runs through level 1's direct forward, and level 1 runs "
-            f"transformers' forward here (level1_forward={config.level1_forward!r}): use level1_weights='int8' or "
-            "'auto', or level1_forward='auto'."
+            "TriForceConfig(level1_weights='int4') runs through level 1's direct forward (dynamic steps), and "
+            f"level 1 runs transformers' forward here (level1_forward={config.level1_forward!r}, cuda_graphs="
+            f"{config.cuda_graphs!r}): use level1_weights='int8' or 'auto'."
         )
     assistant = generate_kwargs.pop("assistant_model", None)
     drafter = resolve_drafter(config, assistant)

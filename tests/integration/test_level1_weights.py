@@ -11,7 +11,7 @@ import torch
 
 import hf_triforce
 from hf_triforce import TriForceConfig
-from hf_triforce.errors import UnsupportedDeviceError
+from hf_triforce.errors import UnsupportedDeviceError, UnsupportedGenerationError
 from hf_triforce.hf.linears import int8_weight_copy
 from hf_triforce.kernels.int8_linear import int8_kernel_available
 
@@ -125,24 +125,25 @@ def test_int4_samples_run_to_length_and_use_the_int4_copy(llama, make_prompt, mo
     assert rows and max(rows) <= 1 + SMALL["gamma1"]
 
 
-@pytest.mark.parametrize("problem", ["transformers forward", "batch"])
-def test_int4_is_refused_before_any_work_where_the_direct_forward_does_not_run(llama, make_prompt, problem):
-    from hf_triforce.errors import UnsupportedGenerationError
-
-    prompt, kwargs = make_prompt(40), {}
-    cfg = TriForceConfig(level1_weights="int4", **SMALL)
-    if problem == "transformers forward":
-        cfg, error = (
-            TriForceConfig(level1_weights="int4", level1_forward="transformers", **SMALL),
-            UnsupportedDeviceError,
-        )
-    else:
-        prompt, kwargs, error = prompt.repeat(2, 1), {"pad_token_id": 0}, UnsupportedGenerationError
+@pytest.mark.parametrize(
+    "config, batch, error",
+    [
+        ({"level1_forward": "transformers"}, False, UnsupportedDeviceError),
+        ({"cuda_graphs": "eager"}, False, UnsupportedDeviceError),  # static steps run transformers' forward
+        ({}, True, UnsupportedGenerationError),  # batches run transformers' forward
+    ],
+    ids=["transformers-forward", "static-steps", "batch"],
+)
+def test_int4_is_refused_before_any_work_where_the_direct_forward_does_not_run(
+    llama, make_prompt, config, batch, error
+):
+    prompt = make_prompt(40).repeat(2 if batch else 1, 1)
+    cfg = TriForceConfig(level1_weights="int4", **config, **SMALL)
     calls = []
     handle = llama.register_forward_pre_hook(lambda *a: calls.append(1))
     try:
         with pytest.raises(error, match="int4"):
-            llama.generate(prompt, max_new_tokens=4, do_sample=False, triforce_config=cfg, **kwargs)
+            llama.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0, triforce_config=cfg)
     finally:
         handle.remove()
     assert not calls
