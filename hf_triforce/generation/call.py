@@ -47,8 +47,9 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
     config = as_config(triforce_config)
     check_cache_implementation(model, generate_kwargs)
     forward = resolve_level1_forward(config.level1_forward, model)  # a direct forward it cannot run raises now
-    weights = resolve_level1_weights(config.level1_weights, model, direct=forward == "direct")  # so does a copy
-    if weights == "int4" and (forward != "direct" or config.cuda_graphs in (True, "eager")):
+    direct = forward == "direct" and config.cuda_graphs not in (True, "eager")  # static steps: transformers' forward
+    weights = resolve_level1_weights(config.level1_weights, model, direct=direct)  # so does a copy it cannot make
+    if weights == "int4" and not direct:
         raise UnsupportedDeviceError(
             "TriForceConfig(level1_weights='int4') runs through level 1's direct forward (dynamic steps), and "
             f"level 1 runs transformers' forward here (level1_forward={config.level1_forward!r}, cuda_graphs="
