@@ -10,14 +10,13 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 
 from ..caches.streaming import StreamingLLMCache
 from ..config import TriForceConfig
-from ..errors import UnsupportedDeviceError
 from ..hf.caches import callers_cache
 from ..hf.direct_forward import resolve_level1_forward
 from ..hf.distributed import RankConsensus, check_same_random_state
 from ..hf.generate import decoder_only_output, eos_token_ids
-from ..hf.linears import resolve_level1_weights, small_batch_linears
+from ..hf.linears import small_batch_linears
 from ..hf.model import num_layers, rotary_inv_freq
-from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, NGramDrafter, SuffixDrafter
+from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, NGramDrafter, SuffixDrafter, level1_weights
 from ..stats import TriForceStats
 from .batch_loop import BatchTriForceRun
 from .loop import TriForceRun
@@ -48,13 +47,7 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
     check_cache_implementation(model, generate_kwargs)
     forward = resolve_level1_forward(config.level1_forward, model)  # a direct forward it cannot run raises now
     direct = forward == "direct" and config.cuda_graphs not in (True, "eager")  # static steps: transformers' forward
-    weights = resolve_level1_weights(config.level1_weights, model, direct=direct)  # so does a copy it cannot make
-    if weights == "int4" and not direct:
-        raise UnsupportedDeviceError(
-            "TriForceConfig(level1_weights='int4') runs through level 1's direct forward (dynamic steps), and "
-            f"level 1 runs transformers' forward here (level1_forward={config.level1_forward!r}, cuda_graphs="
-            f"{config.cuda_graphs!r}): use level1_weights='int8' or 'auto'."
-        )
+    level1_weights(config, model, direct)  # so do weights it cannot draft with
     assistant = generate_kwargs.pop("assistant_model", None)
     drafter = resolve_drafter(config, assistant)
     if assistant is not None and drafter == "model":

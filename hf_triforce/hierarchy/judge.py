@@ -52,8 +52,9 @@ def processed_scores(processors: list[LogitsProcessorList], rows: list[Drafts]) 
     """
     tail = context_free_tail(processors[0]) if processors else 0
     heads = [LogitsProcessorList(lp[: len(lp) - tail]) for lp in processors]
-    if len({tuple(map(id, head)) for head in heads}) <= 1 and length_only(heads[0] if heads else []):
-        flat = _by_length(heads[0] if heads else [], rows)
+    shared = heads[0] if heads else LogitsProcessorList()
+    if len({tuple(map(id, head)) for head in heads}) <= 1 and length_only(shared):
+        flat = _by_length(shared, rows)
     else:
         flat = _by_context(heads, rows)
     if tail:

@@ -35,6 +35,25 @@ from .schedule import RefreshRule
 from .static_steps import RunnerSlot, StaticStepRunner, keep_runner, kept_runner, resolve_step_mode
 
 
+def level1_weights(config: TriForceConfig, model: torch.nn.Module, direct: bool) -> str:
+    """The weights level 1 drafts with (:func:`~hf_triforce.hf.linears.resolve_level1_weights`) when it runs its
+    direct forward (``direct``) or transformers' forward; raises
+    :class:`~hf_triforce.errors.UnsupportedDeviceError` where they cannot run (``"int4"`` needs the direct forward).
+
+    Example:
+        >>> level1_weights(TriForceConfig(), torch.nn.Linear(16, 4), direct=False)
+        'int8'
+    """
+    weights = resolve_level1_weights(config.level1_weights, model, direct=direct)
+    if weights == "int4" and not direct:
+        raise UnsupportedDeviceError(
+            "TriForceConfig(level1_weights='int4') runs through level 1's direct forward (one sequence, dynamic "
+            f"steps), and level 1 runs transformers' forward here (level1_forward={config.level1_forward!r}, "
+            f"cuda_graphs={config.cuda_graphs!r}): use level1_weights='int8' or 'auto'."
+        )
+    return weights
+
+
 class Level1Drafter:
     """Drafts level-1 tokens (with their processed scores) for the full-cache verification.
 
@@ -102,13 +121,8 @@ class Level1Drafter:
         self.step_mode = resolve_step_mode(config.cuda_graphs, model, "target model")
         self.runner: StaticStepRunner | None = None
         direct = self._runs_direct_forward()
-        weights = resolve_level1_weights(config.level1_weights, model, direct=direct)
+        weights = level1_weights(config, model, direct)
         self.direct = direct_decoder(model, weights) if direct else None
-        if weights == "int4" and self.direct is None:
-            raise UnsupportedDeviceError(
-                "TriForceConfig(level1_weights='int4') runs through level 1's direct forward, which does not run "
-                "here (level1_forward='transformers', or static steps): use level1_weights='int8' or 'auto'."
-            )
         self.int8 = int8_weight_copy(model) if weights == "int8" and self.direct is None else None
         self.stats.level1_weights = weights
         self.stats.level1_forward = "transformers" if self.direct is None else "direct"
