@@ -62,6 +62,19 @@ class TriForceConfig:
             "re-selection. Measured on the copy tasks: benchmarks/results/copy-selection-ceiling-*.md."
         },
     )
+    step_selection: bool = field(
+        default=False,
+        metadata={
+            "help": "Re-rank the view's chunks before every level-1 step with the query of the token level 1 processed "
+            "last (the full cache's at a round's start), as a selection would rank them (rescore_candidates "
+            "included), copying in only the chunks that changed (hf_triforce.caches.chunk_swap). A selection made "
+            "once per refresh_every tokens goes stale within a round; ranking every step lifts level-1 per-token "
+            "acceptance on unseen copy tasks to 0.97-1.0 with rescore_candidates=4, but on the 2-core CPU a "
+            "re-ranking costs 13-40 ms against a 15-20 ms level-1 step, so decoding is slower "
+            "(benchmarks/results/step-selection-heldout.md): off by default. True needs level 1's direct forward "
+            "(one sequence, dynamic steps) and is refused elsewhere."
+        },
+    )
     level1_weights: str = field(
         default="auto",
         metadata={
@@ -201,6 +214,8 @@ class TriForceConfig:
             raise TriForceConfigError(f"cuda_graphs={self.cuda_graphs!r} must be one of {CUDA_GRAPH_MODES}.")
         if not isinstance(self.rescore_candidates, int) or self.rescore_candidates < 0:
             raise TriForceConfigError(f"rescore_candidates must be an integer >= 0, got {self.rescore_candidates!r}.")
+        if not isinstance(self.step_selection, bool):
+            raise TriForceConfigError(f"step_selection must be True or False, got {self.step_selection!r}.")
         if not isinstance(self.lookahead_chunks, int) or self.lookahead_chunks < 0:
             raise TriForceConfigError(f"lookahead_chunks must be an integer >= 0, got {self.lookahead_chunks!r}.")
         if self.level1_forward == "direct" and self.cuda_graphs in (True, "eager"):

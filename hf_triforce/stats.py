@@ -194,7 +194,9 @@ class TriForceStats:
     ``target_forwards`` counts full-cache verification forwards (the prefill excluded) and
     ``mean_accepted_length`` is the mean number of tokens each of them produced. ``phases`` times the level-0
     drafts (``level0``), the level-1 forwards (``level1``), retrieval re-selections (``refresh``), the
-    full-cache verifications (``level2``), the ``prefill`` (of the uncached prompt tokens) and ``reuse`` (starting
+    full-cache verifications (``level2``), the per-step re-rankings of the view's chunks (``reselect``,
+    ``TriForceConfig.step_selection``; ``step_selection`` says whether they ran and ``chunks_swapped`` counts the
+    chunks they copied in), the ``prefill`` (of the uncached prompt tokens) and ``reuse`` (starting
     from a caller's cache and handing it back). ``reused_tokens`` counts the prompt tokens a caller's cache
     already held. ``*_bytes`` are the key/value bytes allocated by the full cache, the largest retrieval view,
     and the level-0 draft cache. ``level1_weights`` says which weights level 1 drafted with (``"full"``, ``"int4"`` or
@@ -218,6 +220,8 @@ class TriForceStats:
     target_forwards: int = 0
     decoded_tokens: int = 0
     retrieval_refreshes: int = 0
+    step_selection: bool = False
+    chunks_swapped: int = 0
     full_cache_bytes: int = 0
     view_bytes: int = 0
     draft_cache_bytes: int = 0

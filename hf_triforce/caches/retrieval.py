@@ -91,6 +91,7 @@ class RetrievalCache(BufferedCache):
         lookahead: int = 0,
         slots: SlotMask | None = None,
         rescore_candidates: int = 0,
+        length: int | None = None,
     ) -> list[torch.Tensor]:
         """Per-layer token indices ``[B, H_kv, S]`` of the best chunks for ``queries[l]`` (``[B, H_q, D]``).
 
@@ -100,12 +101,13 @@ class RetrievalCache(BufferedCache):
         its attention sink. With ``rescore_candidates = N > 0`` the summaries nominate ``N`` times as many chunks as
         the view has room for, and those are ranked by their keys
         (:func:`~hf_triforce.kernels.retrieval.score_chunk_keys`, see
-        :func:`~hf_triforce.caches.selection.rescore`).
+        :func:`~hf_triforce.caches.selection.rescore`). ``length`` selects among the first ``length`` cached tokens
+        (default: all; :class:`~hf_triforce.caches.chunk_swap.ChunkSwapper` re-selects at a view's own length).
 
         Chunk scoring runs as a Triton kernel on CUDA (:func:`hf_triforce.kernels.retrieval.chunk_scores`),
         the pure-torch ``score_chunks`` otherwise; top-k and the token indices are torch either way.
         """
-        length = self.get_seq_length()
+        length = self.get_seq_length() if length is None else length
         indices = []
         for layer, query in zip(self.layers, queries, strict=True):
             if length > budget:

@@ -16,7 +16,15 @@ from ..hf.distributed import RankConsensus, check_same_random_state
 from ..hf.generate import decoder_only_output, eos_token_ids
 from ..hf.linears import small_batch_linears
 from ..hf.model import num_layers, rotary_inv_freq
-from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, NGramDrafter, SuffixDrafter, level1_weights
+from ..hierarchy import (
+    Drafter,
+    Level1Drafter,
+    ModelDrafter,
+    NGramDrafter,
+    SuffixDrafter,
+    level1_weights,
+    step_selection,
+)
 from ..stats import TriForceStats
 from .batch_loop import BatchTriForceRun
 from .loop import TriForceRun
@@ -48,6 +56,7 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
     forward = resolve_level1_forward(config.level1_forward, model)  # a direct forward it cannot run raises now
     direct = forward == "direct" and config.cuda_graphs not in (True, "eager")  # static steps: transformers' forward
     level1_weights(config, model, direct)  # so do weights it cannot draft with
+    step_selection(config, direct)  # and per-step re-selection without the direct forward
     assistant = generate_kwargs.pop("assistant_model", None)
     drafter = resolve_drafter(config, assistant)
     if assistant is not None and drafter == "model":

@@ -127,6 +127,7 @@ def validate_batch(
         "level1_weights='int4' (run by the single-sequence direct forward; use 'int8' or 'auto')": (
             config.level1_weights == "int4"
         ),
+        "step_selection=True (run by the single-sequence direct forward; use False)": (config.step_selection is True),
         "stop strings or stopping criteria without an eos_token_id (plain generate() then keeps decoding the rows "
         "they stop instead of padding them; pass eos_token_id=)": _stops_without_eos(stopping_criteria),
         "a sliding window shorter than max_length": (getattr(text_config, "sliding_window", None) or gc.max_length)

@@ -132,13 +132,18 @@ class DirectLayer:
             heads, kv_heads, attn.head_dim, float(attn.scaling),
         )  # fmt: skip
 
-    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer) -> torch.Tensor:
-        """``x`` ``[q, H]`` after this layer; the new keys/values are appended to ``cache_layer``."""
-        x = x + self.o(self.attention(rms_norm(x, *self.input_norm), cos, sin, cache_layer))
+    def __call__(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer, queries=None
+    ) -> torch.Tensor:
+        """``x`` ``[q, H]`` after this layer; the new keys/values are appended to ``cache_layer`` (and the
+        post-RoPE queries ``[1, heads, q, head_dim]`` to the list ``queries`` when given)."""
+        x = x + self.o(self.attention(rms_norm(x, *self.input_norm), cos, sin, cache_layer, queries))
         gate, up = self.gate_up(rms_norm(x, *self.post_norm)).chunk(2, dim=-1)
         return x + self.down(self.act(gate) * up)
 
-    def attention(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer) -> torch.Tensor:
+    def attention(
+        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer, queries=None
+    ) -> torch.Tensor:
         """Self-attention of ``h`` ``[q, H]`` over the cache layer and itself (causal): ``[q, heads * head_dim]``."""
         q, d = h.shape[0], self.head_dim
         query, key, value = self.qkv(h).split([self.heads * d, self.kv_heads * d, self.kv_heads * d], dim=-1)
@@ -147,6 +152,8 @@ class DirectLayer:
             self._head_norm(key.view(q, self.kv_heads, d), self.k_norm),
         )
         query, key = apply_rope(query.transpose(0, 1)[None], cos, sin), apply_rope(key.transpose(0, 1)[None], cos, sin)
+        if queries is not None:
+            queries.append(query)
         keys, values = cache_layer.update(key, value.view(q, self.kv_heads, d).transpose(0, 1)[None])
         return _attend(query, keys, values, self.scaling).reshape(q, self.heads * d)
 
@@ -193,18 +200,20 @@ class DirectDecoder:
         self.norm = _norm(inner.norm)
         self.head = Projection.of(model.lm_head, weights="full" if weights == "full" else "int8")
 
-    def logits(self, tokens: torch.Tensor, position: int, cache: Cache) -> torch.Tensor:
+    def logits(self, tokens: torch.Tensor, position: int, cache: Cache, queries: list | None = None) -> torch.Tensor:
         """float32 logits ``[q, V]`` of ``tokens`` ``[q]`` at true positions ``position ..``; appends them to ``cache``.
 
         ``cache`` is any transformers ``Cache`` of batch 1 whose ``layers[i].update`` appends ``[1, H_kv, q, D]``
-        keys/values and returns all of the layer's (the retrieval view); attention is causal over its keys.
+        keys/values and returns all of the layer's (the retrieval view); attention is causal over its keys. With a
+        list ``queries``, each layer's post-RoPE queries ``[1, H_q, q, D]`` are appended to it (what
+        :class:`~hf_triforce.caches.chunk_swap.ChunkSwapper` ranks the chunks with before the next step).
         """
         x = self.embed.weight[tokens]
         positions = torch.arange(position, position + tokens.shape[0], device=tokens.device)[None]
         cos, sin = self.rotary(x[None], positions)
         cos, sin = cos[:, None], sin[:, None]
         for layer, cache_layer in zip(self.layers, cache.layers, strict=True):
-            x = layer(x, cos, sin, cache_layer)
+            x = layer(x, cos, sin, cache_layer, queries)
         return self.head(rms_norm(x, *self.norm)).float()
 
 

@@ -10,9 +10,17 @@
 """
 
 from .drafter import Drafter
-from .level1 import Level1Drafter, level1_weights
+from .level1 import Level1Drafter, level1_weights, step_selection
 from .model_drafter import ModelDrafter
 from .ngram import NGramDrafter
 from .suffix import SuffixDrafter
 
-__all__ = ["Drafter", "Level1Drafter", "ModelDrafter", "NGramDrafter", "SuffixDrafter", "level1_weights"]
+__all__ = [
+    "Drafter",
+    "Level1Drafter",
+    "ModelDrafter",
+    "NGramDrafter",
+    "SuffixDrafter",
+    "level1_weights",
+    "step_selection",
+]

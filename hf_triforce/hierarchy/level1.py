@@ -16,6 +16,7 @@ import time
 import torch
 from transformers import LogitsProcessorList
 
+from ..caches.chunk_swap import ChunkSwapper
 from ..caches.retrieval import RetrievalCache
 from ..caches.static_view import StaticRetrievalView
 from ..caches.view import RetrievalView
@@ -52,6 +53,25 @@ def level1_weights(config: TriForceConfig, model: torch.nn.Module, direct: bool)
             f"cuda_graphs={config.cuda_graphs!r}): use level1_weights='int8' or 'auto'."
         )
     return weights
+
+
+def step_selection(config: TriForceConfig, direct: bool) -> bool:
+    """Whether level 1 re-ranks its view's chunks before every step (``TriForceConfig.step_selection``, see
+    :class:`~hf_triforce.caches.chunk_swap.ChunkSwapper`) when it runs its direct forward (``direct``) or
+    transformers'; raises :class:`~hf_triforce.errors.UnsupportedDeviceError` for ``True`` without the direct
+    forward (the per-step queries come from it).
+
+    Example:
+        >>> step_selection(TriForceConfig(), direct=True), step_selection(TriForceConfig(step_selection=True), True)
+        (False, True)
+    """
+    if config.step_selection is True and not direct:
+        raise UnsupportedDeviceError(
+            "TriForceConfig(step_selection=True) ranks the chunks with the queries of level 1's direct forward (one "
+            f"sequence, dynamic steps), and level 1 runs transformers' forward here (level1_forward="
+            f"{config.level1_forward!r}, cuda_graphs={config.cuda_graphs!r}): use step_selection=False."
+        )
+    return config.step_selection
 
 
 class Level1Drafter:
@@ -123,6 +143,11 @@ class Level1Drafter:
         direct = self._runs_direct_forward()
         weights = level1_weights(config, model, direct)
         self.direct = direct_decoder(model, weights) if direct else None
+        self.step_selection = step_selection(config, direct)
+        self.swapper: ChunkSwapper | None = None
+        self._step_queries: list[torch.Tensor] | None = None  # what the next step's re-selection ranks with
+        self._captured: list[torch.Tensor] = []  # the last direct forward's queries, per layer [1, H_q, q, D]
+        self.stats.step_selection = self.step_selection
         self.int8 = int8_weight_copy(model) if weights == "int8" and self.direct is None else None
         self.stats.level1_weights = weights
         self.stats.level1_forward = "transformers" if self.direct is None else "direct"
@@ -196,6 +221,7 @@ class Level1Drafter:
     def _prepare_view(self) -> None:
         if not self.refresh.due(None if self.view is None else self.view.tail_length()):
             self.view.sync()
+            self._step_queries = self._queries  # the newest cached token's: the first step re-ranks with it
             return
         cfg = self.config
         start = time.perf_counter()
@@ -205,10 +231,28 @@ class Level1Drafter:
                 rescore_candidates=cfg.rescore_candidates,
             )  # fmt: skip
             self.view = self._new_view(indices)
+            self.swapper = self._swapper(indices)
+        self._step_queries = None  # the selection has just ranked with the newest query
         self.planner.observe_refresh(time.perf_counter() - start)
         self.refresh.selected()
         self.stats.retrieval_refreshes += 1
         self.stats.view_bytes = max(self.stats.view_bytes, self.view.kv_nbytes())
+
+    def _swapper(self, indices: list[torch.Tensor]) -> ChunkSwapper | None:
+        """A :class:`ChunkSwapper` for the new view where steps re-select and the view holds a selection."""
+        cfg = self.config
+        if not self.step_selection or self.cache.get_seq_length() <= cfg.retrieval_budget:
+            return None
+        settings = (cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks, cfg.rescore_candidates)
+        return ChunkSwapper(self.view, indices, *settings)
+
+    def _reselect(self) -> None:
+        """Before a level-1 step: re-rank the view's chunks with the newest query level 1 has (if any is new)."""
+        if self.swapper is None or self._step_queries is None:
+            return
+        with self.stats.phases.measure("reselect"):
+            self.stats.chunks_swapped += self.swapper.reselect(self._step_queries)
+        self._step_queries = None
 
     def _new_view(self, indices: list[torch.Tensor]) -> RetrievalView | StaticRetrievalView:
         """A fresh dynamic view, or the one static view (and its step runner) rewritten in place."""
@@ -296,6 +340,8 @@ class Level1Drafter:
             self.logits_processor, self.do_sample, prefix, drafts, draft_probs, logits
         )
         self.view.crop(-(drafts.shape[0] - n_accepted))
+        if self.swapper is not None:  # the next step feeds next_token: rank with the query that predicted it
+            self._step_queries = [q[:, :, n_accepted] for q in self._captured]
         self.stats.level0.record(drafts.shape[0], n_accepted)
         new = torch.cat([drafts[:n_accepted], drafts.new_tensor([next_token])])
         return new, scores[: n_accepted + 1]
@@ -306,7 +352,9 @@ class Level1Drafter:
             with int8_linears(self.int8):
                 return self.runner.step(inputs, position)
         if self.direct is not None:
-            return self.direct.logits(inputs, position, self.view)
+            self._reselect()
+            self._captured = [] if self.swapper is not None else None
+            return self.direct.logits(inputs, position, self.view, self._captured)
         q = inputs.shape[0]
         positions = torch.arange(position, position + q, device=inputs.device)[None]
         with view_attention(self.model), int8_linears(self.int8):

@@ -339,3 +339,11 @@ def test_eval_drafts_copy_tasks_report_per_token_acceptance(capsys, tmp_path, sa
     assert "budget 1/8, T=0, per-token retrieval acceptance >= 0.97" in page
     assert "budget 1/16, T=0, per-token retrieval acceptance >= 0.93" in page
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_view_policy_refuses_a_config_with_step_selection():
+    from hf_triforce import TriForceConfig
+
+    assert ViewPolicy.from_config(TriForceConfig(), budget=256).budget == 256
+    with pytest.raises(ValueError, match="step_selection"):
+        ViewPolicy.from_config(TriForceConfig(step_selection=True))

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
 
+from hf_triforce.caches.chunk_swap import ChunkSwapper
 from hf_triforce.caches.retrieval import RetrievalCache
 from hf_triforce.caches.view import RetrievalView
 from hf_triforce.hf.versions import cache_kwargs
@@ -340,3 +341,94 @@ def test_view_memory_is_budget_plus_extra_capacity(length):
     for _ in range(extra):  # filling the extra capacity must not reallocate
         _append_all(view, [_kv(g, 1) for _ in range(layers)])
     assert view.kv_nbytes() == expected
+
+
+# --------------------------------------------------------------------------------------------------------------
+# ChunkSwapper: re-selecting a view in place equals gathering a fresh selection for the new queries (the swapped
+# view holds its chunks in other slots, which attention does not see)
+# --------------------------------------------------------------------------------------------------------------
+
+SWAP_BUDGET, WINDOW, CHUNK = 64, 16, 8
+
+
+def _queries(seed: int, layers: int = 2) -> list[torch.Tensor]:
+    g = _gen(seed)
+    return [torch.randn(1, Q_HEADS, HEAD_DIM, generator=g) for _ in range(layers)]
+
+
+def _swapped_view(length: int, lookahead: int = 0, rescore: int = 0):
+    cache, full = _filled_cache(seed=length, length=length)
+    settings = (SWAP_BUDGET, WINDOW, lookahead, rescore)
+    indices = cache.select(_queries(1), SWAP_BUDGET, WINDOW, lookahead, rescore_candidates=rescore)
+    view = cache.sparse_view(indices, extra_capacity=16)
+    return cache, full, view, ChunkSwapper(view, indices, *settings), indices
+
+
+def _chunk_sets(indices: list[torch.Tensor]) -> list[list[set[int]]]:
+    return [[set((idx[0, h] // CHUNK).tolist()) for h in range(idx.shape[1])] for idx in indices]
+
+
+@pytest.mark.parametrize("length,lookahead,rescore", [(200, 0, 0), (203, 1, 0), (400, 1, 2), (131, 2, 4)])
+def test_swapped_view_holds_the_fresh_selection(length, lookahead, rescore):
+    cache, full, view, swapper, _ = _swapped_view(length, lookahead, rescore)
+    new = _queries(2)
+    copied = swapper.reselect(new)
+    fresh = cache.select(new, SWAP_BUDGET, WINDOW, lookahead, rescore_candidates=rescore)
+    assert copied > 0  # random queries rank other chunks
+    static = fresh[0].shape[-1]
+    for layer, (keys, values) in enumerate(full):
+        buffer = view.layers[layer].buffer
+        for h in range(keys.shape[1]):
+            # the same rows, in another order: compare them sorted by their first coordinate
+            want = keys[0, h, fresh[layer][0, h]]
+            got = buffer.keys[0, h, :static]
+            assert torch.equal(want[want[:, 0].argsort()], got[got[:, 0].argsort()])
+            want_v, got_v = values[0, h, fresh[layer][0, h]], buffer.values[0, h, :static]
+            assert torch.equal(want_v[want_v[:, 0].argsort()], got_v[got_v[:, 0].argsort()])
+    expected = [[set(s) - {0} for s in heads] for heads in _chunk_sets(fresh)]
+    middle = [[set(swapper.chunks[layer, h].tolist()) for h in range(swapper.chunks.shape[1])] for layer in range(2)]
+    assert all(m <= e for ml, el in zip(middle, expected, strict=True) for m, e in zip(ml, el, strict=True))
+
+
+def test_attention_over_swapped_view_equals_attention_by_hand_over_the_fresh_selection():
+    cache, full, view, swapper, _ = _swapped_view(300, lookahead=1)
+    new = _queries(7)
+    swapper.reselect(new)
+    fresh = cache.select(new, SWAP_BUDGET, WINDOW, 1)
+    g = _gen(8)
+    for layer in range(2):
+        states = _kv(g, 3)
+        query = torch.randn(1, Q_HEADS, 3, HEAD_DIM, generator=g)
+        keys, values = view.update(*states, layer)
+        mask = torch.ones(3, keys.shape[-2], dtype=torch.bool).tril(keys.shape[-2] - 3)
+        got = torch.nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask, enable_gqa=True)
+        ref = _attention_by_hand(query, *full[layer], fresh[layer], *states)
+        torch.testing.assert_close(got.double(), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_same_queries_copy_nothing_and_the_tail_is_untouched():
+    cache, full, view, swapper, indices = _swapped_view(250)
+    g = _gen(3)
+    for layer in range(2):
+        cache.update(*_kv(g, 5), layer)  # a verification appended 5 tokens
+    view.sync()
+    before = [layer.buffer.keys.clone() for layer in view.layers]
+    assert swapper.reselect(_queries(1)) == 0
+    swapper.reselect(_queries(4))
+    static = indices[0].shape[-1]
+    for layer, kept in zip(view.layers, before, strict=True):
+        assert torch.equal(layer.buffer.keys[:, :, static:], kept[:, :, static:])  # the tail since the selection
+        assert torch.equal(layer.buffer.keys[:, :, :CHUNK], kept[:, :, :CHUNK])  # the sink chunk
+        recent = static - (250 - (250 - WINDOW) // CHUNK * CHUNK)
+        assert torch.equal(layer.buffer.keys[:, :, recent:static], kept[:, :, recent:static])  # the recent tokens
+
+
+def test_select_at_an_earlier_length_ignores_later_tokens():
+    cache, _ = _filled_cache(seed=5, length=200)
+    queries = _queries(6)
+    before = cache.select(queries, SWAP_BUDGET, WINDOW, 1)
+    g = _gen(9)
+    for layer in range(2):
+        cache.update(*_kv(g, 24), layer)
+    after = cache.select(queries, SWAP_BUDGET, WINDOW, 1, length=200)
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))

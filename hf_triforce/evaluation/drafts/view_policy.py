@@ -88,12 +88,19 @@ class ViewPolicy:
 
     @classmethod
     def from_config(cls, config: TriForceConfig, budget: int | None = None) -> ViewPolicy:
-        """The retrieval policy a ``TriForceConfig`` runs (its budget unless ``budget`` is given).
+        """The retrieval policy a ``TriForceConfig`` runs (its budget unless ``budget`` is given); a config with
+        ``step_selection=True`` raises ``ValueError`` (a replay of one selection per refresh cannot model it).
 
         Example:
             >>> ViewPolicy.from_config(TriForceConfig(), budget=256).budget
             256
         """
+        if config.step_selection:
+            raise ValueError(
+                "ViewPolicy replays one selection per refresh; it does not model TriForceConfig(step_selection=True) "
+                "(re-ranking before every level-1 step): measure that with the real generate() call "
+                "(benchmarks/step_selection_ab.py), or pass step_selection=False."
+            )
         knobs = {name: getattr(config, name) for name in CONFIG_KNOBS}
         return cls(budget=config.retrieval_budget if budget is None else budget, **knobs)
 

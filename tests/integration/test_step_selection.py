@@ -1,0 +1,85 @@
+"""``TriForceConfig.step_selection``: re-ranking the view's chunks before every level-1 step stays lossless.
+
+Level 1 only drafts, so any view is lossless; these tests check that the re-ranking really runs (chunks are
+swapped between steps), that greedy output still equals plain ``generate()``, that a sampled call runs, and that
+the option is refused before any work where level 1 does not run its direct forward. (That a swapped view holds
+exactly a fresh selection for the new queries: tests/unit/test_retrieval_cache.py.)
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hf_triforce
+from hf_triforce import TriForceConfig
+from hf_triforce.errors import TriForceConfigError, UnsupportedDeviceError, UnsupportedGenerationError
+
+pytestmark = pytest.mark.integration
+
+SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamma2=5)
+
+
+@pytest.mark.parametrize("family", ["llama_gqa", "qwen3"])
+@pytest.mark.parametrize("drafter", ["none", "ngram"])
+@pytest.mark.parametrize("rescore", [0, 4])
+def test_greedy_equals_plain_generate_and_chunks_are_swapped(
+    zoo, make_prompt, assert_greedy_equal, family, drafter, rescore
+):
+    model = zoo.target(family)
+    cfg = TriForceConfig(drafter=drafter, step_selection=True, rescore_candidates=rescore, **SMALL)
+    assert_greedy_equal(model, make_prompt(160, seed=4, repetitive=drafter == "ngram"), cfg, 40)
+    stats = hf_triforce.last_stats(model)
+    assert stats.step_selection and stats.level1.drafted > 0
+    assert stats.phases.calls.get("reselect", 0) > 0  # a re-ranking before level-1 steps
+    assert stats.chunks_swapped > 0  # and the random model's queries moved chunks in
+
+
+def test_off_by_default_and_nothing_is_re_ranked(llama, make_prompt):
+    llama.generate(
+        make_prompt(160, seed=4), max_new_tokens=20, do_sample=False, triforce_config=TriForceConfig(**SMALL)
+    )
+    stats = hf_triforce.last_stats(llama)
+    assert not stats.step_selection and stats.chunks_swapped == 0 and "reselect" not in stats.phases.calls
+
+
+def test_a_prompt_within_the_budget_has_nothing_to_re_rank(llama, make_prompt, assert_greedy_equal):
+    cfg = TriForceConfig(step_selection=True, **{**SMALL, "retrieval_budget": 256})
+    assert_greedy_equal(llama, make_prompt(100, seed=2), cfg, 20)
+    assert hf_triforce.last_stats(llama).chunks_swapped == 0
+
+
+def test_sampled_call_runs_to_length(llama, make_prompt):
+    cfg = TriForceConfig(drafter="ngram", step_selection=True, rescore_candidates=2, **SMALL)
+    torch.manual_seed(0)
+    out = llama.generate(make_prompt(160, seed=5), max_new_tokens=30, min_new_tokens=30, do_sample=True,
+                         temperature=0.8, top_p=0.9, triforce_config=cfg)  # fmt: skip
+    assert out.shape[1] == 190 and hf_triforce.last_stats(llama).phases.calls.get("reselect", 0) > 0
+
+
+@pytest.mark.parametrize(
+    "config, batch, error",
+    [
+        ({"level1_forward": "transformers"}, False, UnsupportedDeviceError),
+        ({"cuda_graphs": "eager"}, False, UnsupportedDeviceError),  # static steps run transformers' forward
+        ({}, True, UnsupportedGenerationError),  # batches run transformers' forward
+    ],
+    ids=["transformers-forward", "static-steps", "batch"],
+)
+def test_refused_before_any_work_where_the_direct_forward_does_not_run(llama, make_prompt, config, batch, error):
+    prompt = make_prompt(40).repeat(2 if batch else 1, 1)
+    cfg = TriForceConfig(step_selection=True, **config, **SMALL)
+    calls = []
+    handle = llama.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(error, match="step_selection"):
+            llama.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0, triforce_config=cfg)
+    finally:
+        handle.remove()
+    assert not calls
+
+
+@pytest.mark.parametrize("value", ["auto", 1, None])
+def test_config_takes_a_bool_only(value):
+    with pytest.raises(TriForceConfigError, match="step_selection"):
+        TriForceConfig(step_selection=value)
