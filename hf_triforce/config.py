@@ -68,10 +68,11 @@ class TriForceConfig:
             "help": "Re-rank the view's chunks before every level-1 step with the query of the token level 1 processed "
             "last (the full cache's at a round's start), as a selection would rank them (rescore_candidates "
             "included), copying in only the chunks that changed (hf_triforce.caches.chunk_swap). A selection made "
-            "once per refresh_every tokens goes stale within a round; ranking every step lifts level-1 per-token "
-            "acceptance on unseen copy tasks to 0.97-1.0 with rescore_candidates=4, but on the 2-core CPU a "
-            "re-ranking costs 13-40 ms against a 15-20 ms level-1 step, so decoding is slower "
-            "(benchmarks/results/step-selection-heldout.md): off by default. True needs level 1's direct forward "
+            "once per refresh_every tokens goes stale within a round. With rescore_candidates=4, ranking every step "
+            "lifted level-1 per-token acceptance on the held-out copy tasks to 0.93-1.0 at budget 1/16 and 0.955-1.0 "
+            "at 1/8 (0.85-0.98 and 0.91-0.98 by default), but on the 2-core CPU a re-ranking took 35 ms against a 19 "
+            "ms level-1 step, so decoding was slower (benchmarks/results/step-selection-heldout.md): off by default. "
+            "True needs level 1's direct forward "
             "(one sequence, dynamic steps) and is refused elsewhere."
         },
     )
