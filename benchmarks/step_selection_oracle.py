@@ -1,0 +1,206 @@
+"""What would level 1 accept if every step chose its keys with its own query? (issue 18; teacher-forced oracle)
+
+For every task of a copy-task split (``hf_triforce.evaluation.drafts.copy_tasks``: 4 passage kinds x 5 depths, 6K-token
+prompts), the full model decodes its greedy answer (64 tokens); then one forward along that answer runs with an
+attention function in which each query, in every layer and KV head, attends only to the keys a rule keeps. The
+figure is argmax agreement with the full model's answer per position (teacher-forced: every position sees the
+right prefix, as level 1 does along accepted tokens), pooled over the kinds of a depth. It bounds what a selection
+rule can reach when it is applied at every step, without building it.
+
+Rules (``B`` = the budget; chunk rules keep the sink chunk, the prompt's last 64 tokens and ``B / 8 - 9`` more
+chunks of 8; the answer's own tokens are always visible):
+
+* ``tokens-now``: the ``B`` keys with the most attention (softmax summed over the GQA group) for the current query;
+* ``peak-now`` / ``mean-now``: chunks by their largest attention logit, or by query . mean key (TriForce's summary),
+  for the current query;
+* ``peak-prev``: ``peak-now`` with the previous position's query and one chunk of look-ahead (what a step can use);
+* ``peak-stale7``: the same, chosen once per 7 positions (about a selection's age at a round's end);
+* ``x4-prev``: mean keys nominate 4 x the chunks, the largest logit ranks them (``rescore_candidates=4``), with the
+  previous position's query and one chunk of look-ahead.
+
+Run: ``.venv/bin/python benchmarks/step_selection_oracle.py --split tune --output benchmarks/results/X.json``
+(about 15 minutes on 2 CPU threads); ``--report X.json`` prints the markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+
+import torch
+from transformers import AttentionInterface, DynamicCache
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+from hf_triforce.evaluation.common.loading import load_model
+from hf_triforce.evaluation.common.machine import machine_info
+from hf_triforce.evaluation.drafts.copy_tasks import build_copy_prompt, copy_task_specs
+from hf_triforce.hf.model import eos_token_ids
+from hf_triforce.hf.versions import cache_kwargs
+
+CTX, NEW, CHUNK, RECENT_CHUNKS, BUDGETS = 6144, 64, 8, 8, (384, 768)
+RULES = ("full", "tokens-now", "peak-now", "mean-now", "peak-prev", "peak-stale7", "x4-prev")
+NAME = "hf_triforce_oracle"
+STATE: dict = {}  # the rule, budget and prompt length of the forward in progress
+
+
+def chunk_scores(rule: str, q: torch.Tensor, keys: torch.Tensor, chunks: int) -> torch.Tensor:
+    """``[B, H_kv, m, C]`` chunk scores of the prompt's ``chunks`` chunks for each of the ``m`` queries."""
+    b, hkv, g, m, d = q.shape
+    by_chunk = keys[:, :, : chunks * CHUNK].reshape(b, hkv, chunks, CHUNK, d)
+    if rule.startswith("mean"):
+        return torch.einsum("bhgmd,bhcd->bhmc", q, by_chunk.mean(3))
+    peak = torch.einsum("bhgmd,bhcxd->bhgmcx", q, by_chunk).amax(-1).amax(2)
+    if not rule.startswith("x4"):
+        return peak
+    mean = torch.einsum("bhgmd,bhcd->bhmc", q, by_chunk.mean(3))
+    mean[..., 0], mean[..., chunks - RECENT_CHUNKS :] = float("-inf"), float("-inf")  # forced below anyway
+    nominated = mean.topk(4 * middle_chunks(), dim=-1).indices
+    return torch.full_like(mean, float("-inf")).scatter(-1, nominated, peak.gather(-1, nominated))
+
+
+def middle_chunks() -> int:
+    return STATE["budget"] // CHUNK - 1 - RECENT_CHUNKS
+
+
+def aged(scores: torch.Tensor, rule: str) -> torch.Tensor:
+    """Scores made with an older query (``-prev``: the position before; ``-stale7``: the first of each 7, minus one),
+    then spread to the next chunk (look-ahead 1)."""
+    m = scores.shape[2]
+    every = 7 if rule.endswith("stale7") else 1
+    source = ((torch.arange(m) // every) * every - 1).clamp(min=0)
+    scores = scores[:, :, source]
+    return torch.maximum(scores, torch.nn.functional.pad(scores[..., :-1], (1, 0), value=float("-inf")))
+
+
+def keep_mask(rule: str, q: torch.Tensor, keys: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """``[B, H_kv, m, L]``: which keys each query may attend to under ``rule``."""
+    if rule == "tokens-now":
+        top = probs.sum(2).topk(STATE["budget"], dim=-1).indices
+        return torch.zeros(probs.sum(2).shape, dtype=torch.bool).scatter(-1, top, True)
+    chunks = STATE["prompt"] // CHUNK
+    scores = chunk_scores(rule, q, keys, chunks)
+    if rule.endswith(("prev", "stale7")):
+        scores = aged(scores, rule)
+    scores = scores.clone()
+    scores[..., 0], scores[..., chunks - RECENT_CHUNKS :] = float("inf"), float("inf")  # sink and recent tokens
+    top = scores.topk(middle_chunks() + 1 + RECENT_CHUNKS, dim=-1).indices
+    kept = torch.zeros(scores.shape, dtype=torch.bool).scatter(-1, top, True)
+    mask = torch.ones(*kept.shape[:3], keys.shape[2], dtype=torch.bool)
+    mask[..., : chunks * CHUNK] = kept.repeat_interleave(CHUNK, dim=-1)
+    return mask
+
+
+def oracle_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """Attention of ``query`` ``[B, H_q, m, D]`` (the last ``m`` positions) over the keys ``STATE['rule']`` keeps."""
+    b, hq, m, d = query.shape
+    hkv, length = key.shape[1], key.shape[2]
+    q = query.reshape(b, hkv, hq // hkv, m, d).float()
+    logits = torch.einsum("bhgmd,bhld->bhgml", q, key.float()) * scaling
+    causal = torch.arange(length)[None] <= (length - m + torch.arange(m))[:, None]
+    logits = logits.masked_fill(~causal, float("-inf"))
+    if STATE["rule"] != "full":
+        keep = keep_mask(STATE["rule"], q, key.float(), logits.softmax(-1))
+        logits = logits.masked_fill(~keep[:, :, None], float("-inf"))
+    out = torch.einsum("bhgml,bhld->bhgmd", logits.softmax(-1), value.float()).to(query.dtype)
+    return out.reshape(b, hq, m, d).transpose(1, 2).contiguous(), None
+
+
+def greedy_answer(model, ids: torch.Tensor, cache: DynamicCache, eos: list[int]) -> torch.Tensor:
+    """The full model's greedy answer ``[m]`` to ``ids``; ``cache`` then holds the prompt and more."""
+    out = model(input_ids=ids, **cache_kwargs(cache), use_cache=True, logits_to_keep=1)
+    tokens = [int(out.logits[0, -1].argmax())]
+    while len(tokens) < NEW and tokens[-1] not in eos:
+        out = model(input_ids=torch.tensor([[tokens[-1]]]), **cache_kwargs(cache), use_cache=True)
+        tokens.append(int(out.logits[0, -1].argmax()))
+    return torch.tensor(tokens)
+
+
+def agreement(model, cache: DynamicCache, answer: torch.Tensor, n: int, rule: str, budget: int) -> list[bool]:
+    """Per position of ``answer`` after the first: does the rule's forward pick the full model's token?"""
+    if cache.get_seq_length() > n:
+        cache.crop(-(cache.get_seq_length() - n))
+    STATE.update(rule=rule, budget=budget, prompt=n)
+    previous, model.config._attn_implementation = model.config._attn_implementation, NAME
+    try:
+        out = model(input_ids=answer[None, :-1], **cache_kwargs(cache), use_cache=True)
+    finally:
+        model.config._attn_implementation = previous
+    return (out.logits[0].argmax(-1) == answer[1:]).tolist()
+
+
+def run(split: str, output: str) -> None:
+    AttentionInterface.register(NAME, oracle_attention)
+    AttentionMaskInterface.register(NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    model, tokenizer = load_model(None)
+    eos, texts, rows, start = eos_token_ids(model.generation_config), {}, [], time.time()
+    result = {"split": split, "machine": machine_info(), "command": _command(), "rows": rows}
+    for spec in copy_task_specs(split):
+        ids = build_copy_prompt(tokenizer, spec, CTX - NEW, texts).input_ids
+        cache = DynamicCache(config=model.config)
+        with torch.inference_mode():
+            answer = greedy_answer(model, ids, cache, eos)
+            for rule in RULES:
+                for budget in BUDGETS if rule != "full" else BUDGETS[:1]:
+                    agree = agreement(model, cache, answer, ids.shape[1], rule, budget)
+                    rows.append(dict(kind=spec.kind, depth=spec.depth, rule=rule, budget=budget, agree=agree))
+        print(f"{spec.name}: {time.time() - start:.0f} s", flush=True)
+        json.dump(result, open(output, "w"), indent=1)
+
+
+def report(path: str) -> str:
+    """Markdown: agreement per rule, budget and depth, pooled over the kinds."""
+    rec = json.load(open(path))
+    totals = collections.defaultdict(lambda: [0, 0])
+    for r in rec["rows"]:
+        for depth in (r["depth"], "all"):
+            totals[(r["rule"], r["budget"], depth)][0] += sum(r["agree"])
+            totals[(r["rule"], r["budget"], depth)][1] += len(r["agree"])
+    depths = sorted({r["depth"] for r in rec["rows"]})
+    m = rec["machine"]
+    lines = [
+        f"# Teacher-forced oracle of per-step selection rules ({rec['split']} split), T=0",
+        "",
+        f"Device: {m['cpu']} ({m['torch_threads']} threads). torch {m['torch']}, transformers {m['transformers']}, "
+        f"hf_triforce {m['hf_triforce']}; {m['date']}.",
+        "",
+        f"Command: `{rec['command']}`",
+        "",
+        "Argmax agreement with the full model along its own greedy answer, each query attending only to the keys the "
+        "rule keeps (see the script's docstring), pooled over the 4 passage kinds of a depth.",
+        "",
+    ]
+    for budget in BUDGETS:
+        lines += [f"Budget {budget} (1/{CTX // budget} of the context):", ""]
+        lines += ["| rule | " + " | ".join(f"{d:g}" for d in depths) + " | all | worst depth |"]
+        lines += ["|---|" + "---:|" * (len(depths) + 2)]
+        for rule in RULES:
+            key = budget if rule != "full" else BUDGETS[0]
+            values = [totals[(rule, key, d)][0] / max(1, totals[(rule, key, d)][1]) for d in [*depths, "all"]]
+            lines.append(f"| {rule} | " + " | ".join(f"{v:.3f}" for v in values) + f" | {min(values[:-1]):.3f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _command() -> str:
+    return "benchmarks/step_selection_oracle.py " + " ".join(sys.argv[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--split", default="tune")
+    parser.add_argument("--output", default="step-selection-oracle.json")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--report")
+    args = parser.parse_args()
+    if args.report:
+        print(report(args.report))
+        return
+    torch.set_num_threads(args.threads)
+    run(args.split, args.output)
+
+
+if __name__ == "__main__":
+    main()
