@@ -27,7 +27,7 @@ import torch
 import hf_triforce
 from hf_triforce import TriForceConfig
 from hf_triforce.evaluation.common.loading import load_model
-from hf_triforce.evaluation.common.machine import machine_info
+from hf_triforce.evaluation.common.machine import device_line, machine_info
 from hf_triforce.evaluation.drafts.copy_tasks import build_copy_prompt, copy_task_specs
 
 CTX, NEW, BUDGETS = 6144, 64, (384, 768)
@@ -73,12 +73,10 @@ def report(path: str) -> str:
                 acc=r["acc"], rej=r["rej"], tokens=r["tokens"], decode_s=r["decode_s"]
             )
     depths = sorted({r["depth"] for r in rec["rows"]})
-    m = rec["machine"]
     lines = [
         f"# Per-step re-selection on the copy tasks ({rec['split']} split), greedy, level 1 alone",
         "",
-        f"Device: {m['cpu']} ({m['torch_threads']} threads). torch {m['torch']}, transformers {m['transformers']}, "
-        f"hf_triforce {m['hf_triforce']}; {m['date']}.",
+        device_line(rec),
         "",
         f"Command: `{rec['command']}`",
         "",

@@ -35,7 +35,7 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
 from hf_triforce.evaluation.common.loading import load_model
-from hf_triforce.evaluation.common.machine import machine_info
+from hf_triforce.evaluation.common.machine import device_line, machine_info
 from hf_triforce.evaluation.drafts.copy_tasks import build_copy_prompt, copy_task_specs
 from hf_triforce.hf.model import eos_token_ids
 from hf_triforce.hf.versions import cache_kwargs
@@ -159,12 +159,10 @@ def report(path: str) -> str:
             totals[(r["rule"], r["budget"], depth)][0] += sum(r["agree"])
             totals[(r["rule"], r["budget"], depth)][1] += len(r["agree"])
     depths = sorted({r["depth"] for r in rec["rows"]})
-    m = rec["machine"]
     lines = [
         f"# Teacher-forced oracle of per-step selection rules ({rec['split']} split), T=0",
         "",
-        f"Device: {m['cpu']} ({m['torch_threads']} threads). torch {m['torch']}, transformers {m['transformers']}, "
-        f"hf_triforce {m['hf_triforce']}; {m['date']}.",
+        device_line(rec),
         "",
         f"Command: `{rec['command']}`",
         "",

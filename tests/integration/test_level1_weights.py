@@ -134,15 +134,22 @@ def test_int4_samples_run_to_length_and_use_the_int4_copy(llama, make_prompt, mo
     ],
     ids=["transformers-forward", "static-steps", "batch"],
 )
-def test_int4_is_refused_before_any_work_where_the_direct_forward_does_not_run(
-    llama, make_prompt, config, batch, error
+@pytest.mark.parametrize(
+    "option, match",
+    [({"level1_weights": "int4"}, "int4"), ({"step_selection": True}, "step_selection")],
+    ids=["int4", "step-selection"],
+)
+def test_direct_forward_options_are_refused_before_any_work_where_the_direct_forward_does_not_run(
+    llama, make_prompt, config, batch, error, option, match
 ):
+    """int4 weights and per-step re-selection both need level 1's direct forward (tests/integration/
+    test_step_selection.py covers the rest of step_selection)."""
     prompt = make_prompt(40).repeat(2 if batch else 1, 1)
-    cfg = TriForceConfig(level1_weights="int4", **config, **SMALL)
+    cfg = TriForceConfig(**option, **config, **SMALL)
     calls = []
     handle = llama.register_forward_pre_hook(lambda *a: calls.append(1))
     try:
-        with pytest.raises(error, match="int4"):
+        with pytest.raises(error, match=match):
             llama.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0, triforce_config=cfg)
     finally:
         handle.remove()

@@ -2,8 +2,9 @@
 
 Level 1 only drafts, so any view is lossless; these tests check that the re-ranking really runs (chunks are
 swapped between steps), that greedy output still equals plain ``generate()``, that a sampled call runs, and that
-the option is refused before any work where level 1 does not run its direct forward. (That a swapped view holds
-exactly a fresh selection for the new queries: tests/unit/test_retrieval_cache.py.)
+the option is refused before any work where level 1 does not run its direct forward (beside the int4 refusals in
+tests/integration/test_level1_weights.py). (That a swapped view holds exactly a fresh selection for the new
+queries: tests/unit/test_retrieval_cache.py.)
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 
 import hf_triforce
 from hf_triforce import TriForceConfig
-from hf_triforce.errors import TriForceConfigError, UnsupportedDeviceError, UnsupportedGenerationError
+from hf_triforce.errors import TriForceConfigError
 
 pytestmark = pytest.mark.integration
 
@@ -55,28 +56,6 @@ def test_sampled_call_runs_to_length(llama, make_prompt):
     out = llama.generate(make_prompt(160, seed=5), max_new_tokens=30, min_new_tokens=30, do_sample=True,
                          temperature=0.8, top_p=0.9, triforce_config=cfg)  # fmt: skip
     assert out.shape[1] == 190 and hf_triforce.last_stats(llama).phases.calls.get("reselect", 0) > 0
-
-
-@pytest.mark.parametrize(
-    "config, batch, error",
-    [
-        ({"level1_forward": "transformers"}, False, UnsupportedDeviceError),
-        ({"cuda_graphs": "eager"}, False, UnsupportedDeviceError),  # static steps run transformers' forward
-        ({}, True, UnsupportedGenerationError),  # batches run transformers' forward
-    ],
-    ids=["transformers-forward", "static-steps", "batch"],
-)
-def test_refused_before_any_work_where_the_direct_forward_does_not_run(llama, make_prompt, config, batch, error):
-    prompt = make_prompt(40).repeat(2 if batch else 1, 1)
-    cfg = TriForceConfig(step_selection=True, **config, **SMALL)
-    calls = []
-    handle = llama.register_forward_pre_hook(lambda *a: calls.append(1))
-    try:
-        with pytest.raises(error, match="step_selection"):
-            llama.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0, triforce_config=cfg)
-    finally:
-        handle.remove()
-    assert not calls
 
 
 @pytest.mark.parametrize("value", ["auto", 1, None])
