@@ -172,6 +172,17 @@ class PhaseTimes:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
             self.calls[phase] = self.calls.get(phase, 0) + 1
 
+    def add(self, phase: str, seconds: float) -> None:
+        """Add one call of ``seconds`` to ``phase`` (timed by the caller: work spread over a forward's layers).
+
+        Example:
+            >>> times = PhaseTimes(); times.add("reselect", 0.5); times.add("reselect", 0.25)
+            >>> times.seconds["reselect"], times.calls["reselect"]
+            (0.75, 2)
+        """
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+        self.calls[phase] = self.calls.get(phase, 0) + 1
+
     def to_dict(self) -> dict[str, dict[str, float]]:
         """``{phase: {"seconds": total, "calls": n, "ms_per_call": mean}}``."""
         phases = {
@@ -191,20 +202,20 @@ class TriForceStats:
     per-token acceptance ``per_token_acceptance`` (the papers' ``alpha``). ``rounds`` counts the rounds of each
     schedule the planner chose (``"levels"``: level 0 -> 1 -> 2, ``"level0"``: level 0 -> 2, ``"plain"``: a plain
     decoding step; see :mod:`hf_triforce.hierarchy.planner`).
-    ``target_forwards`` counts full-cache verification forwards (the prefill excluded) and
-    ``mean_accepted_length`` is the mean number of tokens each of them produced. ``phases`` times the level-0
-    drafts (``level0``), the level-1 forwards (``level1``), retrieval re-selections (``refresh``), the
-    full-cache verifications (``level2``), the per-step re-rankings of the view's chunks (``reselect``,
-    ``TriForceConfig.step_selection``; ``step_selection`` says whether they ran and ``chunks_swapped`` counts the
-    chunks they copied in), the ``prefill`` (of the uncached prompt tokens) and ``reuse`` (starting
-    from a caller's cache and handing it back). ``reused_tokens`` counts the prompt tokens a caller's cache
-    already held. ``*_bytes`` are the key/value bytes allocated by the full cache, the largest retrieval view,
-    and the level-0 draft cache. ``level1_weights`` says which weights level 1 drafted with (``"full"``, ``"int4"`` or
-    ``"int8"``, ``TriForceConfig.level1_weights``), and ``level1_forward`` which forward ran them (``"direct"`` or
-    ``"transformers"``, ``TriForceConfig.level1_forward``). ``rows`` is filled by a batched call only: one
-    :class:`TriForceStats` per row of the batch, in its order, with that row's own acceptance at every level, its
-    new tokens, and the verification forwards it took part in (``target_forwards``); the top-level figures are then
-    the batch's totals, and its ``target_forwards`` counts batched forwards.
+    ``target_forwards`` counts full-cache verification forwards (the prefill excluded) and ``mean_accepted_length``
+    is the mean number of tokens each of them produced. ``phases`` times the level-0 drafts (``level0``), the
+    level-1 forwards (``level1``), retrieval re-selections (``refresh``), the full-cache verifications (``level2``),
+    the re-rankings of the view's chunks inside level-1 forwards (``reselect``, one call per layer and forward, its
+    time also inside ``level1``; ``TriForceConfig.step_selection``: ``step_selection`` says whether they ran and
+    ``chunks_swapped`` counts the chunks they copied in), the ``prefill`` (of the uncached prompt tokens) and
+    ``reuse`` (starting from a caller's cache and handing it back). ``reused_tokens`` counts the prompt tokens a
+    caller's cache already held. ``*_bytes`` are the key/value bytes allocated by the full cache, the largest
+    retrieval view, and the level-0 draft cache. ``level1_weights`` says which weights level 1 drafted with
+    (``"full"``, ``"int4"`` or ``"int8"``, ``TriForceConfig.level1_weights``), and ``level1_forward`` which forward
+    ran them (``"direct"`` or ``"transformers"``, ``TriForceConfig.level1_forward``). ``rows`` is filled by a
+    batched call only: one :class:`TriForceStats` per row of the batch, in its order, with that row's own acceptance
+    at every level, its new tokens, and the verification forwards it took part in (``target_forwards``); the
+    top-level figures are then the batch's totals, and its ``target_forwards`` counts batched forwards.
 
     Example:
         >>> stats = TriForceStats(); stats.level1.record(6, 2); stats.level1.record(6, 6)

@@ -60,6 +60,23 @@ class KVBuffer:
             new_v[:, :, : self.length] = self.values
         self._k, self._v = new_k, new_v
 
+    def copy_tokens(self, source: KVBuffer, heads: torch.Tensor, target: torch.Tensor, tokens: torch.Tensor) -> None:
+        """Copy batch row 0's keys/values of ``source``'s tokens ``tokens`` into this buffer's slots ``target``, in KV
+        heads ``heads`` (all ``[n]``); two ``index_copy_`` calls over flattened storage, in place.
+
+        Example:
+            >>> a, b = KVBuffer(), KVBuffer()
+            >>> _ = a.append(torch.arange(8.).view(1, 2, 4, 1), torch.zeros(1, 2, 4, 1))
+            >>> _ = b.append(torch.zeros(1, 2, 2, 1), torch.zeros(1, 2, 2, 1))
+            >>> b.copy_tokens(a, torch.tensor([1]), torch.tensor([0]), torch.tensor([3]))
+            >>> b.keys[0, :, :, 0].tolist()
+            [[0.0, 0.0], [7.0, 0.0]]
+        """
+        mine, theirs = heads * self._k.shape[2] + target, heads * source._k.shape[2] + tokens
+        for dst, src in ((self._k, source._k), (self._v, source._v)):
+            flat_src = src[0].view(-1, src.shape[-1])
+            dst[0].view(-1, dst.shape[-1]).index_copy_(0, mine, flat_src.index_select(0, theirs))
+
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Only the batch rows at ``rows`` (``[B']`` indices) remain (a copy of the stored slots)."""
         if self._k is not None:

@@ -7,7 +7,7 @@ import torch
 from ..kernels.retrieval import chunk_means, chunk_scores
 from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
-from .selection import rescore, select_token_indices
+from .selection import keys_scores, ranks_every_chunk, rescore, select_token_indices
 from .slots import SlotMask
 from .view import RetrievalView
 
@@ -108,20 +108,39 @@ class RetrievalCache(BufferedCache):
         the pure-torch ``score_chunks`` otherwise; top-k and the token indices are torch either way.
         """
         length = self.get_seq_length() if length is None else length
-        indices = []
-        for layer, query in zip(self.layers, queries, strict=True):
-            if length > budget:
-                scores = chunk_scores(query, layer.summaries())
-                if slots is not None:
-                    scores = _per_row_sinks(scores, slots, self.chunk_size)
-                if rescore_candidates:
-                    layout = (length, self.chunk_size, budget, recent_window)
-                    scores = rescore(scores, query, layer.buffer.keys, *layout, rescore_candidates)
-            else:  # everything is kept; only the [B, H_kv] shape matters (the indices are gathered per KV head)
-                kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1
-                scores = query.new_zeros(query.shape[0], kv_heads, 0)
-            indices.append(select_token_indices(scores, length, self.chunk_size, budget, recent_window, lookahead))
-        return indices
+        settings = (budget, recent_window, lookahead, slots, rescore_candidates, length)
+        return [self.select_layer(i, query, *settings) for i, query in enumerate(queries)]
+
+    def select_layer(
+        self,
+        layer_idx: int,
+        query: torch.Tensor,
+        budget: int,
+        recent_window: int,
+        lookahead: int = 0,
+        slots: SlotMask | None = None,
+        rescore_candidates: int = 0,
+        length: int | None = None,
+    ) -> torch.Tensor:
+        """Token indices ``[B, H_kv, S]`` of layer ``layer_idx``'s best chunks for ``query`` ``[B, H_q, D]``: one
+        layer of :meth:`select` (same arguments). ``query`` may hold several queries per query head (``[B, H_q * m,
+        D]``, each KV head's group together): the summaries sum them, the keys take the largest logit of any.
+        """
+        layer = self.layers[layer_idx]
+        length = self.get_seq_length() if length is None else length
+        layout = (length, self.chunk_size, budget, recent_window)
+        if length > budget and slots is None and ranks_every_chunk(*layout, rescore_candidates):
+            scores = keys_scores(query, layer.buffer.keys, length, self.chunk_size)  # no summaries needed
+        elif length > budget:
+            scores = chunk_scores(query, layer.summaries())
+            if slots is not None:
+                scores = _per_row_sinks(scores, slots, self.chunk_size)
+            if rescore_candidates:
+                scores = rescore(scores, query, layer.buffer.keys, *layout, rescore_candidates)
+        else:  # everything is kept; only the [B, H_kv] shape matters (the indices are gathered per KV head)
+            kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1
+            scores = query.new_zeros(query.shape[0], kv_heads, 0)
+        return select_token_indices(scores, length, self.chunk_size, budget, recent_window, lookahead)
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Only the batch rows at ``rows`` (``[B']`` indices) remain."""

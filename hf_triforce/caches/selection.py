@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.retrieval import score_chunk_keys
+from ..kernels.retrieval import score_all_chunk_keys, score_chunk_keys
 
 
 def select_token_indices(
@@ -76,6 +76,8 @@ def rescore(
     ``k`` is the number of chunks :func:`select_token_indices` takes between the sink and the recent tokens. The
     nominated chunks score :func:`~hf_triforce.kernels.retrieval.score_chunk_keys` (their largest logit for
     ``query``), the other candidates ``-inf``, so the selection's ranking among the nominated chunks is the keys'.
+    Once ``factor * k`` reaches the number of candidates every one is nominated (:func:`ranks_every_chunk`): the
+    keys are then read in place (:func:`keys_scores`) and the summaries play no part.
     Infinite scores stay as they are (a batch row's forced sink at ``+inf``, chunks of padding at ``-inf``).
 
     Args:
@@ -97,11 +99,47 @@ def rescore(
     if length <= budget:
         return scores
     _, candidates, k = _layout(length, chunk_size, budget, recent_window)
+    if ranks_every_chunk(length, chunk_size, budget, recent_window, factor):
+        by_keys = keys_scores(query, keys, length, chunk_size)
+        out = torch.full_like(scores, float("-inf"), dtype=torch.float32)
+        out[..., : by_keys.shape[-1]] = by_keys[..., : out.shape[-1]]
+        return torch.where(scores.isinf(), scores.float(), out)
     middle = scores[:, :, 1 : 1 + candidates].float()
     nominated = middle.topk(min(candidates, factor * max(k, 1)), dim=-1).indices + 1
     by_keys = score_chunk_keys(query, keys, nominated, chunk_size)
     out = torch.full_like(scores, float("-inf"), dtype=torch.float32).scatter(-1, nominated, by_keys)
     return torch.where(scores.isinf(), scores.float(), out)
+
+
+EVERY_CHUNK = 1 << 30
+"""A ``rescore_candidates`` factor that nominates every candidate chunk: all are ranked by their keys
+(:func:`ranks_every_chunk`; what level 1's per-layer re-ranking uses, ``TriForceConfig.step_selection``)."""
+
+
+def ranks_every_chunk(length: int, chunk_size: int, budget: int, recent_window: int, factor: int) -> bool:
+    """Whether :func:`rescore` with ``factor`` nominates every candidate chunk (then the summaries play no part).
+
+    Example:
+        >>> ranks_every_chunk(6144, 8, 768, 64, 4), ranks_every_chunk(6144, 8, 768, 64, 32)
+        (False, True)
+    """
+    _, candidates, k = _layout(length, chunk_size, budget, recent_window)
+    return factor > 0 and factor * max(k, 1) >= candidates
+
+
+def keys_scores(query: torch.Tensor, keys: torch.Tensor, length: int, chunk_size: int) -> torch.Tensor:
+    """``[B, H_kv, C]`` scores of the complete chunks of the first ``length`` tokens, each chunk's largest logit for
+    ``query`` ``[B, H_q, D]`` (:func:`~hf_triforce.kernels.retrieval.score_all_chunk_keys`, read in place); the sink
+    chunk scores ``-inf`` (:func:`select_token_indices` keeps it anyway).
+
+    Example:
+        >>> keys = torch.zeros(1, 1, 24, 2); keys[0, 0, 13] = torch.tensor([3.0, 0.0])
+        >>> keys_scores(torch.tensor([[[1.0, 0.0]]]), keys, 24, 8).tolist()
+        [[[-inf, 3.0, 0.0]]]
+    """
+    scores = score_all_chunk_keys(query, keys[:, :, : length // chunk_size * chunk_size], chunk_size)
+    scores[..., 0] = float("-inf")
+    return scores
 
 
 def _top_chunks(scores: torch.Tensor, k: int) -> torch.Tensor:

@@ -20,6 +20,7 @@ view is a compacted selection, no true window either way: only drafts can change
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -133,16 +134,16 @@ class DirectLayer:
         )  # fmt: skip
 
     def __call__(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer, queries=None
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer, on_query=None
     ) -> torch.Tensor:
-        """``x`` ``[q, H]`` after this layer; the new keys/values are appended to ``cache_layer`` (and the
-        post-RoPE queries ``[1, heads, q, head_dim]`` to the list ``queries`` when given)."""
-        x = x + self.o(self.attention(rms_norm(x, *self.input_norm), cos, sin, cache_layer, queries))
+        """``x`` ``[q, H]`` after this layer; the new keys/values are appended to ``cache_layer`` (``on_query``, when
+        given, is called with the post-RoPE queries ``[1, heads, q, head_dim]`` before the attention reads it)."""
+        x = x + self.o(self.attention(rms_norm(x, *self.input_norm), cos, sin, cache_layer, on_query))
         gate, up = self.gate_up(rms_norm(x, *self.post_norm)).chunk(2, dim=-1)
         return x + self.down(self.act(gate) * up)
 
     def attention(
-        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer, queries=None
+        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer, on_query=None
     ) -> torch.Tensor:
         """Self-attention of ``h`` ``[q, H]`` over the cache layer and itself (causal): ``[q, heads * head_dim]``."""
         q, d = h.shape[0], self.head_dim
@@ -152,8 +153,8 @@ class DirectLayer:
             self._head_norm(key.view(q, self.kv_heads, d), self.k_norm),
         )
         query, key = apply_rope(query.transpose(0, 1)[None], cos, sin), apply_rope(key.transpose(0, 1)[None], cos, sin)
-        if queries is not None:
-            queries.append(query)
+        if on_query is not None:
+            on_query(query)
         keys, values = cache_layer.update(key, value.view(q, self.kv_heads, d).transpose(0, 1)[None])
         return _attend(query, keys, values, self.scaling).reshape(q, self.heads * d)
 
@@ -200,20 +201,27 @@ class DirectDecoder:
         self.norm = _norm(inner.norm)
         self.head = Projection.of(model.lm_head, weights="full" if weights == "full" else "int8")
 
-    def logits(self, tokens: torch.Tensor, position: int, cache: Cache, queries: list | None = None) -> torch.Tensor:
+    def logits(
+        self,
+        tokens: torch.Tensor,
+        position: int,
+        cache: Cache,
+        on_query: Callable[[int, torch.Tensor], None] | None = None,
+    ) -> torch.Tensor:
         """float32 logits ``[q, V]`` of ``tokens`` ``[q]`` at true positions ``position ..``; appends them to ``cache``.
 
         ``cache`` is any transformers ``Cache`` of batch 1 whose ``layers[i].update`` appends ``[1, H_kv, q, D]``
-        keys/values and returns all of the layer's (the retrieval view); attention is causal over its keys. With a
-        list ``queries``, each layer's post-RoPE queries ``[1, H_q, q, D]`` are appended to it (what
-        :class:`~hf_triforce.caches.chunk_swap.ChunkSwapper` ranks the chunks with before the next step).
+        keys/values and returns all of the layer's (the retrieval view); attention is causal over its keys. With
+        ``on_query``, each layer ``i`` calls ``on_query(i, query)`` with its post-RoPE queries ``[1, H_q, q, D]``
+        before its attention reads the cache layer (where
+        :meth:`~hf_triforce.caches.chunk_swap.ChunkSwapper.reselect_layer` swaps in the chunks that query needs).
         """
         x = self.embed.weight[tokens]
         positions = torch.arange(position, position + tokens.shape[0], device=tokens.device)[None]
         cos, sin = self.rotary(x[None], positions)
         cos, sin = cos[:, None], sin[:, None]
-        for layer, cache_layer in zip(self.layers, cache.layers, strict=True):
-            x = layer(x, cos, sin, cache_layer, queries)
+        for i, (layer, cache_layer) in enumerate(zip(self.layers, cache.layers, strict=True)):
+            x = layer(x, cos, sin, cache_layer, None if on_query is None else functools.partial(on_query, i))
         return self.head(rms_norm(x, *self.norm)).float()
 
 

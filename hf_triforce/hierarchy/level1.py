@@ -18,6 +18,7 @@ from transformers import LogitsProcessorList
 
 from ..caches.chunk_swap import ChunkSwapper
 from ..caches.retrieval import RetrievalCache
+from ..caches.selection import EVERY_CHUNK
 from ..caches.static_view import StaticRetrievalView
 from ..caches.view import RetrievalView
 from ..config import TriForceConfig
@@ -56,10 +57,10 @@ def level1_weights(config: TriForceConfig, model: torch.nn.Module, direct: bool)
 
 
 def step_selection(config: TriForceConfig, direct: bool) -> bool:
-    """Whether level 1 re-ranks its view's chunks before every step (``TriForceConfig.step_selection``, see
-    :class:`~hf_triforce.caches.chunk_swap.ChunkSwapper`) when it runs its direct forward (``direct``) or
-    transformers'; raises :class:`~hf_triforce.errors.UnsupportedDeviceError` for ``True`` without the direct
-    forward (the per-step queries come from it).
+    """Whether every layer of every level-1 forward re-ranks its view's chunks with its own query
+    (``TriForceConfig.step_selection``, see :class:`~hf_triforce.caches.chunk_swap.ChunkSwapper`) when level 1 runs
+    its direct forward (``direct``) or transformers'; raises :class:`~hf_triforce.errors.UnsupportedDeviceError` for
+    ``True`` without the direct forward (the re-ranking runs inside it, between a layer's query and its attention).
 
     Example:
         >>> step_selection(TriForceConfig(), direct=True), step_selection(TriForceConfig(step_selection=True), True)
@@ -67,7 +68,7 @@ def step_selection(config: TriForceConfig, direct: bool) -> bool:
     """
     if config.step_selection is True and not direct:
         raise UnsupportedDeviceError(
-            "TriForceConfig(step_selection=True) ranks the chunks with the queries of level 1's direct forward (one "
+            "TriForceConfig(step_selection=True) ranks the chunks inside level 1's direct forward, per layer (one "
             f"sequence, dynamic steps), and level 1 runs transformers' forward here (level1_forward="
             f"{config.level1_forward!r}, cuda_graphs={config.cuda_graphs!r}): use step_selection=False."
         )
@@ -145,8 +146,7 @@ class Level1Drafter:
         self.direct = direct_decoder(model, weights) if direct else None
         self.step_selection = step_selection(config, direct)
         self.swapper: ChunkSwapper | None = None
-        self._step_queries: list[torch.Tensor] | None = None  # what the next step's re-selection ranks with
-        self._captured: list[torch.Tensor] = []  # the last direct forward's queries, per layer [1, H_q, q, D]
+        self._reselect_seconds = 0.0  # the re-rankings of the level-1 forward in progress
         self.stats.step_selection = self.step_selection
         self.int8 = int8_weight_copy(model) if weights == "int8" and self.direct is None else None
         self.stats.level1_weights = weights
@@ -221,7 +221,6 @@ class Level1Drafter:
     def _prepare_view(self) -> None:
         if not self.refresh.due(None if self.view is None else self.view.tail_length()):
             self.view.sync()
-            self._step_queries = self._queries  # the newest cached token's: the first step re-ranks with it
             return
         cfg = self.config
         start = time.perf_counter()
@@ -232,27 +231,37 @@ class Level1Drafter:
             )  # fmt: skip
             self.view = self._new_view(indices)
             self.swapper = self._swapper(indices)
-        self._step_queries = None  # the selection has just ranked with the newest query
         self.planner.observe_refresh(time.perf_counter() - start)
         self.refresh.selected()
         self.stats.retrieval_refreshes += 1
         self.stats.view_bytes = max(self.stats.view_bytes, self.view.kv_nbytes())
 
     def _swapper(self, indices: list[torch.Tensor]) -> ChunkSwapper | None:
-        """A :class:`ChunkSwapper` for the new view where steps re-select and the view holds a selection."""
+        """A :class:`ChunkSwapper` for the new view where level-1 forwards re-rank and the view holds a selection: it
+        ranks every chunk by its keys (a chunk's mean key loses what one of its tokens holds)."""
         cfg = self.config
         if not self.step_selection or self.cache.get_seq_length() <= cfg.retrieval_budget:
             return None
-        settings = (cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks, cfg.rescore_candidates)
-        return ChunkSwapper(self.view, indices, *settings)
+        return ChunkSwapper(
+            self.view, indices, cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks, EVERY_CHUNK
+        )
 
-    def _reselect(self) -> None:
-        """Before a level-1 step: re-rank the view's chunks with the newest query level 1 has (if any is new)."""
-        if self.swapper is None or self._step_queries is None:
-            return
-        with self.stats.phases.measure("reselect"):
-            self.stats.chunks_swapped += self.swapper.reselect(self._step_queries)
-        self._step_queries = None
+    def _reselect_layer(self, layer: int, query: torch.Tensor) -> None:
+        """Inside a level-1 forward, before layer ``layer``'s attention: re-rank its chunks with its own post-RoPE
+        queries ``[1, H_q, q, D]`` (all ``q`` of them: a chunk counts if any of them needs it)."""
+        start = time.perf_counter()
+        self.stats.chunks_swapped += self.swapper.reselect_layer(layer, query.reshape(1, -1, query.shape[-1]))
+        self._reselect_seconds += time.perf_counter() - start
+
+    def _direct_logits(self, inputs: torch.Tensor, position: int) -> torch.Tensor:
+        """Level 1's direct forward; with step selection, each layer re-ranks its chunks first (the ``reselect``
+        phase: one call per forward, summed over its layers)."""
+        if self.swapper is None:
+            return self.direct.logits(inputs, position, self.view)
+        self._reselect_seconds = 0.0
+        logits = self.direct.logits(inputs, position, self.view, self._reselect_layer)
+        self.stats.phases.add("reselect", self._reselect_seconds)
+        return logits
 
     def _new_view(self, indices: list[torch.Tensor]) -> RetrievalView | StaticRetrievalView:
         """A fresh dynamic view, or the one static view (and its step runner) rewritten in place."""
@@ -340,8 +349,6 @@ class Level1Drafter:
             self.logits_processor, self.do_sample, prefix, drafts, draft_probs, logits
         )
         self.view.crop(-(drafts.shape[0] - n_accepted))
-        if self.swapper is not None:  # the next step feeds next_token: rank with the query that predicted it
-            self._step_queries = [q[:, :, n_accepted] for q in self._captured]
         self.stats.level0.record(drafts.shape[0], n_accepted)
         new = torch.cat([drafts[:n_accepted], drafts.new_tensor([next_token])])
         return new, scores[: n_accepted + 1]
@@ -352,9 +359,7 @@ class Level1Drafter:
             with int8_linears(self.int8):
                 return self.runner.step(inputs, position)
         if self.direct is not None:
-            self._reselect()
-            self._captured = [] if self.swapper is not None else None
-            return self.direct.logits(inputs, position, self.view, self._captured)
+            return self._direct_logits(inputs, position)
         q = inputs.shape[0]
         positions = torch.arange(position, position + q, device=inputs.device)[None]
         with view_attention(self.model), int8_linears(self.int8):

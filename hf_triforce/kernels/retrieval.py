@@ -120,6 +120,33 @@ def score_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tens
     return logits.amax(dim=2).view(b, hkv, f, chunk_size).amax(dim=-1)
 
 
+def score_all_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """:func:`score_chunk_keys` for every complete chunk of ``keys``, read in place (no gather).
+
+    Reads every key once: the cost of the key half of attention over ``keys``. Pure torch on every device.
+
+    Args:
+        query: ``[B, H_q, D]`` post-RoPE query (or queries: ``H_q`` may hold several per query head, laid out
+            as each KV head's group, as ``repeat_kv`` does).
+        keys: ``[B, H_kv, L, D]`` post-RoPE keys.
+        chunk_size: tokens per chunk.
+
+    Returns:
+        ``[B, H_kv, L // chunk_size]`` float32 scores, equal to :func:`score_chunk_keys` over all the chunks.
+
+    Example:
+        >>> keys = torch.zeros(1, 1, 24, 2); keys[0, 0, 13] = torch.tensor([3.0, 0.0])
+        >>> score_all_chunk_keys(torch.tensor([[[1.0, 0.0]]]), keys, 8).tolist()
+        [[[0.0, 3.0, 0.0]]]
+    """
+    b, hq, d = query.shape
+    hkv = keys.shape[1]
+    n = keys.shape[2] // chunk_size
+    grouped = query.reshape(b, hkv, hq // hkv, d).to(keys.dtype)
+    logits = torch.einsum("bhgd,bhtd->bhgt", grouped, keys[:, :, : n * chunk_size]).float()
+    return logits.amax(dim=2).view(b, hkv, n, chunk_size).amax(dim=-1)
+
+
 def gather_tokens(states: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """Gather ``[B, H, S, D]`` states at per-head token ``indices`` ``[B, H, S]`` from ``[B, H, L, D]``."""
     return states.gather(2, indices[..., None].expand(-1, -1, -1, states.shape[-1]))

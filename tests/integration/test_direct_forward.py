@@ -71,6 +71,27 @@ def test_equals_the_models_forward_over_the_same_cache(model_factory, make_promp
         torch.testing.assert_close(a.values, b.values, rtol=1e-5, atol=1e-5)
 
 
+def test_on_query_runs_in_each_layer_before_its_attention_reads_the_cache(llama, make_prompt):
+    """``on_query(i, query)`` (where step selection swaps a layer's chunks) gets layer ``i``'s ``[1, H_q, q, D]``
+    queries, in layer order, before that layer attends: a hook that rewrites the layer's cached values in place
+    gives the logits of the model's forward over a cache rewritten the same way beforehand."""
+    ours, theirs = prefilled_pair(llama, make_prompt(40, seed=4))
+    tokens, seen = make_prompt(2, seed=9)[0], []
+
+    def rewrite(layer: int, query: torch.Tensor) -> None:
+        seen.append((layer, tuple(query.shape)))
+        ours.layers[layer].values[:, :, :8] = 0.0
+
+    with torch.no_grad():
+        got = DirectDecoder(llama, weights="full").logits(tokens, 40, ours, on_query=rewrite)
+    for layer in theirs.layers:
+        layer.values[:, :, :8] = 0.0
+    torch.testing.assert_close(got, model_logits(llama, tokens, 40, theirs), rtol=1e-4, atol=1e-4)
+    config = llama.config
+    shape = (1, config.num_attention_heads, 2, config.hidden_size // config.num_attention_heads)
+    assert seen == [(i, shape) for i in range(config.num_hidden_layers)]
+
+
 @needs_int8
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("width", [1, 3])

@@ -1,10 +1,10 @@
-"""``TriForceConfig.step_selection``: re-ranking the view's chunks before every level-1 step stays lossless.
+"""``TriForceConfig.step_selection``: re-ranking the view's chunks inside every level-1 forward stays lossless.
 
-Level 1 only drafts, so any view is lossless; these tests check that the re-ranking really runs (chunks are
-swapped between steps), that greedy output still equals plain ``generate()``, that a sampled call runs, and that
-the option is refused before any work where level 1 does not run its direct forward (beside the int4 refusals in
-tests/integration/test_level1_weights.py). (That a swapped view holds exactly a fresh selection for the new
-queries: tests/unit/test_retrieval_cache.py.)
+Level 1 only drafts, so any view is lossless; these tests check that the re-ranking really runs (chunks are swapped,
+layer by layer, with each layer's own query), that greedy output still equals plain ``generate()``, that a sampled
+call runs, and that the option is refused before any work where level 1 does not run its direct forward (beside the
+int4 refusals in tests/integration/test_level1_weights.py). (That a swapped view holds exactly a fresh selection for
+the new queries: tests/unit/test_retrieval_cache.py.)
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamm
 
 @pytest.mark.parametrize("family", ["llama_gqa", "qwen3"])
 @pytest.mark.parametrize("drafter", ["none", "ngram"])
-@pytest.mark.parametrize("rescore", [0, 4])
+@pytest.mark.parametrize("rescore", [0, 4])  # the refreshes' ranking; the per-layer one ranks every chunk by its keys
 def test_greedy_equals_plain_generate_and_chunks_are_swapped(
     zoo, make_prompt, assert_greedy_equal, family, drafter, rescore
 ):

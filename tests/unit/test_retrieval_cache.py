@@ -390,6 +390,24 @@ def test_swapped_view_holds_the_fresh_selection(length, lookahead, rescore):
     assert all(m <= e for ml, el in zip(middle, expected, strict=True) for m, e in zip(ml, el, strict=True))
 
 
+@pytest.mark.parametrize("rescore", [0, 4, 32])
+def test_reselect_layer_swaps_that_layer_alone_to_its_fresh_selection(rescore):
+    """What level 1's forward calls inside each layer: layer 0, ranked with three queries per head (a multi-token
+    forward's), then holds exactly a fresh ``select_layer`` for them; layer 1 is untouched."""
+    cache, full, view, swapper, _ = _swapped_view(300, lookahead=1, rescore=rescore)
+    other = view.layers[1].buffer.keys.clone()
+    queries = torch.randn(1, Q_HEADS * 3, HEAD_DIM, generator=_gen(11))
+    assert swapper.reselect_layer(0, queries) > 0
+    fresh = cache.select_layer(0, queries, SWAP_BUDGET, WINDOW, 1, rescore_candidates=rescore)
+    keys, values = full[0]
+    buffer, static = view.layers[0].buffer, fresh.shape[-1]
+    for h in range(keys.shape[1]):
+        for want, got in ((keys[0, h, fresh[0, h]], buffer.keys[0, h, :static]),
+                          (values[0, h, fresh[0, h]], buffer.values[0, h, :static])):  # fmt: skip
+            assert torch.equal(want[want[:, 0].argsort()], got[got[:, 0].argsort()])
+    assert torch.equal(view.layers[1].buffer.keys, other)
+
+
 def test_attention_over_swapped_view_equals_attention_by_hand_over_the_fresh_selection():
     cache, full, view, swapper, _ = _swapped_view(300, lookahead=1)
     new = _queries(7)

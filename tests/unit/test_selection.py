@@ -13,8 +13,14 @@ from hypothesis import strategies as st
 from transformers.models.llama.modeling_llama import repeat_kv
 
 from hf_triforce.caches.retrieval import RetrievalCache
-from hf_triforce.caches.selection import rescore, select_token_indices, spread_forward
-from hf_triforce.kernels.retrieval import chunk_means, gather_tokens, score_chunk_keys, score_chunks
+from hf_triforce.caches.selection import keys_scores, ranks_every_chunk, rescore, select_token_indices, spread_forward
+from hf_triforce.kernels.retrieval import (
+    chunk_means,
+    gather_tokens,
+    score_all_chunk_keys,
+    score_chunk_keys,
+    score_chunks,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -248,6 +254,46 @@ def test_score_chunk_keys_is_the_largest_logit_by_hand(kv_heads, group):
                 logits = [float(query[b, q] @ keys[b, q // group, t]) for q in range(h * group, (h + 1) * group)
                           for t in range(c * 8, c * 8 + 8)]  # fmt: skip
                 assert got[b, h, f].item() == pytest.approx(max(logits), rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.parametrize("kv_heads, group, queries", [(1, 1, 1), (2, 3, 1), (3, 4, 2)])
+def test_score_all_chunk_keys_equals_score_chunk_keys_over_every_chunk(kv_heads, group, queries):
+    """Read in place, every chunk: the same scores as the gather path nominating all of them; several queries per
+    head (folded into the group, as level 1's multi-token forwards pass them) score a chunk by the largest of all."""
+    query = torch.randn(2, kv_heads * group * queries, 8, generator=_gen(group))
+    keys = torch.randn(2, kv_heads, 45, 8, generator=_gen(kv_heads))
+    every = torch.arange(5).expand(2, kv_heads, 5)
+    got = score_all_chunk_keys(query, keys, 8)
+    torch.testing.assert_close(got, score_chunk_keys(query, keys, every, 8))
+    by_query = query.view(2, kv_heads, group, queries, 8)
+    singles = [score_all_chunk_keys(by_query[:, :, :, m].reshape(2, -1, 8), keys, 8) for m in range(queries)]
+    torch.testing.assert_close(got, torch.stack(singles).amax(0))
+
+
+@pytest.mark.parametrize("length", [203, 320])
+def test_rescore_of_every_chunk_equals_nominating_them_all_by_gather(length):
+    """``ranks_every_chunk``: the fast path (keys read in place, summaries unused) selects what the gather path
+    selects when every candidate is nominated; forced infinite scores (a batch row's sink, padding) stay."""
+    chunk, budget, window = 8, 48, 16
+    query = torch.randn(1, 6, 8, generator=_gen(length))
+    keys = torch.randn(1, 2, length, 8, generator=_gen(length + 1))
+    scores = score_chunks(query, chunk_means(keys, chunk))
+    scores[0, 1, 4] = float("inf")
+    assert not ranks_every_chunk(length, chunk, budget, window, 1) and ranks_every_chunk(
+        length, chunk, budget, window, 32
+    )
+    fast = rescore(scores, query, keys, length, chunk, budget, window, 32)
+    candidates = (length - window) // chunk - 1
+    nominated = torch.arange(1, 1 + candidates).expand(1, 2, candidates)
+    by_gather = torch.full_like(scores, float("-inf")).scatter(
+        -1, nominated, score_chunk_keys(query, keys, nominated, chunk)
+    )
+    by_gather = torch.where(scores.isinf(), scores, by_gather)
+    torch.testing.assert_close(fast[..., 1 : 1 + candidates], by_gather[..., 1 : 1 + candidates])
+    assert fast[0, 1, 4] == float("inf")
+    assert torch.equal(select_token_indices(fast, length, chunk, budget, window, 1),
+                       select_token_indices(by_gather, length, chunk, budget, window, 1))  # fmt: skip
+    assert keys_scores(query, keys, length, chunk)[..., 0].eq(float("-inf")).all()  # the sink is kept anyway
 
 
 def test_rescore_ranks_the_nominated_chunks_by_their_keys():
