@@ -7,11 +7,17 @@ generated with the real ``generate()`` call (greedy, 64 new tokens, ``drafter="n
 excluded), and what one re-ranking costs beside one level-1 forward.
 
 Modes: ``default`` (TriForceConfig's defaults: one selection per ``refresh_every`` tokens, chunks ranked by their
-mean keys) and ``step-x4`` (``step_selection=True, rescore_candidates=4``: ranked again before every level-1 step,
-by their keys).
+mean keys) and ``step`` (``step_selection=True``: inside every level-1 forward, each layer ranks every chunk by its
+keys with its own query before it attends, and the view swaps in the chunks that changed).
 
-Run: ``.venv/bin/python benchmarks/step_selection_ab.py --split heldout --output benchmarks/results/X.json``
-(about 30 minutes on 2 CPU threads); ``--report X.json`` prints the markdown.
+``--natural N`` adds ``N`` natural continuations of the language reference (``eval-drafts``' natural prompts), run
+also as ``streaming`` (``recent_window = budget - 16``: the sink chunk, the one retrieved chunk the config requires,
+and the most recent tokens; StreamingLLM's view but for that chunk): the issue asks retrieval never to fall below
+StreamingLLM on natural text.
+
+Run: ``.venv/bin/python benchmarks/step_selection_ab.py --split heldout --natural 3 --output
+benchmarks/results/X.json`` (about 35 minutes on 2 CPU threads; ``--split '' --natural 3`` for the natural
+prompts alone); ``--report X.json [Y.json ...]`` prints the markdown of one or more runs.
 """
 
 from __future__ import annotations
@@ -26,80 +32,125 @@ import torch
 
 import hf_triforce
 from hf_triforce import TriForceConfig
+from hf_triforce.evaluation.common.documents import read_document
 from hf_triforce.evaluation.common.loading import load_model
 from hf_triforce.evaluation.common.machine import device_line, machine_info
 from hf_triforce.evaluation.drafts.copy_tasks import build_copy_prompt, copy_task_specs
+from hf_triforce.evaluation.drafts.tasks import natural_task
 
 CTX, NEW, BUDGETS = 6144, 64, (384, 768)
-MODES = {"default": {}, "step-x4": {"step_selection": True, "rescore_candidates": 4}}
+MODES = {
+    "default": {},
+    "step": {"step_selection": True},
+    "streaming": {},  # natural prompts only: recent_window = budget - 16 (the sink, one retrieved chunk, the window)
+}
 
 
 def measure(model, ids, budget: int, mode: str) -> dict:
     """One greedy call; level 1's counts and the decoding and re-ranking times."""
-    cfg = TriForceConfig(retrieval_budget=budget, drafter="none", **MODES[mode])
+    options = {"recent_window": budget - 16} if mode == "streaming" else MODES[mode]
+    cfg = TriForceConfig(retrieval_budget=budget, drafter="none", **options)
     model.generate(ids, max_new_tokens=NEW, do_sample=False, triforce_config=cfg)
     st = hf_triforce.last_stats(model)
     secs, calls = st.phases.seconds, st.phases.calls
     reselect = secs.get("reselect", 0.0)
     return dict(
         acc=st.level1.accepted, rej=st.level1.rejections, tokens=st.new_tokens,
-        decode_s=st.seconds - st.prefill_seconds, reselect_ms=1e3 * reselect / max(1, calls.get("reselect", 0)),
+        decode_s=st.seconds - st.prefill_seconds, reselect_ms=1e3 * reselect / max(1, calls.get("level1", 0)),
         level1_ms=1e3 * (secs.get("level1", 0.0) - reselect) / max(1, calls.get("level1", 0)),
     )  # fmt: skip
 
 
-def run(split: str, output: str) -> None:
+def tasks(tokenizer, split: str, natural: int) -> list[tuple[str, str, float | None, torch.Tensor]]:
+    """``(name, kind, depth, ids)``: the split's copy tasks, then ``natural`` continuations of the language reference
+    (``eval-drafts``' natural prompts: raw slices at ``i / natural`` of the way in)."""
+    texts, document = {}, read_document(None)
+    copies = [(s.name, s.kind, s.depth, build_copy_prompt(tokenizer, s, CTX - NEW, texts).input_ids)
+              for s in (copy_task_specs(split) if split else [])]  # fmt: skip
+    prompts = [natural_task(tokenizer, document, i, natural, CTX - NEW) for i in range(natural)]
+    return copies + [(t.name, "natural", None, t.prompt) for t in prompts]
+
+
+def run(split: str, output: str, modes: list[str], natural: int) -> None:
     model, tokenizer = load_model(None)
     hf_triforce.enable(model)
-    texts, rows, start = {}, [], time.time()
+    rows, start = [], time.time()
     result = {"split": split, "machine": machine_info(), "command": _command(), "rows": rows}
-    for spec in copy_task_specs(split):
-        ids = build_copy_prompt(tokenizer, spec, CTX - NEW, texts).input_ids
+    for name, kind, depth, ids in tasks(tokenizer, split, natural):
         for budget in BUDGETS:
-            for mode in MODES:
-                rows.append(dict(kind=spec.kind, depth=spec.depth, budget=budget, mode=mode,
-                                 **measure(model, ids, budget, mode)))  # fmt: skip
-        print(f"{spec.name}: {time.time() - start:.0f} s", flush=True)
+            for mode in modes + (["streaming"] if kind == "natural" else []):
+                rows.append(dict(kind=kind, depth=depth, budget=budget, mode=mode, **measure(model, ids, budget, mode)))
+        print(f"{name}: {time.time() - start:.0f} s", flush=True)
         json.dump(result, open(output, "w"), indent=1)
 
 
-def report(path: str) -> str:
-    """Markdown: per-token acceptance per mode, budget and depth; decoding speed and re-ranking cost."""
-    rec = json.load(open(path))
-    pooled = collections.defaultdict(lambda: collections.Counter())
-    for r in rec["rows"]:
-        for depth in (r["depth"], "all"):
-            pooled[(r["budget"], r["mode"], depth)].update(
-                acc=r["acc"], rej=r["rej"], tokens=r["tokens"], decode_s=r["decode_s"]
-            )
-    depths = sorted({r["depth"] for r in rec["rows"]})
+def report(paths: list[str]) -> str:
+    """Markdown of one or more runs' rows (the first run's split and machine): per-token acceptance per mode, budget
+    and depth (and on natural text, beside StreamingLLM); decoding speed and re-ranking cost."""
+    runs = [json.load(open(path)) for path in paths]
+    rec = {**runs[0], "rows": [r for run in runs for r in run["rows"]]}
+    copies = [r for r in rec["rows"] if r["kind"] != "natural"]
     lines = [
         f"# Per-step re-selection on the copy tasks ({rec['split']} split), greedy, level 1 alone",
         "",
         device_line(rec),
         "",
-        f"Command: `{rec['command']}`",
+        "Command: " + "; ".join(f"`{run['command']}`" for run in runs),
         "",
         "Level-1 per-token acceptance (`last_stats(model).level1.per_token_acceptance`, pooled over the 4 passage "
-        "kinds of a depth) and decoding speed (new tokens / decoding seconds, the prefill excluded, all tasks).",
+        "kinds of a depth) and decoding speed (new tokens / decoding seconds, the prefill excluded; the median over "
+        "the tasks, robust to a task slowed by other work on the machine).",
         "",
     ]
+    depths = sorted({r["depth"] for r in copies})
     for budget in BUDGETS:
         lines += [f"Budget {budget} (1/{CTX // budget} of the context):", ""]
-        lines += ["| mode | " + " | ".join(f"{d:g}" for d in depths) + " | worst depth | decode tok/s |"]
-        lines += ["|---|" + "---:|" * (len(depths) + 2)]
-        for mode in MODES:
-            rates = [_rate(pooled[(budget, mode, d)]) for d in depths]
-            total = pooled[(budget, mode, "all")]
-            speed = total["tokens"] / max(1e-9, total["decode_s"])
-            cells = " | ".join(f"{v:.3f}" for v in rates)
-            lines.append(f"| {mode} | {cells} | {min(rates):.3f} | {speed:.1f} |")
-        lines.append("")
-    costs = [(r["reselect_ms"], r["level1_ms"]) for r in rec["rows"] if r["mode"] == "step-x4"]
-    if costs:
-        res, step = (sorted(c[i] for c in costs)[len(costs) // 2] for i in (0, 1))
-        lines += [f"step-x4: one re-ranking (median over tasks) {res:.1f} ms, one level-1 forward {step:.1f} ms."]
+        lines += _table(copies, budget, [(f"{d:g}", d) for d in depths], "worst depth") + [""]
+    natural = [r for r in rec["rows"] if r["kind"] == "natural"]
+    if natural:
+        lines += [f"Natural continuations of the language reference ({len(natural) // len(_keys(natural))} prompts "
+                  "as eval-drafts builds them; `streaming`: `recent_window = budget - 16`, the sink chunk, one "
+                  "retrieved chunk and the window), pooled:", ""]  # fmt: skip
+        lines += _table(natural, None, [(f"1/{CTX // b}", b) for b in BUDGETS], "worst") + [""]
+    lines += _costs(rec["rows"])
     return "\n".join(lines)
+
+
+def _keys(rows: list[dict]) -> set:
+    return {(r["budget"], r["mode"]) for r in rows}
+
+
+def _table(rows: list[dict], budget: int | None, columns: list[tuple[str, object]], worst: str) -> list[str]:
+    """One row per mode: acceptance per column (a depth at ``budget``, or a budget when ``budget`` is None)."""
+    pooled, speeds = collections.defaultdict(collections.Counter), collections.defaultdict(list)
+    for r in rows:
+        key = r["budget"] if budget is None else r["depth"]
+        if budget is None or r["budget"] == budget:
+            for column in (key, "all"):
+                pooled[(r["mode"], column)].update(acc=r["acc"], rej=r["rej"])
+            speeds[r["mode"]].append(r["tokens"] / max(1e-9, r["decode_s"]))
+    lines = ["| mode | " + " | ".join(c[0] for c in columns) + f" | {worst} | decode tok/s (median) |"]
+    lines += ["|---|" + "---:|" * (len(columns) + 2)]
+    for mode in [m for m in MODES if (m, "all") in pooled]:
+        rates = [_rate(pooled[(mode, c[1])]) for c in columns]
+        speed = _median(speeds[mode])
+        lines.append(f"| {mode} | " + " | ".join(f"{v:.3f}" for v in rates) + f" | {min(rates):.3f} | {speed:.1f} |")
+    return lines
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def _costs(rows: list[dict]) -> list[str]:
+    lines = []
+    for mode in [m for m in MODES if m.startswith("step")]:
+        costs = [(r["reselect_ms"], r["level1_ms"]) for r in rows if r["mode"] == mode]
+        if costs:
+            res, step = (_median([c[i] for c in costs]) for i in (0, 1))
+            lines += [f"{mode}: re-ranking per level-1 forward (median over tasks) {res:.1f} ms, the forward "
+                      f"without it {step:.1f} ms.", ""]  # fmt: skip
+    return lines
 
 
 def _rate(c) -> float:
@@ -112,16 +163,18 @@ def _command() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--split", default="heldout")
+    parser.add_argument("--split", default="heldout", help="copy-task split ('': none, natural prompts only)")
     parser.add_argument("--output", default="step-selection.json")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--report")
+    parser.add_argument("--modes", default="default,step", help="comma-separated: default, step")
+    parser.add_argument("--natural", type=int, default=0, help="natural continuations to add (streaming compared)")
+    parser.add_argument("--report", nargs="+", help="JSON results to print as one markdown report")
     args = parser.parse_args()
     if args.report:
         print(report(args.report))
         return
     torch.set_num_threads(args.threads)
-    run(args.split, args.output)
+    run(args.split, args.output, args.modes.split(","), args.natural)
 
 
 if __name__ == "__main__":

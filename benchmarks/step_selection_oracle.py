@@ -16,7 +16,14 @@ chunks of 8; the answer's own tokens are always visible):
 * ``peak-prev``: ``peak-now`` with the previous position's query and one chunk of look-ahead (what a step can use);
 * ``peak-stale7``: the same, chosen once per 7 positions (about a selection's age at a round's end);
 * ``x4-prev``: mean keys nominate 4 x the chunks, the largest logit ranks them (``rescore_candidates=4``), with the
-  previous position's query and one chunk of look-ahead.
+  previous position's query and one chunk of look-ahead; ``x4-now``: the same with the current query (what
+  ``step_selection=True, rescore_candidates=4`` does inside level 1's forward);
+* cheaper stand-ins for ``peak-now`` that read less than every key: ``sparq16-now`` (the largest logit over the 16
+  of 64 channels where the group's queries are largest, as SparQ attention approximates scores) and
+  ``lowrank16-now`` (keys projected on their 16 principal directions in the prompt, per layer and KV head, as Loki
+  does).
+
+``--rules`` runs a subset (``full`` is always run).
 
 Run: ``.venv/bin/python benchmarks/step_selection_oracle.py --split tune --output benchmarks/results/X.json``
 (about 15 minutes on 2 CPU threads); ``--report X.json`` prints the markdown.
@@ -41,7 +48,10 @@ from hf_triforce.hf.model import eos_token_ids
 from hf_triforce.hf.versions import cache_kwargs
 
 CTX, NEW, CHUNK, RECENT_CHUNKS, BUDGETS = 6144, 64, 8, 8, (384, 768)
-RULES = ("full", "tokens-now", "peak-now", "mean-now", "peak-prev", "peak-stale7", "x4-prev")
+RULES = (
+    "full", "tokens-now", "peak-now", "mean-now", "peak-prev", "peak-stale7", "x4-prev", "x4-now", "sparq16-now",
+    "lowrank16-now",
+)  # fmt: skip
 NAME = "hf_triforce_oracle"
 STATE: dict = {}  # the rule, budget and prompt length of the forward in progress
 
@@ -49,6 +59,7 @@ STATE: dict = {}  # the rule, budget and prompt length of the forward in progres
 def chunk_scores(rule: str, q: torch.Tensor, keys: torch.Tensor, chunks: int) -> torch.Tensor:
     """``[B, H_kv, m, C]`` chunk scores of the prompt's ``chunks`` chunks for each of the ``m`` queries."""
     b, hkv, g, m, d = q.shape
+    q, keys = approximated(rule, q, keys)
     by_chunk = keys[:, :, : chunks * CHUNK].reshape(b, hkv, chunks, CHUNK, d)
     if rule.startswith("mean"):
         return torch.einsum("bhgmd,bhcd->bhmc", q, by_chunk.mean(3))
@@ -59,6 +70,19 @@ def chunk_scores(rule: str, q: torch.Tensor, keys: torch.Tensor, chunks: int) ->
     mean[..., 0], mean[..., chunks - RECENT_CHUNKS :] = float("-inf"), float("-inf")  # forced below anyway
     nominated = mean.topk(4 * middle_chunks(), dim=-1).indices
     return torch.full_like(mean, float("-inf")).scatter(-1, nominated, peak.gather(-1, nominated))
+
+
+def approximated(rule: str, q: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q`` ``[B, H_kv, G, m, D]`` and ``keys`` as a ``sparq``/``lowrank`` rule sees them (others: unchanged)."""
+    if rule.startswith("sparq"):  # the other channels zeroed: the logits read only the kept ones
+        score = q.abs().sum(2, keepdim=True)
+        kept = torch.zeros_like(score).scatter(-1, score.topk(16, dim=-1).indices, 1.0)
+        return q * kept, keys
+    if rule.startswith("lowrank"):
+        prompt = keys[:, :, : STATE["prompt"]]
+        basis = torch.linalg.eigh(torch.einsum("bhld,bhle->bhde", prompt, prompt))[1][..., -16:]
+        return q, keys @ basis @ basis.transpose(-1, -2)
+    return q, keys
 
 
 def middle_chunks() -> int:
@@ -131,7 +155,7 @@ def agreement(model, cache: DynamicCache, answer: torch.Tensor, n: int, rule: st
     return (out.logits[0].argmax(-1) == answer[1:]).tolist()
 
 
-def run(split: str, output: str) -> None:
+def run(split: str, output: str, rules: tuple[str, ...] = RULES) -> None:
     AttentionInterface.register(NAME, oracle_attention)
     AttentionMaskInterface.register(NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     model, tokenizer = load_model(None)
@@ -142,7 +166,7 @@ def run(split: str, output: str) -> None:
         cache = DynamicCache(config=model.config)
         with torch.inference_mode():
             answer = greedy_answer(model, ids, cache, eos)
-            for rule in RULES:
+            for rule in ("full", *[r for r in rules if r != "full"]):
                 for budget in BUDGETS if rule != "full" else BUDGETS[:1]:
                     agree = agreement(model, cache, answer, ids.shape[1], rule, budget)
                     rows.append(dict(kind=spec.kind, depth=spec.depth, rule=rule, budget=budget, agree=agree))
@@ -174,7 +198,7 @@ def report(path: str) -> str:
         lines += [f"Budget {budget} (1/{CTX // budget} of the context):", ""]
         lines += ["| rule | " + " | ".join(f"{d:g}" for d in depths) + " | all | worst depth |"]
         lines += ["|---|" + "---:|" * (len(depths) + 2)]
-        for rule in RULES:
+        for rule in [r for r in RULES if any(row["rule"] == r for row in rec["rows"])]:
             key = budget if rule != "full" else BUDGETS[0]
             values = [totals[(rule, key, d)][0] / max(1, totals[(rule, key, d)][1]) for d in [*depths, "all"]]
             lines.append(f"| {rule} | " + " | ".join(f"{v:.3f}" for v in values) + f" | {min(values[:-1]):.3f} |")
@@ -191,13 +215,14 @@ def main() -> None:
     parser.add_argument("--split", default="tune")
     parser.add_argument("--output", default="step-selection-oracle.json")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rules", default=",".join(RULES), help=f"comma-separated, of {', '.join(RULES)}")
     parser.add_argument("--report")
     args = parser.parse_args()
     if args.report:
         print(report(args.report))
         return
     torch.set_num_threads(args.threads)
-    run(args.split, args.output)
+    run(args.split, args.output, tuple(args.rules.split(",")))
 
 
 if __name__ == "__main__":

@@ -65,15 +65,14 @@ class TriForceConfig:
     step_selection: bool = field(
         default=False,
         metadata={
-            "help": "Re-rank the view's chunks before every level-1 step with the query of the token level 1 processed "
-            "last (the full cache's at a round's start), as a selection would rank them (rescore_candidates "
-            "included), copying in only the chunks that changed (hf_triforce.caches.chunk_swap). A selection made "
-            "once per refresh_every tokens goes stale within a round. With rescore_candidates=4, ranking every step "
-            "lifted level-1 per-token acceptance on the held-out copy tasks to 0.93-1.0 at budget 1/16 and 0.955-1.0 "
-            "at 1/8 (0.85-0.98 and 0.91-0.98 by default), but on the 2-core CPU a re-ranking took 35 ms against a 19 "
-            "ms level-1 step, so decoding was slower (benchmarks/results/step-selection-heldout.md): off by default. "
-            "True needs level 1's direct forward "
-            "(one sequence, dynamic steps) and is refused elsewhere."
+            "help": "Inside every level-1 forward, each layer ranks every chunk by its keys with the query it has just "
+            "computed (the chunk's largest logit) before it attends, and the view swaps in the chunks that changed "
+            "(hf_triforce.caches.chunk_swap). A selection made once per refresh_every tokens, with one query for "
+            "every layer, goes stale within a round. On the held-out copy tasks it lifted level-1 per-token "
+            "acceptance to 0.987-1.0 at budget 1/16 and 0.989-1.0 at 1/8 (0.857-0.967 and 0.907-0.981 by default), "
+            "but it reads every key of the cache in every forward: on the 2-core CPU 25 ms against an 18 ms level-1 "
+            "forward, so decoding was slower (benchmarks/results/step-selection-heldout.md): off by default. True "
+            "needs level 1's direct forward (one sequence, dynamic steps) and is refused elsewhere."
         },
     )
     level1_weights: str = field(

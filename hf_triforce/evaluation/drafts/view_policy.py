@@ -98,7 +98,7 @@ class ViewPolicy:
         if config.step_selection:
             raise ValueError(
                 "ViewPolicy replays one selection per refresh; it does not model TriForceConfig(step_selection=True) "
-                "(re-ranking before every level-1 step): measure that with the real generate() call "
+                "(each layer re-ranking inside level 1's forward): measure that with the real generate() call "
                 "(benchmarks/step_selection_ab.py), or pass step_selection=False."
             )
         knobs = {name: getattr(config, name) for name in CONFIG_KNOBS}
