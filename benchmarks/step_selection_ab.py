@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import shlex
 import sys
 import time
 
@@ -90,20 +91,21 @@ def report(paths: list[str]) -> str:
     runs = [json.load(open(path)) for path in paths]
     rec = {**runs[0], "rows": [r for run in runs for r in run["rows"]]}
     copies = [r for r in rec["rows"] if r["kind"] != "natural"]
+    where = f"the copy tasks ({rec['split']} split)" if copies else "natural text"
     lines = [
-        f"# Per-step re-selection on the copy tasks ({rec['split']} split), greedy, level 1 alone",
+        f"# Per-step re-selection on {where}, greedy, level 1 alone",
         "",
         device_line(rec),
         "",
         "Command: " + "; ".join(f"`{run['command']}`" for run in runs),
         "",
-        "Level-1 per-token acceptance (`last_stats(model).level1.per_token_acceptance`, pooled over the 4 passage "
-        "kinds of a depth) and decoding speed (new tokens / decoding seconds, the prefill excluded; the median over "
-        "the tasks, robust to a task slowed by other work on the machine).",
+        "Level-1 per-token acceptance (`last_stats(model).level1.per_token_acceptance`, pooled: on copy tasks over "
+        "the 4 passage kinds of a depth) and decoding speed (new tokens / decoding seconds, the prefill excluded; the "
+        "median over the tasks, robust to a task slowed by other work on the machine).",
         "",
     ]
     depths = sorted({r["depth"] for r in copies})
-    for budget in BUDGETS:
+    for budget in BUDGETS if copies else ():
         lines += [f"Budget {budget} (1/{CTX // budget} of the context):", ""]
         lines += _table(copies, budget, [(f"{d:g}", d) for d in depths], "worst depth") + [""]
     natural = [r for r in rec["rows"] if r["kind"] == "natural"]
@@ -158,7 +160,7 @@ def _rate(c) -> float:
 
 
 def _command() -> str:
-    return "benchmarks/step_selection_ab.py " + " ".join(sys.argv[1:])
+    return "benchmarks/step_selection_ab.py " + shlex.join(sys.argv[1:])
 
 
 def main() -> None:

@@ -67,8 +67,8 @@ class TriForceConfig:
         metadata={
             "help": "Inside every level-1 forward, each layer ranks every chunk by its keys with the query it has just "
             "computed (the chunk's largest logit) before it attends, and the view swaps in the chunks that changed "
-            "(hf_triforce.caches.chunk_swap). A selection made once per refresh_every tokens, with one query for "
-            "every layer, goes stale within a round. On the held-out copy tasks it lifted level-1 per-token "
+            "(hf_triforce.caches.chunk_swap). A selection made once per refresh_every tokens, with the newest "
+            "cached token's queries, goes stale within a round. On the held-out copy tasks it lifted level-1 per-token "
             "acceptance to 0.987-1.0 at budget 1/16 and 0.989-1.0 at 1/8 (0.857-0.967 and 0.907-0.981 by default), "
             "but it reads every key of the cache in every forward: on the 2-core CPU 25 ms against an 18 ms level-1 "
             "forward, so decoding was slower (benchmarks/results/step-selection-heldout.md): off by default. True "
