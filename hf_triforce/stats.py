@@ -169,8 +169,7 @@ class PhaseTimes:
         finally:
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 torch.cuda.synchronize()
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
-            self.calls[phase] = self.calls.get(phase, 0) + 1
+            self.add(phase, time.perf_counter() - start)
 
     def add(self, phase: str, seconds: float) -> None:
         """Add one call of ``seconds`` to ``phase`` (timed by the caller: work spread over a forward's layers).
@@ -205,7 +204,7 @@ class TriForceStats:
     ``target_forwards`` counts full-cache verification forwards (the prefill excluded) and ``mean_accepted_length``
     is the mean number of tokens each of them produced. ``phases`` times the level-0 drafts (``level0``), the
     level-1 forwards (``level1``), retrieval re-selections (``refresh``), the full-cache verifications (``level2``),
-    the re-rankings of the view's chunks inside level-1 forwards (``reselect``, one call per layer and forward, its
+    the re-rankings of the view's chunks inside level-1 forwards (``reselect``, one call per level-1 forward, its
     time also inside ``level1``; ``TriForceConfig.step_selection``: ``step_selection`` says whether they ran and
     ``chunks_swapped`` counts the chunks they copied in), the ``prefill`` (of the uncached prompt tokens) and
     ``reuse`` (starting from a caller's cache and handing it back). ``reused_tokens`` counts the prompt tokens a

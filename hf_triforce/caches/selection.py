@@ -98,12 +98,12 @@ def rescore(
     """
     if length <= budget:
         return scores
-    _, candidates, k = _layout(length, chunk_size, budget, recent_window)
     if ranks_every_chunk(length, chunk_size, budget, recent_window, factor):
         by_keys = keys_scores(query, keys, length, chunk_size)
         out = torch.full_like(scores, float("-inf"), dtype=torch.float32)
         out[..., : by_keys.shape[-1]] = by_keys[..., : out.shape[-1]]
         return torch.where(scores.isinf(), scores.float(), out)
+    _, candidates, k = _layout(length, chunk_size, budget, recent_window)
     middle = scores[:, :, 1 : 1 + candidates].float()
     nominated = middle.topk(min(candidates, factor * max(k, 1)), dim=-1).indices + 1
     by_keys = score_chunk_keys(query, keys, nominated, chunk_size)

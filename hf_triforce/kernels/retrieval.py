@@ -109,15 +109,12 @@ def score_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tens
         >>> score_chunk_keys(torch.tensor([[[1.0, 0.0]]]), keys, torch.tensor([[[0, 1, 2]]]), 8).tolist()
         [[[0.0, 3.0, 0.0]]]
     """
-    b, hq, d = query.shape
-    hkv, f = keys.shape[1], chunks.shape[-1]
+    b, hkv, f, d = query.shape[0], keys.shape[1], chunks.shape[-1], keys.shape[-1]
     n = keys.shape[2] // chunk_size
     by_chunk = keys[:, :, : n * chunk_size].unflatten(2, (n, chunk_size))  # [B, H_kv, n, chunk_size, D], a view
     batch, head = torch.arange(b, device=chunks.device)[:, None, None], torch.arange(hkv, device=chunks.device)[:, None]
     chunk_keys = by_chunk[batch, head, chunks].reshape(b, hkv, f * chunk_size, d).float()  # copies the F chunks
-    grouped = query.reshape(b, hkv, hq // hkv, d).float()
-    logits = torch.einsum("bhgd,bhtd->bhgt", grouped, chunk_keys)  # [B, H_kv, G, F * chunk_size]
-    return logits.amax(dim=2).view(b, hkv, f, chunk_size).amax(dim=-1)
+    return score_all_chunk_keys(query, chunk_keys, chunk_size)
 
 
 def score_all_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunk_size: int) -> torch.Tensor:
