@@ -60,22 +60,21 @@ class KVBuffer:
             new_v[:, :, : self.length] = self.values
         self._k, self._v = new_k, new_v
 
-    def copy_tokens(self, source: KVBuffer, heads: torch.Tensor, target: torch.Tensor, tokens: torch.Tensor) -> None:
-        """Copy batch row 0's keys/values of ``source``'s tokens ``tokens`` into this buffer's slots ``target``, in KV
-        heads ``heads`` (all ``[n]``); two ``index_copy_`` calls over flattened storage, in place.
+    def copy_chunks(self, source: KVBuffer, heads: torch.Tensor, target: torch.Tensor, chunks: torch.Tensor, size: int):
+        """Copy batch row 0's keys/values of ``source``'s chunks ``chunks`` (slots ``[c * size, (c + 1) * size)``)
+        into this buffer's chunks ``target``, in KV heads ``heads`` (all ``[n]``); one gather and one indexed write
+        per tensor, whole chunks at a time, in place.
 
         Example:
             >>> a, b = KVBuffer(), KVBuffer()
             >>> _ = a.append(torch.arange(8.).view(1, 2, 4, 1), torch.zeros(1, 2, 4, 1))
-            >>> _ = b.append(torch.zeros(1, 2, 2, 1), torch.zeros(1, 2, 2, 1))
-            >>> b.copy_tokens(a, torch.tensor([1]), torch.tensor([0]), torch.tensor([3]))
+            >>> _ = b.append(torch.zeros(1, 2, 4, 1), torch.zeros(1, 2, 4, 1))
+            >>> b.copy_chunks(a, torch.tensor([1]), torch.tensor([0]), torch.tensor([1]), 2)
             >>> b.keys[0, :, :, 0].tolist()
-            [[0.0, 0.0], [7.0, 0.0]]
+            [[0.0, 0.0, 0.0, 0.0], [6.0, 7.0, 0.0, 0.0]]
         """
-        mine, theirs = heads * self._k.shape[2] + target, heads * source._k.shape[2] + tokens
         for dst, src in ((self._k, source._k), (self._v, source._v)):
-            flat_src = src[0].view(-1, src.shape[-1])
-            dst[0].view(-1, dst.shape[-1]).index_copy_(0, mine, flat_src.index_select(0, theirs))
+            _chunk_grid(dst, size)[heads, target] = _chunk_grid(src, size)[heads, chunks]
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Only the batch rows at ``rows`` (``[B']`` indices) remain (a copy of the stored slots)."""
@@ -93,3 +92,10 @@ class KVBuffer:
         if self._k is None:
             return 0
         return self._k.numel() * self._k.element_size() * 2
+
+
+def _chunk_grid(storage: torch.Tensor, size: int) -> torch.Tensor:
+    """Batch row 0 of contiguous ``[B, H, capacity, D]`` ``storage`` as ``[H, capacity // size, size * D]`` chunks (a
+    view)."""
+    _, heads, capacity, dim = storage.shape
+    return storage[0].as_strided((heads, capacity // size, size * dim), (capacity * dim, size * dim, 1))

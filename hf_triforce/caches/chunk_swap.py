@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import torch
 
-from .selection import _layout
+from .selection import _layout, spread_forward
+
+HOLD = 0.25
+"""The ``hold`` level 1's :class:`ChunkSwapper` uses: a held chunk stays while it ranks within the top ``1.25 k``.
+On the tune split's teacher-forced oracle (``benchmarks/results/step-selection-oracle-tune.md``, ``peak-sticky-now``)
+it keeps level 1's agreement (worst depth 0.972 / 0.988 at 1/16 / 1/8, against 0.968 / 0.984 following the top
+``k``) and copies fewer chunks."""
 
 
 class ChunkSwapper:
@@ -26,13 +32,17 @@ class ChunkSwapper:
     the view's source again (:meth:`reselect`: every layer's), as the selection did (same budget, recent window,
     look-ahead and re-scoring), at the length the view was selected at, and copies the chunks that entered the top
     ``k`` over those that left. The view's set of chunks is then exactly that of a fresh selection for the new
-    queries; only the order of its slots differs, which attention does not see.
+    queries; only the order of its slots differs, which attention does not see. With ``hold > 0`` a held chunk
+    stays while it ranks within the top ``k + r`` (``r = int(hold * k)``) and only the best of the others enter:
+    fewer chunks are copied per step.
 
     Args:
         view: the :class:`~hf_triforce.caches.view.RetrievalView` (batch 1) to keep re-selecting.
         indices: the per-layer ``[1, H_kv, S]`` token indices it was gathered from.
         budget, recent_window, lookahead, rescore_candidates: the selection's settings
             (:meth:`~hf_triforce.caches.retrieval.RetrievalCache.select`).
+        hold: how far past the ``k``-th rank a held chunk stays, as a fraction of ``k`` (0: the view follows the top
+            ``k``; level 1 uses :data:`HOLD`).
 
     Example:
         >>> swapper = ChunkSwapper(view, indices, 512, 64, 1, 0)  # doctest: +SKIP
@@ -41,13 +51,26 @@ class ChunkSwapper:
     """
 
     def __init__(
-        self, view, indices: list[torch.Tensor], budget: int, recent_window: int, lookahead: int, rescore_candidates
+        self,
+        view,
+        indices: list[torch.Tensor],
+        budget: int,
+        recent_window: int,
+        lookahead: int,
+        rescore_candidates: int,
+        hold: float = 0.0,
     ) -> None:
         self.view, self.source, self.length = view, view.source, view.source_length
         self.settings = (budget, recent_window, lookahead, rescore_candidates)
         c = self.source.chunk_size
         self.k = max(0, _layout(self.length, c, budget, recent_window)[2])
-        self.chunks = self._middle_chunks(indices)  # [L, H_kv, k]
+        self.hold_ranks = int(hold * self.k)
+        self.chunks = self._middle_chunks(indices)  # [L, H_kv, k]: the chunk each middle slot holds
+        layers, heads = self.chunks.shape[:2]
+        self.held = torch.zeros(layers, heads, self.length // c + 1, dtype=torch.bool, device=self.chunks.device)
+        self.held.scatter_(2, self.chunks, True)  # [L, H_kv, C]: whether a chunk is in the view
+        self.slot_of = torch.zeros_like(self.held, dtype=torch.long)  # [L, H_kv, C]: the slot of a held chunk
+        self.slot_of.scatter_(2, self.chunks, torch.arange(self.k, device=self.chunks.device).expand_as(self.chunks))
 
     def _middle_chunks(self, indices: list[torch.Tensor]) -> torch.Tensor:
         c = self.source.chunk_size
@@ -63,28 +86,37 @@ class ChunkSwapper:
         chunks; returns chunks copied. Level 1's direct forward calls it inside each layer, with the layer's own
         query, just before attention."""
         budget, window, lookahead, factor = self.settings
-        indices = self.source.select_layer(layer, query, budget, window, lookahead, None, factor, self.length)
-        return self._swap(layer, self._middle_chunks([indices])[0])
+        scores = self.source.chunk_ranking(layer, query, budget, window, None, factor, self.length)
+        return self._swap(layer, self._kept(layer, scores[0]))
 
-    def _swap(self, layer: int, new: torch.Tensor) -> int:
-        """Copy the chunks of ``new`` (``[H_kv, k]``) that layer ``layer`` lacks over those it no longer needs."""
-        heads, k = new.shape
-        stride = self.length // self.source.chunk_size + 1
-        offset = torch.arange(heads, device=new.device).view(heads, 1) * stride
-        old_flat, new_flat = (self.chunks[layer] + offset).flatten(), (new + offset).flatten()
-        leaving = (~torch.isin(old_flat, new_flat)).nonzero()[:, 0]  # slots, in head order
-        if leaving.numel() == 0:
+    def _kept(self, layer: int, scores: torch.Tensor) -> torch.Tensor:
+        """``[H_kv, C]``: the middle chunks layer ``layer`` keeps for chunk ``scores`` ``[H_kv, C]``: the top ``k``,
+        or (``hold_ranks = r > 0``) its held chunks still in the top ``k + r`` and the best others."""
+        budget, window, lookahead, _ = self.settings
+        candidates = _layout(self.length, self.source.chunk_size, budget, window)[1]
+        middle = spread_forward(scores[:, 1 : 1 + candidates], lookahead)
+        order = middle.topk(min(candidates, self.k + self.hold_ranks), dim=-1).indices + 1  # best first
+        kept = torch.arange(order.shape[-1], device=order.device) < self.k
+        if self.hold_ranks:
+            held = self.held[layer].gather(1, order)
+            room = self.k - held.sum(1, keepdim=True)
+            kept = held | (~held & ((~held).cumsum(1) <= room))
+        return torch.zeros_like(self.held[layer]).scatter_(1, order, kept.expand_as(order))
+
+    def _swap(self, layer: int, keep: torch.Tensor) -> int:
+        """Copy the chunks ``keep`` (``[H_kv, C]``) marks that layer ``layer`` lacks over those it no longer needs."""
+        arriving = keep & ~self.held[layer]
+        if not bool(arriving.any()):
             return 0
-        arriving = new_flat[~torch.isin(new_flat, old_flat)] % stride  # as many per head, same order
-        self.chunks[layer].view(-1)[leaving] = arriving
-        self._copy(layer, leaving // k, leaving % k, arriving)
-        return int(leaving.numel())
+        head, chunk = arriving.nonzero(as_tuple=True)  # head order; each head gains as many chunks as it loses
+        slot = self.slot_of[layer][self.held[layer] & ~keep]  # the leaving chunks' slots, in the same head order
+        self.slot_of[layer][head, chunk] = slot
+        self.held[layer] = keep
+        self.chunks[layer][head, slot] = chunk
+        self._copy(layer, head, slot, chunk)
+        return int(chunk.numel())
 
     def _copy(self, layer: int, head: torch.Tensor, slot: torch.Tensor, chunk: torch.Tensor) -> None:
         """Copy chunks ``chunk`` of the source into middle slots ``slot`` of KV heads ``head`` (all ``[n]``)."""
-        c = self.source.chunk_size
-        offsets = torch.arange(c, device=chunk.device)
-        target = ((slot + 1) * c)[:, None] + offsets  # slot s sits after the sink chunk
-        tokens = (chunk * c)[:, None] + offsets
         view, full = self.view.layers[layer].buffer, self.source.layers[layer].buffer
-        view.copy_tokens(full, head.repeat_interleave(c), target.flatten(), tokens.flatten())
+        view.copy_chunks(full, head, slot + 1, chunk, self.source.chunk_size)  # slot s sits after the sink chunk

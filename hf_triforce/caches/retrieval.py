@@ -126,21 +126,43 @@ class RetrievalCache(BufferedCache):
         layer of :meth:`select` (same arguments). ``query`` may hold several queries per query head (``[B, H_q * m,
         D]``, each KV head's group together): the summaries sum them, the keys take the largest logit of any.
         """
+        length = self.get_seq_length() if length is None else length
+        scores = self.chunk_ranking(layer_idx, query, budget, recent_window, slots, rescore_candidates, length)
+        return select_token_indices(scores, length, self.chunk_size, budget, recent_window, lookahead)
+
+    def chunk_ranking(
+        self,
+        layer_idx: int,
+        query: torch.Tensor,
+        budget: int,
+        recent_window: int,
+        slots: SlotMask | None = None,
+        rescore_candidates: int = 0,
+        length: int | None = None,
+    ) -> torch.Tensor:
+        """``[B, H_kv, C]`` scores :meth:`select_layer` ranks layer ``layer_idx``'s chunks by (same arguments; ``C =
+        0`` when ``length <= budget`` keeps every token), before the look-ahead spreads them.
+
+        Example:
+            >>> cache = RetrievalCache(num_layers=1, chunk_size=8)
+            >>> _ = cache.update(torch.randn(1, 2, 40, 16), torch.randn(1, 2, 40, 16), layer_idx=0)
+            >>> cache.chunk_ranking(0, torch.randn(1, 4, 16), budget=24, recent_window=8).shape
+            torch.Size([1, 2, 5])
+        """
         layer = self.layers[layer_idx]
         length = self.get_seq_length() if length is None else length
         layout = (length, self.chunk_size, budget, recent_window)
         if length > budget and slots is None and ranks_every_chunk(*layout, rescore_candidates):
-            scores = keys_scores(query, layer.buffer.keys, length, self.chunk_size)  # no summaries needed
-        elif length > budget:
+            return keys_scores(query, layer.buffer.keys, length, self.chunk_size)  # no summaries needed
+        if length > budget:
             scores = chunk_scores(query, layer.summaries())
             if slots is not None:
                 scores = _per_row_sinks(scores, slots, self.chunk_size)
             if rescore_candidates:
                 scores = rescore(scores, query, layer.buffer.keys, *layout, rescore_candidates)
-        else:  # everything is kept; only the [B, H_kv] shape matters (the indices are gathered per KV head)
-            kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1
-            scores = query.new_zeros(query.shape[0], kv_heads, 0)
-        return select_token_indices(scores, length, self.chunk_size, budget, recent_window, lookahead)
+            return scores
+        kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1  # only the [B, H_kv] shape matters
+        return query.new_zeros(query.shape[0], kv_heads, 0)
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Only the batch rows at ``rows`` (``[B']`` indices) remain."""

@@ -44,13 +44,30 @@ def select_token_indices(
     device = scores.device
     if length <= budget:
         return torch.arange(length, device=device).expand(b, h, length)
-    recent_start, candidates, k = _layout(length, chunk_size, budget, recent_window)
-    chunk_ids = _top_chunks(spread_forward(scores[:, :, 1 : 1 + candidates], lookahead), max(k, 0)) + 1
+    recent_start = _layout(length, chunk_size, budget, recent_window)[0]
+    chunk_ids = top_middle_chunks(scores, length, chunk_size, budget, recent_window, lookahead).sort(dim=-1).values
     offsets = torch.arange(chunk_size, device=device)
     middle = (chunk_ids[..., None] * chunk_size + offsets).flatten(2)
     sink = offsets.expand(b, h, chunk_size)
     recent = torch.arange(recent_start, length, device=device).expand(b, h, length - recent_start)
     return torch.cat([sink, middle, recent], dim=-1)
+
+
+def top_middle_chunks(
+    scores: torch.Tensor, length: int, chunk_size: int, budget: int, recent_window: int, lookahead: int = 0
+) -> torch.Tensor:
+    """``[B, H_kv, k]`` ids of the chunks :func:`select_token_indices` takes between the sink and the recent tokens,
+    in no particular order (``length > budget``; same arguments).
+
+    Example:
+        >>> top_middle_chunks(torch.tensor([[[0.0, 1.0, 5.0, 2.0, 4.0, 0.0, 0.0]]]), 56, 8, 32, 8).sort().values
+        tensor([[[2, 4]]])
+    """
+    _, candidates, k = _layout(length, chunk_size, budget, recent_window)
+    middle = spread_forward(scores[:, :, 1 : 1 + candidates], lookahead)
+    if k <= 0:
+        return scores.new_zeros((*scores.shape[:2], 0), dtype=torch.long)
+    return middle.topk(k, dim=-1).indices + 1
 
 
 def _layout(length: int, chunk_size: int, budget: int, recent_window: int) -> tuple[int, int, int]:
@@ -140,12 +157,6 @@ def keys_scores(query: torch.Tensor, keys: torch.Tensor, length: int, chunk_size
     scores = score_all_chunk_keys(query, keys[:, :, : length // chunk_size * chunk_size], chunk_size)
     scores[..., 0] = float("-inf")
     return scores
-
-
-def _top_chunks(scores: torch.Tensor, k: int) -> torch.Tensor:
-    if k == 0:
-        return scores.new_zeros((*scores.shape[:2], 0), dtype=torch.long)
-    return scores.topk(k, dim=-1).indices.sort(dim=-1).values
 
 
 def spread_forward(scores: torch.Tensor, lookahead: int) -> torch.Tensor:

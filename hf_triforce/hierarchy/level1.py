@@ -16,7 +16,7 @@ import time
 import torch
 from transformers import LogitsProcessorList
 
-from ..caches.chunk_swap import ChunkSwapper
+from ..caches.chunk_swap import HOLD, ChunkSwapper
 from ..caches.retrieval import RetrievalCache
 from ..caches.selection import EVERY_CHUNK
 from ..caches.static_view import StaticRetrievalView
@@ -238,13 +238,13 @@ class Level1Drafter:
 
     def _swapper(self, indices: list[torch.Tensor]) -> ChunkSwapper | None:
         """A :class:`ChunkSwapper` for the new view where level-1 forwards re-rank and the view holds a selection: it
-        ranks every chunk by its keys (a chunk's mean key loses what one of its tokens holds)."""
+        ranks every chunk by its keys (a chunk's mean key loses what one of its tokens holds), and a held chunk stays
+        while it ranks within the top ``(1 + HOLD) k`` (fewer copies, the same acceptance)."""
         cfg = self.config
         if not self.step_selection or self.cache.get_seq_length() <= cfg.retrieval_budget:
             return None
-        return ChunkSwapper(
-            self.view, indices, cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks, EVERY_CHUNK
-        )
+        settings = (cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks, EVERY_CHUNK)
+        return ChunkSwapper(self.view, indices, *settings, hold=HOLD)
 
     def _reselect_layer(self, layer: int, query: torch.Tensor) -> None:
         """Inside a level-1 forward, before layer ``layer``'s attention: re-rank its chunks with its own post-RoPE

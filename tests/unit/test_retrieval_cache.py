@@ -388,6 +388,11 @@ def test_swapped_view_holds_the_fresh_selection(length, lookahead, rescore):
     expected = [[set(s) - {0} for s in heads] for heads in _chunk_sets(fresh)]
     middle = [[set(swapper.chunks[layer, h].tolist()) for h in range(swapper.chunks.shape[1])] for layer in range(2)]
     assert all(m <= e for ml, el in zip(middle, expected, strict=True) for m, e in zip(ml, el, strict=True))
+    # its bookkeeping agrees: exactly the middle chunks are held, each at the slot that holds it
+    held = torch.zeros_like(swapper.held).scatter_(2, swapper.chunks, True)
+    assert torch.equal(swapper.held, held)
+    slots = torch.arange(swapper.k).expand_as(swapper.chunks)
+    assert torch.equal(swapper.slot_of.gather(2, swapper.chunks), slots)
 
 
 @pytest.mark.parametrize("rescore", [0, 4, 32])
@@ -406,6 +411,30 @@ def test_reselect_layer_swaps_that_layer_alone_to_its_fresh_selection(rescore):
                           (values[0, h, fresh[0, h]], buffer.values[0, h, :static])):  # fmt: skip
             assert torch.equal(want[want[:, 0].argsort()], got[got[:, 0].argsort()])
     assert torch.equal(view.layers[1].buffer.keys, other)
+
+
+@pytest.mark.parametrize("hold", [2, 6])
+def test_held_chunks_within_hold_ranks_stay_and_the_best_others_fill_the_rest(hold):
+    cache, full, view, _, indices = _swapped_view(400)  # no look-ahead: it ties chunks, which topk breaks its way
+    swapper = ChunkSwapper(view, indices, SWAP_BUDGET, WINDOW, 0, 0, hold=hold / 5)  # k = 5 middle chunks
+    assert swapper.k == 5 and swapper.hold_ranks == hold
+    before = [set(swapper.chunks[0, h].tolist()) for h in range(swapper.chunks.shape[1])]
+    query = torch.randn(1, Q_HEADS, HEAD_DIM, generator=_gen(12))
+    scores = cache.chunk_ranking(0, query, SWAP_BUDGET, WINDOW, length=swapper.length)[0]
+    candidates = (400 - WINDOW) // CHUNK - 1
+    middle = scores[:, 1 : 1 + candidates]
+    swapper.reselect_layer(0, query)
+    keys, buffer, held_back = full[0][0], view.layers[0].buffer, 0
+    for h, held in enumerate(before):
+        order = (middle[h].argsort(descending=True)[: swapper.k + hold] + 1).tolist()
+        stay = [c for c in order if c in held]
+        enter = [c for c in order if c not in held][: swapper.k - len(stay)]
+        assert set(swapper.chunks[0, h].tolist()) == set(stay) | set(enter)
+        held_back += len(set(stay) - set(order[: swapper.k]))  # held, though no longer in the top k
+        for slot, chunk in enumerate(swapper.chunks[0, h].tolist()):  # and the view holds them where it says
+            got = buffer.keys[0, h, CHUNK * (slot + 1) : CHUNK * (slot + 2)]
+            assert torch.equal(got, keys[0, h, CHUNK * chunk : CHUNK * (chunk + 1)])
+    assert held_back > 0  # the case tests holding, not only the top k
 
 
 def test_attention_over_swapped_view_equals_attention_by_hand_over_the_fresh_selection():

@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 from transformers.models.llama.modeling_llama import repeat_kv
 
 from hf_triforce.caches.retrieval import RetrievalCache
-from hf_triforce.caches.selection import keys_scores, ranks_every_chunk, rescore, select_token_indices, spread_forward
+from hf_triforce.caches.selection import (
+    keys_scores,
+    ranks_every_chunk,
+    rescore,
+    select_token_indices,
+    spread_forward,
+    top_middle_chunks,
+)
 from hf_triforce.kernels.retrieval import (
     chunk_means,
     gather_tokens,
@@ -188,6 +195,16 @@ def test_lookahead_brings_the_chunks_after_the_best_one():
     assert idx[8:-16] == list(range(32, 56))
     plain = select_token_indices(scores, 128, 8, 8 + 3 * 8 + 16, 16)[0, 0].tolist()
     assert {t // 8 for t in plain[8:-16]} >= {4, 9}
+
+
+@pytest.mark.parametrize("length,budget,window,lookahead", [(128, 48, 16, 0), (203, 64, 16, 1), (90, 88, 8, 2)])
+def test_top_middle_chunks_are_the_middle_of_the_selection(length, budget, window, lookahead):
+    """What ``ChunkSwapper`` swaps towards: the set of chunks between the sink and the recent tokens of
+    ``select_token_indices`` (same scores, same arguments), unordered."""
+    scores = torch.randn(2, 3, length // 8, generator=_gen(length))
+    top = top_middle_chunks(scores, length, 8, budget, window, lookahead)
+    idx = select_token_indices(scores, length, 8, budget, window, lookahead)
+    assert torch.equal(top.sort(dim=-1).values, idx[:, :, 8 : 8 * (top.shape[-1] + 1) : 8] // 8)
 
 
 @pytest.mark.parametrize("lookahead", [0, 1, 3, 20])
