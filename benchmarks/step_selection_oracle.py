@@ -18,15 +18,23 @@ chunks of 8; the answer's own tokens are always visible):
 * ``x4-prev``: mean keys nominate 4 x the chunks, the largest logit ranks them (``rescore_candidates=4``), with the
   previous position's query and one chunk of look-ahead; ``x4-now``: the same with the current query (what
   ``step_selection=True, rescore_candidates=4`` does inside level 1's forward);
+* ``quest-now``: chunks by Quest's upper bound of their largest logit (from each chunk's channel-wise key minima
+  and maxima, a quarter of the keys' size); ``quest2-now`` / ``quest4-now``: that bound nominates 2 / 4 x the
+  chunks and the largest logit ranks them;
 * cheaper stand-ins for ``peak-now`` that read less than every key: ``sparq16-now`` (the largest logit over the 16
   of 64 channels where the group's queries are largest, as SparQ attention approximates scores) and
   ``lowrank16-now`` (keys projected on their 16 principal directions in the prompt, per layer and KV head, as Loki
-  does).
+  does); ``sparq8-now`` the same over 8 channels; ``sparqRxF-now`` (``sparq8x2-now``, ``sparq16x2-now``): the
+  ``R``-channel logits nominate ``F`` x the chunks and the largest logit ranks them;
+* ``peak-sticky-now``: ``peak-now`` with holding, as level 1's :class:`~hf_triforce.caches.chunk_swap.ChunkSwapper`
+  does (``hold=0.25``): position by position, a chunk held at the previous position stays while it ranks within the
+  top ``1.25 x`` the view's chunks and the best others fill the rest (the log prints how many chunks enter per KV
+  head and position).
 
 ``--rules`` runs a subset (``full`` is always run).
 
 Run: ``.venv/bin/python benchmarks/step_selection_oracle.py --split tune --output benchmarks/results/X.json``
-(about 15 minutes on 2 CPU threads); ``--report X.json`` prints the markdown.
+(about 15 minutes on 2 CPU threads); ``--report X.json [Y.json ...]`` prints the markdown of one or more runs.
 """
 
 from __future__ import annotations
@@ -50,7 +58,8 @@ from hf_triforce.hf.versions import cache_kwargs
 CTX, NEW, CHUNK, RECENT_CHUNKS, BUDGETS = 6144, 64, 8, 8, (384, 768)
 RULES = (
     "full", "tokens-now", "peak-now", "mean-now", "peak-prev", "peak-stale7", "x4-prev", "x4-now", "sparq16-now",
-    "lowrank16-now",
+    "lowrank16-now", "quest-now", "quest2-now", "quest4-now", "sparq8-now", "sparq8x2-now", "sparq16x2-now",
+    "peak-sticky-now",
 )  # fmt: skip
 NAME = "hf_triforce_oracle"
 STATE: dict = {}  # the rule, budget and prompt length of the forward in progress
@@ -63,20 +72,39 @@ def chunk_scores(rule: str, q: torch.Tensor, keys: torch.Tensor, chunks: int) ->
     by_chunk = keys[:, :, : chunks * CHUNK].reshape(b, hkv, chunks, CHUNK, d)
     if rule.startswith("mean"):
         return torch.einsum("bhgmd,bhcd->bhmc", q, by_chunk.mean(3))
+    if rule == "quest-now":
+        return quest_bounds(q, by_chunk)
     peak = torch.einsum("bhgmd,bhcxd->bhgmcx", q, by_chunk).amax(-1).amax(2)
-    if not rule.startswith("x4"):
+    if not rule.startswith(("x4", "quest")) and "x" not in rule.removesuffix("-now"):
         return peak
-    mean = torch.einsum("bhgmd,bhcd->bhmc", q, by_chunk.mean(3))
-    mean[..., 0], mean[..., chunks - RECENT_CHUNKS :] = float("-inf"), float("-inf")  # forced below anyway
-    nominated = mean.topk(4 * middle_chunks(), dim=-1).indices
-    return torch.full_like(mean, float("-inf")).scatter(-1, nominated, peak.gather(-1, nominated))
+    if rule.startswith("x4"):
+        first, factor = torch.einsum("bhgmd,bhcd->bhmc", q, by_chunk.mean(3)), 4
+    elif rule.startswith("quest"):
+        first, factor = quest_bounds(q, by_chunk), int(rule[len("quest")])
+    else:  # sparqRxF: the R-channel logits nominate F x the chunks
+        full_q = STATE["q"]
+        first = torch.einsum("bhgmd,bhcxd->bhgmcx", q, by_chunk).amax(-1).amax(2)
+        peak = torch.einsum("bhgmd,bhcxd->bhgmcx", full_q, by_chunk).amax(-1).amax(2)
+        factor = int(rule.removesuffix("-now").split("x")[1])
+    first[..., 0], first[..., chunks - RECENT_CHUNKS :] = float("-inf"), float("-inf")  # forced below anyway
+    nominated = first.topk(factor * middle_chunks(), dim=-1).indices
+    return torch.full_like(first, float("-inf")).scatter(-1, nominated, peak.gather(-1, nominated))
+
+
+def quest_bounds(q: torch.Tensor, by_chunk: torch.Tensor) -> torch.Tensor:
+    """``[B, H_kv, m, C]``: Quest's upper bound of each chunk's largest logit, from its channel-wise key minima and
+    maxima (``sum_d max(q_d min_d, q_d max_d)``), the largest over the GQA group."""
+    upper = torch.einsum("bhgmd,bhcd->bhgmc", q.clamp(min=0), by_chunk.amax(3))
+    return (upper + torch.einsum("bhgmd,bhcd->bhgmc", q.clamp(max=0), by_chunk.amin(3))).amax(2)
 
 
 def approximated(rule: str, q: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``q`` ``[B, H_kv, G, m, D]`` and ``keys`` as a ``sparq``/``lowrank`` rule sees them (others: unchanged)."""
     if rule.startswith("sparq"):  # the other channels zeroed: the logits read only the kept ones
+        STATE["q"] = q
         score = q.abs().sum(2, keepdim=True)
-        kept = torch.zeros_like(score).scatter(-1, score.topk(16, dim=-1).indices, 1.0)
+        channels = int(rule[len("sparq") :].removesuffix("-now").split("x")[0])
+        kept = torch.zeros_like(score).scatter(-1, score.topk(channels, dim=-1).indices, 1.0)
         return q * kept, keys
     if rule.startswith("lowrank"):
         prompt = keys[:, :, : STATE["prompt"]]
@@ -110,11 +138,33 @@ def keep_mask(rule: str, q: torch.Tensor, keys: torch.Tensor, probs: torch.Tenso
         scores = aged(scores, rule)
     scores = scores.clone()
     scores[..., 0], scores[..., chunks - RECENT_CHUNKS :] = float("inf"), float("inf")  # sink and recent tokens
-    top = scores.topk(middle_chunks() + 1 + RECENT_CHUNKS, dim=-1).indices
-    kept = torch.zeros(scores.shape, dtype=torch.bool).scatter(-1, top, True)
+    if "sticky" in rule:
+        kept = sticky(scores, middle_chunks() + 1 + RECENT_CHUNKS, middle_chunks() // 4)
+    else:
+        top = scores.topk(middle_chunks() + 1 + RECENT_CHUNKS, dim=-1).indices
+        kept = torch.zeros(scores.shape, dtype=torch.bool).scatter(-1, top, True)
     mask = torch.ones(*kept.shape[:3], keys.shape[2], dtype=torch.bool)
     mask[..., : chunks * CHUNK] = kept.repeat_interleave(CHUNK, dim=-1)
     return mask
+
+
+def sticky(scores: torch.Tensor, k: int, extra: int) -> torch.Tensor:
+    """``[B, H_kv, m, C]``: the top ``k`` chunks at the first position, then, position by position, the held chunks
+    still in the top ``k + extra`` stay and the best others fill the rest (``ChunkSwapper``'s ``hold``; the sink and
+    the recent chunks score ``inf`` here and stay)."""
+    held, out = None, []
+    for i in range(scores.shape[2]):
+        order = scores[:, :, i].topk(k + extra, dim=-1).indices  # best first
+        fresh = torch.arange(k + extra) < k
+        if held is not None:
+            was = held.gather(-1, order)
+            need = k - was.sum(-1, keepdim=True)
+            fresh = was | (~was & ((~was).cumsum(-1) <= need))
+            STATE["arrivals"] = STATE.get("arrivals", 0) + int((fresh & ~was).sum())
+            STATE["steps"] = STATE.get("steps", 0) + was.shape[0] * was.shape[1]
+        held = torch.zeros(scores[:, :, i].shape, dtype=torch.bool).scatter(-1, order, fresh.expand_as(order))
+        out.append(held)
+    return torch.stack(out, 2)
 
 
 def oracle_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
@@ -170,13 +220,19 @@ def run(split: str, output: str, rules: tuple[str, ...] = RULES) -> None:
                 for budget in BUDGETS if rule != "full" else BUDGETS[:1]:
                     agree = agreement(model, cache, answer, ids.shape[1], rule, budget)
                     rows.append(dict(kind=spec.kind, depth=spec.depth, rule=rule, budget=budget, agree=agree))
-        print(f"{spec.name}: {time.time() - start:.0f} s", flush=True)
+        arrivals = STATE.pop("arrivals", 0) / max(1, STATE.pop("steps", 0))
+        print(f"{spec.name}: {time.time() - start:.0f} s; sticky arrivals per head and step {arrivals:.2f}", flush=True)
         json.dump(result, open(output, "w"), indent=1)
 
 
-def report(path: str) -> str:
-    """Markdown: agreement per rule, budget and depth, pooled over the kinds."""
-    rec = json.load(open(path))
+def report(paths: list[str]) -> str:
+    """Markdown of one or more runs (the first run's split and machine): agreement per rule, budget and depth, pooled
+    over the kinds; a rule in several runs counts from the first that has it (the oracle is deterministic)."""
+    runs = [json.load(open(path)) for path in paths]
+    seen = [{r["rule"] for r in run["rows"]} for run in runs]
+    first = {rule: i for i in reversed(range(len(runs))) for rule in seen[i]}
+    rows = [r for i, run in enumerate(runs) for r in run["rows"] if first[r["rule"]] == i]
+    rec = {**runs[0], "rows": rows, "command": "`; `".join(run["command"] for run in runs)}
     totals = collections.defaultdict(lambda: [0, 0])
     for r in rec["rows"]:
         for depth in (r["depth"], "all"):
@@ -216,7 +272,7 @@ def main() -> None:
     parser.add_argument("--output", default="step-selection-oracle.json")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rules", default=",".join(RULES), help=f"comma-separated, of {', '.join(RULES)}")
-    parser.add_argument("--report")
+    parser.add_argument("--report", nargs="+", help="JSON results to print as one markdown report")
     args = parser.parse_args()
     if args.report:
         print(report(args.report))

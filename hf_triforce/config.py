@@ -69,8 +69,8 @@ class TriForceConfig:
             "computed (the chunk's largest logit) before it attends, and the view swaps in the chunks that changed "
             "(hf_triforce.caches.chunk_swap). A selection made once per refresh_every tokens, with the newest "
             "cached token's queries, goes stale within a round. On the held-out copy tasks it lifted level-1 per-token "
-            "acceptance to 0.987-1.0 at budget 1/16 and 0.989-1.0 at 1/8 (0.857-0.967 and 0.907-0.981 by default), "
-            "but it reads every key of the cache in every forward: on the 2-core CPU 25 ms against an 18 ms level-1 "
+            "acceptance to 0.984-1.0 at budget 1/16 and 0.986-1.0 at 1/8 (0.839-0.976 and 0.920-0.981 by default), "
+            "but it reads every key of the cache in every forward: on the 2-core CPU 24 ms against a 21 ms level-1 "
             "forward, so decoding was slower (benchmarks/results/step-selection-heldout.md): off by default. True "
             "needs level 1's direct forward (one sequence, dynamic steps) and is refused elsewhere."
         },
