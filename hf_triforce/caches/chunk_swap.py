@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .selection import _layout, spread_forward
+from .selection import _layout, top_middle_chunks
 
 HOLD = 0.25
 """The ``hold`` level 1's :class:`ChunkSwapper` uses: a held chunk stays while it ranks within the top ``1.25 k``.
@@ -65,16 +65,19 @@ class ChunkSwapper:
         c = self.source.chunk_size
         self.k = max(0, _layout(self.length, c, budget, recent_window)[2])
         self.hold_ranks = int(hold * self.k)
-        self.chunks = self._middle_chunks(indices)  # [L, H_kv, k]: the chunk each middle slot holds
-        layers, heads = self.chunks.shape[:2]
-        self.held = torch.zeros(layers, heads, self.length // c + 1, dtype=torch.bool, device=self.chunks.device)
-        self.held.scatter_(2, self.chunks, True)  # [L, H_kv, C]: whether a chunk is in the view
+        chunks = torch.stack([idx[0, :, c : c * (self.k + 1) : c] // c for idx in indices])  # [L, H_kv, k]
+        layers, heads = chunks.shape[:2]
+        self.held = torch.zeros(layers, heads, self.length // c + 1, dtype=torch.bool, device=chunks.device)
+        self.held.scatter_(2, chunks, True)  # [L, H_kv, C]: whether a chunk is in the view
         self.slot_of = torch.zeros_like(self.held, dtype=torch.long)  # [L, H_kv, C]: the slot of a held chunk
-        self.slot_of.scatter_(2, self.chunks, torch.arange(self.k, device=self.chunks.device).expand_as(self.chunks))
+        self.slot_of.scatter_(2, chunks, torch.arange(self.k, device=chunks.device).expand_as(chunks))
 
-    def _middle_chunks(self, indices: list[torch.Tensor]) -> torch.Tensor:
-        c = self.source.chunk_size
-        return torch.stack([idx[0, :, c : c * (self.k + 1) : c] // c for idx in indices])
+    @property
+    def chunks(self) -> torch.Tensor:
+        """``[L, H_kv, k]``: the chunk each middle slot holds (from :attr:`held` and :attr:`slot_of`)."""
+        layers, heads = self.held.shape[:2]
+        ids = self.held.nonzero()[:, 2].view(layers, heads, self.k)  # each (layer, head) holds k chunks
+        return torch.empty_like(ids).scatter_(2, self.slot_of.gather(2, ids), ids)
 
     def reselect(self, queries: list[torch.Tensor]) -> int:
         """Rank the chunks for per-layer ``[1, H_q, D]`` ``queries`` and swap the view's; returns chunks copied."""
@@ -93,9 +96,8 @@ class ChunkSwapper:
         """``[H_kv, C]``: the middle chunks layer ``layer`` keeps for chunk ``scores`` ``[H_kv, C]``: the top ``k``,
         or (``hold_ranks = r > 0``) its held chunks still in the top ``k + r`` and the best others."""
         budget, window, lookahead, _ = self.settings
-        candidates = _layout(self.length, self.source.chunk_size, budget, window)[1]
-        middle = spread_forward(scores[:, 1 : 1 + candidates], lookahead)
-        order = middle.topk(min(candidates, self.k + self.hold_ranks), dim=-1).indices + 1  # best first
+        layout = (self.length, self.source.chunk_size, budget, window, lookahead, self.hold_ranks)
+        order = top_middle_chunks(scores[None], *layout)[0]  # best first
         kept = torch.arange(order.shape[-1], device=order.device) < self.k
         if self.hold_ranks:
             held = self.held[layer].gather(1, order)
@@ -112,7 +114,6 @@ class ChunkSwapper:
         slot = self.slot_of[layer][self.held[layer] & ~keep]  # the leaving chunks' slots, in the same head order
         self.slot_of[layer][head, chunk] = slot
         self.held[layer] = keep
-        self.chunks[layer][head, slot] = chunk
         self._copy(layer, head, slot, chunk)
         return int(chunk.numel())
 

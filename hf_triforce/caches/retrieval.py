@@ -152,17 +152,17 @@ class RetrievalCache(BufferedCache):
         layer = self.layers[layer_idx]
         length = self.get_seq_length() if length is None else length
         layout = (length, self.chunk_size, budget, recent_window)
-        if length > budget and slots is None and ranks_every_chunk(*layout, rescore_candidates):
+        if length <= budget:  # everything is kept; only the [B, H_kv] shape matters
+            kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1
+            return query.new_zeros(query.shape[0], kv_heads, 0)
+        if slots is None and ranks_every_chunk(*layout, rescore_candidates):
             return keys_scores(query, layer.buffer.keys, length, self.chunk_size)  # no summaries needed
-        if length > budget:
-            scores = chunk_scores(query, layer.summaries())
-            if slots is not None:
-                scores = _per_row_sinks(scores, slots, self.chunk_size)
-            if rescore_candidates:
-                scores = rescore(scores, query, layer.buffer.keys, *layout, rescore_candidates)
-            return scores
-        kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1  # only the [B, H_kv] shape matters
-        return query.new_zeros(query.shape[0], kv_heads, 0)
+        scores = chunk_scores(query, layer.summaries())
+        if slots is not None:
+            scores = _per_row_sinks(scores, slots, self.chunk_size)
+        if rescore_candidates:
+            scores = rescore(scores, query, layer.buffer.keys, *layout, rescore_candidates)
+        return scores
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Only the batch rows at ``rows`` (``[B']`` indices) remain."""

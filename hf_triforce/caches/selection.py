@@ -54,20 +54,27 @@ def select_token_indices(
 
 
 def top_middle_chunks(
-    scores: torch.Tensor, length: int, chunk_size: int, budget: int, recent_window: int, lookahead: int = 0
+    scores: torch.Tensor,
+    length: int,
+    chunk_size: int,
+    budget: int,
+    recent_window: int,
+    lookahead: int = 0,
+    extra: int = 0,
 ) -> torch.Tensor:
     """``[B, H_kv, k]`` ids of the chunks :func:`select_token_indices` takes between the sink and the recent tokens,
-    in no particular order (``length > budget``; same arguments).
+    best first (``length > budget``; same arguments); with ``extra = r``, the next ``r`` of the ranking follow them
+    (as many as there are candidates).
 
     Example:
-        >>> top_middle_chunks(torch.tensor([[[0.0, 1.0, 5.0, 2.0, 4.0, 0.0, 0.0]]]), 56, 8, 32, 8).sort().values
+        >>> top_middle_chunks(torch.tensor([[[0.0, 1.0, 5.0, 2.0, 4.0, 0.0, 0.0]]]), 56, 8, 32, 8)
         tensor([[[2, 4]]])
     """
     _, candidates, k = _layout(length, chunk_size, budget, recent_window)
     middle = spread_forward(scores[:, :, 1 : 1 + candidates], lookahead)
     if k <= 0:
         return scores.new_zeros((*scores.shape[:2], 0), dtype=torch.long)
-    return middle.topk(k, dim=-1).indices + 1
+    return middle.topk(min(candidates, k + extra), dim=-1).indices + 1
 
 
 def _layout(length: int, chunk_size: int, budget: int, recent_window: int) -> tuple[int, int, int]:
