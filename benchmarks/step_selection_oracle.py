@@ -29,7 +29,13 @@ chunks of 8; the answer's own tokens are always visible):
 * ``peak-sticky-now``: ``peak-now`` with holding, as level 1's :class:`~hf_triforce.caches.chunk_swap.ChunkSwapper`
   does (``hold=0.25``): position by position, a chunk held at the previous position stays while it ranks within the
   top ``1.25 x`` the view's chunks and the best others fill the rest (the log prints how many chunks enter per KV
-  head and position).
+  head and position);
+* chunks nominated once per 7 positions (a refresh) and ranked by ``peak-now`` at each position (what level 1 does,
+  ``hf_triforce.caches.chunk_swap.nominate``): ``round7xF-now`` nominates ``F x`` the view's middle chunks by the
+  largest of the previous 7 positions' peaks, ``stale7x4-now`` by the peak of the position before the 7 alone
+  (level 1 nominates with the newest cached token's query), both spread 2 chunks forward;
+* ``peak-now`` in some layers only, ``peak-stale7`` in the others: ``layers0-14-now``, ``layers15-29-now``,
+  ``layersodd-now`` (which layers need the current query).
 
 ``--rules`` runs a subset (``full`` is always run).
 
@@ -59,7 +65,8 @@ CTX, NEW, CHUNK, RECENT_CHUNKS, BUDGETS = 6144, 64, 8, 8, (384, 768)
 RULES = (
     "full", "tokens-now", "peak-now", "mean-now", "peak-prev", "peak-stale7", "x4-prev", "x4-now", "sparq16-now",
     "lowrank16-now", "quest-now", "quest2-now", "quest4-now", "sparq8-now", "sparq8x2-now", "sparq16x2-now",
-    "peak-sticky-now",
+    "peak-sticky-now", "round7x2-now", "round7x4-now", "stale7x4-now", "layers0-14-now", "layers15-29-now",
+    "layersodd-now",
 )  # fmt: skip
 NAME = "hf_triforce_oracle"
 STATE: dict = {}  # the rule, budget and prompt length of the forward in progress
@@ -75,6 +82,8 @@ def chunk_scores(rule: str, q: torch.Tensor, keys: torch.Tensor, chunks: int) ->
     if rule == "quest-now":
         return quest_bounds(q, by_chunk)
     peak = torch.einsum("bhgmd,bhcxd->bhgmcx", q, by_chunk).amax(-1).amax(2)
+    if rule.startswith(("round7", "stale7x")):
+        return nominated_by_rounds(rule, peak, chunks)
     if not rule.startswith(("x4", "quest")) and "x" not in rule.removesuffix("-now"):
         return peak
     if rule.startswith("x4"):
@@ -89,6 +98,33 @@ def chunk_scores(rule: str, q: torch.Tensor, keys: torch.Tensor, chunks: int) ->
     first[..., 0], first[..., chunks - RECENT_CHUNKS :] = float("-inf"), float("-inf")  # forced below anyway
     nominated = first.topk(factor * middle_chunks(), dim=-1).indices
     return torch.full_like(first, float("-inf")).scatter(-1, nominated, peak.gather(-1, nominated))
+
+
+def nominated_by_rounds(rule: str, peak: torch.Tensor, chunks: int) -> torch.Tensor:
+    """``peak`` ``[B, H_kv, m, C]`` kept for the ``F x`` chunks nominated once per 7 positions and ``-inf`` elsewhere.
+    ``round7xF``: the largest of the previous 7 positions' peaks (a verification's queries; the first 7 positions
+    use the first), spread 2 chunks forward; ``stale7xF``: the peak of the position before the 7 only."""
+    m, every = peak.shape[2], 7
+    factor = int(rule.removesuffix("-now").split("x")[1])
+    blocks = []
+    for start in range(0, m, every):
+        if rule.startswith("round7"):
+            window = peak[:, :, max(0, start - every) : max(1, start)].amax(2)
+        else:
+            window = peak[:, :, max(0, start - 1)]
+        blocks.append(spread(window, 2)[:, :, None].expand(-1, -1, min(every, m - start), -1))
+    first = torch.cat(blocks, 2).clone()
+    first[..., 0], first[..., chunks - RECENT_CHUNKS :] = float("-inf"), float("-inf")
+    nominated = first.topk(factor * middle_chunks(), dim=-1).indices
+    return torch.full_like(first, float("-inf")).scatter(-1, nominated, peak.gather(-1, nominated))
+
+
+def spread(scores: torch.Tensor, chunks: int) -> torch.Tensor:
+    """Each chunk's score also lifts the ``chunks`` chunks after it."""
+    out = scores
+    for shift in range(1, chunks + 1):
+        out = torch.maximum(out, torch.nn.functional.pad(scores[..., :-shift], (shift, 0), value=float("-inf")))
+    return out
 
 
 def quest_bounds(q: torch.Tensor, by_chunk: torch.Tensor) -> torch.Tensor:
@@ -127,6 +163,15 @@ def aged(scores: torch.Tensor, rule: str) -> torch.Tensor:
     return torch.maximum(scores, torch.nn.functional.pad(scores[..., :-1], (1, 0), value=float("-inf")))
 
 
+def ranks_now(rule: str, layer: int) -> bool:
+    """Whether a ``layersA-B-now`` / ``layersodd-now`` rule ranks with the current query in ``layer`` (the other
+    layers rank as ``peak-stale7``)."""
+    if rule == "layersodd-now":
+        return layer % 2 == 1
+    first, last = rule.removeprefix("layers").removesuffix("-now").split("-")
+    return int(first) <= layer <= int(last)
+
+
 def keep_mask(rule: str, q: torch.Tensor, keys: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
     """``[B, H_kv, m, L]``: which keys each query may attend to under ``rule``."""
     if rule == "tokens-now":
@@ -134,8 +179,8 @@ def keep_mask(rule: str, q: torch.Tensor, keys: torch.Tensor, probs: torch.Tenso
         return torch.zeros(probs.sum(2).shape, dtype=torch.bool).scatter(-1, top, True)
     chunks = STATE["prompt"] // CHUNK
     scores = chunk_scores(rule, q, keys, chunks)
-    if rule.endswith(("prev", "stale7")):
-        scores = aged(scores, rule)
+    if rule.endswith(("prev", "stale7")) or (rule.startswith("layers") and not ranks_now(rule, STATE["layer"])):
+        scores = aged(scores, "peak-stale7" if rule.startswith("layers") else rule)
     scores = scores.clone()
     scores[..., 0], scores[..., chunks - RECENT_CHUNKS :] = float("inf"), float("inf")  # sink and recent tokens
     if "sticky" in rule:
@@ -172,6 +217,7 @@ def oracle_attention(module, query, key, value, attention_mask, scaling=None, **
     b, hq, m, d = query.shape
     hkv, length = key.shape[1], key.shape[2]
     q = query.reshape(b, hkv, hq // hkv, m, d).float()
+    STATE["layer"] = module.layer_idx
     logits = torch.einsum("bhgmd,bhld->bhgml", q, key.float()) * scaling
     causal = torch.arange(length)[None] <= (length - m + torch.arange(m))[:, None]
     logits = logits.masked_fill(~causal, float("-inf"))

@@ -65,14 +65,13 @@ class TriForceConfig:
     step_selection: bool = field(
         default=False,
         metadata={
-            "help": "Inside every level-1 forward, each layer ranks every chunk by its keys with the query it has just "
-            "computed (the chunk's largest logit) before it attends, and the view swaps in the chunks that changed "
-            "(hf_triforce.caches.chunk_swap). A selection made once per refresh_every tokens, with the newest "
-            "cached token's queries, goes stale within a round. On the held-out copy tasks it lifted level-1 per-token "
-            "acceptance to 0.984-1.0 at budget 1/16 and 0.986-1.0 at 1/8 (0.839-0.976 and 0.920-0.981 by default), "
-            "but it reads every key of the cache in every forward: on the 2-core CPU 24 ms against a 21 ms level-1 "
-            "forward, so decoding was slower (benchmarks/results/step-selection-heldout.md): off by default. True "
-            "needs level 1's direct forward (one sequence, dynamic steps) and is refused elsewhere."
+            "help": "Inside every level-1 forward, each of the later half of the layers ranks chunks by their keys "
+            "(the chunk's largest logit) with the query it has just computed, before it attends, and the view swaps "
+            "in the chunks that changed (hf_triforce.caches.chunk_swap). The chunks it ranks are the 4 k that each "
+            "refresh nominates by ranking every chunk once. A selection made once per refresh_every tokens, with the "
+            "newest cached token's queries, goes stale within a round. Measured: "
+            "benchmarks/results/step-selection-heldout.md (docs: Benchmarks, step_selection). True needs level 1's "
+            "direct forward (one sequence, dynamic steps) and is refused elsewhere."
         },
     )
     level1_weights: str = field(

@@ -8,20 +8,84 @@ position old already misses some of it. :class:`ChunkSwapper` ranks one layer's 
 that layer computes (``TriForceConfig.step_selection``: level 1's direct forward calls
 :meth:`ChunkSwapper.reselect_layer` between a layer's query projection and its attention) and does it
 incrementally: the view keeps its sink, recent tokens and tail; only the middle chunks whose rank changed are
-copied. What it buys and costs: ``benchmarks/results/step-selection-heldout.md``.
+copied.
+
+Ranking every chunk of every layer in every forward reads every key each time, more bytes than level 1's weights on
+a long context. Level 1 reads far fewer: at each refresh :func:`nominate` ranks every chunk once, with the queries
+of the tokens the last verification accepted (a chunk's best logit over them), and nominates ``NOMINATED x`` as
+many chunks as the view has room for (their keys copied together); each step then ranks only the nominees, and
+only in the later :data:`RERANKED_LAYERS` of the layers (the earlier ones keep the refresh's selection). What it
+buys and costs: ``benchmarks/results/step-selection-heldout.md``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .selection import _layout, top_middle_chunks
+from ..kernels.retrieval import gather_chunks, score_all_chunk_keys
+from .selection import EVERY_CHUNK, _layout, select_token_indices, top_middle_chunks
 
 HOLD = 0.25
 """The ``hold`` level 1's :class:`ChunkSwapper` uses: a held chunk stays while it ranks within the top ``1.25 k``.
 On the tune split's teacher-forced oracle (``benchmarks/results/step-selection-oracle-tune.md``, ``peak-sticky-now``)
 it keeps level 1's agreement (worst depth 0.972 / 0.988 at 1/16 / 1/8, against 0.968 / 0.984 following the top
 ``k``) and copies fewer chunks."""
+
+
+NOMINATED = 4
+"""How many chunks per chunk of room a refresh nominates for level 1's per-step ranking (:func:`nominate`): ``4 k``.
+On the tune split's teacher-forced oracle (``benchmarks/results/step-selection-oracle-tune.md``, ``round7x4-now``
+against ``round7x2-now``) 4 kept level 1's worst depth at 0.952 / 0.976 (1/16 / 1/8 of the context), 2 fell to
+0.940 / 0.944."""
+
+NOMINATION_LOOKAHEAD = 2
+"""Chunks after each chunk the refresh's query ranks high that share its score when nominating: the steps of the
+next rounds read forward from where that query reads."""
+
+
+RERANKED_LAYERS = 0.5
+"""The fraction of the decoder layers, the last ones, that level 1's steps re-rank (:func:`nominate`); the others
+keep the refresh's selection. On the tune split's teacher-forced oracle
+(``benchmarks/results/step-selection-oracle-tune.md``) re-ranking the later half kept level 1's worst depth at
+0.964 / 0.972 (1/16 / 1/8 of the context; every layer: 0.968 / 0.984), the earlier half fell to 0.937 / 0.944,
+every other layer to 0.940 / 0.937: the chunks a copy needs next move in the later layers' attention."""
+
+
+def nominate(
+    cache,
+    queries: list[torch.Tensor],
+    budget: int,
+    recent_window: int,
+    lookahead: int,
+    factor: int = NOMINATED,
+    reranked: float = RERANKED_LAYERS,
+) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """A refresh for level 1's per-step ranking: per layer, the view's token indices ``[1, H_kv, S]`` (the chunks
+    ranked by their keys, every chunk, :meth:`~hf_triforce.caches.retrieval.RetrievalCache.chunk_ranking`) and, for
+    the last ``reranked`` fraction of the layers, the ``[1, H_kv, N]`` middle chunks nominated for the steps to rank
+    (``N = factor * k``, best first, spread :data:`NOMINATION_LOOKAHEAD` chunks forward; every middle chunk when they
+    are fewer); ``None`` for the layers the steps leave as selected.
+
+    ``queries`` are per-layer ``[1, H_q * m, D]``: the query heads of ``m`` positions (level 1 gives the tokens the
+    last verification accepted, :meth:`~hf_triforce.hf.attention.QueryCapture.upto`; a chunk scores its best logit
+    over them, as with one position). ``cache`` holds more than ``budget`` tokens (else there is nothing to choose).
+    It reads every key once.
+
+    Example:
+        >>> indices, nominees = nominate(cache, queries, 384, 64, 1)  # doctest: +SKIP
+        >>> nominees[0].shape  # [1, H_kv, 4 k]  # doctest: +SKIP
+        torch.Size([1, 3, 156])
+    """
+    length, c = cache.get_seq_length(), cache.chunk_size
+    k = _layout(length, c, budget, recent_window)[2]
+    indices, nominees, first = [], [], len(queries) - round(reranked * len(queries))
+    for layer, query in enumerate(queries):
+        scores = cache.chunk_ranking(layer, query, budget, recent_window, None, EVERY_CHUNK, length)
+        indices.append(select_token_indices(scores, length, c, budget, recent_window, lookahead))
+        extra = (factor - 1) * max(k, 1)
+        chosen = top_middle_chunks(scores, length, c, budget, recent_window, NOMINATION_LOOKAHEAD, extra)
+        nominees.append(chosen if layer >= first else None)
+    return indices, nominees
 
 
 class ChunkSwapper:
@@ -43,6 +107,9 @@ class ChunkSwapper:
             (:meth:`~hf_triforce.caches.retrieval.RetrievalCache.select`).
         hold: how far past the ``k``-th rank a held chunk stays, as a fraction of ``k`` (0: the view follows the top
             ``k``; level 1 uses :data:`HOLD`).
+        nominees: per-layer ``[1, H_kv, N]`` middle chunks (:func:`nominate`): only these are ranked (their keys
+            copied once, here, then read at every step), the others score ``-inf``; a layer's ``None``: that layer is
+            not re-ranked (:meth:`reselect_layer` copies nothing). ``None``: every layer ranks every chunk.
 
     Example:
         >>> swapper = ChunkSwapper(view, indices, 512, 64, 1, 0)  # doctest: +SKIP
@@ -59,6 +126,7 @@ class ChunkSwapper:
         lookahead: int,
         rescore_candidates: int,
         hold: float = 0.0,
+        nominees: list[torch.Tensor | None] | None = None,
     ) -> None:
         self.view, self.source, self.length = view, view.source, view.source_length
         self.settings = (budget, recent_window, lookahead, rescore_candidates)
@@ -71,6 +139,8 @@ class ChunkSwapper:
         self.held.scatter_(2, chunks, True)  # [L, H_kv, C]: whether a chunk is in the view
         self.slot_of = torch.zeros_like(self.held, dtype=torch.long)  # [L, H_kv, C]: the slot of a held chunk
         self.slot_of.scatter_(2, chunks, torch.arange(self.k, device=chunks.device).expand_as(chunks))
+        self.nominees = None if nominees is None else [None if n is None else n[0] for n in nominees]  # [H_kv, N]
+        self._nominee_keys = None if nominees is None else self._copy_nominees(nominees)
 
     @property
     def chunks(self) -> torch.Tensor:
@@ -88,16 +158,35 @@ class ChunkSwapper:
         per head, see :meth:`~hf_triforce.caches.retrieval.RetrievalCache.select_layer`) and swap that layer's
         chunks; returns chunks copied. Level 1's direct forward calls it inside each layer, with the layer's own
         query, just before attention."""
+        if self.nominees is not None:
+            return 0 if self.nominees[layer] is None else self._swap(layer, self._kept_nominees(layer, query))
         budget, window, lookahead, factor = self.settings
         scores = self.source.chunk_ranking(layer, query, budget, window, None, factor, self.length)
         return self._swap(layer, self._kept(layer, scores[0]))
+
+    def _copy_nominees(self, nominees: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        """Per layer, the nominated chunks' keys ``[1, H_kv, N * chunk_size, D]``, contiguous (``None`` where
+        ``nominees`` has ``None``)."""
+        pairs, c = zip(self.source.layers, nominees, strict=True), self.source.chunk_size
+        return [None if n is None else gather_chunks(layer.buffer.keys, n, c) for layer, n in pairs]
+
+    def _kept_nominees(self, layer: int, query: torch.Tensor) -> torch.Tensor:
+        """``[H_kv, C]``: the middle chunks layer ``layer`` keeps among its nominees, ranked by their largest logit for
+        ``query`` (as :meth:`_kept`, without look-ahead: the nominees were spread forward when nominated)."""
+        found = score_all_chunk_keys(query, self._nominee_keys[layer], self.source.chunk_size)[0]  # [H_kv, N]
+        order = found.topk(min(found.shape[-1], self.k + self.hold_ranks), dim=-1).indices  # best first
+        return self._held_or_best(layer, self.nominees[layer].gather(1, order))
 
     def _kept(self, layer: int, scores: torch.Tensor) -> torch.Tensor:
         """``[H_kv, C]``: the middle chunks layer ``layer`` keeps for chunk ``scores`` ``[H_kv, C]``: the top ``k``,
         or (``hold_ranks = r > 0``) its held chunks still in the top ``k + r`` and the best others."""
         budget, window, lookahead, _ = self.settings
         layout = (self.length, self.source.chunk_size, budget, window, lookahead, self.hold_ranks)
-        order = top_middle_chunks(scores[None], *layout)[0]  # best first
+        return self._held_or_best(layer, top_middle_chunks(scores[None], *layout)[0])
+
+    def _held_or_best(self, layer: int, order: torch.Tensor) -> torch.Tensor:
+        """``[H_kv, C]``: of chunks ``order`` ``[H_kv, k + r]`` (best first), the top ``k``, or (``r > 0``) the held
+        ones and the best others."""
         kept = torch.arange(order.shape[-1], device=order.device) < self.k
         if self.hold_ranks:
             held = self.held[layer].gather(1, order)

@@ -51,6 +51,17 @@ class QueryCapture:
         """Per-layer ``[B, H_q, D]`` query at ``index`` of the kept positions."""
         return [self.queries[i][:, :, index] for i in sorted(self.queries)]
 
+    def upto(self, index: int) -> list[torch.Tensor]:
+        """Per-layer ``[B, H_q * m, D]`` queries of the kept positions ``0 .. index`` (``m = index + 1``), each query
+        head's ``m`` together (the layout :meth:`~hf_triforce.caches.retrieval.RetrievalCache.chunk_ranking` takes).
+
+        Example:
+            >>> cap = QueryCapture(); cap.keep = 3; cap.store(0, torch.randn(1, 4, 3, 8))
+            >>> cap.upto(1)[0].shape
+            torch.Size([1, 8, 8])
+        """
+        return [self.queries[i][:, :, : index + 1].flatten(1, 2) for i in sorted(self.queries)]
+
 
 def _base_attention(base: str, module: torch.nn.Module) -> Callable:
     if base == "eager":

@@ -16,7 +16,7 @@ import time
 import torch
 from transformers import LogitsProcessorList
 
-from ..caches.chunk_swap import HOLD, ChunkSwapper
+from ..caches.chunk_swap import HOLD, ChunkSwapper, nominate
 from ..caches.retrieval import RetrievalCache
 from ..caches.selection import EVERY_CHUNK
 from ..caches.static_view import StaticRetrievalView
@@ -196,10 +196,11 @@ class Level1Drafter:
 
     def observe_verification(self, num_matches: int, seconds: float = 0.0) -> None:
         """Record the verdict of the round's verification (``num_matches`` drafts accepted, the forward took
-        ``seconds``) and keep the query of the newest cached token for the next selection."""
+        ``seconds``) and keep the query of the newest cached token for the next selection (with step selection,
+        those of every token it accepted: the chunks any of them ranks high are nominated)."""
         drafted, accepted = self._last_drafted, int(num_matches)
         self._round = (self._round[0], accepted + 1)
-        self._queries = self.capture.at(accepted)
+        self._queries = self.capture.upto(accepted) if self.step_selection else self.capture.at(accepted)
         self.planner.observe_level2(self.plan, drafted, accepted, seconds, self._confidences)
         if self.plan.kind == "levels":
             self.stats.level1.record(drafted, accepted)
@@ -225,26 +226,34 @@ class Level1Drafter:
         cfg = self.config
         start = time.perf_counter()
         with self.stats.phases.measure("refresh"):
-            indices = self.cache.select(
-                self._queries, cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks,
-                rescore_candidates=cfg.rescore_candidates,
-            )  # fmt: skip
+            if self._ranks_steps():
+                indices, nominees = nominate(
+                    self.cache, self._queries, cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks
+                )
+            else:
+                indices, nominees = self.cache.select(
+                    self._queries, cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks,
+                    rescore_candidates=cfg.rescore_candidates,
+                ), None  # fmt: skip
             self.view = self._new_view(indices)
-            self.swapper = self._swapper(indices)
+            self.swapper = None if nominees is None else self._swapper(indices, nominees)
         self.planner.observe_refresh(time.perf_counter() - start)
         self.refresh.selected()
         self.stats.retrieval_refreshes += 1
         self.stats.view_bytes = max(self.stats.view_bytes, self.view.kv_nbytes())
 
-    def _swapper(self, indices: list[torch.Tensor]) -> ChunkSwapper | None:
-        """A :class:`ChunkSwapper` for the new view where level-1 forwards re-rank and the view holds a selection: it
-        ranks every chunk by its keys (a chunk's mean key loses what one of its tokens holds), and a held chunk stays
-        while it ranks within the top ``(1 + HOLD) k`` (fewer copies, the same acceptance)."""
+    def _ranks_steps(self) -> bool:
+        """Whether level-1 forwards re-rank the view's chunks: with step selection, once the cache holds more than
+        the budget (until then the view holds every token)."""
+        return self.step_selection and self.cache.get_seq_length() > self.config.retrieval_budget
+
+    def _swapper(self, indices: list[torch.Tensor], nominees: list[torch.Tensor]) -> ChunkSwapper:
+        """A :class:`ChunkSwapper` for the new view: each step ranks the refresh's nominees by their keys (a chunk's
+        mean key loses what one of its tokens holds), and a held chunk stays while it ranks within the top
+        ``(1 + HOLD) k`` (fewer copies, the same acceptance)."""
         cfg = self.config
-        if not self.step_selection or self.cache.get_seq_length() <= cfg.retrieval_budget:
-            return None
         settings = (cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks, EVERY_CHUNK)
-        return ChunkSwapper(self.view, indices, *settings, hold=HOLD)
+        return ChunkSwapper(self.view, indices, *settings, hold=HOLD, nominees=nominees)
 
     def _reselect_layer(self, layer: int, query: torch.Tensor) -> None:
         """Inside a level-1 forward, before layer ``layer``'s attention: re-rank its chunks with its own post-RoPE

@@ -109,12 +109,23 @@ def score_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tens
         >>> score_chunk_keys(torch.tensor([[[1.0, 0.0]]]), keys, torch.tensor([[[0, 1, 2]]]), 8).tolist()
         [[[0.0, 3.0, 0.0]]]
     """
-    b, hkv, f, d = query.shape[0], keys.shape[1], chunks.shape[-1], keys.shape[-1]
-    n = keys.shape[2] // chunk_size
-    by_chunk = keys[:, :, : n * chunk_size].unflatten(2, (n, chunk_size))  # [B, H_kv, n, chunk_size, D], a view
-    batch, head = torch.arange(b, device=chunks.device)[:, None, None], torch.arange(hkv, device=chunks.device)[:, None]
-    chunk_keys = by_chunk[batch, head, chunks].reshape(b, hkv, f * chunk_size, d).float()  # copies the F chunks
-    return score_all_chunk_keys(query, chunk_keys, chunk_size)
+    return score_all_chunk_keys(query, gather_chunks(keys, chunks, chunk_size).float(), chunk_size)
+
+
+def gather_chunks(states: torch.Tensor, chunks: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """The tokens of chunks ``chunks`` ``[B, H, F]`` of ``states`` ``[B, H, L, D]``, per head, as one new contiguous
+    ``[B, H, F * chunk_size, D]`` tensor (chunk ``chunks[..., i]`` at tokens ``i * chunk_size ..``).
+
+    Example:
+        >>> states = torch.arange(24.0).view(1, 1, 24, 1)
+        >>> gather_chunks(states, torch.tensor([[[2, 0]]]), 8)[0, 0, :, 0].tolist()[::4]
+        [16.0, 20.0, 0.0, 4.0]
+    """
+    b, h, f, d = states.shape[0], states.shape[1], chunks.shape[-1], states.shape[-1]
+    n = states.shape[2] // chunk_size
+    by_chunk = states[:, :, : n * chunk_size].unflatten(2, (n, chunk_size))  # [B, H, n, chunk_size, D], a view
+    batch, head = torch.arange(b, device=chunks.device)[:, None, None], torch.arange(h, device=chunks.device)[:, None]
+    return by_chunk[batch, head, chunks].reshape(b, h, f * chunk_size, d)
 
 
 def score_all_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunk_size: int) -> torch.Tensor:
@@ -140,8 +151,8 @@ def score_all_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunk_size: in
     hkv = keys.shape[1]
     n = keys.shape[2] // chunk_size
     grouped = query.reshape(b, hkv, hq // hkv, d).to(keys.dtype)
-    logits = torch.einsum("bhgd,bhtd->bhgt", grouped, keys[:, :, : n * chunk_size]).float()
-    return logits.amax(dim=2).view(b, hkv, n, chunk_size).amax(dim=-1)
+    logits = torch.matmul(grouped, keys[:, :, : n * chunk_size].transpose(-1, -2))  # [B, H_kv, G, n * chunk_size]
+    return logits.amax(dim=2).view(b, hkv, n, chunk_size).amax(dim=-1).float()  # the max is exact in any dtype
 
 
 def gather_tokens(states: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:

@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
 
-from hf_triforce.caches.chunk_swap import ChunkSwapper
+from hf_triforce.caches.chunk_swap import ChunkSwapper, nominate
 from hf_triforce.caches.retrieval import RetrievalCache
+from hf_triforce.caches.selection import EVERY_CHUNK
 from hf_triforce.caches.view import RetrievalView
+from hf_triforce.hf.attention import QueryCapture
 from hf_triforce.hf.versions import cache_kwargs
 from hf_triforce.kernels.retrieval import chunk_means
 
@@ -435,6 +437,99 @@ def test_held_chunks_within_hold_ranks_stay_and_the_best_others_fill_the_rest(ho
             got = buffer.keys[0, h, CHUNK * (slot + 1) : CHUNK * (slot + 2)]
             assert torch.equal(got, keys[0, h, CHUNK * chunk : CHUNK * (chunk + 1)])
     assert held_back > 0  # the case tests holding, not only the top k
+
+
+def _peaks_by_hand(query: torch.Tensor, keys: torch.Tensor, chunk: int) -> list[list[float]]:
+    """Per KV head, each chunk's largest logit over its GQA group's query heads (Python loops, float64)."""
+    group = query.shape[1] // keys.shape[1]
+    return [
+        [max(float(query[0, h * group + g].double() @ keys[0, h, t].double())
+             for g in range(group) for t in range(c * chunk, (c + 1) * chunk)) for c in range(keys.shape[2] // chunk)]
+        for h in range(keys.shape[1])
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("length,factor", [(400, 2), (300, 3), (131, 4)])
+def test_nominate_selects_by_keys_and_nominates_the_best_chunks_spread_forward(length, factor):
+    cache, full = _filled_cache(seed=length, length=length)
+    queries = _queries(5)
+    indices, nominees = nominate(cache, queries, SWAP_BUDGET, WINDOW, 1, factor, reranked=1.0)
+    assert all(torch.equal(a, b) for a, b in zip(indices, cache.select(queries, SWAP_BUDGET, WINDOW, 1,
+               rescore_candidates=EVERY_CHUNK), strict=True))  # fmt: skip
+    candidates = (length - WINDOW) // CHUNK - 1  # middle chunks: 1 .. candidates
+    k = (SWAP_BUDGET - CHUNK - (length - ((length - WINDOW) // CHUNK * CHUNK))) // CHUNK
+    for layer, (keys, _) in enumerate(full):
+        peaks = _peaks_by_hand(queries[layer], keys, CHUNK)
+        for h in range(keys.shape[1]):
+            spread = {c: max(peaks[h][max(1, c - 2) : c + 1]) for c in range(1, candidates + 1)}
+            got = nominees[layer][0, h].tolist()
+            assert len(got) == len(set(got)) == min(candidates, factor * k) and set(got) <= set(spread)
+            bar = sorted(spread.values(), reverse=True)[len(got) - 1]  # the spread peaks tie: compare by score
+            assert all(spread[c] >= bar - 1e-4 for c in got)
+            assert all(spread[c] <= bar + 1e-4 for c in set(spread) - set(got))
+
+
+@pytest.mark.parametrize("hold", [0, 2])
+def test_swapper_with_nominees_keeps_the_nominees_whose_keys_rank_best(hold):
+    cache, full = _filled_cache(seed=4, length=400)
+    indices, nominees = nominate(cache, _queries(1), SWAP_BUDGET, WINDOW, 0, 3, reranked=1.0)
+    view = cache.sparse_view(indices, extra_capacity=16)
+    swapper = ChunkSwapper(view, indices, SWAP_BUDGET, WINDOW, 0, 0, hold=hold / 5, nominees=nominees)
+    before = [set(swapper.chunks[0, h].tolist()) for h in range(KV_HEADS)]
+    query = torch.randn(1, Q_HEADS, HEAD_DIM, generator=_gen(12))
+    assert swapper.reselect_layer(0, query) > 0
+    keys, values = full[0]
+    peaks = _peaks_by_hand(query, keys, CHUNK)
+    for h in range(KV_HEADS):
+        order = sorted(nominees[0][0, h].tolist(), key=lambda c: -peaks[h][c])[: swapper.k + hold]
+        stay = [c for c in order if c in before[h]]
+        want = set(stay) | set([c for c in order if c not in before[h]][: swapper.k - len(stay)])
+        assert set(swapper.chunks[0, h].tolist()) == want  # only nominees, the held ones within k + hold first
+        for slot, c in enumerate(swapper.chunks[0, h].tolist()):  # and the view holds their keys and values
+            span = slice(CHUNK * (slot + 1), CHUNK * (slot + 2))
+            assert torch.equal(view.layers[0].buffer.keys[0, h, span], keys[0, h, CHUNK * c : CHUNK * (c + 1)])
+            assert torch.equal(view.layers[0].buffer.values[0, h, span], values[0, h, CHUNK * c : CHUNK * (c + 1)])
+
+
+def test_queries_of_several_positions_rank_each_chunk_by_its_best_logit_over_them():
+    """Level 1 nominates with the queries of every token a verification accepted (``QueryCapture.upto``): ranked
+    together, a chunk scores the largest of its scores for each position alone (each KV head with its own group)."""
+    cache, _ = _filled_cache(seed=8, length=300)
+    capture = QueryCapture()
+    capture.keep = 4
+    capture.store(0, torch.randn(1, Q_HEADS, 4, HEAD_DIM, generator=_gen(9)))
+    together = cache.chunk_ranking(0, capture.upto(2)[0], SWAP_BUDGET, WINDOW, rescore_candidates=EVERY_CHUNK)
+    alone = [cache.chunk_ranking(0, capture.at(i)[0], SWAP_BUDGET, WINDOW, rescore_candidates=EVERY_CHUNK)
+             for i in range(3)]  # fmt: skip
+    torch.testing.assert_close(together, torch.stack(alone).amax(0))
+    assert not torch.equal(together, alone[0])
+
+
+def test_by_default_only_the_later_half_of_the_layers_is_re_ranked():
+    cache, _ = _filled_cache(seed=7, length=300, num_layers=4)
+    indices, nominees = nominate(cache, _queries(1, layers=4), SWAP_BUDGET, WINDOW, 1)
+    assert [n is None for n in nominees] == [True, True, False, False]
+    view = cache.sparse_view(indices, extra_capacity=16)
+    swapper = ChunkSwapper(view, indices, SWAP_BUDGET, WINDOW, 1, EVERY_CHUNK, nominees=nominees)
+    before = [layer.buffer.keys.clone() for layer in view.layers]
+    copied = [swapper.reselect_layer(i, q) for i, q in enumerate(_queries(2, layers=4))]
+    assert copied[:2] == [0, 0] and copied[2] > 0 and copied[3] > 0
+    assert all(torch.equal(view.layers[i].buffer.keys, before[i]) for i in (0, 1))
+
+
+def test_swapper_nominating_every_chunk_holds_the_fresh_selection():
+    """Nominees that are every middle chunk (and no look-ahead) rank as the every-chunk selection does."""
+    cache, _ = _filled_cache(seed=6, length=300)
+    indices, nominees = nominate(cache, _queries(1), SWAP_BUDGET, WINDOW, 0, 1 << 20, reranked=1.0)
+    view = cache.sparse_view(indices, extra_capacity=16)
+    swapper = ChunkSwapper(view, indices, SWAP_BUDGET, WINDOW, 0, EVERY_CHUNK, nominees=nominees)
+    new = _queries(9)
+    swapper.reselect(new)
+    fresh = cache.select(new, SWAP_BUDGET, WINDOW, 0, rescore_candidates=EVERY_CHUNK)
+    candidates = (300 - WINDOW) // CHUNK - 1
+    for layer, heads in enumerate(_chunk_sets(fresh)):
+        for h, chunks in enumerate(heads):
+            assert set(swapper.chunks[layer, h].tolist()) == {c for c in chunks if 1 <= c <= candidates}
 
 
 def test_attention_over_swapped_view_equals_attention_by_hand_over_the_fresh_selection():
