@@ -118,6 +118,15 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         help="TriForceConfig.rescore_candidates: rank N x the view's chunks by their keys (default: the config's)",
     )  # fmt: skip
     p.add_argument(
+        "--step-selection", action="store_true",
+        help="TriForceConfig.step_selection=True: level 1 re-ranks its chunks at every forward (needs level 1's "
+        "direct forward: on CUDA also --cuda-graphs off)",
+    )  # fmt: skip
+    p.add_argument(
+        "--level1-forward", default=None, choices=("auto", "direct", "transformers"),
+        help="TriForceConfig.level1_forward (default: the config's)",
+    )  # fmt: skip
+    p.add_argument(
         "--repeats", type=int, default=1, metavar="N",
         help="measure N interleaved (plain, TriForce) pairs per configuration and report the median pair "
         "(the JSON keeps every pair); for timings on a shared machine",
@@ -257,6 +266,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         prefill_chunk_size=args.prefill_chunk_size,
         rescore_candidates=args.rescore_candidates,
         level1_weights=args.level1_weights,
+        level1_forward=args.level1_forward,
+        step_selection=args.step_selection,
         repeats=args.repeats,
         attn_implementation=args.attn_implementation,
         real_acceptance=parse_real_acceptance(args.real_acceptance, args.preset),

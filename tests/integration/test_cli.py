@@ -237,7 +237,8 @@ def test_bench_writes_json_and_markdown(capsys, tmp_path, model_dir, document):
         assert row["speedup"] > 0 and row["weight_bytes"] > 0
         assert {"level1", "level2"} <= set(row["profile"]), row["profile"]
         assert row["profile"]["level2"]["ops"], "the verification's operators were not attributed to it"
-    assert results["rows"][0]["identical_output"] is True
+    assert results["rows"][0]["identical_output"] is True and results["rows"][0]["divergence"] is None
+    assert results["rows"][1]["divergence"] is None  # sampled: nothing to classify
     page = out.with_suffix(".md").read_text()
     for heading in ("| prompt | T |", "## End to end, prompt lookup", "## Where the time goes", "### Operators per"):
         assert heading in page, page
@@ -268,6 +269,19 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
     page = out.with_suffix(".md").read_text()
     assert "GiB (process RSS)" in page and "Real-text acceptance: given on the command line" in page
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_step_selection_passes_its_options_and_records_the_re_ranking(tmp_path):
+    out = tmp_path / "step.json"
+    argv = ["bench", "--preset", "tiny", "--prompt-tokens", "1k", "--temperatures", "0", "--budgets", "128"]
+    argv += ["--new-tokens", "12", "--drafters", "none", "--step-selection", "--level1-forward", "direct"]
+    assert main(argv + ["--cuda-graphs", "off", "--output", str(out)]) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["config"]["step_selection"] is True and row["config"]["level1_forward"] == "direct"
+    stats = row["triforce"]["triforce"]
+    assert stats["step_selection"] is True and stats["phases"]["reselect"]["calls"] > 0
+    assert row["identical_output"] is True and row["divergence"] is None
+    assert "| yes |" in out.with_suffix(".md").read_text()
 
 
 def test_bench_repeats_interleaves_pairs_and_reports_the_median(capsys, tmp_path, model_dir, document):

@@ -17,6 +17,7 @@ import hf_triforce
 from hf_triforce import TriForceConfig
 from hf_triforce.caches.retrieval import RetrievalCache
 from hf_triforce.caches.static_view import StaticRetrievalView
+from hf_triforce.evaluation.common.divergence import first_divergence
 from hf_triforce.hf.versions import cache_kwargs
 from hf_triforce.hierarchy import static_steps
 
@@ -96,12 +97,6 @@ def test_graphs_on_and_off_give_identical_greedy_output(model_factory, make_prom
     assert len(graphed) == (2 if drafter == "model" else 1)
 
 
-def _first_difference(a: torch.Tensor, b: torch.Tensor) -> int | None:
-    n = min(a.shape[-1], b.shape[-1])
-    diff = (a[0, :n] != b[0, :n]).nonzero()
-    return int(diff[0, 0]) if diff.numel() else (None if a.shape == b.shape else n)
-
-
 @pytest.mark.parametrize("drafter", ["none", "model"])
 def test_bfloat16_greedy_equals_plain_generate(model_factory, make_prompt, drafter):
     """TriForce greedy output in bfloat16 on CUDA equals plain ``generate()`` (random-weights Llama, GQA).
@@ -121,10 +116,10 @@ def test_bfloat16_greedy_equals_plain_generate(model_factory, make_prompt, draft
       disables cuBLAS's reduced-precision bf16 reductions (``allow_bf16_reduced_precision_reduction``),
       uses a model whose logits are well separated (``initializer_range`` 0.15, see the integration
       conftest), and requires identical token ids. If they differ, it passes only when the first
-      differing position is a genuine near-tie that the logits noise explains: at that position both
-      paths' top-2 gaps between the two candidate tokens are at most twice the largest difference
-      between plain's and TriForce's logits rows there (a warning names the position); any other
-      difference fails. Everything before that position must be identical.
+      differing position is a near-tie by :func:`hf_triforce.evaluation.common.divergence.first_divergence`:
+      both paths' top-2 gaps there are at most twice the largest logits difference the two paths had over
+      the positions before it, where they agreed (a warning names the position). Any other difference
+      fails. Everything before that position must be identical.
 
     Level 0 and level 1 only draft: their bf16 numerics (static steps, CUDA graphs) change acceptance,
     never the output, because the full-cache verification decides every token.
@@ -143,19 +138,17 @@ def test_bfloat16_greedy_equals_plain_generate(model_factory, make_prompt, draft
         ours = model.generate(prompt, triforce_config=cfg, assistant_model=assistant, **common)
     finally:
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = previous
-    at = _first_difference(plain.sequences, ours.sequences)
-    if at is None:
+    found = first_divergence(prompt.shape[1], plain.sequences, ours.sequences, plain.logits, ours.logits)
+    assert plain.sequences.shape == ours.sequences.shape
+    if found is None:
         return
-    step = at - prompt.shape[1]
-    p, t = plain.logits[step][0].float(), ours.logits[step][0].float()
-    a, b = int(plain.sequences[0, at]), int(ours.sequences[0, at])
-    noise = float((p - t).abs().max())
-    gaps = float(p[a] - p[b]), float(t[b] - t[a])
-    assert max(gaps) <= 2 * noise, (
-        f"bf16 output differs from plain generate() at new token {step} (tokens {a} vs {b}); top-2 gaps {gaps} "
-        f"are not explained by the logits noise {noise:.3g} between one-token and multi-token forwards"
+    assert found.near_tie, (
+        f"bf16 output differs from plain generate() at new token {found.new_token} (tokens {found.plain_token} vs "
+        f"{found.triforce_token}); top-2 gaps {found.gaps} are not explained by the logits noise "
+        f"{found.logits_noise:.3g} between one-token and multi-token forwards"
     )
     warnings.warn(
-        f"bf16 near-tie at new token {step}: plain picks {a}, TriForce {b}; gaps {gaps}, logits noise {noise:.3g}",
+        f"bf16 near-tie at new token {found.new_token}: plain picks {found.plain_token}, TriForce "
+        f"{found.triforce_token}; gaps {found.gaps}, logits noise {found.logits_noise:.3g}",
         stacklevel=1,
     )

@@ -11,6 +11,7 @@ import torch
 from ...config import TriForceConfig
 from ...generation import enable
 from ...hf.linears import small_batch_linears
+from ..common.divergence import Divergence, first_divergence
 from .timed_run import RunResult, measure, peak_rss_bytes, warm_up
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,19 @@ class Comparison:
         pairs = self.pairs or [(self.plain, self.triforce)]
         return all(torch.equal(plain.sequences, fast.sequences) for plain, fast in pairs)
 
+    @property
+    def divergence(self) -> Divergence | None:
+        """Where the first differing pair's greedy outputs first differ (near-tie or not); None when identical
+        or sampled."""
+        if self.generate_kwargs.get("do_sample"):
+            return None
+        for plain, fast in self.pairs or [(self.plain, self.triforce)]:
+            prompt = plain.sequences.shape[1] - plain.new_tokens
+            found = first_divergence(prompt, plain.sequences, fast.sequences, plain.logits, fast.logits)
+            if found is not None:
+                return found
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         """The comparison as a JSON-ready row (the benchmark's result format)."""
         kwargs = {k: v for k, v in self.generate_kwargs.items() if isinstance(v, int | float | bool | str)}
@@ -51,6 +65,7 @@ class Comparison:
             "triforce": self.triforce.to_dict(),
             "speedup": self.speedup,
             "identical_output": self.identical,
+            "divergence": None if self.divergence is None else self.divergence.to_dict(),
             "plain_fast_linears": None if self.plain_fast_linears is None else self.plain_fast_linears.to_dict(),
             "prompt_lookup": None if self.prompt_lookup is None else self.prompt_lookup.to_dict(),
             "peak_rss_bytes": peak_rss_bytes(),
@@ -117,9 +132,10 @@ def compare(
     for i in range(repeats):
         pair_seed = seed + i if generate_kwargs.get("do_sample") else seed  # sampled: each pair its own text
         logger.info("plain generate(): %d prompt tokens", input_ids.shape[1])
-        plain = measure(model, input_ids, seed=pair_seed, **chunk, **generate_kwargs)
+        plain = measure(model, input_ids, seed=pair_seed, keep_logits=True, **chunk, **generate_kwargs)
         logger.info("TriForce generate(): %d prompt tokens", input_ids.shape[1])
-        fast = measure(model, input_ids, seed=pair_seed, triforce_config=triforce_config, **extra, **generate_kwargs)
+        fast = measure(model, input_ids, seed=pair_seed, keep_logits=True, triforce_config=triforce_config, **extra,
+                       **generate_kwargs)  # fmt: skip
         pairs.append((plain, fast))
     plain, fast = median_pair(pairs)
     reference = None

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..common.divergence import identical_cell
 from ..common.formatting import acceptances, mib, number, phase_cell, phase_ms, tokens_per_second
 from ..common.machine import device_name, library_versions
 from ..common.results import write_json
@@ -55,7 +56,11 @@ def markdown_table(results: dict[str, Any]) -> str:
         "Speedup = plain decode latency per token / TriForce's, same process and prompt, prefill excluded, after "
         "warm-up; both forced to the same number of new tokens. The last column is plain generate() with "
         "hf_triforce's CPU linear fast path (hf_triforce.kernels.linear) switched on: it shows how much of the "
-        "speedup that path alone would give; the rest comes from speculation.",
+        "speedup that path alone would give; the rest comes from speculation. Identical: greedy token ids equal "
+        "plain generate()'s; \"near-tie at N\": they first differ at new token N, where both runs' top-2 logits "
+        "are closer than twice the largest logits difference of the two runs over the tokens before N (bf16 rounding "
+        'of a one-token forward against a multi-token one; hf_triforce.evaluation.common.divergence); "NO at N": a '
+        "real divergence.",
     ]
     lines += _repeats_note(results["rows"])
     lines += rank_section(results)
@@ -121,7 +126,7 @@ def _peak(r: dict[str, Any]) -> str:
 def _row(r: dict[str, Any]) -> str:
     t = r["triforce"]["triforce"]
     levels = t["levels"]
-    identical = "yes" if r["identical_output"] else ("n/a" if r["temperature"] > 0 else "NO")
+    identical = identical_cell(r)
     return (
         f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['budget']} | "
         f"{r['plain']['tokens_per_second']:.2f} | {r['triforce']['tokens_per_second']:.2f} | "

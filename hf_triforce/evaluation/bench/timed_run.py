@@ -27,6 +27,8 @@ class RunResult:
         decode_seconds_per_token: mean seconds per generated token after the first.
         stats: ``hf_triforce.last_stats(model).to_dict()`` of a TriForce call, else None.
         peak_gpu_bytes: peak ``torch.cuda.max_memory_allocated`` during the call (CUDA only).
+        logits: with ``measure(..., keep_logits=True)``, ``generate()``'s per-step logits (each ``[1, vocab]``),
+            to explain where two greedy outputs differ (:mod:`hf_triforce.evaluation.common.divergence`).
     """
 
     sequences: torch.LongTensor
@@ -35,6 +37,7 @@ class RunResult:
     decode_seconds_per_token: float
     stats: dict[str, Any] | None = None
     peak_gpu_bytes: int | None = None
+    logits: tuple[torch.Tensor, ...] | None = None
 
     @property
     def tokens_per_second(self) -> float:
@@ -57,7 +60,9 @@ class RunResult:
         return out
 
 
-def measure(model, input_ids: torch.LongTensor, streamer=None, seed: int = 0, **generate_kwargs) -> RunResult:
+def measure(
+    model, input_ids: torch.LongTensor, streamer=None, seed: int = 0, keep_logits: bool = False, **generate_kwargs
+) -> RunResult:
     """Run ``model.generate(input_ids, **generate_kwargs)`` once, timing prefill and decode separately.
 
     On a CUDA device the peak of ``torch.cuda.max_memory_allocated`` during the call is recorded too.
@@ -67,6 +72,7 @@ def measure(model, input_ids: torch.LongTensor, streamer=None, seed: int = 0, **
         input_ids: ``[1, prompt]`` token ids.
         streamer: optional streamer that also receives the tokens (e.g. a ``TextStreamer``).
         seed: ``torch.manual_seed`` set before the call (sampling reproducibility).
+        keep_logits: also keep the per-step logits (``output_logits=True``; one ``[1, vocab]`` row per token).
 
     Example:
         >>> measure(model, ids, max_new_tokens=64, triforce_config=TriForceConfig()).tokens_per_second  # doctest: +SKIP
@@ -76,14 +82,16 @@ def measure(model, input_ids: torch.LongTensor, streamer=None, seed: int = 0, **
     on_gpu = input_ids.device.type == "cuda"
     if on_gpu:
         torch.cuda.reset_peak_memory_stats(input_ids.device)
+    logits_kwargs = {"return_dict_in_generate": True, "output_logits": True} if keep_logits else {}
     with torch.inference_mode():
-        sequences = model.generate(input_ids, streamer=timer, **generate_kwargs)
+        output = model.generate(input_ids, streamer=timer, **logits_kwargs, **generate_kwargs)
+    sequences, logits = (output.sequences, output.logits) if keep_logits else (output, None)
     peak = torch.cuda.max_memory_allocated(input_ids.device) if on_gpu else None
     stats = None
     if generate_kwargs.get("triforce_config") is not None:
         stats = last_stats(model).to_dict()
     new_tokens = sequences.shape[1] - input_ids.shape[1]
-    return RunResult(sequences, new_tokens, timer.prefill_seconds, timer.decode_seconds_per_token, stats, peak)
+    return RunResult(sequences, new_tokens, timer.prefill_seconds, timer.decode_seconds_per_token, stats, peak, logits)
 
 
 def warm_up(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..common.divergence import identical_cell
 from ..common.formatting import acceptances, phase_cell, phase_ms, tokens_per_second
 from ..common.machine import device_line
 from ..common.schedule_table import schedule_section
@@ -45,7 +46,7 @@ def bench_tables(results: dict[str, Any]) -> str:
     ]
     for r in results["rows"]:
         t = r["triforce"]["triforce"]
-        identical = "yes" if r["identical_output"] else ("n/a (sampling)" if r["temperature"] > 0 else "NO")
+        identical = identical_cell(r)
         lines.append(
             f"| {r['prompt_tokens']} | {r['temperature']} | {r['drafter']} | {r['budget']} | "
             f"{r['plain']['tokens_per_second']:.1f} | {tokens_per_second(r.get('plain_fast_linears'))} | "
