@@ -29,7 +29,8 @@ CONTEXTS_8B=${CONTEXTS_8B:-32k,64k,128k}
 PREFILL_CHUNK=${PREFILL_CHUNK:-8192}
 CUDA_GRAPHS=${CUDA_GRAPHS:-auto}           # TriForceConfig.cuda_graphs for the level-0/1 steps; "off" if capture fails
 RESULTS=${OUT:-benchmarks/results}
-STEPS=${STEPS:-versions,tests,7b,8b,level0}
+STEPS=${STEPS:-versions,tests,7b,8b,8b-no-triton,level0,8b-fp32,8b-step-selection}
+CONTEXTS_FP32=${CONTEXTS_FP32:-32k}
 mkdir -p "$RESULTS"
 LOG="$RESULTS/gpu-run.log"
 tag=$($PY -c "import torch; print(torch.cuda.get_device_name().split()[1].lower() if torch.cuda.is_available() else 'cpu')")
@@ -50,11 +51,19 @@ want 7b && bench "$tag-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTE
 want 8b && bench "$tag-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafters none
 # The same without any Triton kernel (retrieval scoring/gather, split-KV verification): what they are worth.
 # Its markdown is dropped (the device returns 8 files at most): hf_triforce.evaluation.bench.report.markdown_table rebuilds it.
-want 8b && HF_TRIFORCE_DISABLE_TRITON=1 bench "$tag-$PRESET_8B-no-triton" --preset "$PRESET_8B" \
+want 8b-no-triton && HF_TRIFORCE_DISABLE_TRITON=1 bench "$tag-$PRESET_8B-no-triton" --preset "$PRESET_8B" \
     --prompt-tokens "$CONTEXTS_8B" --drafters none && rm -f "$RESULTS/$tag-$PRESET_8B-no-triton.md"
 # Level 0: the 68M-class draft model under the 7B shape with CUDA graphs, short context (its step does not
 # depend on it). PNGs are left out (the device returns 8 files at most): `make plots`-style regeneration from the
 # JSON with hf_triforce.evaluation.figures.bench_plot.write_plot.
 want level0 && bench "$tag-level0" --preset "$PRESET_7B" --draft-preset "$DRAFT_PRESET" --drafters model \
     --prompt-tokens 16k
+# Lossless at full size: the 8B shape in float32, where greedy output must be identical (in bf16 the bench's
+# "identical" column may say "near-tie at N": hf_triforce.evaluation.common.divergence).
+want 8b-fp32 && bench "$tag-$PRESET_8B-fp32" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_FP32" --drafters none \
+    --dtype float32
+# TriForceConfig.step_selection (issue 18): its per-forward re-ranking ("reselect") against a level-1 step. It needs
+# level 1's direct forward, so no CUDA graphs.
+want 8b-step-selection && bench "$tag-$PRESET_8B-step-selection" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" \
+    --drafters none --step-selection --level1-forward direct --cuda-graphs off
 echo "results in $RESULTS" | tee -a "$LOG"
