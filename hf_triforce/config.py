@@ -68,8 +68,10 @@ class TriForceConfig:
             "help": "Inside every level-1 forward, each of the later half of the layers ranks chunks by their keys "
             "(the chunk's largest logit) with the query it has just computed, before it attends, and the view swaps "
             "in the chunks that changed (hf_triforce.caches.chunk_swap). The chunks it ranks are the 4 k that each "
-            "refresh nominates by ranking every chunk once. A selection made once per refresh_every tokens, with the "
-            "newest cached token's queries, goes stale within a round. Measured: "
+            "refresh nominates by ranking every chunk with the queries of the tokens the last verification accepted. "
+            "A selection made once per refresh with the newest token's query goes stale within a round. Held-out "
+            "copy tasks, worst depth: 0.981 at budget 1/16 and 1/8 (defaults 0.872 and 0.907), at 16 ms of "
+            "selection per 18 ms level-1 forward on a 2-core CPU (slower decoding): "
             "benchmarks/results/step-selection-heldout.md (docs: Benchmarks, step_selection). True needs level 1's "
             "direct forward (one sequence, dynamic steps) and is refused elsewhere."
         },
