@@ -79,12 +79,15 @@ def nominate(
     length, c = cache.get_seq_length(), cache.chunk_size
     k = _layout(length, c, budget, recent_window)[2]
     indices, nominees, first = [], [], len(queries) - round(reranked * len(queries))
+    extra = (factor - 1) * max(k, 1)  # ranks past the k-th
     for layer, query in enumerate(queries):
         scores = cache.chunk_ranking(layer, query, budget, recent_window, None, EVERY_CHUNK, length)
         indices.append(select_token_indices(scores, length, c, budget, recent_window, lookahead))
-        extra = (factor - 1) * max(k, 1)
-        chosen = top_middle_chunks(scores, length, c, budget, recent_window, NOMINATION_LOOKAHEAD, extra)
-        nominees.append(chosen if layer >= first else None)
+        nominees.append(
+            top_middle_chunks(scores, length, c, budget, recent_window, NOMINATION_LOOKAHEAD, extra)
+            if layer >= first
+            else None
+        )
     return indices, nominees
 
 

@@ -59,13 +59,14 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         """The comparison as a JSON-ready row (the benchmark's result format)."""
         kwargs = {k: v for k, v in self.generate_kwargs.items() if isinstance(v, int | float | bool | str)}
+        divergence = self.divergence
         return {
             "generate_kwargs": kwargs,
             "plain": self.plain.to_dict(),
             "triforce": self.triforce.to_dict(),
             "speedup": self.speedup,
             "identical_output": self.identical,
-            "divergence": None if self.divergence is None else self.divergence.to_dict(),
+            "divergence": None if divergence is None else divergence.to_dict(),
             "plain_fast_linears": None if self.plain_fast_linears is None else self.plain_fast_linears.to_dict(),
             "prompt_lookup": None if self.prompt_lookup is None else self.prompt_lookup.to_dict(),
             "peak_rss_bytes": peak_rss_bytes(),
@@ -129,12 +130,13 @@ def compare(
     if warmup:
         warm_up(model, input_ids, triforce_config, generate_kwargs, **extra)
     pairs = []
+    greedy = not generate_kwargs.get("do_sample")  # its logits explain a difference (Comparison.divergence)
     for i in range(repeats):
-        pair_seed = seed + i if generate_kwargs.get("do_sample") else seed  # sampled: each pair its own text
+        pair_seed = seed if greedy else seed + i  # sampled: each pair its own text
         logger.info("plain generate(): %d prompt tokens", input_ids.shape[1])
-        plain = measure(model, input_ids, seed=pair_seed, keep_logits=True, **chunk, **generate_kwargs)
+        plain = measure(model, input_ids, seed=pair_seed, keep_logits=greedy, **chunk, **generate_kwargs)
         logger.info("TriForce generate(): %d prompt tokens", input_ids.shape[1])
-        fast = measure(model, input_ids, seed=pair_seed, keep_logits=True, triforce_config=triforce_config, **extra,
+        fast = measure(model, input_ids, seed=pair_seed, keep_logits=greedy, triforce_config=triforce_config, **extra,
                        **generate_kwargs)  # fmt: skip
         pairs.append((plain, fast))
     plain, fast = median_pair(pairs)
