@@ -70,8 +70,8 @@ class TriForceConfig:
             "in the chunks that changed (hf_triforce.caches.chunk_swap). The chunks it ranks are the 4 k that each "
             "refresh nominates by ranking every chunk with the queries of the tokens the last verification accepted. "
             "A selection made once per refresh with the newest token's query goes stale within a round. Held-out "
-            "copy tasks, worst depth: 0.981 at budget 1/16 and 1/8 (defaults 0.872 and 0.907), at 16 ms of "
-            "selection per 18 ms level-1 forward on a 2-core CPU (slower decoding): "
+            "copy tasks, worst depth: 0.981 at budget 1/16 and 1/8 (defaults 0.872 and 0.907), at 15 ms of "
+            "selection per 19 ms level-1 forward on a 2-core CPU (slower decoding): "
             "benchmarks/results/step-selection-heldout.md (docs: Benchmarks, step_selection). True needs level 1's "
             "direct forward (one sequence, dynamic steps) and is refused elsewhere."
         },
@@ -271,13 +271,14 @@ class TriForceConfig:
         """Slots per layer the full cache reserves for a call of ``max_length`` tokens.
 
         A verification forward appends the ``gamma2`` level-1 drafts and the token before them past the sequence
-        (``max_length - 1`` tokens cached at most) before the rejected ones are cropped: ``max_length + gamma2 + 2``.
+        (``max_length - 1`` tokens cached at most) before the rejected ones are cropped: ``max_length + gamma2 + 2``,
+        rounded up to whole chunks (the storage holds whole chunks, so chunks copy as rows of a chunk each).
 
         Example:
-            >>> TriForceConfig(gamma2=6).full_cache_capacity(1000)
-            1008
+            >>> TriForceConfig(gamma2=6, chunk_size=8).full_cache_capacity(1001)
+            1016
         """
-        return max_length + self.gamma2 + 2
+        return _whole_chunks(max_length + self.gamma2 + 2, self.chunk_size)
 
     @property
     def view_extra_capacity(self) -> int:
@@ -309,3 +310,8 @@ class TriForceConfig:
         if unknown:
             raise TriForceConfigError(f"Unknown TriForceConfig keys {unknown}; valid keys are {sorted(known)}.")
         return cls(**data)
+
+
+def _whole_chunks(slots: int, chunk_size: int) -> int:
+    """``slots`` rounded up to a multiple of ``chunk_size``."""
+    return slots + -slots % chunk_size

@@ -190,12 +190,13 @@ class ChunkSwapper:
     def _held_or_best(self, layer: int, order: torch.Tensor) -> torch.Tensor:
         """``[H_kv, C]``: of chunks ``order`` ``[H_kv, k + r]`` (best first), the top ``k``, or (``r > 0``) the held
         ones and the best others."""
-        kept = torch.arange(order.shape[-1], device=order.device) < self.k
         if self.hold_ranks:
             held = self.held[layer].gather(1, order)
-            room = self.k - held.sum(1, keepdim=True)
-            kept = held | (~held & ((~held).cumsum(1) <= room))
-        return torch.zeros_like(self.held[layer]).scatter_(1, order, kept.expand_as(order))
+            free = ~held
+            kept = held | (free & (free.cumsum(1) <= self.k - held.sum(1, keepdim=True)))
+        else:
+            kept = (torch.arange(order.shape[-1], device=order.device) < self.k).expand_as(order)
+        return torch.zeros_like(self.held[layer]).scatter_(1, order, kept)
 
     def _swap(self, layer: int, keep: torch.Tensor) -> int:
         """Copy the chunks ``keep`` (``[H_kv, C]``) marks that layer ``layer`` lacks over those it no longer needs."""

@@ -16,7 +16,7 @@ class RetrievalLayer(BufferedLayer):
     """One layer of the full cache: keys/values in a growable buffer and lazily computed chunk means."""
 
     def __init__(self, capacity: int = 0, chunk_size: int = 8) -> None:
-        super().__init__(KVBuffer(capacity))
+        super().__init__(KVBuffer(capacity, align=chunk_size))
         self.chunk_size = chunk_size
         self._summaries: torch.Tensor | None = None
         self._n_summarized = 0

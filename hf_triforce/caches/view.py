@@ -99,7 +99,8 @@ class RetrievalView(SparseViewMixin, BufferedCache):
     def __init__(self, source, indices: list[torch.Tensor], extra_capacity: int) -> None:
         layers = []
         for layer, idx in zip(source.layers, indices, strict=True):
-            layers.append(ViewLayer(layer.buffer.keys, layer.buffer.values, idx, extra_capacity))
+            extra = extra_capacity + (-idx.shape[-1] - extra_capacity) % source.chunk_size  # whole chunks of slots
+            layers.append(ViewLayer(layer.buffer.keys, layer.buffer.values, idx, extra))
         super().__init__(layers=layers)
         self.source = source
         self.source_length = source.get_seq_length()

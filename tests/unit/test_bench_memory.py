@@ -62,8 +62,9 @@ def test_exact_terms_are_the_hand_computations():
     tri = triforce_generate_estimate(l7, 120000, BF16, TC)
     assert tri.kv == (120000 + TC.gamma2 + 2) * 2**19  # reserved up front: max_length + gamma2 + 2, no doubling
     assert tri.summaries == 32 * ((120000 + 8) // 8 + 1) * 32 * 128 * BF16  # layers x chunks x kv heads x head_dim
-    one_view = (4096 + TC.refresh_every + TC.gamma2 + TC.gamma1 + 2) * 2**19
-    assert view_bytes(l7, 120000, BF16, TC) == one_view and tri.view == 2 * one_view  # dynamic path: 2 alive
+    one_view = (4096 + TC.refresh_every + TC.gamma2 + TC.gamma1 + 2) * 2**19  # 4110 slots
+    dynamic = 4112 * 2**19  # whole chunks of 8
+    assert view_bytes(l7, 120000, BF16, TC) == dynamic and tri.view == 2 * dynamic  # dynamic path: 2 alive
     graphs = triforce_generate_estimate(l7, 120000, BF16, TriForceConfig(cuda_graphs=True))
     assert graphs.view == one_view
 
@@ -197,7 +198,7 @@ def test_cache_terms_equal_the_caches_of_real_generate_calls(dtype):
 
 def test_summaries_term_equals_the_retrieval_cache_allocation():
     cfg, tc, context = preset_config("tiny", 512), TriForceConfig(retrieval_budget=64, recent_window=16), 300
-    capacity = context + tc.gamma2 + 2  # what decoding._Run reserves
+    capacity = tc.full_cache_capacity(context)  # what the generation loop reserves
     cache = RetrievalCache(cfg.num_hidden_layers, tc.chunk_size, capacity)
     for i in range(cfg.num_hidden_layers):
         states = torch.randn(1, cfg.num_key_value_heads, 200, cfg.hidden_size // cfg.num_attention_heads)

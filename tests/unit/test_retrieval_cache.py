@@ -336,8 +336,9 @@ def test_view_memory_is_budget_plus_extra_capacity(length):
     selected = indices[0].shape[-1]
     assert selected <= budget
     per_slot = 2 * 1 * KV_HEADS * HEAD_DIM * torch.float32.itemsize  # keys + values, one token
-    expected = layers * (selected + extra) * per_slot
-    assert view.kv_nbytes() == expected <= layers * (budget + extra) * per_slot  # whatever the full length
+    slots = -(-(selected + extra) // 8) * 8  # whole chunks of 8 (the swapper copies chunk rows)
+    expected = layers * slots * per_slot
+    assert view.kv_nbytes() == expected <= layers * (budget + extra + 7) * per_slot  # any full length
     assert cache.kv_nbytes() >= layers * length * per_slot
     g = _gen(2)
     for _ in range(extra):  # filling the extra capacity must not reallocate
@@ -574,3 +575,29 @@ def test_select_at_an_earlier_length_ignores_later_tokens():
         cache.update(*_kv(g, 24), layer)
     after = cache.select(queries, SWAP_BUDGET, WINDOW, 1, length=200)
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+@pytest.mark.parametrize("capacities", [(40, 96), (43, 97), (40, 97)])
+def test_copy_chunks_by_hand(capacities):
+    """``KVBuffer.copy_chunks`` copies whole chunks between heads' slots: as rows of a chunk each when both storages
+    hold whole chunks (the cache and its views, ``align``), else as rows of one token; the same either way."""
+    from hf_triforce.caches.buffers import KVBuffer
+
+    g = _gen(5)
+    source, target = KVBuffer(capacities[1]), KVBuffer(capacities[0])
+    source.append(*_kv(g, 90))
+    target.append(*_kv(g, 40))
+    before = target.keys.clone(), target.values.clone()
+    heads, slots, chunks = torch.tensor([0, 1, 1]), torch.tensor([2, 0, 4]), torch.tensor([10, 3, 0])
+    target.copy_chunks(source, heads, slots, chunks, 8)
+    for states, old, src in ((target.keys, before[0], source.keys), (target.values, before[1], source.values)):
+        expected = old.clone()
+        for h, s, c in zip(heads.tolist(), slots.tolist(), chunks.tolist(), strict=True):
+            expected[0, h, s * 8 : s * 8 + 8] = src[0, h, c * 8 : c * 8 + 8]
+        assert torch.equal(states, expected)
+
+
+def test_a_cache_and_its_views_hold_whole_chunks_of_slots():
+    cache, _ = _filled_cache(seed=1, length=301)
+    view = cache.sparse_view(cache.select(_queries(1), SWAP_BUDGET, WINDOW), extra_capacity=13)
+    assert all(layer.buffer._k.shape[2] % 8 == 0 for layer in [*cache.layers, *view.layers])

@@ -23,6 +23,7 @@ from hf_triforce.caches.selection import (
 )
 from hf_triforce.kernels.retrieval import (
     chunk_means,
+    gather_chunks,
     gather_tokens,
     score_all_chunk_keys,
     score_chunk_keys,
@@ -257,6 +258,22 @@ def test_gather_tokens_per_head():
     for h in range(2):
         for s in range(3):
             assert torch.equal(got[0, h, s], states[0, h, int(idx[0, h, s])])
+
+
+@pytest.mark.parametrize("sliced", [False, True])
+def test_gather_chunks_by_hand(sliced):
+    """Per batch row and head, chunk ``chunks[b, h, i]``'s tokens at ``i * chunk_size ..``; from a buffer's slice too
+    (the cache's keys are the first ``length`` slots of a larger buffer, so rows of a head are not adjacent to the
+    next head's)."""
+    buffer = torch.randn(2, 3, 64 if sliced else 41, 5, generator=_gen(3))
+    states = buffer[:, :, :41]
+    chunks = torch.stack([torch.randperm(5, generator=_gen(i))[:4] for i in range(6)]).view(2, 3, 4)
+    got = gather_chunks(states, chunks, 8)
+    assert got.shape == (2, 3, 32, 5)
+    for b in range(2):
+        for h in range(3):
+            for i, c in enumerate(chunks[b, h].tolist()):
+                assert torch.equal(got[b, h, i * 8 : i * 8 + 8], states[b, h, c * 8 : c * 8 + 8])
 
 
 @pytest.mark.parametrize("kv_heads, group", [(1, 1), (2, 3), (3, 4)])

@@ -302,7 +302,8 @@ def views_alive(triforce_config: TriForceConfig) -> int:
 
 
 def view_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForceConfig) -> int:
-    """Bytes of one retrieval view: ``selected + TriForceConfig.view_extra_capacity`` slots per layer.
+    """Bytes of one retrieval view: ``selected + TriForceConfig.view_extra_capacity`` slots per layer (on the dynamic
+    path rounded up to whole chunks).
 
     On the static path that is ``TriForceConfig.view_capacity`` (``selected`` is the budget); on the dynamic
     path ``selected`` is at most ``min(retrieval_budget, context)``, and exactly the budget when the selection
@@ -312,10 +313,11 @@ def view_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForce
     Example:
         >>> from hf_triforce.evaluation.models.shapes import preset_config
         >>> view_bytes(preset_config("llama2-7b", 4096), 10**5, 2, TriForceConfig(retrieval_budget=4096)) / 2**20
-        2055.0
+        2056.0
     """
     tc = triforce_config
-    slots = tc.view_capacity if static_view(tc) else min(tc.retrieval_budget, context) + tc.view_extra_capacity
+    slots = min(tc.retrieval_budget, context) + tc.view_extra_capacity
+    slots = tc.view_capacity if static_view(tc) else slots + -slots % tc.chunk_size  # RetrievalView: whole chunks
     return slots * kv_bytes_per_token(text_config(config), dtype_bytes)
 
 
