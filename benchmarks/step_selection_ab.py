@@ -9,8 +9,10 @@ excluded), and what one re-ranking costs beside one level-1 forward.
 Modes: ``default`` (TriForceConfig's defaults: one selection per ``refresh_every`` tokens, chunks ranked by their
 mean keys) and ``step`` (``step_selection=True``: each refresh ranks every chunk by its keys and nominates 4 x the
 view's room; inside every level-1 forward, each of the later half of the layers ranks the nominees with its own query
-before it attends, and the view swaps in the chunks that changed). The selection's cost per level-1 forward is
-reported as the refreshes' time spread over the forwards plus the re-ranking inside them.
+before it attends, and the view swaps in the chunks that changed); ``step-r8`` and ``step-r12``: ``step`` with
+``refresh_every`` 8 and 12 instead of 4 (fewer refreshes; measured on the tune split,
+``benchmarks/results/step-selection-tune-refresh.md``). The selection's cost per level-1 forward is reported as the
+refreshes' time spread over the forwards plus the re-ranking inside them.
 
 ``--natural N`` adds ``N`` natural continuations of the language reference (``eval-drafts``' natural prompts), run
 also as ``streaming`` (``recent_window = budget - 16``: the sink chunk, the one retrieved chunk the config requires,
@@ -45,6 +47,8 @@ CTX, NEW, BUDGETS = 6144, 64, (384, 768)
 MODES = {
     "default": {},
     "step": {"step_selection": True},
+    "step-r8": {"step_selection": True, "refresh_every": 8},
+    "step-r12": {"step_selection": True, "refresh_every": 12},
     "streaming": {},  # natural prompts only: recent_window = budget - 16 (the sink, one retrieved chunk, the window)
 }
 
