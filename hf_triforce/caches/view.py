@@ -38,10 +38,13 @@ class ViewLayer(BufferedLayer):
         values: ``[B, H_kv, L, D]`` full-cache values.
         indices: ``[B, H_kv, S]`` token indices to gather (:func:`gather_selection`).
         extra_capacity: room for this many more tokens after the ``S`` gathered ones.
+        align: the storage holds a multiple of this many slots (:class:`~hf_triforce.caches.buffers.KVBuffer`).
     """
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, extra_capacity: int) -> None:
-        super().__init__(KVBuffer(indices.shape[-1] + extra_capacity))
+    def __init__(
+        self, keys: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, extra_capacity: int, align: int = 1
+    ) -> None:
+        super().__init__(KVBuffer(indices.shape[-1] + extra_capacity, align))
         self.static_length = gather_selection(self.buffer, keys, values, indices)
         self.lazy_initialization(keys, values)
 
@@ -99,8 +102,8 @@ class RetrievalView(SparseViewMixin, BufferedCache):
     def __init__(self, source, indices: list[torch.Tensor], extra_capacity: int) -> None:
         layers = []
         for layer, idx in zip(source.layers, indices, strict=True):
-            extra = extra_capacity + (-idx.shape[-1] - extra_capacity) % source.chunk_size  # whole chunks of slots
-            layers.append(ViewLayer(layer.buffer.keys, layer.buffer.values, idx, extra))
+            # whole chunks of slots, as the full cache's: the swapper copies chunks as rows of a chunk each
+            layers.append(ViewLayer(layer.buffer.keys, layer.buffer.values, idx, extra_capacity, source.chunk_size))
         super().__init__(layers=layers)
         self.source = source
         self.source_length = source.get_seq_length()

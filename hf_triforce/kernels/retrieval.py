@@ -122,9 +122,10 @@ def gather_chunks(states: torch.Tensor, chunks: torch.Tensor, chunk_size: int) -
         [16.0, 20.0, 0.0, 4.0]
     """
     b, h, f, d = states.shape[0], states.shape[1], chunks.shape[-1], states.shape[-1]
-    out = states.new_empty(b, h, f * chunk_size, d)
-    tokens = (chunks[..., None] * chunk_size + torch.arange(chunk_size, device=chunks.device)).flatten(-2)
-    if _rows_into(states, tokens, out):  # the CPU: 3x faster than the advanced indexing below
+    if states.device.type == "cpu":  # one index_select of rows per (b, h): 3x faster than the advanced indexing below
+        out = states.new_empty(b, h, f * chunk_size, d)
+        tokens = (chunks[..., None] * chunk_size + torch.arange(chunk_size, device=chunks.device)).flatten(-2)
+        _rows_into(states, tokens, out)  # a CPU tensor and a contiguous out: always taken
         return out
     n = states.shape[2] // chunk_size
     by_chunk = states[:, :, : n * chunk_size].unflatten(2, (n, chunk_size))  # [B, H, n, chunk_size, D], a view
