@@ -278,7 +278,17 @@ class TriForceConfig:
             >>> TriForceConfig(gamma2=6, chunk_size=8).full_cache_capacity(1001)
             1016
         """
-        return _whole_chunks(max_length + self.gamma2 + 2, self.chunk_size)
+        return self.whole_chunks(max_length + self.gamma2 + 2)
+
+    def whole_chunks(self, slots: int) -> int:
+        """``slots`` rounded up to a multiple of ``chunk_size``: what a cache or view storage holds for them (its
+        slots hold whole chunks, so a chunk copies as one row).
+
+        Example:
+            >>> TriForceConfig(chunk_size=8).whole_chunks(777)
+            784
+        """
+        return slots + -slots % self.chunk_size
 
     @property
     def view_extra_capacity(self) -> int:
@@ -310,8 +320,3 @@ class TriForceConfig:
         if unknown:
             raise TriForceConfigError(f"Unknown TriForceConfig keys {unknown}; valid keys are {sorted(known)}.")
         return cls(**data)
-
-
-def _whole_chunks(slots: int, chunk_size: int) -> int:
-    """``slots`` rounded up to a multiple of ``chunk_size``."""
-    return slots + -slots % chunk_size

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels.retrieval import gather_chunks, score_all_chunk_keys
-from .selection import EVERY_CHUNK, _layout, select_token_indices, top_middle_chunks
+from .selection import EVERY_CHUNK, chunk_layout, select_token_indices, top_middle_chunks
 
 HOLD = 0.25
 """The ``hold`` level 1's :class:`ChunkSwapper` uses: a held chunk stays while it ranks within the top ``1.25 k``.
@@ -77,7 +77,7 @@ def nominate(
         torch.Size([1, 3, 156])
     """
     length, c = cache.get_seq_length(), cache.chunk_size
-    k = _layout(length, c, budget, recent_window)[2]
+    k = chunk_layout(length, c, budget, recent_window)[2]
     indices, nominees, first = [], [], len(queries) - round(reranked * len(queries))
     extra = (factor - 1) * max(k, 1)  # ranks past the k-th
     for layer, query in enumerate(queries):
@@ -134,7 +134,7 @@ class ChunkSwapper:
         self.view, self.source, self.length = view, view.source, view.source_length
         self.settings = (budget, recent_window, lookahead, rescore_candidates)
         c = self.source.chunk_size
-        self.k = max(0, _layout(self.length, c, budget, recent_window)[2])
+        self.k = max(0, chunk_layout(self.length, c, budget, recent_window)[2])
         self.hold_ranks = int(hold * self.k)
         chunks = torch.stack([idx[0, :, c : c * (self.k + 1) : c] // c for idx in indices])  # [L, H_kv, k]
         layers, heads = chunks.shape[:2]

@@ -44,7 +44,7 @@ def select_token_indices(
     device = scores.device
     if length <= budget:
         return torch.arange(length, device=device).expand(b, h, length)
-    recent_start = _layout(length, chunk_size, budget, recent_window)[0]
+    recent_start = chunk_layout(length, chunk_size, budget, recent_window)[0]
     chunk_ids = top_middle_chunks(scores, length, chunk_size, budget, recent_window, lookahead).sort(dim=-1).values
     offsets = torch.arange(chunk_size, device=device)
     middle = (chunk_ids[..., None] * chunk_size + offsets).flatten(2)
@@ -70,16 +70,22 @@ def top_middle_chunks(
         >>> top_middle_chunks(torch.tensor([[[0.0, 1.0, 5.0, 2.0, 4.0, 0.0, 0.0]]]), 56, 8, 32, 8)
         tensor([[[2, 4]]])
     """
-    _, candidates, k = _layout(length, chunk_size, budget, recent_window)
+    _, candidates, k = chunk_layout(length, chunk_size, budget, recent_window)
     middle = spread_forward(scores[:, :, 1 : 1 + candidates], lookahead)
     if k <= 0:
         return scores.new_zeros((*scores.shape[:2], 0), dtype=torch.long)
     return middle.topk(min(candidates, k + extra), dim=-1).indices + 1
 
 
-def _layout(length: int, chunk_size: int, budget: int, recent_window: int) -> tuple[int, int, int]:
-    """``(recent_start, candidates, k)``: where the recent tokens start, how many chunks lie between the sink and
-    them, and how many of those the budget has room for."""
+def chunk_layout(length: int, chunk_size: int, budget: int, recent_window: int) -> tuple[int, int, int]:
+    """``(recent_start, candidates, k)`` of a selection (:func:`select_token_indices`, same arguments): where the
+    recent tokens start, how many chunks lie between the sink chunk and them, and how many of those the budget has
+    room for (``k``, negative or zero when none).
+
+    Example:
+        >>> chunk_layout(6144, 8, 768, 64)  # a 6K cache at budget 1/8: 759 middle chunks, room for 87
+        (6080, 759, 87)
+    """
     recent_start = max(chunk_size, (length - recent_window) // chunk_size * chunk_size)
     candidates = recent_start // chunk_size - 1
     return recent_start, candidates, min(candidates, (budget - chunk_size - (length - recent_start)) // chunk_size)
@@ -127,7 +133,7 @@ def rescore(
         out = torch.full_like(scores, float("-inf"), dtype=torch.float32)
         out[..., : by_keys.shape[-1]] = by_keys[..., : out.shape[-1]]
         return torch.where(scores.isinf(), scores.float(), out)
-    _, candidates, k = _layout(length, chunk_size, budget, recent_window)
+    _, candidates, k = chunk_layout(length, chunk_size, budget, recent_window)
     middle = scores[:, :, 1 : 1 + candidates].float()
     nominated = middle.topk(min(candidates, factor * max(k, 1)), dim=-1).indices + 1
     by_keys = score_chunk_keys(query, keys, nominated, chunk_size)
@@ -147,7 +153,7 @@ def ranks_every_chunk(length: int, chunk_size: int, budget: int, recent_window: 
         >>> ranks_every_chunk(6144, 8, 768, 64, 4), ranks_every_chunk(6144, 8, 768, 64, 32)
         (False, True)
     """
-    _, candidates, k = _layout(length, chunk_size, budget, recent_window)
+    _, candidates, k = chunk_layout(length, chunk_size, budget, recent_window)
     return factor > 0 and factor * max(k, 1) >= candidates
 
 

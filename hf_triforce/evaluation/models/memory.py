@@ -317,7 +317,7 @@ def view_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForce
     """
     tc = triforce_config
     slots = min(tc.retrieval_budget, context) + tc.view_extra_capacity
-    slots = tc.view_capacity if static_view(tc) else slots + -slots % tc.chunk_size  # RetrievalView: whole chunks
+    slots = tc.view_capacity if static_view(tc) else tc.whole_chunks(slots)  # RetrievalView: whole chunks
     return slots * kv_bytes_per_token(text_config(config), dtype_bytes)
 
 
