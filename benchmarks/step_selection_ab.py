@@ -14,14 +14,17 @@ before it attends, and the view swaps in the chunks that changed); ``step-r8`` a
 ``benchmarks/results/step-selection-tune-refresh.md``). The selection's cost per level-1 forward is reported as the
 refreshes' time spread over the forwards plus the re-ranking inside them.
 
-``--natural N`` adds ``N`` natural continuations of the language reference (``eval-drafts``' natural prompts), run
-also as ``streaming`` (``recent_window = budget - 16``: the sink chunk, the one retrieved chunk the config requires,
-and the most recent tokens; StreamingLLM's view but for that chunk): the issue asks retrieval never to fall below
-StreamingLLM on natural text.
+``--natural N`` adds ``N`` natural continuations of the language reference (``eval-drafts``' natural prompts), and
+``--genres N`` ``N`` raw slices of each of the four haystacks (``hf_triforce.evaluation.common.haystacks``: a technical
+manual, code, a how-to guide, release notes; spread evenly through each), both run also as ``streaming``
+(``recent_window = budget - 16``: the sink chunk, the one retrieved chunk the config requires, and the most recent
+tokens; StreamingLLM's view but for that chunk): the issue asks retrieval never to fall below StreamingLLM on natural
+text.
 
 Run: ``.venv/bin/python benchmarks/step_selection_ab.py --split heldout --natural 3 --output
 benchmarks/results/X.json`` (about 35 minutes on 2 CPU threads; ``--split '' --natural 3`` for the natural
-prompts alone); ``--report X.json [Y.json ...]`` prints the markdown of one or more runs.
+prompts alone; ``--split '' --genres 2 --new-tokens 128`` for the genres, per prompt; ``--only reference#0,guide#0``
+runs those prompts alone); ``--report X.json [Y.json ...]`` prints the markdown of one or more runs.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import torch
 import hf_triforce
 from hf_triforce import TriForceConfig
 from hf_triforce.evaluation.common.documents import read_document
+from hf_triforce.evaluation.common.haystacks import HAYSTACKS, haystack_text
 from hf_triforce.evaluation.common.loading import load_model
 from hf_triforce.evaluation.common.machine import device_line, machine_info
 from hf_triforce.evaluation.drafts.copy_tasks import build_copy_prompt, copy_task_specs
@@ -53,11 +57,11 @@ MODES = {
 }
 
 
-def measure(model, ids, budget: int, mode: str) -> dict:
-    """One greedy call; level 1's counts and the decoding and re-ranking times."""
+def measure(model, ids, budget: int, mode: str, new: int = NEW) -> dict:
+    """One greedy call of ``new`` tokens; level 1's counts and the decoding and re-ranking times."""
     options = {"recent_window": budget - 16} if mode == "streaming" else MODES[mode]
     cfg = TriForceConfig(retrieval_budget=budget, drafter="none", **options)
-    model.generate(ids, max_new_tokens=NEW, do_sample=False, triforce_config=cfg)
+    model.generate(ids, max_new_tokens=new, do_sample=False, triforce_config=cfg)
     st = hf_triforce.last_stats(model)
     secs, calls = st.phases.seconds, st.phases.calls
     reselect = secs.get("reselect", 0.0)
@@ -69,25 +73,45 @@ def measure(model, ids, budget: int, mode: str) -> dict:
     )  # fmt: skip
 
 
-def tasks(tokenizer, split: str, natural: int) -> list[tuple[str, str, float | None, torch.Tensor]]:
+def tasks(
+    tokenizer, split: str, natural: int, genres: int = 0, new: int = NEW
+) -> list[tuple[str, str, float | None, torch.Tensor]]:
     """``(name, kind, depth, ids)``: the split's copy tasks, then ``natural`` continuations of the language reference
-    (``eval-drafts``' natural prompts: raw slices at ``i / natural`` of the way in)."""
-    texts, document = {}, read_document(None)
-    copies = [(s.name, s.kind, s.depth, build_copy_prompt(tokenizer, s, CTX - NEW, texts).input_ids)
+    (``eval-drafts``' natural prompts: raw slices at ``i / natural`` of the way in), then ``genres`` raw slices of
+    each haystack (:func:`genre_prompts`); every prompt ``CTX - new`` tokens."""
+    texts, document, length = {}, read_document(None), CTX - new
+    copies = [(s.name, s.kind, s.depth, build_copy_prompt(tokenizer, s, length, texts).input_ids)
               for s in (copy_task_specs(split) if split else [])]  # fmt: skip
-    prompts = [natural_task(tokenizer, document, i, natural, CTX - NEW) for i in range(natural)]
-    return copies + [(t.name, "natural", None, t.prompt) for t in prompts]
+    prompts = [natural_task(tokenizer, document, i, natural, length) for i in range(natural)]
+    return copies + [(t.name, "natural", None, t.prompt) for t in prompts] + genre_prompts(tokenizer, genres, length)
 
 
-def run(split: str, output: str, modes: list[str], natural: int) -> None:
+def genre_prompts(tokenizer, count: int, length: int) -> list[tuple[str, str, None, torch.Tensor]]:
+    """``count`` slices of ``length`` tokens of each haystack (``name#i``, kind ``natural``), their starts spread evenly
+    from the text's first token to the last start that leaves ``length`` tokens."""
+    out = []
+    for name in sorted(HAYSTACKS) if count else ():
+        ids = tokenizer(haystack_text(name), add_special_tokens=False).input_ids
+        for i in range(count):
+            start = (len(ids) - length) * i // max(1, count - 1)
+            out.append((f"{name}#{i}", "natural", None, torch.tensor([ids[start : start + length]])))
+    return out
+
+
+def run(
+    split: str, output: str, modes: list[str], natural: int, genres: int = 0, new: int = NEW, only: str = ""
+) -> None:
     model, tokenizer = load_model(None)
     hf_triforce.enable(model)
     rows, start = [], time.time()
     result = {"split": split, "machine": machine_info(), "command": _command(), "rows": rows}
-    for name, kind, depth, ids in tasks(tokenizer, split, natural):
+    for name, kind, depth, ids in tasks(tokenizer, split, natural, genres, new):
+        if only and name not in only.split(","):
+            continue
         for budget in BUDGETS:
             for mode in modes + (["streaming"] if kind == "natural" else []):
-                rows.append(dict(kind=kind, depth=depth, budget=budget, mode=mode, **measure(model, ids, budget, mode)))
+                row = dict(name=name, kind=kind, depth=depth, budget=budget, mode=mode)
+                rows.append(dict(row, **measure(model, ids, budget, mode, new)))
         print(f"{name}: {time.time() - start:.0f} s", flush=True)
         json.dump(result, open(output, "w"), indent=1)
 
@@ -117,10 +141,12 @@ def report(paths: list[str]) -> str:
         lines += _table(copies, budget, [(f"{d:g}", d) for d in depths], "worst depth") + [""]
     natural = [r for r in rec["rows"] if r["kind"] == "natural"]
     if natural:
-        lines += [f"Natural continuations of the language reference ({len(natural) // len(_keys(natural))} prompts "
-                  "as eval-drafts builds them; `streaming`: `recent_window = budget - 16`, the sink chunk, one "
-                  "retrieved chunk and the window), pooled:", ""]  # fmt: skip
+        genres = any(not r.get("name", "natural#").startswith("natural#") for r in natural)
+        what = "raw slices of the four haystacks" if genres else "continuations of the language reference"
+        lines += [f"Natural text, {what} ({len(natural) // len(_keys(natural))} prompts; `streaming`: `recent_window "
+                  "= budget - 16`, the sink chunk, one retrieved chunk and the window), pooled:", ""]  # fmt: skip
         lines += _table(natural, None, [(f"1/{CTX // b}", b) for b in BUDGETS], "worst") + [""]
+        lines += _per_prompt(natural)
     lines += _costs(rec["rows"])
     return "\n".join(lines)
 
@@ -145,6 +171,24 @@ def _table(rows: list[dict], budget: int | None, columns: list[tuple[str, object
         speed = _median(speeds[mode])
         lines.append(f"| {mode} | " + " | ".join(f"{v:.3f}" for v in rates) + f" | {min(rates):.3f} | {speed:.1f} |")
     return lines
+
+
+def _per_prompt(rows: list[dict]) -> list[str]:
+    """Per natural prompt and budget, each mode's per-token acceptance (rejections in brackets); runs that recorded
+    no prompt names have none."""
+    named = [r for r in rows if r.get("name")]
+    modes = [m for m in MODES if any(r["mode"] == m for r in named)]
+    if not named:
+        return []
+    lines = ["Per prompt (`name#i`: slice i of that haystack; rejections in brackets):", ""]
+    lines += ["| prompt | budget | " + " | ".join(modes) + " |", "|---|---:|" + "---:|" * len(modes)]
+    cells = {(r["name"], r["budget"], r["mode"]): r for r in named}
+    for name in dict.fromkeys(r["name"] for r in named):
+        for budget in BUDGETS:
+            got = [cells.get((name, budget, m)) for m in modes]
+            lines.append(f"| {name} | 1/{CTX // budget} | " + " | ".join(
+                "-" if r is None else f"{_rate(r):.3f} ({r['rej']})" for r in got) + " |")  # fmt: skip
+    return lines + [""]
 
 
 def _median(values: list[float]) -> float:
@@ -183,13 +227,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--modes", default="default,step", help="comma-separated: default, step")
     parser.add_argument("--natural", type=int, default=0, help="natural continuations to add (streaming compared)")
+    parser.add_argument("--genres", type=int, default=0, help="raw slices of each haystack to add (streaming compared)")
+    parser.add_argument("--new-tokens", type=int, default=NEW, help="new tokens per call (the prompt: 6144 - this)")
+    parser.add_argument("--only", default="", help="comma-separated prompt names to run (e.g. reference#0), or all")
     parser.add_argument("--report", nargs="+", help="JSON results to print as one markdown report")
     args = parser.parse_args()
     if args.report:
         print(report(args.report))
         return
     torch.set_num_threads(args.threads)
-    run(args.split, args.output, args.modes.split(","), args.natural)
+    run(args.split, args.output, args.modes.split(","), args.natural, args.genres, args.new_tokens, args.only)
 
 
 if __name__ == "__main__":
