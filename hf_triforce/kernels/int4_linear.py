@@ -11,7 +11,9 @@ Quantization is asymmetric per group: ``q = round((w - min) / scale)`` in ``0..1
 15``, and the weight it stands for is ``(q - 8) * scale + zero`` with ``zero = min + 8 * scale`` (the convention of
 the kernel's ``scales_and_zeros``; scale and zero rounded to bfloat16). :func:`int4_linear` is the kernel,
 :func:`int4_linear_reference` the pure-torch computation it must equal (bfloat16 inputs, the de-quantized weight,
-a bfloat16-rounded result).
+a bfloat16-rounded result). The copy holds the values once, in the kernel's packed layout; the reference reads them
+back through the kernel with unit scales (:meth:`Int4Weight.values`), and the tests check them against the
+quantization's rounding, so the packing is tested on its own and the product against the reference.
 """
 
 from __future__ import annotations
@@ -32,23 +34,32 @@ LEVELS = 15  # int4 values 0..15
 class Int4Weight:
     """A weight ``[N, K]`` as int4 values in groups of ``group_size`` input channels.
 
-    ``packed`` is the kernel's layout of the values, ``qweight`` ``[N, K / 2]`` the same values two per byte (low
-    nibble: the even column) for :meth:`dequantize`, ``scales_and_zeros`` ``[K / group_size, N, 2]`` bfloat16.
+    ``packed`` is the kernel's layout of the values (``torch._convert_weight_to_int4pack_for_cpu``),
+    ``scales_and_zeros`` ``[K / group_size, N, 2]`` bfloat16. The values are held once, in the kernel's layout:
+    :meth:`values` reads them back through the kernel itself, so the copy is half a byte per weight plus the scales.
     """
 
     packed: torch.Tensor
-    qweight: torch.Tensor
     scales_and_zeros: torch.Tensor
     group_size: int
 
     @property
     def out_features(self) -> int:
-        return self.qweight.shape[0]
+        return self.scales_and_zeros.shape[1]
+
+    @property
+    def in_features(self) -> int:
+        return self.scales_and_zeros.shape[0] * self.group_size
 
     def values(self) -> torch.Tensor:
-        """The int4 values ``[N, K]`` (``0..15``, as int32)."""
-        q = self.qweight.to(torch.int32)
-        return torch.stack([q & 0xF, q >> 4], dim=-1).reshape(q.shape[0], -1)
+        """The int4 values ``[N, K]`` (``0..15``, as int32), read back from :attr:`packed`: with scale 1 and zero 8
+        the weight a value stands for is the value itself, so the kernel's product of the ``K x K`` identity is
+        them (``[K, N]``, small integers, exact in bfloat16). The tests check them against the rounding that
+        :func:`quantize_int4` does."""
+        ones = torch.ones(self.scales_and_zeros.shape[:2], dtype=torch.bfloat16)
+        unit = torch.stack([ones, 8 * ones], dim=-1)  # [K / group_size, N, 2]: scale 1, zero 8
+        eye = torch.eye(self.in_features, dtype=torch.bfloat16)
+        return torch._weight_int4pack_mm_for_cpu(eye, self.packed, self.group_size, unit).T.to(torch.int32)
 
     def dequantize(self) -> torch.Tensor:
         """The float32 weight ``[N, K]`` this copy stands for: ``(q - 8) * scale + zero`` per group."""
@@ -59,8 +70,8 @@ class Int4Weight:
         return ((groups - 8) * scale[..., None] + zero[..., None]).view(n, k)
 
     def nbytes(self) -> int:
-        """Bytes the copy holds (the kernel's values, the values for :meth:`dequantize`, scales and zeros)."""
-        return sum(t.numel() * t.element_size() for t in (self.packed, self.qweight, self.scales_and_zeros))
+        """Bytes the copy holds (the kernel's values, scales and zeros)."""
+        return sum(t.numel() * t.element_size() for t in (self.packed, self.scales_and_zeros))
 
 
 def int4_kernel_available() -> bool:
@@ -109,7 +120,6 @@ def quantize_int4(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> Int4Wei
     q = q.view(n, k)
     return Int4Weight(
         packed=torch._convert_weight_to_int4pack_for_cpu(q.contiguous(), 1),
-        qweight=(q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8).contiguous(),
         scales_and_zeros=torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous(),
         group_size=group_size,
     )
@@ -141,7 +151,8 @@ def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None =
 
 
 def int4_linear_reference(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Pure-torch :func:`int4_linear`: bfloat16-rounded ``x`` times the de-quantized weight, rounded to bfloat16.
+    """Pure-torch :func:`int4_linear`: bfloat16-rounded ``x`` times the de-quantized weight
+    (:meth:`Int4Weight.dequantize`), rounded to bfloat16.
 
     Example:
         >>> q = quantize_int4(torch.eye(32)[:16].contiguous())

@@ -50,7 +50,24 @@ def test_quantization_error_is_half_a_step_per_group(group_size):
     error = (q.dequantize() - weight).abs().view(32, 4, group_size).amax(-1)
     assert bool((error <= step * (0.5 + 8 * BF16_EPS) + 1e-6).all())
     assert q.values().min() == 0 and q.values().max() == 15
-    assert q.qweight.shape == (32, 2 * group_size) and q.scales_and_zeros.shape == (4, 32, 2)
+    assert q.values().shape == (32, 4 * group_size) and q.scales_and_zeros.shape == (4, 32, 2)
+
+
+@pytest.mark.parametrize(
+    "out_features,in_features,group_size", [(16, 32, 32), (48, 128, 32), (960, 576, 32), (64, 256, 64)]
+)
+def test_values_read_back_from_the_packed_layout_are_the_rounded_weights(out_features, in_features, group_size):
+    """The copy holds its values once, in the kernel's layout; what ``values()`` reads back through the kernel is,
+    weight by weight, ``round((w - zero) / scale + 8)`` clamped to 0..15 with the copy's own scale and zero."""
+    gen = torch.Generator().manual_seed(in_features + group_size)
+    weight = torch.randn(out_features, in_features, generator=gen)
+    q = quantize_int4(weight, group_size)
+    scale, zero = q.scales_and_zeros.float().permute(2, 1, 0)  # [N, K / group_size] each
+    groups = weight.view(out_features, in_features // group_size, group_size)
+    by_hand = ((groups - zero[..., None]) / scale[..., None] + 8).round().clamp(0, 15).view(out_features, in_features)
+    assert torch.equal(q.values(), by_hand.to(torch.int32))
+    assert (q.out_features, q.in_features) == (out_features, in_features)
+    assert q.nbytes() == out_features * in_features // 2 + 2 * 2 * out_features * in_features // group_size
 
 
 def test_a_constant_group_is_exact():
