@@ -24,7 +24,8 @@ text.
 Run: ``.venv/bin/python benchmarks/step_selection_ab.py --split heldout --natural 3 --output
 benchmarks/results/X.json`` (about 35 minutes on 2 CPU threads; ``--split '' --natural 3`` for the natural
 prompts alone; ``--split '' --genres 2 --new-tokens 128`` for the genres, per prompt; ``--only reference#0,guide#0``
-runs those prompts alone); ``--report X.json [Y.json ...]`` prints the markdown of one or more runs.
+runs those prompts alone; ``--drafter auto`` runs the whole hierarchy with the default level 0 instead of level 1
+alone); ``--report X.json [Y.json ...]`` prints the markdown of one or more runs.
 """
 
 from __future__ import annotations
@@ -57,10 +58,10 @@ MODES = {
 }
 
 
-def measure(model, ids, budget: int, mode: str, new: int = NEW) -> dict:
+def measure(model, ids, budget: int, mode: str, new: int = NEW, drafter: str = "none") -> dict:
     """One greedy call of ``new`` tokens; level 1's counts and the decoding and re-ranking times."""
     options = {"recent_window": budget - 16} if mode == "streaming" else MODES[mode]
-    cfg = TriForceConfig(retrieval_budget=budget, drafter="none", **options)
+    cfg = TriForceConfig(retrieval_budget=budget, drafter=drafter, **options)
     model.generate(ids, max_new_tokens=new, do_sample=False, triforce_config=cfg)
     st = hf_triforce.last_stats(model)
     secs, calls = st.phases.seconds, st.phases.calls
@@ -99,19 +100,26 @@ def genre_prompts(tokenizer, count: int, length: int) -> list[tuple[str, str, No
 
 
 def run(
-    split: str, output: str, modes: list[str], natural: int, genres: int = 0, new: int = NEW, only: str = ""
+    split: str,
+    output: str,
+    modes: list[str],
+    natural: int,
+    genres: int = 0,
+    new: int = NEW,
+    only: str = "",
+    drafter: str = "none",
 ) -> None:
     model, tokenizer = load_model(None)
     hf_triforce.enable(model)
     rows, start = [], time.time()
-    result = {"split": split, "machine": machine_info(), "command": _command(), "rows": rows}
+    result = {"split": split, "drafter": drafter, "machine": machine_info(), "command": _command(), "rows": rows}
     for name, kind, depth, ids in tasks(tokenizer, split, natural, genres, new):
         if only and name not in only.split(","):
             continue
         for budget in BUDGETS:
             for mode in modes + (["streaming"] if kind == "natural" else []):
                 row = dict(name=name, kind=kind, depth=depth, budget=budget, mode=mode)
-                rows.append(dict(row, **measure(model, ids, budget, mode, new)))
+                rows.append(dict(row, **measure(model, ids, budget, mode, new, drafter)))
         print(f"{name}: {time.time() - start:.0f} s", flush=True)
         json.dump(result, open(output, "w"), indent=1)
 
@@ -124,7 +132,7 @@ def report(paths: list[str]) -> str:
     copies = [r for r in rec["rows"] if r["kind"] != "natural"]
     where = f"the copy tasks ({rec['split']} split)" if copies else "natural text"
     lines = [
-        f"# Per-step re-selection on {where}, greedy, level 1 alone",
+        f"# Per-step re-selection on {where}, greedy, {_levels(rec.get('drafter', 'none'))}",
         "",
         device_line(rec),
         "",
@@ -149,6 +157,11 @@ def report(paths: list[str]) -> str:
         lines += _per_prompt(natural)
     lines += _costs(rec["rows"])
     return "\n".join(lines)
+
+
+def _levels(drafter: str) -> str:
+    """What ran: level 1 alone (``drafter="none"``), or the whole hierarchy with that level-0 drafter."""
+    return "level 1 alone" if drafter == "none" else f"drafter={drafter!r} (levels 0, 1 and 2)"
 
 
 def _keys(rows: list[dict]) -> set:
@@ -229,6 +242,9 @@ def main() -> None:
     parser.add_argument("--natural", type=int, default=0, help="natural continuations to add (streaming compared)")
     parser.add_argument("--genres", type=int, default=0, help="raw slices of each haystack to add (streaming compared)")
     parser.add_argument("--new-tokens", type=int, default=NEW, help="new tokens per call (the prompt: 6144 - this)")
+    parser.add_argument(
+        "--drafter", default="none", help="TriForceConfig.drafter (none: level 1 alone; auto: the default)"
+    )
     parser.add_argument("--only", default="", help="comma-separated prompt names to run (e.g. reference#0), or all")
     parser.add_argument("--report", nargs="+", help="JSON results to print as one markdown report")
     args = parser.parse_args()
@@ -236,7 +252,16 @@ def main() -> None:
         print(report(args.report))
         return
     torch.set_num_threads(args.threads)
-    run(args.split, args.output, args.modes.split(","), args.natural, args.genres, args.new_tokens, args.only)
+    run(
+        args.split,
+        args.output,
+        args.modes.split(","),
+        args.natural,
+        args.genres,
+        args.new_tokens,
+        args.only,
+        args.drafter,
+    )
 
 
 if __name__ == "__main__":
