@@ -32,7 +32,7 @@ import torch
 import hf_triforce
 from hf_triforce import TriForceConfig
 from hf_triforce.evaluation.bench.questions import prefill
-from hf_triforce.evaluation.bench.run import BenchOptions, _load_models, _prompt
+from hf_triforce.evaluation.bench.run import BenchOptions, bench_prompt, load_bench_models
 from hf_triforce.evaluation.bench.timed_run import measure
 from hf_triforce.evaluation.common.documents import read_document
 from hf_triforce.evaluation.common.generate_kwargs import generate_kwargs
@@ -76,9 +76,9 @@ def main() -> None:
     torch.set_num_threads(2)
     modes = args.modes.split(",")
     opts = BenchOptions(prompt_tokens=[args.prompt_tokens])
-    model, tokenizer, _ = _load_models(opts, args.prompt_tokens)
+    model, tokenizer, _ = load_bench_models(opts, args.prompt_tokens)
     hf_triforce.enable(model)
-    ids = _prompt(opts, tokenizer, read_document(None), args.prompt_tokens, context_limit(model), model)
+    ids = bench_prompt(opts, tokenizer, read_document(None), args.prompt_tokens, context_limit(model), model)
     cache, _ = prefill(model, ids[:, :-1])
     records = []
     for temperature in (float(t) for t in args.temperatures.split(",")):

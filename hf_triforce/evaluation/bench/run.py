@@ -94,13 +94,13 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
     if options.tp > 1:
         quiet_other_ranks()
     prompt_lengths = _checked_prompt_lengths(options)
-    model, tokenizer, assistant = _load_models(options, max(prompt_lengths))
+    model, tokenizer, assistant = load_bench_models(options, max(prompt_lengths))
     document = read_document(options.document) if tokenizer is not None else None
     limit = context_limit(model)
     grid = list(itertools.product(prompt_lengths, options.temperatures, options.budgets, options.drafters))
     rows, own, warm, quiet = [], [], False, not is_report_rank()
     for tokens, temperature, budget, drafter in tqdm(grid, desc="benchmark", unit="config", disable=quiet):
-        ids = _prompt(options, tokenizer, document, tokens, limit, model)
+        ids = bench_prompt(options, tokenizer, document, tokens, limit, model)
         config = _config(options, budget, drafter)
         kwargs = generate_kwargs(options.new_tokens, temperature, options.top_p, min_new_tokens=options.new_tokens)
         extra = {"assistant_model": assistant} if assistant is not None and drafter in ("auto", "model") else {}
@@ -148,7 +148,7 @@ def _batch_benchmark(options: BenchOptions, command: str) -> dict[str, Any]:
     bad = [name for name, hit in unsupported.items() if hit]
     if bad:
         raise TriForceConfigError(f"--batch-size {options.batch_size} does not go with {', '.join(bad)}.")
-    model, tokenizer, _ = _load_models(options, max(options.prompt_tokens))
+    model, tokenizer, _ = load_bench_models(options, max(options.prompt_tokens))
     enable(model)
     configs = [_config(options, b, d) for b, d in itertools.product(options.budgets, options.drafters)]
     if model.device.type == "cuda":  # before any generate(): the batch must fit beside the loaded weights
@@ -223,8 +223,14 @@ def _weight_bytes(model) -> int:
     return sum({p.data_ptr(): p.numel() * p.element_size() for p in shards}.values())
 
 
-def _load_models(options: BenchOptions, longest_prompt: int):
-    """``(target, tokenizer or None, assistant or None)`` on the requested device and dtype."""
+def load_bench_models(options: BenchOptions, longest_prompt: int):
+    """``(target, tokenizer or None, assistant or None)`` as ``hf-triforce bench`` loads them for ``options``: on the
+    requested device and dtype, sharded under ``--tp``, random weights of a ``--preset`` shape sized for
+    ``longest_prompt`` tokens and the new ones (no tokenizer then).
+
+    Example:
+        >>> model, tokenizer, assistant = load_bench_models(BenchOptions(), 4096)  # doctest: +SKIP
+    """
     dtype = getattr(torch, options.dtype) if options.dtype else None
     device = rank_device() if options.tp > 1 else options.device or "cpu"
     attn = preferred_attn_implementation(device, options.attn_implementation)
@@ -248,8 +254,14 @@ def _load_models(options: BenchOptions, longest_prompt: int):
     return model, tokenizer, assistant
 
 
-def _prompt(options: BenchOptions, tokenizer, document, tokens: int, limit, model) -> torch.LongTensor:
-    """The chat prompt about the document, or seeded random ids for a random-weights shape."""
+def bench_prompt(options: BenchOptions, tokenizer, document, tokens: int, limit, model) -> torch.LongTensor:
+    """``[1, tokens]`` prompt ids on ``model``'s device, as ``hf-triforce bench`` builds them: the chat prompt asking
+    ``options.question`` about ``document`` (at most ``limit`` tokens with the new ones), or seeded random ids when
+    ``tokenizer`` is None (a random-weights shape).
+
+    Example:
+        >>> ids = bench_prompt(BenchOptions(), tokenizer, read_document(None), 2048, 8192, model)  # doctest: +SKIP
+    """
     if tokenizer is None:
         generator = torch.Generator().manual_seed(options.seed)
         ids = torch.randint(0, model.config.vocab_size, (1, tokens), generator=generator)
