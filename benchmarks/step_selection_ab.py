@@ -149,8 +149,9 @@ def report(paths: list[str]) -> str:
         lines += _table(copies, budget, [(f"{d:g}", d) for d in depths], "worst depth") + [""]
     natural = [r for r in rec["rows"] if r["kind"] == "natural"]
     if natural:
-        genres = any(not r.get("name", "natural#").startswith("natural#") for r in natural)
-        what = "raw slices of the four haystacks" if genres else "continuations of the language reference"
+        sources = {r.get("name", "natural#").startswith("natural#") for r in natural}  # True: eval-drafts' prompts
+        what = " and ".join(["continuations of the language reference"] * (True in sources)
+                            + ["raw slices of the four haystacks"] * (False in sources))  # fmt: skip
         lines += [f"Natural text, {what} ({len(natural) // len(_keys(natural))} prompts; `streaming`: `recent_window "
                   "= budget - 16`, the sink chunk, one retrieved chunk and the window), pooled:", ""]  # fmt: skip
         lines += _table(natural, None, [(f"1/{CTX // b}", b) for b in BUDGETS], "worst") + [""]
@@ -193,7 +194,8 @@ def _per_prompt(rows: list[dict]) -> list[str]:
     modes = [m for m in MODES if any(r["mode"] == m for r in named)]
     if not named:
         return []
-    lines = ["Per prompt (`name#i`: slice i of that haystack; rejections in brackets):", ""]
+    lines = ["Per prompt (`natural#i`: the i-th continuation, `name#i`: slice i of that haystack; rejections in "
+             "brackets):", ""]  # fmt: skip
     lines += ["| prompt | budget | " + " | ".join(modes) + " |", "|---|---:|" + "---:|" * len(modes)]
     cells = {(r["name"], r["budget"], r["mode"]): r for r in named}
     for name in dict.fromkeys(r["name"] for r in named):
