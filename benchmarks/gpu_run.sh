@@ -29,7 +29,7 @@ CONTEXTS_8B=${CONTEXTS_8B:-32k,64k,128k}
 PREFILL_CHUNK=${PREFILL_CHUNK:-8192}
 CUDA_GRAPHS=${CUDA_GRAPHS:-auto}           # TriForceConfig.cuda_graphs for the level-0/1 steps; "off" if capture fails
 RESULTS=${OUT:-benchmarks/results}
-STEPS=${STEPS:-versions,tests,7b,8b,8b-no-triton,level0,8b-fp32,8b-step-selection}
+STEPS=${STEPS:-versions,tests,7b,8b,8b-no-triton,level0,8b-fp32,8b-direct,8b-step-selection}
 CONTEXTS_FP32=${CONTEXTS_FP32:-32k}
 mkdir -p "$RESULTS"
 LOG="$RESULTS/gpu-run.log"
@@ -62,6 +62,10 @@ want level0 && bench "$tag-level0" --preset "$PRESET_7B" --draft-preset "$DRAFT_
 # "identical" column may say "near-tie at N": hf_triforce.evaluation.common.divergence).
 want 8b-fp32 && bench "$tag-$PRESET_8B-fp32" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_FP32" --drafters none \
     --dtype float32
+# The baseline of 8b-step-selection below: the same level-1 direct forward without CUDA graphs, without
+# step_selection, so that the level-1 step's ms of the two runs differ by the re-ranking alone.
+want 8b-direct && bench "$tag-$PRESET_8B-direct" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" \
+    --drafters none --level1-forward direct --cuda-graphs off
 # TriForceConfig.step_selection (issue 18): its per-forward re-ranking ("reselect") against a level-1 step. It needs
 # level 1's direct forward, so no CUDA graphs.
 want 8b-step-selection && bench "$tag-$PRESET_8B-step-selection" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" \
