@@ -103,6 +103,11 @@ class ChunkSwapper:
     stays while it ranks within the top ``k + r`` (``r = int(hold * k)``) and only the best of the others enter:
     fewer chunks are copied per step.
 
+    On a GPU a step must not wait for it: with ``sync_free`` every shape is fixed (no ``nonzero``, no test of
+    whether anything arrived), so :meth:`reselect_layer` queues its work and returns at once. It then rewrites all
+    ``k`` middle slots of each KV head (a chunk that stays is copied onto itself) and returns the count of arrivals
+    as a 0-dim tensor; the view ends with the same chunks as without it.
+
     Args:
         view: the :class:`~hf_triforce.caches.view.RetrievalView` (batch 1) to keep re-selecting.
         indices: the per-layer ``[1, H_kv, S]`` token indices it was gathered from.
@@ -113,6 +118,9 @@ class ChunkSwapper:
         nominees: per-layer ``[1, H_kv, N]`` middle chunks (:func:`nominate`): only these are ranked (their keys
             copied once, here, then read at every step), the others score ``-inf``; a layer's ``None``: that layer is
             not re-ranked (:meth:`reselect_layer` copies nothing). ``None``: every layer ranks every chunk.
+        sync_free: never wait for the device (above); level 1 sets it on CUDA, where waiting for each layer's
+            queued work cost more than the re-ranking's own launches
+            (``benchmarks/results/h100-sync-free-*``, docs/benchmarks.md).
 
     Example:
         >>> swapper = ChunkSwapper(view, indices, 512, 64, 1, 0)  # doctest: +SKIP
@@ -130,6 +138,7 @@ class ChunkSwapper:
         rescore_candidates: int,
         hold: float = 0.0,
         nominees: list[torch.Tensor | None] | None = None,
+        sync_free: bool = False,
     ) -> None:
         self.view, self.source, self.length = view, view.source, view.source_length
         self.settings = (budget, recent_window, lookahead, rescore_candidates)
@@ -144,6 +153,8 @@ class ChunkSwapper:
         self.slot_of.scatter_(2, chunks, torch.arange(self.k, device=chunks.device).expand_as(chunks))
         self.nominees = None if nominees is None else [None if n is None else n[0] for n in nominees]  # [H_kv, N]
         self._nominee_keys = None if nominees is None else self._copy_nominees(nominees)
+        self.sync_free = sync_free
+        self._slot_heads = torch.arange(heads, device=chunks.device).repeat_interleave(self.k)  # [H_kv * k]
 
     @property
     def chunks(self) -> torch.Tensor:
@@ -152,20 +163,26 @@ class ChunkSwapper:
         ids = self.held.nonzero()[:, 2].view(layers, heads, self.k)  # each (layer, head) holds k chunks
         return torch.empty_like(ids).scatter_(2, self.slot_of.gather(2, ids), ids)
 
-    def reselect(self, queries: list[torch.Tensor]) -> int:
-        """Rank the chunks for per-layer ``[1, H_q, D]`` ``queries`` and swap the view's; returns chunks copied."""
+    def reselect(self, queries: list[torch.Tensor]) -> int | torch.Tensor:
+        """Rank the chunks for per-layer ``[1, H_q, D]`` ``queries`` and swap the view's; returns the chunks that
+        arrived (a 0-dim tensor with ``sync_free``)."""
         return sum(self.reselect_layer(i, query) for i, query in enumerate(queries))
 
-    def reselect_layer(self, layer: int, query: torch.Tensor) -> int:
+    def reselect_layer(self, layer: int, query: torch.Tensor) -> int | torch.Tensor:
         """Rank layer ``layer``'s chunks for ``query`` (``[1, H_q, D]``, or ``[1, H_q * m, D]`` for ``m`` queries
         per head, see :meth:`~hf_triforce.caches.retrieval.RetrievalCache.select_layer`) and swap that layer's
-        chunks; returns chunks copied. Level 1's direct forward calls it inside each layer, with the layer's own
-        query, just before attention."""
+        chunks; returns the chunks that arrived (with ``sync_free`` a 0-dim tensor: read it once the step is
+        done). Level 1's direct forward calls it inside each layer, with the layer's own query, just before
+        attention."""
         if self.nominees is not None:
-            return 0 if self.nominees[layer] is None else self._swap(layer, self._kept_nominees(layer, query))
+            return 0 if self.nominees[layer] is None else self._apply(layer, self._kept_nominees(layer, query))
         budget, window, lookahead, factor = self.settings
         scores = self.source.chunk_ranking(layer, query, budget, window, None, factor, self.length)
-        return self._swap(layer, self._kept(layer, scores[0]))
+        return self._apply(layer, self._kept(layer, scores[0]))
+
+    def _apply(self, layer: int, keep: torch.Tensor) -> int | torch.Tensor:
+        """Make layer ``layer`` hold the chunks ``keep`` marks (``[H_kv, C]``): :meth:`_rewrite` or :meth:`_swap`."""
+        return self._rewrite(layer, keep) if self.sync_free else self._swap(layer, keep)
 
     def _copy_nominees(self, nominees: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
         """Per layer, the nominated chunks' keys ``[1, H_kv, N * chunk_size, D]``, contiguous (``None`` where
@@ -210,7 +227,33 @@ class ChunkSwapper:
         self._copy(layer, head, slot, chunk)
         return int(chunk.numel())
 
+    def _rewrite(self, layer: int, keep: torch.Tensor) -> torch.Tensor:
+        """:meth:`_swap` in fixed shapes: each head's ``k`` kept chunks, arrivals first, go to the slots of the
+        chunks leaving (as many as arrive) and the others to their own slots; returns the arrivals, 0-dim."""
+        held, slot_of = self.held[layer], self.slot_of[layer]
+        kept = _marked_first(keep, self.k)  # [H_kv, k]: each head keeps exactly k
+        arriving = ~held.gather(1, kept)
+        order = _marked_first(arriving, self.k)
+        kept, arriving = kept.gather(1, order), arriving.gather(1, order)
+        leaving = _marked_first(held & ~keep, self.k)  # its first entries pair with the arrivals
+        slot = torch.where(arriving, slot_of.gather(1, leaving), slot_of.gather(1, kept))
+        slot_of.scatter_(1, kept, slot)
+        held.copy_(keep)
+        self._copy(layer, self._slot_heads, slot.flatten(), kept.flatten())
+        return arriving.sum()
+
     def _copy(self, layer: int, head: torch.Tensor, slot: torch.Tensor, chunk: torch.Tensor) -> None:
         """Copy chunks ``chunk`` of the source into middle slots ``slot`` of KV heads ``head`` (all ``[n]``)."""
         view, full = self.view.layers[layer].buffer, self.source.layers[layer].buffer
         view.copy_chunks(full, head, slot + 1, chunk, self.source.chunk_size)  # slot s sits after the sink chunk
+
+
+def _marked_first(mask: torch.Tensor, n: int) -> torch.Tensor:
+    """``[H, n]``: per row of ``mask`` (``[H, C]``, bool), the columns it marks, then the others, each in column
+    order; a fixed shape, whatever the count.
+
+    Example:
+        >>> _marked_first(torch.tensor([[False, True, False, True]]), 3).tolist()
+        [[1, 3, 0]]
+    """
+    return mask.to(torch.uint8).sort(dim=1, descending=True, stable=True).indices[:, :n]

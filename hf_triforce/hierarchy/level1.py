@@ -75,6 +75,17 @@ def step_selection(config: TriForceConfig, direct: bool) -> bool:
     return config.step_selection
 
 
+def swaps_without_waiting(model: torch.nn.Module) -> bool:
+    """Whether level 1's :class:`ChunkSwapper` re-ranks in fixed shapes, never waiting for the device
+    (``sync_free``): on CUDA, where waiting inside a layer stalls the queued forward.
+
+    Example:
+        >>> swaps_without_waiting(torch.nn.Linear(2, 2))
+        False
+    """
+    return next(model.parameters()).device.type == "cuda"
+
+
 class Level1Drafter:
     """Drafts level-1 tokens (with their processed scores) for the full-cache verification.
 
@@ -146,7 +157,7 @@ class Level1Drafter:
         self.direct = direct_decoder(model, weights) if direct else None
         self.step_selection = step_selection(config, direct)
         self.swapper: ChunkSwapper | None = None
-        self._reselect_seconds = 0.0  # the re-rankings of the level-1 forward in progress
+        self._reselect_seconds, self._swapped = 0.0, 0  # the re-rankings of the level-1 forward in progress
         self.stats.step_selection = self.step_selection
         self.int8 = int8_weight_copy(model) if weights == "int8" and self.direct is None else None
         self.stats.level1_weights = weights
@@ -250,26 +261,29 @@ class Level1Drafter:
     def _swapper(self, indices: list[torch.Tensor], nominees: list[torch.Tensor]) -> ChunkSwapper:
         """A :class:`ChunkSwapper` for the new view: each step ranks the refresh's nominees by their keys (a chunk's
         mean key loses what one of its tokens holds), and a held chunk stays while it ranks within the top
-        ``(1 + HOLD) k`` (fewer copies, the same acceptance)."""
+        ``(1 + HOLD) k`` (fewer copies, the same acceptance); on CUDA without waiting for the device."""
         cfg = self.config
         settings = (cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks, EVERY_CHUNK)
-        return ChunkSwapper(self.view, indices, *settings, hold=HOLD, nominees=nominees)
+        sync_free = swaps_without_waiting(self.model)
+        return ChunkSwapper(self.view, indices, *settings, hold=HOLD, nominees=nominees, sync_free=sync_free)
 
     def _reselect_layer(self, layer: int, query: torch.Tensor) -> None:
         """Inside a level-1 forward, before layer ``layer``'s attention: re-rank its chunks with its own post-RoPE
         queries ``[1, H_q, q, D]`` (all ``q`` of them: a chunk counts if any of them needs it)."""
         start = time.perf_counter()
-        self.stats.chunks_swapped += self.swapper.reselect_layer(layer, query.reshape(1, -1, query.shape[-1]))
+        self._swapped += self.swapper.reselect_layer(layer, query.reshape(1, -1, query.shape[-1]))
         self._reselect_seconds += time.perf_counter() - start
 
     def _direct_logits(self, inputs: torch.Tensor, position: int) -> torch.Tensor:
         """Level 1's direct forward; with step selection, each layer re-ranks its chunks first (the ``reselect``
-        phase: one call per forward, summed over its layers)."""
+        phase: one call per forward, summed over its layers; on CUDA the time to queue it, the forward waits for
+        nothing)."""
         if self.swapper is None:
             return self.direct.logits(inputs, position, self.view)
-        self._reselect_seconds = 0.0
+        self._reselect_seconds, self._swapped = 0.0, 0
         logits = self.direct.logits(inputs, position, self.view, self._reselect_layer)
         self.stats.phases.add("reselect", self._reselect_seconds)
+        self.stats.chunks_swapped += int(self._swapped)  # the forward is queued: reading it waits only as the logits do
         return logits
 
     def _new_view(self, indices: list[torch.Tensor]) -> RetrievalView | StaticRetrievalView:

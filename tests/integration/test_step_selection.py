@@ -15,6 +15,7 @@ import torch
 import hf_triforce
 from hf_triforce import TriForceConfig
 from hf_triforce.errors import TriForceConfigError
+from hf_triforce.hierarchy import level1
 
 pytestmark = pytest.mark.integration
 
@@ -34,6 +35,22 @@ def test_greedy_equals_plain_generate_and_chunks_are_swapped(
     assert stats.step_selection and stats.level1.drafted > 0
     assert stats.phases.calls.get("reselect", 0) > 0  # a re-ranking before level-1 steps
     assert stats.chunks_swapped > 0  # and the random model's queries moved chunks in
+
+
+def test_the_fixed_shape_swap_cuda_uses_gives_the_same_drafts(zoo, make_prompt, assert_greedy_equal, monkeypatch):
+    """On CUDA level 1 swaps chunks without waiting for the device (``ChunkSwapper(sync_free=True)``: fixed shapes,
+    every middle slot rewritten). Forced here on the CPU, it is lossless and, with the schedule fixed, drafts and
+    swaps exactly what the default way does: the same chunks arrive, whichever slots they take."""
+    model, prompt = zoo.target("llama_gqa"), make_prompt(160, seed=4)
+    cfg = TriForceConfig(step_selection=True, adaptive=False, **SMALL)
+    counts = {}
+    for sync_free in (False, True):
+        monkeypatch.setattr(level1, "swaps_without_waiting", lambda model, flag=sync_free: flag)
+        assert_greedy_equal(model, prompt, cfg, 40)
+        stats = hf_triforce.last_stats(model)
+        assert type(stats.chunks_swapped) is int
+        counts[sync_free] = (stats.chunks_swapped, stats.level1.drafted, stats.level1.accepted)
+    assert counts[True] == counts[False] and counts[True][0] > 0
 
 
 def test_off_by_default_and_nothing_is_re_ranked(llama, make_prompt):

@@ -359,21 +359,22 @@ def _queries(seed: int, layers: int = 2) -> list[torch.Tensor]:
     return [torch.randn(1, Q_HEADS, HEAD_DIM, generator=g) for _ in range(layers)]
 
 
-def _swapped_view(length: int, lookahead: int = 0, rescore: int = 0):
+def _swapped_view(length: int, lookahead: int = 0, rescore: int = 0, sync_free: bool = False):
     cache, full = _filled_cache(seed=length, length=length)
     settings = (SWAP_BUDGET, WINDOW, lookahead, rescore)
     indices = cache.select(_queries(1), SWAP_BUDGET, WINDOW, lookahead, rescore_candidates=rescore)
     view = cache.sparse_view(indices, extra_capacity=16)
-    return cache, full, view, ChunkSwapper(view, indices, *settings), indices
+    return cache, full, view, ChunkSwapper(view, indices, *settings, sync_free=sync_free), indices
 
 
 def _chunk_sets(indices: list[torch.Tensor]) -> list[list[set[int]]]:
     return [[set((idx[0, h] // CHUNK).tolist()) for h in range(idx.shape[1])] for idx in indices]
 
 
+@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
 @pytest.mark.parametrize("length,lookahead,rescore", [(200, 0, 0), (203, 1, 0), (400, 1, 2), (131, 2, 4)])
-def test_swapped_view_holds_the_fresh_selection(length, lookahead, rescore):
-    cache, full, view, swapper, _ = _swapped_view(length, lookahead, rescore)
+def test_swapped_view_holds_the_fresh_selection(length, lookahead, rescore, sync_free):
+    cache, full, view, swapper, _ = _swapped_view(length, lookahead, rescore, sync_free)
     new = _queries(2)
     copied = swapper.reselect(new)
     fresh = cache.select(new, SWAP_BUDGET, WINDOW, lookahead, rescore_candidates=rescore)
@@ -398,11 +399,12 @@ def test_swapped_view_holds_the_fresh_selection(length, lookahead, rescore):
     assert torch.equal(swapper.slot_of.gather(2, swapper.chunks), slots)
 
 
+@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
 @pytest.mark.parametrize("rescore", [0, 4, 32])
-def test_reselect_layer_swaps_that_layer_alone_to_its_fresh_selection(rescore):
+def test_reselect_layer_swaps_that_layer_alone_to_its_fresh_selection(rescore, sync_free):
     """What level 1's forward calls inside each layer: layer 0, ranked with three queries per head (a multi-token
     forward's), then holds exactly a fresh ``select_layer`` for them; layer 1 is untouched."""
-    cache, full, view, swapper, _ = _swapped_view(300, lookahead=1, rescore=rescore)
+    cache, full, view, swapper, _ = _swapped_view(300, lookahead=1, rescore=rescore, sync_free=sync_free)
     other = view.layers[1].buffer.keys.clone()
     queries = torch.randn(1, Q_HEADS * 3, HEAD_DIM, generator=_gen(11))
     assert swapper.reselect_layer(0, queries) > 0
@@ -416,10 +418,11 @@ def test_reselect_layer_swaps_that_layer_alone_to_its_fresh_selection(rescore):
     assert torch.equal(view.layers[1].buffer.keys, other)
 
 
+@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
 @pytest.mark.parametrize("hold", [2, 6])
-def test_held_chunks_within_hold_ranks_stay_and_the_best_others_fill_the_rest(hold):
+def test_held_chunks_within_hold_ranks_stay_and_the_best_others_fill_the_rest(hold, sync_free):
     cache, full, view, _, indices = _swapped_view(400)  # no look-ahead: it ties chunks, which topk breaks its way
-    swapper = ChunkSwapper(view, indices, SWAP_BUDGET, WINDOW, 0, 0, hold=hold / 5)  # k = 5 middle chunks
+    swapper = ChunkSwapper(view, indices, SWAP_BUDGET, WINDOW, 0, 0, hold=hold / 5, sync_free=sync_free)  # k = 5
     assert swapper.k == 5 and swapper.hold_ranks == hold
     before = [set(swapper.chunks[0, h].tolist()) for h in range(swapper.chunks.shape[1])]
     query = torch.randn(1, Q_HEADS, HEAD_DIM, generator=_gen(12))
@@ -470,12 +473,14 @@ def test_nominate_selects_by_keys_and_nominates_the_best_chunks_spread_forward(l
             assert all(spread[c] <= bar + 1e-4 for c in set(spread) - set(got))
 
 
+@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
 @pytest.mark.parametrize("hold", [0, 2])
-def test_swapper_with_nominees_keeps_the_nominees_whose_keys_rank_best(hold):
+def test_swapper_with_nominees_keeps_the_nominees_whose_keys_rank_best(hold, sync_free):
     cache, full = _filled_cache(seed=4, length=400)
     indices, nominees = nominate(cache, _queries(1), SWAP_BUDGET, WINDOW, 0, 3, reranked=1.0)
     view = cache.sparse_view(indices, extra_capacity=16)
-    swapper = ChunkSwapper(view, indices, SWAP_BUDGET, WINDOW, 0, 0, hold=hold / 5, nominees=nominees)
+    swapper = ChunkSwapper(view, indices, SWAP_BUDGET, WINDOW, 0, 0, hold=hold / 5, nominees=nominees,
+                           sync_free=sync_free)  # fmt: skip
     before = [set(swapper.chunks[0, h].tolist()) for h in range(KV_HEADS)]
     query = torch.randn(1, Q_HEADS, HEAD_DIM, generator=_gen(12))
     assert swapper.reselect_layer(0, query) > 0
@@ -506,24 +511,26 @@ def test_queries_of_several_positions_rank_each_chunk_by_its_best_logit_over_the
     assert not torch.equal(together, alone[0])
 
 
-def test_by_default_only_the_later_half_of_the_layers_is_re_ranked():
+@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
+def test_by_default_only_the_later_half_of_the_layers_is_re_ranked(sync_free):
     cache, _ = _filled_cache(seed=7, length=300, num_layers=4)
     indices, nominees = nominate(cache, _queries(1, layers=4), SWAP_BUDGET, WINDOW, 1)
     assert [n is None for n in nominees] == [True, True, False, False]
     view = cache.sparse_view(indices, extra_capacity=16)
-    swapper = ChunkSwapper(view, indices, SWAP_BUDGET, WINDOW, 1, EVERY_CHUNK, nominees=nominees)
+    swapper = ChunkSwapper(view, indices, SWAP_BUDGET, WINDOW, 1, EVERY_CHUNK, nominees=nominees, sync_free=sync_free)
     before = [layer.buffer.keys.clone() for layer in view.layers]
     copied = [swapper.reselect_layer(i, q) for i, q in enumerate(_queries(2, layers=4))]
     assert copied[:2] == [0, 0] and copied[2] > 0 and copied[3] > 0
     assert all(torch.equal(view.layers[i].buffer.keys, before[i]) for i in (0, 1))
 
 
-def test_swapper_nominating_every_chunk_holds_the_fresh_selection():
+@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
+def test_swapper_nominating_every_chunk_holds_the_fresh_selection(sync_free):
     """Nominees that are every middle chunk (and no look-ahead) rank as the every-chunk selection does."""
     cache, _ = _filled_cache(seed=6, length=300)
     indices, nominees = nominate(cache, _queries(1), SWAP_BUDGET, WINDOW, 0, 1 << 20, reranked=1.0)
     view = cache.sparse_view(indices, extra_capacity=16)
-    swapper = ChunkSwapper(view, indices, SWAP_BUDGET, WINDOW, 0, EVERY_CHUNK, nominees=nominees)
+    swapper = ChunkSwapper(view, indices, SWAP_BUDGET, WINDOW, 0, EVERY_CHUNK, nominees=nominees, sync_free=sync_free)
     new = _queries(9)
     swapper.reselect(new)
     fresh = cache.select(new, SWAP_BUDGET, WINDOW, 0, rescore_candidates=EVERY_CHUNK)
@@ -533,8 +540,9 @@ def test_swapper_nominating_every_chunk_holds_the_fresh_selection():
             assert set(swapper.chunks[layer, h].tolist()) == {c for c in chunks if 1 <= c <= candidates}
 
 
-def test_attention_over_swapped_view_equals_attention_by_hand_over_the_fresh_selection():
-    cache, full, view, swapper, _ = _swapped_view(300, lookahead=1)
+@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
+def test_attention_over_swapped_view_equals_attention_by_hand_over_the_fresh_selection(sync_free):
+    cache, full, view, swapper, _ = _swapped_view(300, lookahead=1, sync_free=sync_free)
     new = _queries(7)
     swapper.reselect(new)
     fresh = cache.select(new, SWAP_BUDGET, WINDOW, 1)
@@ -549,8 +557,9 @@ def test_attention_over_swapped_view_equals_attention_by_hand_over_the_fresh_sel
         torch.testing.assert_close(got.double(), ref, atol=1e-5, rtol=1e-5)
 
 
-def test_same_queries_copy_nothing_and_the_tail_is_untouched():
-    cache, full, view, swapper, indices = _swapped_view(250)
+@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
+def test_same_queries_copy_nothing_and_the_tail_is_untouched(sync_free):
+    cache, full, view, swapper, indices = _swapped_view(250, sync_free=sync_free)
     g = _gen(3)
     for layer in range(2):
         cache.update(*_kv(g, 5), layer)  # a verification appended 5 tokens
