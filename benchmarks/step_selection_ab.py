@@ -25,7 +25,9 @@ Run: ``.venv/bin/python benchmarks/step_selection_ab.py --split heldout --natura
 benchmarks/results/X.json`` (about 35 minutes on 2 CPU threads; ``--split '' --natural 3`` for the natural
 prompts alone; ``--split '' --genres 2 --new-tokens 128`` for the genres, per prompt; ``--only reference#0,guide#0``
 runs those prompts alone; ``--drafter auto`` runs the whole hierarchy with the default level 0 instead of level 1
-alone); ``--report X.json [Y.json ...]`` prints the markdown of one or more runs.
+alone; ``--fixed-schedule`` turns the planner off, ``adaptive=False``, so that every round drafts ``gamma2`` tokens
+whatever the timings: a rerun drafts the same positions, and a per-prompt difference between modes is the
+selection's, not the machine's); ``--report X.json [Y.json ...]`` prints the markdown of one or more runs.
 """
 
 from __future__ import annotations
@@ -58,10 +60,10 @@ MODES = {
 }
 
 
-def measure(model, ids, budget: int, mode: str, new: int = NEW, drafter: str = "none") -> dict:
+def measure(model, ids, budget: int, mode: str, new: int = NEW, drafter: str = "none", adaptive: bool = True) -> dict:
     """One greedy call of ``new`` tokens; level 1's counts and the decoding and re-ranking times."""
     options = {"recent_window": budget - 16} if mode == "streaming" else MODES[mode]
-    cfg = TriForceConfig(retrieval_budget=budget, drafter=drafter, **options)
+    cfg = TriForceConfig(retrieval_budget=budget, drafter=drafter, adaptive=adaptive, **options)
     model.generate(ids, max_new_tokens=new, do_sample=False, triforce_config=cfg)
     st = hf_triforce.last_stats(model)
     secs, calls = st.phases.seconds, st.phases.calls
@@ -108,18 +110,20 @@ def run(
     new: int = NEW,
     only: str = "",
     drafter: str = "none",
+    adaptive: bool = True,
 ) -> None:
     model, tokenizer = load_model(None)
     hf_triforce.enable(model)
     rows, start = [], time.time()
-    result = {"split": split, "drafter": drafter, "machine": machine_info(), "command": _command(), "rows": rows}
+    result = {"split": split, "drafter": drafter, "adaptive": adaptive, "machine": machine_info(),
+              "command": _command(), "rows": rows}  # fmt: skip
     for name, kind, depth, ids in tasks(tokenizer, split, natural, genres, new):
         if only and name not in only.split(","):
             continue
         for budget in BUDGETS:
             for mode in modes + (["streaming"] if kind == "natural" else []):
                 row = dict(name=name, kind=kind, depth=depth, budget=budget, mode=mode)
-                rows.append(dict(row, **measure(model, ids, budget, mode, new, drafter)))
+                rows.append(dict(row, **measure(model, ids, budget, mode, new, drafter, adaptive)))
         print(f"{name}: {time.time() - start:.0f} s", flush=True)
         json.dump(result, open(output, "w"), indent=1)
 
@@ -132,7 +136,8 @@ def report(paths: list[str]) -> str:
     copies = [r for r in rec["rows"] if r["kind"] != "natural"]
     where = f"the copy tasks ({rec['split']} split)" if copies else "natural text"
     lines = [
-        f"# Per-step re-selection on {where}, greedy, {_levels(rec.get('drafter', 'none'))}",
+        f"# Per-step re-selection on {where}, greedy, {_levels(rec.get('drafter', 'none'))}"
+        + ("" if rec.get("adaptive", True) else ", fixed schedule (`adaptive=False`: gamma2 drafts every round)"),
         "",
         device_line(rec),
         "",
@@ -248,6 +253,7 @@ def main() -> None:
         "--drafter", default="none", help="TriForceConfig.drafter (none: level 1 alone; auto: the default)"
     )
     parser.add_argument("--only", default="", help="comma-separated prompt names to run (e.g. reference#0), or all")
+    parser.add_argument("--fixed-schedule", action="store_true", help="adaptive=False: no timing-dependent planner")
     parser.add_argument("--report", nargs="+", help="JSON results to print as one markdown report")
     args = parser.parse_args()
     if args.report:
@@ -263,6 +269,7 @@ def main() -> None:
         args.new_tokens,
         args.only,
         args.drafter,
+        not args.fixed_schedule,
     )
 
 
