@@ -352,6 +352,8 @@ def test_view_memory_is_budget_plus_extra_capacity(length):
 # --------------------------------------------------------------------------------------------------------------
 
 SWAP_BUDGET, WINDOW, CHUNK = 64, 16, 8
+BOTH_SWAPS = pytest.mark.parametrize("sync_free", [False, True])
+"""Each swapper test runs both ways: ``ChunkSwapper._swap`` (the CPU's) and ``_rewrite`` (fixed shapes, for CUDA)."""
 
 
 def _queries(seed: int, layers: int = 2) -> list[torch.Tensor]:
@@ -371,7 +373,7 @@ def _chunk_sets(indices: list[torch.Tensor]) -> list[list[set[int]]]:
     return [[set((idx[0, h] // CHUNK).tolist()) for h in range(idx.shape[1])] for idx in indices]
 
 
-@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
+@BOTH_SWAPS
 @pytest.mark.parametrize("length,lookahead,rescore", [(200, 0, 0), (203, 1, 0), (400, 1, 2), (131, 2, 4)])
 def test_swapped_view_holds_the_fresh_selection(length, lookahead, rescore, sync_free):
     cache, full, view, swapper, _ = _swapped_view(length, lookahead, rescore, sync_free)
@@ -399,7 +401,7 @@ def test_swapped_view_holds_the_fresh_selection(length, lookahead, rescore, sync
     assert torch.equal(swapper.slot_of.gather(2, swapper.chunks), slots)
 
 
-@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
+@BOTH_SWAPS
 @pytest.mark.parametrize("rescore", [0, 4, 32])
 def test_reselect_layer_swaps_that_layer_alone_to_its_fresh_selection(rescore, sync_free):
     """What level 1's forward calls inside each layer: layer 0, ranked with three queries per head (a multi-token
@@ -418,7 +420,7 @@ def test_reselect_layer_swaps_that_layer_alone_to_its_fresh_selection(rescore, s
     assert torch.equal(view.layers[1].buffer.keys, other)
 
 
-@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
+@BOTH_SWAPS
 @pytest.mark.parametrize("hold", [2, 6])
 def test_held_chunks_within_hold_ranks_stay_and_the_best_others_fill_the_rest(hold, sync_free):
     cache, full, view, _, indices = _swapped_view(400)  # no look-ahead: it ties chunks, which topk breaks its way
@@ -473,7 +475,7 @@ def test_nominate_selects_by_keys_and_nominates_the_best_chunks_spread_forward(l
             assert all(spread[c] <= bar + 1e-4 for c in set(spread) - set(got))
 
 
-@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
+@BOTH_SWAPS
 @pytest.mark.parametrize("hold", [0, 2])
 def test_swapper_with_nominees_keeps_the_nominees_whose_keys_rank_best(hold, sync_free):
     cache, full = _filled_cache(seed=4, length=400)
@@ -511,7 +513,7 @@ def test_queries_of_several_positions_rank_each_chunk_by_its_best_logit_over_the
     assert not torch.equal(together, alone[0])
 
 
-@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
+@BOTH_SWAPS
 def test_by_default_only_the_later_half_of_the_layers_is_re_ranked(sync_free):
     cache, _ = _filled_cache(seed=7, length=300, num_layers=4)
     indices, nominees = nominate(cache, _queries(1, layers=4), SWAP_BUDGET, WINDOW, 1)
@@ -524,7 +526,7 @@ def test_by_default_only_the_later_half_of_the_layers_is_re_ranked(sync_free):
     assert all(torch.equal(view.layers[i].buffer.keys, before[i]) for i in (0, 1))
 
 
-@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
+@BOTH_SWAPS
 def test_swapper_nominating_every_chunk_holds_the_fresh_selection(sync_free):
     """Nominees that are every middle chunk (and no look-ahead) rank as the every-chunk selection does."""
     cache, _ = _filled_cache(seed=6, length=300)
@@ -540,7 +542,7 @@ def test_swapper_nominating_every_chunk_holds_the_fresh_selection(sync_free):
             assert set(swapper.chunks[layer, h].tolist()) == {c for c in chunks if 1 <= c <= candidates}
 
 
-@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
+@BOTH_SWAPS
 def test_attention_over_swapped_view_equals_attention_by_hand_over_the_fresh_selection(sync_free):
     cache, full, view, swapper, _ = _swapped_view(300, lookahead=1, sync_free=sync_free)
     new = _queries(7)
@@ -557,7 +559,7 @@ def test_attention_over_swapped_view_equals_attention_by_hand_over_the_fresh_sel
         torch.testing.assert_close(got.double(), ref, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("sync_free", [False, True])  # ChunkSwapper._swap, and _rewrite (fixed shapes, for CUDA)
+@BOTH_SWAPS
 def test_same_queries_copy_nothing_and_the_tail_is_untouched(sync_free):
     cache, full, view, swapper, indices = _swapped_view(250, sync_free=sync_free)
     g = _gen(3)
