@@ -13,7 +13,7 @@ import torch
 from .config import DRAFTERS, LEVEL1_WEIGHTS
 from .demo import DEFAULT_REPETITION_PENALTY, DemoOptions, run_demo
 from .errors import TriForceConfigError
-from .evaluation.bench.rank_figures import is_report_rank
+from .evaluation.bench.rank_figures import end_ranks, is_report_rank
 from .evaluation.bench.real_acceptance import parse_real_acceptance
 from .evaluation.bench.report import markdown_table, write_results
 from .evaluation.bench.run import BenchOptions, run_benchmark
@@ -280,15 +280,20 @@ def _run_bench(args: argparse.Namespace) -> int:
     if args.question:
         options.question = args.question
     results = run_benchmark(options, command="hf-triforce " + shlex.join(args.argv))
-    if not is_report_rank():  # tensor parallelism: rank 0 reports for every rank
-        return 0
+    if is_report_rank():  # tensor parallelism: rank 0 reports for every rank
+        _report_bench(results, args)
+    end_ranks()
+    return 0
+
+
+def _report_bench(results: dict, args: argparse.Namespace) -> None:
+    """Print the benchmark's table; write its results and plot where ``--output``/``--plot`` ask."""
     print(markdown_table(results))
     if args.output:
         for path in write_results(results, args.output):
             print(f"wrote {path}")
     if args.plot and "rows" in results:
         print(f"wrote {write_plot(results, args.plot)}")
-    return 0
 
 
 def _lengths(text: str) -> list[int | str]:

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import pytest
+import torch.distributed as dist
 
-from hf_triforce.evaluation.bench.rank_figures import attach_rank_figures, gather_rank_figures, same_text
+from hf_triforce.evaluation.bench.rank_figures import (
+    attach_rank_figures,
+    end_ranks,
+    gather_rank_figures,
+    same_text,
+)
 from hf_triforce.evaluation.bench.rank_report import rank_section
 from hf_triforce.evaluation.bench.tp_launch import (
     TensorParallelLaunchError,
@@ -68,3 +74,16 @@ def test_per_rank_figures_are_attached_and_tabled():
     table = [line for line in rank_section(results) if line.startswith("| 300 |")]
     assert table == [f"| 300 | 0.0 | {r} | 2.0 | 1.0 | 2.00x | 0.5 | 1.5 | 100 | 40 | yes |" for r in (0, 1)]
     assert not same_text([figures(0, [1, 2]), figures(1, [1, 3])])
+
+
+def test_the_benchmark_ends_its_process_group():
+    """``bench --tp N`` ends with :func:`end_ranks`: the group is destroyed (no rank exits with it alive); without a
+    group it does nothing."""
+    end_ranks()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        end_ranks()
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -4,7 +4,7 @@ Every rank runs the same rows (same prompt, same seed) on its shard of the weigh
 latencies and cache sizes (:func:`rank_figures`); :func:`gather_rank_figures` collects them on every rank (one
 ``all_gather_object`` of a few small dicts per row, after the timed runs) and :func:`attach_rank_figures` adds
 them to the results, with whether every rank produced the same text, which rank 0 then writes
-(:func:`is_report_rank`).
+(:func:`is_report_rank`); :func:`end_ranks` ends the process group once every rank is done.
 
 Example:
     >>> same_text([{"plain_new_tokens": [1, 2], "triforce_new_tokens": [1, 2]}] * 2)
@@ -35,6 +35,21 @@ def is_report_rank() -> bool:
         True
     """
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def end_ranks() -> None:
+    """End a tensor-parallel benchmark's process group once every rank is done (rank 0 with its report).
+
+    Each rank waits at a barrier, then destroys the group, so no rank exits with the group still alive (torch's
+    NCCL warns of leaked resources then, and a gloo rank can abort at interpreter teardown). Nothing to do without
+    a process group.
+
+    Example:
+        >>> end_ranks()  # no process group: a no-op
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def rank_figures(comparison: Comparison, prompt_tokens: int) -> dict[str, Any]:
