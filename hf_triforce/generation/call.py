@@ -11,7 +11,6 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from ..caches.streaming import StreamingLLMCache
 from ..config import TriForceConfig
 from ..hf.caches import callers_cache
-from ..hf.direct_forward import resolve_level1_forward
 from ..hf.distributed import RankConsensus, check_same_random_state
 from ..hf.generate import decoder_only_output, eos_token_ids
 from ..hf.linears import small_batch_linears
@@ -23,6 +22,7 @@ from ..hierarchy import (
     NGramDrafter,
     SuffixDrafter,
     level1_weights,
+    runs_direct_forward,
     step_selection,
 )
 from ..stats import TriForceStats
@@ -53,8 +53,7 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
     """
     config = as_config(triforce_config)
     check_cache_implementation(model, generate_kwargs)
-    forward = resolve_level1_forward(config.level1_forward, model)  # a direct forward it cannot run raises now
-    direct = forward == "direct" and config.cuda_graphs not in (True, "eager")  # static steps: transformers' forward
+    direct = runs_direct_forward(config, model)  # a direct forward or static steps it cannot run raise now
     level1_weights(config, model, direct)  # so do weights it cannot draft with
     step_selection(config, direct)  # and per-step re-selection without the direct forward
     assistant = generate_kwargs.pop("assistant_model", None)

@@ -10,7 +10,7 @@
 """
 
 from .drafter import Drafter
-from .level1 import Level1Drafter, level1_weights, step_selection
+from .level1 import Level1Drafter, level1_weights, runs_direct_forward, step_selection
 from .model_drafter import ModelDrafter
 from .ngram import NGramDrafter
 from .suffix import SuffixDrafter
@@ -22,5 +22,6 @@ __all__ = [
     "NGramDrafter",
     "SuffixDrafter",
     "level1_weights",
+    "runs_direct_forward",
     "step_selection",
 ]

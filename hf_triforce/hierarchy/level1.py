@@ -34,7 +34,44 @@ from .judge import judge_row
 from .model_drafter import ModelDrafter
 from .planner import Plan, Planner
 from .schedule import RefreshRule
-from .static_steps import RunnerSlot, StaticStepRunner, keep_runner, kept_runner, resolve_step_mode
+from .static_steps import (
+    RunnerSlot,
+    StaticStepRunner,
+    StepMode,
+    keep_runner,
+    kept_runner,
+    planned_step_mode,
+    resolve_step_mode,
+)
+
+
+def runs_direct_forward(config: TriForceConfig, model: torch.nn.Module, step_mode: StepMode | None = None) -> bool:
+    """Whether level 1 runs its :class:`~hf_triforce.hf.direct_forward.DirectDecoder` (on the dynamic-shape path
+    only) rather than the model's own forward: the one rule :class:`Level1Drafter` follows and the call's checks
+    before any work (:func:`~hf_triforce.generation.call.prepare_triforce_call`) ask.
+
+    ``step_mode``: how ``config.cuda_graphs`` resolved for ``model``
+    (:func:`~hf_triforce.hierarchy.static_steps.resolve_step_mode`); when ``None``, the mode it plans
+    (:func:`~hf_triforce.hierarchy.static_steps.planned_step_mode`: a mode the model cannot run is refused later,
+    by :class:`Level1Drafter`, or with a batch's other problems).
+
+    Raises:
+        UnsupportedDeviceError: ``level1_forward='direct'`` while the steps are static (``cuda_graphs='auto'`` on a
+            GPU resolves to CUDA graphs).
+
+    Example:
+        >>> runs_direct_forward(TriForceConfig(), torch.nn.Linear(2, 2))  # no decoder layers: transformers' forward
+        False
+    """
+    step_mode = planned_step_mode(config.cuda_graphs, model) if step_mode is None else step_mode
+    choice = config.level1_forward
+    if step_mode != "dynamic" and choice == "direct":
+        raise UnsupportedDeviceError(
+            f"TriForceConfig(level1_forward='direct') runs level 1 on the dynamic-shape path, but cuda_graphs="
+            f"{config.cuda_graphs!r} resolved to {step_mode!r} steps here: pass cuda_graphs=False, or "
+            "level1_forward='auto'."
+        )
+    return step_mode == "dynamic" and resolve_level1_forward(choice, model) == "direct"
 
 
 def level1_weights(config: TriForceConfig, model: torch.nn.Module, direct: bool) -> str:
@@ -152,7 +189,7 @@ class Level1Drafter:
         self._last_drafted = 0
         self.step_mode = resolve_step_mode(config.cuda_graphs, model, "target model")
         self.runner: StaticStepRunner | None = None
-        direct = self._runs_direct_forward()
+        direct = runs_direct_forward(config, model, self.step_mode)
         weights = level1_weights(config, model, direct)
         self.direct = direct_decoder(model, weights) if direct else None
         self.step_selection = step_selection(config, direct)
@@ -165,18 +202,6 @@ class Level1Drafter:
         if isinstance(drafter, ModelDrafter):
             draft_mode = resolve_step_mode(config.cuda_graphs, drafter.model, "draft model")
             drafter.use_static_steps(draft_mode, strict=config.cuda_graphs is True)
-
-    def _runs_direct_forward(self) -> bool:
-        """Whether level 1 runs its :class:`~hf_triforce.hf.direct_forward.DirectDecoder` (on the dynamic-shape path
-        only) rather than the model's own forward."""
-        choice = self.config.level1_forward
-        if self.step_mode != "dynamic" and choice == "direct":
-            raise UnsupportedDeviceError(
-                f"TriForceConfig(level1_forward='direct') runs level 1 on the dynamic-shape path, but cuda_graphs="
-                f"{self.config.cuda_graphs!r} resolved to {self.step_mode!r} steps here: pass cuda_graphs=False, or "
-                "level1_forward='auto'."
-            )
-        return self.step_mode == "dynamic" and resolve_level1_forward(choice, self.model) == "direct"
 
     def draft(self, input_ids: torch.LongTensor) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
         """Candidates ``[1, cur + g]`` for the full cache and the scores ``[1, g, V]`` they were drafted from.

@@ -116,13 +116,10 @@ def resolve_step_mode(setting: bool | str, model: torch.nn.Module, role: str = "
         return "eager"
     device = next(model.parameters()).device
     if setting == "auto":
-        if device.type != "cuda":
-            return "dynamic"
-        blockers = graph_blockers(model)
-        if blockers:
-            logger.info("CUDA graphs off for the %s: %s.", role, "; ".join(blockers))
-            return "dynamic"
-        return "graphs"
+        mode = planned_step_mode(setting, model)
+        if mode == "dynamic" and device.type == "cuda":
+            logger.info("CUDA graphs off for the %s: %s.", role, "; ".join(graph_blockers(model)))
+        return mode
     if device.type != "cuda":
         raise UnsupportedDeviceError(
             f"cuda_graphs=True needs the {role} on a CUDA device, but it is on {device}. Use cuda_graphs='auto' "
@@ -130,6 +127,23 @@ def resolve_step_mode(setting: bool | str, model: torch.nn.Module, role: str = "
         )
     _raise_if(graph_blockers(model), role, "cuda_graphs=True")
     return "graphs"
+
+
+def planned_step_mode(setting: bool | str, model: torch.nn.Module) -> StepMode:
+    """The step mode :func:`resolve_step_mode` gives ``setting`` where it does not raise, without checking whether
+    ``model`` can run it: what a check that only needs the mode asks (``"auto"``: ``"graphs"`` on CUDA when nothing
+    blocks capture).
+
+    Example:
+        >>> planned_step_mode(True, torch.nn.Linear(2, 2)), planned_step_mode("auto", torch.nn.Linear(2, 2))
+        ('graphs', 'dynamic')
+    """
+    if setting is False or setting == "eager":
+        return "dynamic" if setting is False else "eager"
+    if setting is True:
+        return "graphs"
+    on_cuda = next(model.parameters()).device.type == "cuda"
+    return "graphs" if on_cuda and not graph_blockers(model) else "dynamic"
 
 
 def _raise_if(blockers: list[str], role: str, what: str) -> None:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import DynamicCache
 
 import hf_triforce
+import hf_triforce.generation.call
+import hf_triforce.hierarchy.level1
 from hf_triforce import TriForceConfig
 from hf_triforce.errors import UnsupportedDeviceError, UnsupportedGenerationError
 from hf_triforce.hf.linears import int8_weight_copy
+from hf_triforce.hf.versions import cache_kwargs
 from hf_triforce.kernels.int8_linear import int8_kernel_available
 
 pytestmark = [
@@ -154,6 +158,45 @@ def test_direct_forward_options_are_refused_before_any_work_where_the_direct_for
     finally:
         handle.remove()
     assert not calls
+
+
+@pytest.mark.parametrize(
+    "option, error, match",
+    [
+        ({"level1_forward": "direct"}, UnsupportedDeviceError, "resolved to 'graphs'"),
+        ({"step_selection": True}, UnsupportedDeviceError, "step_selection"),
+        ({"level1_weights": "int4"}, UnsupportedDeviceError, "int4"),
+    ],
+    ids=["direct-forward", "step-selection", "int4"],
+)
+def test_graphs_chosen_by_auto_refuse_direct_forward_options_before_the_callers_cache_is_taken(
+    llama, make_prompt, monkeypatch, option, error, match
+):
+    """``cuda_graphs='auto'`` resolves to CUDA graphs on a GPU, where level 1 runs transformers' forward: an option
+    that needs the direct forward is refused by the call's first checks, before the full cache is built from the
+    caller's (here the planned step mode stands in for the GPU's, so the check runs on the CPU)."""
+    planned = hf_triforce.hierarchy.level1.planned_step_mode
+    monkeypatch.setattr(
+        hf_triforce.hierarchy.level1,
+        "planned_step_mode",
+        lambda setting, model: "graphs" if setting == "auto" else planned(setting, model),
+    )
+    built = []  # the full cache the call starts from: a copy of the caller's KV, the work the checks must precede
+    start = hf_triforce.generation.call.start_cache
+    monkeypatch.setattr(hf_triforce.generation.call, "start_cache", lambda *a: built.append(1) or start(*a))
+    prompt = make_prompt(40)
+    cache = DynamicCache(config=llama.config)
+    with torch.no_grad():
+        llama(input_ids=prompt[:, :30], use_cache=True, **cache_kwargs(cache))
+    calls = []
+    handle = llama.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(error, match=match):
+            llama.generate(prompt, max_new_tokens=4, do_sample=False, triforce_config=TriForceConfig(
+                cuda_graphs="auto", **option, **SMALL), **cache_kwargs(cache))  # fmt: skip
+    finally:
+        handle.remove()
+    assert not built and not calls and cache.get_seq_length() == 30
 
 
 def test_auto_falls_back_to_full_weights_where_int8_cannot_run(model_factory, make_prompt):
