@@ -138,8 +138,10 @@ def planned_step_mode(setting: bool | str, model: torch.nn.Module) -> StepMode:
         >>> planned_step_mode(True, torch.nn.Linear(2, 2)), planned_step_mode("auto", torch.nn.Linear(2, 2))
         ('graphs', 'dynamic')
     """
-    if setting is False or setting == "eager":
-        return "dynamic" if setting is False else "eager"
+    if setting is False:
+        return "dynamic"
+    if setting == "eager":
+        return "eager"
     if setting is True:
         return "graphs"
     on_cuda = next(model.parameters()).device.type == "cuda"
