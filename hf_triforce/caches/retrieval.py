@@ -105,11 +105,33 @@ class RetrievalCache(BufferedCache):
         (default: all; :class:`~hf_triforce.caches.chunk_swap.ChunkSwapper` re-selects at a view's own length).
 
         Chunk scoring runs as a Triton kernel on CUDA (:func:`hf_triforce.kernels.retrieval.chunk_scores`),
-        the pure-torch ``score_chunks`` otherwise; top-k and the token indices are torch either way.
+        the pure-torch ``score_chunks`` otherwise; top-k and the token indices are torch either way. In the plain
+        case (no ``slots``, no re-scoring) every layer is scored and ranked at once (:meth:`_select_stacked`).
         """
         length = self.get_seq_length() if length is None else length
+        if slots is None and not rescore_candidates and self._stackable(queries, budget, length):
+            return self._select_stacked(queries, budget, recent_window, lookahead, length)
         settings = (budget, recent_window, lookahead, slots, rescore_candidates, length)
         return [self.select_layer(i, query, *settings) for i, query in enumerate(queries)]
+
+    def _stackable(self, queries: list[torch.Tensor], budget: int, length: int) -> bool:
+        """Whether every layer has chunks to choose from, and its buffer and query the shapes of layer 0's."""
+        if length <= budget or not all(layer.is_initialized for layer in self.layers):
+            return False
+        shapes = {(layer.buffer.keys.shape, query.shape) for layer, query in zip(self.layers, queries, strict=True)}
+        return len(shapes) == 1
+
+    def _select_stacked(
+        self, queries: list[torch.Tensor], budget: int, recent_window: int, lookahead: int, length: int
+    ) -> list[torch.Tensor]:
+        """:meth:`select` by chunk means for all ``L`` layers at once, the same indices as layer by layer: the
+        layers' summaries stacked ``[L * B, H_kv, C, D]``, one scoring and one top-k. Per layer, the few operations
+        of a selection cost more than their arithmetic (SmolLM2's 30 layers at 7K tokens on 2 CPU threads: 8.2
+        -> 3.2 ms); on CUDA it is 3 launches in place of about ten per layer."""
+        summaries = torch.stack([layer.summaries() for layer in self.layers]).flatten(0, 1)
+        scores = chunk_scores(torch.stack(queries).flatten(0, 1), summaries)  # [L * B, H_kv, C]
+        indices = select_token_indices(scores, length, self.chunk_size, budget, recent_window, lookahead)
+        return list(indices.unflatten(0, (len(self.layers), -1)).unbind(0))
 
     def select_layer(
         self,

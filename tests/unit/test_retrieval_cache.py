@@ -221,6 +221,31 @@ def test_sparse_view_attention_equals_attention_by_hand(length, new):
     assert cache.get_seq_length() == length  # the view never writes to the full cache
 
 
+@pytest.mark.parametrize("rows,per_head,lookahead", [(1, 1, 0), (1, 3, 1), (2, 2, 2)])
+def test_select_of_every_layer_at_once_equals_layer_by_layer(rows, per_head, lookahead):
+    """``select`` scores and ranks the layers stacked (one scoring, one top-k): the same indices as ``select_layer``
+    layer by layer, for batch rows and several queries per head; a cache whose layers differ in length (mid-forward)
+    takes the per-layer path and still answers."""
+    g = _gen(rows * 10 + per_head)
+    layers, length, budget, window = 4, 211, 64, 16
+    cache = RetrievalCache(num_layers=layers, chunk_size=8)
+    for layer in range(layers):
+        cache.update(
+            torch.randn(rows, KV_HEADS, length, HEAD_DIM, generator=g),
+            torch.randn(rows, KV_HEADS, length, HEAD_DIM, generator=g),
+            layer,
+        )
+    queries = [torch.randn(rows, Q_HEADS * per_head, HEAD_DIM, generator=g) for _ in range(layers)]
+    stacked = cache.select(queries, budget, window, lookahead)
+    by_layer = [cache.select_layer(i, q, budget, window, lookahead) for i, q in enumerate(queries)]
+    assert all(torch.equal(a, b) for a, b in zip(stacked, by_layer, strict=True))
+    assert len({tuple(idx[0, 0].tolist()) for idx in stacked}) == layers  # the layers really chose differently
+
+    cache.update(*(torch.randn(rows, KV_HEADS, 8, HEAD_DIM, generator=g) for _ in range(2)), 0)  # layer 0 ahead
+    ahead = cache.select(queries, budget, window, lookahead, length=length)
+    assert all(torch.equal(a, b) for a, b in zip(ahead, by_layer, strict=True))
+
+
 def test_view_forward_equals_full_cache_forward_when_everything_fits():
     model = _tiny_llama()
     prompt = torch.randint(0, 128, (1, 200), generator=_gen(0))
