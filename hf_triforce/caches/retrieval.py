@@ -115,11 +115,13 @@ class RetrievalCache(BufferedCache):
         return [self.select_layer(i, query, *settings) for i, query in enumerate(queries)]
 
     def _stackable(self, queries: list[torch.Tensor], budget: int, length: int) -> bool:
-        """Whether every layer has chunks to choose from, and its buffer and query the shapes of layer 0's."""
+        """Whether every layer has chunks to choose from, and its buffer and query the shapes, dtypes and device of
+        layer 0's (a ``device_map`` over several devices keeps the per-layer path)."""
         if length <= budget or not all(layer.is_initialized for layer in self.layers):
             return False
-        shapes = {(layer.buffer.keys.shape, query.shape) for layer, query in zip(self.layers, queries, strict=True)}
-        return len(shapes) == 1
+        pairs = zip(self.layers, queries, strict=True)
+        kinds = {(layer.buffer.keys.shape, layer.buffer.keys.dtype, layer.buffer.keys.device) for layer, _ in pairs}
+        return len(kinds) == 1 and len({(query.shape, query.dtype, query.device) for query in queries}) == 1
 
     def _select_stacked(
         self, queries: list[torch.Tensor], budget: int, recent_window: int, lookahead: int, length: int

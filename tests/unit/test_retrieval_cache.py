@@ -246,6 +246,17 @@ def test_select_of_every_layer_at_once_equals_layer_by_layer(rows, per_head, loo
     assert all(torch.equal(a, b) for a, b in zip(ahead, by_layer, strict=True))
 
 
+def test_select_over_layers_on_several_devices_goes_layer_by_layer():
+    """A ``device_map`` over several devices puts layers' caches on different devices: they are not stacked (the
+    ``meta`` device stands in for a second GPU: it has shapes, no data)."""
+    cache = RetrievalCache(num_layers=2, chunk_size=8)
+    for layer, device in enumerate(("cpu", "meta")):
+        cache.update(*(torch.randn(1, KV_HEADS, 100, HEAD_DIM, device=device) for _ in range(2)), layer)
+    queries = [torch.randn(1, Q_HEADS, HEAD_DIM, device=device) for device in ("cpu", "meta")]
+    indices = cache.select(queries, 32, 8)
+    assert [idx.device.type for idx in indices] == ["cpu", "meta"] and indices[1].shape == indices[0].shape
+
+
 def test_view_forward_equals_full_cache_forward_when_everything_fits():
     model = _tiny_llama()
     prompt = torch.randint(0, 128, (1, 200), generator=_gen(0))
