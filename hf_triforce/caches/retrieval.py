@@ -4,59 +4,46 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.retrieval import chunk_means, chunk_scores
+from ..kernels.retrieval import chunk_scores
 from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
 from .selection import keys_scores, ranks_every_chunk, rescore, select_token_indices
 from .slots import SlotMask
+from .summaries import ChunkSummaries
 from .view import RetrievalView
 
 
 class RetrievalLayer(BufferedLayer):
-    """One layer of the full cache: keys/values in a growable buffer and lazily computed chunk means."""
+    """One layer of the full cache: keys/values in a growable buffer, and chunk means computed lazily, kept in the
+    cache's :class:`~hf_triforce.caches.summaries.ChunkSummaries` (every layer's side by side)."""
 
     def __init__(self, capacity: int = 0, chunk_size: int = 8) -> None:
         super().__init__(KVBuffer(capacity, align=chunk_size))
         self.chunk_size = chunk_size
-        self._summaries: torch.Tensor | None = None
-        self._n_summarized = 0
+        self.share_summaries(ChunkSummaries([self], chunk_size, capacity), 0)
+
+    def share_summaries(self, summaries: ChunkSummaries, index: int) -> None:
+        """Keep this layer's chunk means in ``summaries`` (a cache's, for all its layers), as layer ``index``."""
+        self._store, self._index = summaries, index
 
     def crop(self, tokens_to_remove: int) -> None:
         super().crop(tokens_to_remove)
-        self._n_summarized = min(self._n_summarized, self.buffer.length // self.chunk_size)
+        self._store.crop(self._index, self.buffer.length // self.chunk_size)
 
     def keep_rows(self, rows: torch.Tensor) -> None:
-        """Only the batch rows at ``rows`` remain (keys, values and chunk means)."""
+        """Only the batch rows at ``rows`` remain in the keys and values (the cache's ``keep_rows`` also keeps its
+        chunk means' rows)."""
         self.buffer.keep_rows(rows)
-        if self._summaries is not None:
-            self._summaries = self._summaries[rows]
         if self.keys is not None:
             self.keys, self.values = self.buffer.keys, self.buffer.values
 
     def reset(self) -> None:
         self.buffer.length = 0
-        self._n_summarized = 0
+        self._store.crop(self._index, 0)
 
     def summaries(self) -> torch.Tensor:
         """``[B, H_kv, L // chunk_size, D]`` chunk means, computing only chunks completed since last call."""
-        n = self.buffer.length // self.chunk_size
-        if self._summaries is None or self._summaries.shape[2] < n:
-            self._grow_summaries(n)
-        if self._n_summarized < n:
-            start = self._n_summarized * self.chunk_size
-            new = chunk_means(self.buffer.keys[:, :, start : n * self.chunk_size], self.chunk_size)
-            self._summaries[:, :, self._n_summarized : n] = new
-            self._n_summarized = n
-        return self._summaries[:, :, :n]
-
-    def _grow_summaries(self, n: int) -> None:
-        keys = self.buffer.keys
-        previous = 0 if self._summaries is None else self._summaries.shape[2]
-        capacity = max(n, 2 * previous, self.buffer.capacity // self.chunk_size + 1)  # doubling: amortized O(1)
-        grown = keys.new_empty((keys.shape[0], keys.shape[1], capacity, keys.shape[-1]))
-        if self._summaries is not None:
-            grown[:, :, : self._n_summarized] = self._summaries[:, :, : self._n_summarized]
-        self._summaries = grown
+        return self._store.layer(self._index)
 
 
 class RetrievalCache(BufferedCache):
@@ -80,7 +67,11 @@ class RetrievalCache(BufferedCache):
     """
 
     def __init__(self, num_layers: int, chunk_size: int = 8, capacity: int = 0) -> None:
-        super().__init__(layers=[RetrievalLayer(capacity, chunk_size) for _ in range(num_layers)])
+        layers = [RetrievalLayer(capacity, chunk_size) for _ in range(num_layers)]
+        self.summaries = ChunkSummaries(layers, chunk_size, capacity)  # every layer's chunk means, side by side
+        for i, layer in enumerate(layers):
+            layer.share_summaries(self.summaries, i)
+        super().__init__(layers=layers)
         self.chunk_size = chunk_size
 
     def select(
@@ -130,7 +121,10 @@ class RetrievalCache(BufferedCache):
         layers' summaries stacked ``[L * B, H_kv, C, D]``, one scoring and one top-k. Per layer, the few operations
         of a selection cost more than their arithmetic (SmolLM2's 30 layers at 7K tokens on 2 CPU threads: 8.2
         -> 3.2 ms); on CUDA it is 3 launches in place of about ten per layer."""
-        summaries = torch.stack([layer.summaries() for layer in self.layers]).flatten(0, 1)
+        n = min(layer.summaries().shape[2] for layer in self.layers)  # computes what each layer lacks
+        summaries = self.summaries.stacked(n)
+        if summaries is None:  # layers on several devices
+            summaries = torch.stack([layer.summaries()[:, :, :n] for layer in self.layers]).flatten(0, 1)
         scores = chunk_scores(torch.stack(queries).flatten(0, 1), summaries)  # [L * B, H_kv, C]
         indices = select_token_indices(scores, length, self.chunk_size, budget, recent_window, lookahead)
         return list(indices.unflatten(0, (len(self.layers), -1)).unbind(0))
@@ -190,6 +184,7 @@ class RetrievalCache(BufferedCache):
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Only the batch rows at ``rows`` (``[B']`` indices) remain."""
+        self.summaries.keep_rows(rows)
         for layer in self.layers:
             layer.keep_rows(rows)
 

@@ -204,7 +204,7 @@ def test_summaries_term_equals_the_retrieval_cache_allocation():
         states = torch.randn(1, cfg.num_key_value_heads, 200, cfg.hidden_size // cfg.num_attention_heads)
         cache.update(states, states, layer_idx=i)
         cache.layers[i].summaries()
-    allocated = sum(layer._summaries.nbytes for layer in cache.layers)  # the storage, not the filled part
+    allocated = cache.summaries.shared.nbytes  # the storage (every layer side by side), not the filled part
     assert allocated == summaries_bytes(cfg, context, 4, tc)
 
 

@@ -162,6 +162,52 @@ def test_crop_after_rejection_equals_never_seen(len_a, len_b):
     _assert_same_state(rolled, fresh)
 
 
+def test_every_layers_summaries_share_one_tensor_and_stack_without_a_copy():
+    """The layers' chunk means live side by side in one tensor: ``stacked`` is a view of it, equal to the layers'
+    own, and it grows (doubling) keeping what was computed."""
+    g = _gen(11)
+    cache = RetrievalCache(num_layers=3, chunk_size=8, capacity=0)
+    keys = [_kv(g, 40)[0] for _ in range(3)]
+    for layer in range(3):
+        cache.update(keys[layer], keys[layer], layer)
+    own = [layer.summaries() for layer in cache.layers]
+    stacked = cache.summaries.stacked(5)
+    assert stacked.data_ptr() == cache.summaries.shared.data_ptr()  # a view, not a copy
+    assert torch.equal(stacked, torch.cat(own)) and torch.equal(own[2], chunk_means(keys[2], 8))
+    more = [_kv(g, 100)[0] for _ in range(3)]
+    for layer in range(3):
+        cache.update(more[layer], more[layer], layer)  # 140 tokens: 17 chunks, past the first room
+        expected = chunk_means(torch.cat([keys[layer], more[layer]], dim=2), 8)
+        torch.testing.assert_close(cache.layers[layer].summaries(), expected, atol=1e-6, rtol=1e-6)
+    assert cache.summaries.shared.shape[3] >= 17
+
+
+def test_summaries_of_a_layer_summarized_before_the_others_existed_are_computed_again_when_shared():
+    """A layer summarized while the others held nothing keeps its own tensor until every layer exists; its chunk
+    means are then computed again into the shared one, not read from memory never written."""
+    g = _gen(12)
+    cache = RetrievalCache(num_layers=2, chunk_size=8, capacity=0)
+    k0, k1 = _kv(g, 24)[0], _kv(g, 24)[0]
+    cache.update(k0, k0, 0)
+    first = cache.layers[0].summaries().clone()
+    assert cache.summaries.shared is None
+    cache.update(k1, k1, 1)
+    assert torch.equal(cache.layers[1].summaries(), chunk_means(k1, 8)) and cache.summaries.shared is not None
+    assert torch.equal(cache.layers[0].summaries(), first)
+
+
+def test_keep_rows_keeps_the_rows_summaries_in_every_layer():
+    g = _gen(13)
+    cache = RetrievalCache(num_layers=2, chunk_size=8, capacity=0)
+    keys = [torch.randn(3, KV_HEADS, 32, HEAD_DIM, generator=g) for _ in range(2)]
+    for layer in range(2):
+        cache.update(keys[layer], keys[layer], layer)
+        cache.layers[layer].summaries()
+    cache.keep_rows(torch.tensor([2, 0]))
+    for layer in range(2):
+        assert torch.equal(cache.layers[layer].summaries(), chunk_means(keys[layer][[2, 0]], 8))
+
+
 def test_crop_across_chunk_boundary_then_append_recomputes_summaries():
     g = _gen(7)
     cache = RetrievalCache(num_layers=2, chunk_size=8, capacity=0)
@@ -255,6 +301,7 @@ def test_select_over_layers_on_several_devices_goes_layer_by_layer():
     queries = [torch.randn(1, Q_HEADS, HEAD_DIM, device=device) for device in ("cpu", "meta")]
     indices = cache.select(queries, 32, 8)
     assert [idx.device.type for idx in indices] == ["cpu", "meta"] and indices[1].shape == indices[0].shape
+    assert cache.summaries.shared is None  # each layer's chunk means on its own device
 
 
 def test_view_forward_equals_full_cache_forward_when_everything_fits():

@@ -36,7 +36,7 @@ Facts checked in the installed transformers (5.23) and torch sources:
 And in hf_triforce, whose capacities ``TriForceConfig`` derives (this model reads them from there): the
 generation loop (``generation/loop.py``) reserves ``TriForceConfig.full_cache_capacity(max_length)`` slots per
 layer up front (``KVBuffer.reserve`` allocates ``max(size, capacity)`` on the first append and doubles only past
-that, which ``max_length`` rules out); ``RetrievalLayer._grow_summaries`` allocates ``capacity // chunk_size + 1``
+that, which ``max_length`` rules out); ``ChunkSummaries._grow`` allocates ``capacity // chunk_size + 1``
 mean keys per layer and KV head on the first selection; ``Level1Drafter._new_view`` builds a new view of
 ``selected + TriForceConfig.view_extra_capacity`` slots while the previous one is still referenced (two views
 alive during a re-selection on the dynamic path; one fixed ``StaticRetrievalView`` of
