@@ -78,17 +78,23 @@ def nominate(
     """
     length, c = cache.get_seq_length(), cache.chunk_size
     k = chunk_layout(length, c, budget, recent_window)[2]
-    indices, nominees, first = [], [], len(queries) - round(reranked * len(queries))
+    first, layout = len(queries) - round(reranked * len(queries)), (length, c, budget, recent_window)
     extra = (factor - 1) * max(k, 1)  # ranks past the k-th
-    for layer, query in enumerate(queries):
-        scores = cache.chunk_ranking(layer, query, budget, recent_window, None, EVERY_CHUNK, length)
-        indices.append(select_token_indices(scores, length, c, budget, recent_window, lookahead))
-        nominees.append(
-            top_middle_chunks(scores, length, c, budget, recent_window, NOMINATION_LOOKAHEAD, extra)
-            if layer >= first
-            else None
-        )
-    return indices, nominees
+    scores = [
+        cache.chunk_ranking(i, q, budget, recent_window, None, EVERY_CHUNK, length) for i, q in enumerate(queries)
+    ]
+    indices = _per_layer(lambda s: select_token_indices(s, *layout, lookahead), scores)
+    chosen = _per_layer(lambda s: top_middle_chunks(s, *layout, NOMINATION_LOOKAHEAD, extra), scores[first:])
+    return indices, [None] * first + chosen
+
+
+def _per_layer(rank, scores: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``rank`` (a function of ``[B, H_kv, C]`` scores) of each layer's ``scores``: in one call over them stacked
+    where they share a shape and device (a few operations per layer cost more than their arithmetic), else one call
+    per layer."""
+    if len({(s.shape, s.device) for s in scores}) > 1:
+        return [rank(s) for s in scores]
+    return list(rank(torch.cat(scores)).split(scores[0].shape[0])) if scores else []
 
 
 class ChunkSwapper:
