@@ -20,7 +20,7 @@ class RetrievalLayer(BufferedLayer):
     def __init__(self, capacity: int = 0, chunk_size: int = 8) -> None:
         super().__init__(KVBuffer(capacity, align=chunk_size))
         self.chunk_size = chunk_size
-        self.share_summaries(ChunkSummaries([self], chunk_size, capacity), 0)
+        self.share_summaries(ChunkSummaries([self], chunk_size), 0)
 
     def share_summaries(self, summaries: ChunkSummaries, index: int) -> None:
         """Keep this layer's chunk means in ``summaries`` (a cache's, for all its layers), as layer ``index``."""
@@ -68,7 +68,7 @@ class RetrievalCache(BufferedCache):
 
     def __init__(self, num_layers: int, chunk_size: int = 8, capacity: int = 0) -> None:
         layers = [RetrievalLayer(capacity, chunk_size) for _ in range(num_layers)]
-        self.summaries = ChunkSummaries(layers, chunk_size, capacity)  # every layer's chunk means, side by side
+        self.summaries = ChunkSummaries(layers, chunk_size)  # every layer's chunk means, side by side
         for i, layer in enumerate(layers):
             layer.share_summaries(self.summaries, i)
         super().__init__(layers=layers)
@@ -119,8 +119,8 @@ class RetrievalCache(BufferedCache):
     ) -> list[torch.Tensor]:
         """:meth:`select` by chunk means for all ``L`` layers at once, the same indices as layer by layer: the
         layers' summaries stacked ``[L * B, H_kv, C, D]``, one scoring and one top-k. Per layer, the few operations
-        of a selection cost more than their arithmetic (SmolLM2's 30 layers at 7K tokens on 2 CPU threads: 8.2
-        -> 3.2 ms); on CUDA it is 3 launches in place of about ten per layer."""
+        of a selection cost more than their arithmetic (SmolLM2's 30 layers at 7K tokens, budget 512, 2 CPU threads:
+        12.0 -> 3.7 ms); on CUDA it is 3 launches in place of about ten per layer."""
         n = min(layer.summaries().shape[2] for layer in self.layers)  # computes what each layer lacks
         summaries = self.summaries.stacked(n)
         if summaries is None:  # layers on several devices

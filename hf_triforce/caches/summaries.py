@@ -17,9 +17,9 @@ class ChunkSummaries:
     """Chunk means of a cache's layers, computed lazily (only the chunks completed since the last call).
 
     Args:
-        layers: the cache's layers (each with a ``buffer`` whose ``keys`` are ``[B, H_kv, L, D]``).
+        layers: the cache's layers (each with a ``buffer`` whose ``keys`` are ``[B, H_kv, L, D]``; the first
+            allocation makes room for the chunks of its ``capacity``).
         chunk_size: tokens per chunk.
-        capacity: tokens per layer to make room for at the first allocation (the cache's capacity).
 
     Example:
         >>> from hf_triforce.caches.retrieval import RetrievalCache
@@ -32,8 +32,8 @@ class ChunkSummaries:
         torch.Size([2, 2, 2, 16])
     """
 
-    def __init__(self, layers: list, chunk_size: int = 8, capacity: int = 0) -> None:
-        self.layers, self.chunk_size, self.capacity = layers, chunk_size, capacity
+    def __init__(self, layers: list, chunk_size: int = 8) -> None:
+        self.layers, self.chunk_size = layers, chunk_size
         self.done = [0] * len(layers)  # complete chunks summarized, per layer
         self.per_layer: list[torch.Tensor | None] = [None] * len(layers)  # [B, H_kv, room, D] each
         self.shared: torch.Tensor | None = None  # [L, B, H_kv, room, D] when every layer lives in one place
@@ -67,10 +67,11 @@ class ChunkSummaries:
             self.per_layer = [None if t is None else t[rows] for t in self.per_layer]
 
     def _grow(self, index: int, n: int) -> None:
-        """Room for ``n`` chunk means in layer ``index`` (doubling: amortized O(1); at least the capacity's chunks),
+        """Room for ``n`` chunk means in layer ``index`` (doubling: amortized O(1); at least its buffer capacity's),
         keeping the ones computed; every layer's at once where they all live in one place."""
         old = self.per_layer[index]
-        room = max(n, 2 * (0 if old is None else old.shape[2]), self.capacity // self.chunk_size + 1)
+        capacity = self.layers[index].buffer.capacity
+        room = max(n, 2 * (0 if old is None else old.shape[2]), capacity // self.chunk_size + 1)
         if self.shared is not None or (old is None and self._one_place()):
             self._grow_shared(room)
             return
