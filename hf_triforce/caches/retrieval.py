@@ -106,13 +106,13 @@ class RetrievalCache(BufferedCache):
         return [self.select_layer(i, query, *settings) for i, query in enumerate(queries)]
 
     def _stackable(self, queries: list[torch.Tensor], budget: int, length: int) -> bool:
-        """Whether every layer has chunks to choose from, and its buffer and query the shapes, dtypes and device of
-        layer 0's (a ``device_map`` over several devices keeps the per-layer path)."""
-        if length <= budget or not all(layer.is_initialized for layer in self.layers):
+        """Whether every layer has chunks to choose from, lives where layer 0 does
+        (:meth:`~hf_triforce.caches.summaries.ChunkSummaries.one_place`: a ``device_map`` over several devices keeps
+        the per-layer path) and holds as many tokens, and the queries share one shape, dtype and device."""
+        if length <= budget or not self.summaries.one_place():
             return False
-        pairs = zip(self.layers, queries, strict=True)
-        kinds = {(layer.buffer.keys.shape, layer.buffer.keys.dtype, layer.buffer.keys.device) for layer, _ in pairs}
-        return len(kinds) == 1 and len({(query.shape, query.dtype, query.device) for query in queries}) == 1
+        one_length = len({layer.buffer.length for layer in self.layers}) == 1
+        return one_length and len({(query.shape, query.dtype, query.device) for query in queries}) == 1
 
     def _select_stacked(
         self, queries: list[torch.Tensor], budget: int, recent_window: int, lookahead: int, length: int
@@ -123,7 +123,7 @@ class RetrievalCache(BufferedCache):
         12.0 -> 3.7 ms); on CUDA it is 3 launches in place of about ten per layer."""
         n = min(layer.summaries().shape[2] for layer in self.layers)  # computes what each layer lacks
         summaries = self.summaries.stacked(n)
-        if summaries is None:  # layers on several devices
+        if summaries is None:  # each layer got its own tensor before they were all in one place
             summaries = torch.stack([layer.summaries()[:, :, :n] for layer in self.layers]).flatten(0, 1)
         scores = chunk_scores(torch.stack(queries).flatten(0, 1), summaries)  # [L * B, H_kv, C]
         indices = select_token_indices(scores, length, self.chunk_size, budget, recent_window, lookahead)

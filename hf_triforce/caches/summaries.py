@@ -72,7 +72,7 @@ class ChunkSummaries:
         old = self.per_layer[index]
         capacity = self.layers[index].buffer.capacity
         room = max(n, 2 * (0 if old is None else old.shape[2]), capacity // self.chunk_size + 1)
-        if self.shared is not None or (old is None and self._one_place()):
+        if self.shared is not None or (old is None and self.one_place()):
             self._grow_shared(room)
             return
         keys = self.layers[index].buffer.keys
@@ -92,7 +92,7 @@ class ChunkSummaries:
             self.done = [0] * len(self.layers)
         self._share(shared)
 
-    def _one_place(self) -> bool:
+    def one_place(self) -> bool:
         """Whether every layer is initialized and its keys have one device, dtype, batch, heads and head size."""
         if not all(layer.is_initialized for layer in self.layers):
             return False
