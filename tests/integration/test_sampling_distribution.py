@@ -36,6 +36,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import multiprocessing
+import os
 from unittest import mock
 
 import numpy as np
@@ -58,6 +60,10 @@ NUM_SAMPLES = 1000
 """Draws per sample (TriForce and plain, each)."""
 MIN_EXPECTED = 5
 """Continuations with an expected count below this are pooled into one bin (the usual chi-square rule)."""
+WORKERS = min(2, os.cpu_count() or 1)
+"""Processes that draw a sample's TriForce runs. Each run is seeded on its own (``torch.manual_seed(i)``), so the
+runs split over forked workers, one thread each, give the very sample one process gives: on CI's 2 cores the
+module takes half the time (it ran one thread on one core while the other waited)."""
 
 VOCAB = 8
 PROMPT_LENGTH = 100
@@ -158,14 +164,22 @@ class Sampler:
         return result
 
     def _triforce_runs(self, config, processors: dict, drafter: str, cached: int):
+        """The runs of ``TRIFORCE_SEEDS`` (split over :data:`WORKERS` processes): their codes and summed totals."""
+        parts = _in_workers(self._runs, (config, processors, drafter, cached), TRIFORCE_SEEDS)
+        totals = {name: sum(part[1][name] for part in parts) for name in parts[0][1]}
+        totals["reused_tokens"] = parts[0][1]["reused_tokens"]  # the same in every run
+        return np.concatenate([part[0] for part in parts]), totals
+
+    def _runs(self, config, processors: dict, drafter: str, cached: int, seeds: range):
+        """TriForce runs seeded with ``seeds`` (one call each): their codes and summed statistics."""
         assistant = self.draft if drafter in ("model", "auto") else None
         levels = ("level0", "level1", "level0_to_level2")
         totals = {f"{level}_{count}": 0 for level in levels for count in ("drafted", "accepted")}
-        totals["retrieval_refreshes"] = 0
+        totals["retrieval_refreshes"] = totals["reused_tokens"] = 0
         sequences = []
         prefix = self.prefilled(cached) if cached else None
         with torch.random.fork_rng(devices=[]):
-            for seed in TRIFORCE_SEEDS:
+            for seed in seeds:
                 torch.manual_seed(seed)
                 reuse = {} if prefix is None else {CACHE_ARG: copy.deepcopy(prefix)}
                 sequences.append(
@@ -193,6 +207,32 @@ class Sampler:
         with torch.no_grad():
             self.target(input_ids=self.prompt[:, :length], use_cache=True, **cache_kwargs(cache))
         return cache
+
+
+_JOB: tuple | None = None
+"""What the forked workers of :func:`_in_workers` run: ``(function, arguments)``, set before they fork."""
+
+
+def _in_workers(function, arguments: tuple, seeds: range) -> list:
+    """``function(*arguments, part)`` for :data:`WORKERS` contiguous parts of ``seeds``, in forked processes (they
+    inherit the models and any patch in force), in order; in this process when there is one worker."""
+    parts = [seeds[i * len(seeds) // WORKERS : (i + 1) * len(seeds) // WORKERS] for i in range(WORKERS)]
+    if WORKERS == 1:
+        return [function(*arguments, seeds)]
+    global _JOB
+    _JOB = (function, arguments)
+    try:
+        with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
+            return pool.map(_run_job, parts)
+    finally:
+        _JOB = None
+
+
+def _run_job(seeds: range):
+    """In a worker: the job of :func:`_in_workers` for ``seeds``, on one thread."""
+    torch.set_num_threads(1)
+    function, arguments = _JOB
+    return function(*arguments, seeds)
 
 
 @pytest.fixture(scope="module")
@@ -370,6 +410,32 @@ wrong rule scores). Moved once, recorded here."""
 BATCH_CASES = [({"temperature": 0.9, "top_k": 5}, "ngram"), ({"top_p": 0.8}, "none"), ({"temperature": 1.2}, "model")]
 
 
+def _batch_runs(target, batch, mask, config, kwargs: dict, seeds: range) -> tuple[torch.Tensor, dict[str, int]]:
+    """Batched TriForce calls seeded with ``seeds``: their ``[len(seeds) * rows, T]`` sequences and summed
+    statistics."""
+    rows, totals = [], {"level1_drafted": 0, "level1_accepted": 0, "refreshes": 0}
+    with torch.random.fork_rng(devices=[]):
+        for seed in seeds:
+            torch.manual_seed(seed)
+            rows.append(
+                target.generate(
+                    batch,
+                    attention_mask=mask,
+                    max_new_tokens=NEW_TOKENS,
+                    do_sample=True,
+                    pad_token_id=0,
+                    num_return_sequences=BATCH_COPIES,
+                    triforce_config=config,
+                    **kwargs,
+                )
+            )
+            stats = hf_triforce.last_stats(target)
+            totals["level1_drafted"] += stats.level1.drafted
+            totals["level1_accepted"] += stats.level1.accepted
+            totals["refreshes"] += stats.retrieval_refreshes
+    return torch.cat(rows), totals
+
+
 @pytest.mark.parametrize("processors, drafter", BATCH_CASES)
 def test_sampled_batch_rows_match_plain_generate(sampler, processors, drafter):
     """A left-padded batch of two prompts (100 and 80 tokens), each repeated by ``num_return_sequences``: the rows
@@ -379,29 +445,10 @@ def test_sampled_batch_rows_match_plain_generate(sampler, processors, drafter):
     mask = torch.ones_like(batch)
     mask[1, :20] = 0
     config = TriForceConfig(drafter=drafter, adaptive=False, **SPARSE)
-    rows, totals = [], {"level1_drafted": 0, "level1_accepted": 0, "refreshes": 0}
     assistant = {"assistant_model": sampler.draft} if drafter == "model" else {}
-    with torch.random.fork_rng(devices=[]):
-        for seed in BATCH_SEEDS:
-            torch.manual_seed(seed)
-            rows.append(
-                sampler.target.generate(
-                    batch,
-                    attention_mask=mask,
-                    max_new_tokens=NEW_TOKENS,
-                    do_sample=True,
-                    pad_token_id=0,
-                    num_return_sequences=BATCH_COPIES,
-                    triforce_config=config,
-                    **processors,
-                    **assistant,
-                )
-            )
-            stats = hf_triforce.last_stats(sampler.target)
-            totals["level1_drafted"] += stats.level1.drafted
-            totals["level1_accepted"] += stats.level1.accepted
-            totals["refreshes"] += stats.retrieval_refreshes
-    sequences = torch.cat(rows)
+    parts = _in_workers(_batch_runs, (sampler.target, batch, mask, config, {**processors, **assistant}), BATCH_SEEDS)
+    sequences = torch.cat([part[0] for part in parts])
+    totals = {name: sum(part[1][name] for part in parts) for name in parts[0][1]}
     first = sequences.view(-1, 2, BATCH_COPIES, sequences.shape[-1])[:, 0].reshape(-1, sequences.shape[-1])
     second = sequences.view(-1, 2, BATCH_COPIES, sequences.shape[-1])[:, 1].reshape(-1, sequences.shape[-1])
     plain_second = Sampler(sampler.target, None, short).plain(processors)

@@ -1,9 +1,9 @@
 """Every script in ``examples/`` runs on the real SmolLM2-135M-Instruct and prints what its docstring promises.
 
 Each runs as a subprocess (as a user would run it) with ``HF_TRIFORCE_EXAMPLE_SMALL=1``, which shrinks
-the document and the number of new tokens; all of them together take about 1.5 minutes on 2 CPU
-cores. A greedy TriForce output that differs from plain ``generate()`` fails the test through the
-promised ``... True`` / ``identical text: yes`` lines.
+the document and the number of new tokens; two at a time, one thread each (:data:`WORKERS`). A greedy
+TriForce output that differs from plain ``generate()`` fails the test through the promised ``... True`` /
+``identical text: yes`` lines.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,10 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TIMEOUT_S = 240
+WORKERS = min(2, os.cpu_count() or 1)
+"""Examples run at once, each on one thread (two threads each oversubscribe 2 cores: 5.4 min instead of 1.9). A
+script spends about 10 s importing and loading the model on one core; one at a time, on all cores, the examples took
+2.3 min of the suite."""
 
 # script -> regular expressions that must each match a line of its stdout
 PROMISES: dict[str, list[str]] = {
@@ -64,13 +69,26 @@ def test_every_example_is_covered():
     assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(PROMISES)
 
 
-@pytest.mark.parametrize("script", sorted(PROMISES))
-def test_example_runs_and_prints_its_promise(script, smollm2):
-    """``smollm2`` makes sure the safetensors cache exists before the subprocesses load it."""
-    env = {**os.environ, "HF_TRIFORCE_EXAMPLE_SMALL": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(
+@pytest.fixture(scope="module")
+def example_runs(smollm2) -> dict[str, Future]:
+    """Every example started, :data:`WORKERS` at a time: script -> its finished process (a future).
+
+    ``smollm2`` makes sure the safetensors cache exists before the subprocesses load it."""
+    with ThreadPoolExecutor(WORKERS) as pool:
+        yield {script: pool.submit(_run, script) for script in sorted(PROMISES)}
+
+
+def _run(script: str) -> subprocess.CompletedProcess:
+    threads = {"OMP_NUM_THREADS": "1"} if WORKERS > 1 else {}
+    env = {**os.environ, "HF_TRIFORCE_EXAMPLE_SMALL": "1", "TOKENIZERS_PARALLELISM": "false", **threads}
+    return subprocess.run(
         [sys.executable, str(EXAMPLES / script)], capture_output=True, text=True, env=env, timeout=TIMEOUT_S
     )
+
+
+@pytest.mark.parametrize("script", sorted(PROMISES))
+def test_example_runs_and_prints_its_promise(script, example_runs):
+    proc = example_runs[script].result()
     assert proc.returncode == 0, f"{script} exited with {proc.returncode}\n--- stderr ---\n{proc.stderr[-4000:]}"
     for promise in PROMISES[script]:
         assert re.search(promise, proc.stdout, re.MULTILINE), (
