@@ -38,6 +38,7 @@ import copy
 import math
 import multiprocessing
 import os
+from concurrent.futures import ProcessPoolExecutor
 from unittest import mock
 
 import numpy as np
@@ -222,8 +223,9 @@ def _in_workers(function, arguments: tuple, seeds: range) -> list:
     global _JOB
     _JOB = (function, arguments)
     try:
-        with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
-            return pool.map(_run_job, parts)
+        # A worker that dies raises BrokenProcessPool here (multiprocessing.Pool would wait for it forever).
+        with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("fork")) as pool:
+            return list(pool.map(_run_job, parts))
     finally:
         _JOB = None
 
