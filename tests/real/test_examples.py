@@ -70,12 +70,18 @@ def test_every_example_is_covered():
 
 
 @pytest.fixture(scope="module")
-def example_runs(smollm2) -> dict[str, Future]:
-    """Every example started, :data:`WORKERS` at a time: script -> its finished process (a future).
+def example_runs(request, smollm2) -> dict[str, Future]:
+    """The examples this session tests (``-k`` may deselect some), started :data:`WORKERS` at a time: script -> its
+    finished process (a future).
 
     ``smollm2`` makes sure the safetensors cache exists before the subprocesses load it."""
+    selected = {
+        item.callspec.params["script"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == test_example_runs_and_prints_its_promise.__name__
+    }
     with ThreadPoolExecutor(WORKERS) as pool:
-        yield {script: pool.submit(_run, script) for script in sorted(PROMISES)}
+        yield {script: pool.submit(_run, script) for script in sorted(selected)}
 
 
 def _run(script: str) -> subprocess.CompletedProcess:
