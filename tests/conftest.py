@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # One thread per xdist worker, in its subprocesses too: with torch's default (a thread per core) two workers
+    # fought over CI's 2 cores and ran the suite slower than one process did.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -61,10 +61,10 @@ NUM_SAMPLES = 1000
 """Draws per sample (TriForce and plain, each)."""
 MIN_EXPECTED = 5
 """Continuations with an expected count below this are pooled into one bin (the usual chi-square rule)."""
-WORKERS = min(2, os.cpu_count() or 1)
+WORKERS = 1 if "PYTEST_XDIST_WORKER" in os.environ else min(2, os.cpu_count() or 1)
 """Processes that draw a sample's TriForce runs. Each run is seeded on its own (``torch.manual_seed(i)``), so the
-runs split over forked workers, one thread each, give the very sample one process gives: on CI's 2 cores the
-module takes half the time (it ran one thread on one core while the other waited)."""
+runs split over forked workers, one thread each, give the very sample one process gives: run alone, this module
+takes half the time on 2 cores. 1 in a pytest-xdist worker (``make test``), whose workers already share the cores."""
 
 VOCAB = 8
 PROMPT_LENGTH = 100

@@ -21,10 +21,10 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TIMEOUT_S = 240
-WORKERS = min(2, os.cpu_count() or 1)
-"""Examples run at once, each on one thread (two threads each oversubscribe 2 cores: 5.4 min instead of 1.9). A
-script spends about 10 s importing and loading the model on one core; one at a time, on all cores, the examples took
-2.3 min of the suite."""
+WORKERS = 1 if "PYTEST_XDIST_WORKER" in os.environ else min(2, os.cpu_count() or 1)
+"""Examples run at once, each on one thread: a script spends about 10 s importing and loading the model on one
+core (two threads each oversubscribe 2 cores: 5.4 min instead of 1.9). 1 in a pytest-xdist worker (``make
+test``), whose workers already share the cores."""
 
 # script -> regular expressions that must each match a line of its stdout
 PROMISES: dict[str, list[str]] = {
@@ -80,6 +80,8 @@ def example_runs(request, smollm2) -> dict[str, Future]:
         for item in request.session.items
         if getattr(item, "originalname", None) == test_example_runs_and_prints_its_promise.__name__
     }
+    if WORKERS == 1:  # each test runs its script (under xdist a worker's session lists tests other workers run)
+        selected = set()
     with ThreadPoolExecutor(WORKERS) as pool:
         yield {script: pool.submit(_run, script) for script in sorted(selected)}
 
@@ -94,7 +96,7 @@ def _run(script: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("script", sorted(PROMISES))
 def test_example_runs_and_prints_its_promise(script, example_runs):
-    proc = example_runs[script].result()
+    proc = example_runs[script].result() if script in example_runs else _run(script)
     assert proc.returncode == 0, f"{script} exited with {proc.returncode}\n--- stderr ---\n{proc.stderr[-4000:]}"
     for promise in PROMISES[script]:
         assert re.search(promise, proc.stdout, re.MULTILINE), (
