@@ -217,9 +217,9 @@ _JOB: tuple | None = None
 def _in_workers(function, arguments: tuple, seeds: range) -> list:
     """``function(*arguments, part)`` for :data:`WORKERS` contiguous parts of ``seeds``, in forked processes (they
     inherit the models and any patch in force), in order; in this process when there is one worker."""
-    parts = [seeds[i * len(seeds) // WORKERS : (i + 1) * len(seeds) // WORKERS] for i in range(WORKERS)]
     if WORKERS == 1:
         return [function(*arguments, seeds)]
+    parts = [seeds[i * len(seeds) // WORKERS : (i + 1) * len(seeds) // WORKERS] for i in range(WORKERS)]
     global _JOB
     _JOB = (function, arguments)
     try:
