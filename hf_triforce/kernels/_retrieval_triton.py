@@ -113,8 +113,9 @@ def gather_kv_kernel(
 def compiled_kernels(interpret: bool) -> SimpleNamespace:
     """The kernels jitted for one mode (``interpret`` must equal ``triton.knobs.runtime.interpret`` now)."""
     del interpret  # the cache key: triton.jit reads the mode itself
-    # the chunk and slot counts change as the context grows: no recompilation on their divisibility by 16
+    # the chunk and slot counts change as the context grows: no recompilation on their divisibility by 16; nor on
+    # the scores' strides, which are multiples of the chunk count (each variant compiled inside a refresh: ~1 s)
     return SimpleNamespace(
-        score=triton.jit(score_chunks_kernel, do_not_specialize=["n_chunks"]),
+        score=triton.jit(score_chunks_kernel, do_not_specialize=["n_chunks", "stride_ob", "stride_oh"]),
         gather=triton.jit(gather_kv_kernel, do_not_specialize=["n_slots"]),
     )

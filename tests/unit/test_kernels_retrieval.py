@@ -112,6 +112,37 @@ def test_score_kernel_on_real_chunk_means():
     _assert_scores_close(kr.score_chunks_triton(query, summaries), query, summaries)
 
 
+def test_score_kernel_compiles_one_variant_for_every_chunk_count(monkeypatch):
+    """No integer argument that Triton specializes (on being 1 or a multiple of 16) changes its class with the chunk
+    count, so the compiled kernel does not recompile as the context grows. Specialized, the scores' strides (multiples
+    of the count) made Triton compile three variants, 0.67-0.93 s each on an H200, inside a refresh
+    (``benchmarks/results/h200-stacked-gpu-run.log``). The arguments are read from two real launches, an odd count
+    and a multiple of 16; the summaries' strides (multiples of ``head_dim``, 128) stay specialized, for aligned
+    loads."""
+    launches = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **constexprs: launches.append(args)
+
+    monkeypatch.setattr(kr, "_kernels", lambda: SimpleNamespace(score=Recorder()))
+    g = _gen(6)
+    for n_chunks in (683, 4096):  # odd; a multiple of 16
+        kr.score_chunks_triton(torch.randn(2, 32, 128, generator=g), torch.randn(2, 8, n_chunks, 128, generator=g))
+    monkeypatch.delenv("TRITON_INTERPRET")
+    from hf_triforce.kernels._retrieval_triton import compiled_kernels
+
+    params = compiled_kernels.__wrapped__(False).score.params  # the compiled-mode kernel, outside the mode cache
+    first, second = launches
+    specialized = [i for i, arg in enumerate(first) if isinstance(arg, int) and not params[i].do_not_specialize]
+
+    def variant(value: int) -> tuple[bool, bool]:
+        return value == 1, value % 16 == 0
+
+    assert [params[i].name for i in specialized if variant(first[i]) != variant(second[i])] == []
+    assert {params[i].name for i in specialized} >= {"stride_sb", "stride_sh", "head_dim"}  # still specialized
+
+
 def test_score_kernel_rejects_bad_shapes_and_cpu_without_interpreter(monkeypatch):
     with pytest.raises(ValueError, match="incompatible"):
         kr.score_chunks_triton(torch.randn(1, 5, 8), torch.randn(1, 2, 3, 8))  # 5 query heads, 2 KV heads
