@@ -1,0 +1,149 @@
+"""The chunk-scoring kernel against a candidate that does 1/16 of its multiply-adds: for the next GPU lease.
+
+On an H200 the package's ``score_chunks_triton`` scored 16,384 chunks of every layer of the Llama-3.1-8B shape
+(``[32 layers, 8 KV heads, 16384, 128]`` bf16, 1.07 GB) in 3.3 ms, about 330 GB/s, 7 % of the bandwidth, and most
+of the 5.1 ms default refresh at 128K (``docs/benchmarks.md``, second H200 run). Its ``tl.dot`` multiplies each
+``[BLOCK_C, D]`` summary tile with the grouped query repeated over 16 columns (``tl.dot``'s smallest N), in float32
+``ieee`` precision, which Hopper runs on its CUDA cores: 16 times the multiply-adds the scores need. The candidate
+(``rowsum``) multiplies the tile by the query row and sums each row (``tl.sum``), the same float32 products and
+one float32 sum per score, so the same error bound holds; it tries ``BLOCK_C`` 64/128 and 4/8 warps.
+
+Each variant is checked against float64 scores (the unit tests' bound, ``tests/unit/test_kernels_retrieval.py``)
+before it is timed (``triton.testing.do_bench``, median ms), beside torch's own ``score_chunks`` (einsum in the input
+dtype). Not a package kernel until it is measured: adopt the fastest correct variant in
+``hf_triforce.kernels._retrieval_triton`` (it must then call only Triton builtins, see that module) if it wins.
+
+Run on a GPU (about a minute; ``STEPS=score-ab bash benchmarks/gpu_run.sh`` does it)::
+
+    python benchmarks/score_kernel_ab.py --output $OUT/score-kernel-ab.json
+
+On the CPU, the correctness check alone under Triton's interpreter (small shapes, no timing)::
+
+    TRITON_INTERPRET=1 python benchmarks/score_kernel_ab.py --device cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+
+import torch
+
+from hf_triforce.evaluation.common.machine import machine_info
+from hf_triforce.kernels import retrieval as kr
+
+# (name, rows = layers x batch, query heads, KV heads, chunks, head dim): the stacked refresh's one launch
+SHAPES = {
+    "cuda": [("8b-32k", 32, 32, 8, 4096, 128), ("8b-128k", 32, 32, 8, 16384, 128), ("7b-64k", 32, 32, 32, 8192, 128)],
+    "cpu": [("small", 2, 6, 2, 130, 64), ("smollm2", 30, 9, 3, 97, 64)],
+}
+VARIANTS = [(64, 4), (64, 8), (128, 4), (128, 8)]  # (BLOCK_C, num_warps) of the candidate
+EPS32 = torch.finfo(torch.float32).eps
+
+
+@functools.cache
+def rowsum_kernel():
+    """The candidate, jitted on first use (after ``TRITON_INTERPRET`` is read)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit(do_not_specialize=["n_chunks", "stride_ob", "stride_oh"])
+    def kernel(
+        q_ptr, s_ptr, out_ptr, kv_heads, n_chunks, head_dim,
+        stride_qb, stride_qh, stride_qd, stride_sb, stride_sh, stride_sc, stride_sd, stride_ob, stride_oh, stride_oc,
+        GROUP: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
+    ):  # fmt: skip
+        pid_bh = tl.program_id(0)
+        pid_c = tl.program_id(1)
+        b = (pid_bh // kv_heads).to(tl.int64)
+        h = (pid_bh % kv_heads).to(tl.int64)
+        offs_d = tl.arange(0, BLOCK_D)
+        mask_d = offs_d < head_dim
+        q_row = q_ptr + b * stride_qb + (h * GROUP) * stride_qh + offs_d * stride_qd
+        grouped = tl.zeros([BLOCK_D], tl.float32)
+        for g in tl.static_range(GROUP):
+            grouped += tl.load(q_row + g * stride_qh, mask=mask_d, other=0.0).to(tl.float32)
+        offs_c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+        mask_c = offs_c < n_chunks
+        s_ptrs = s_ptr + b * stride_sb + h * stride_sh + offs_c[:, None] * stride_sc + offs_d[None, :] * stride_sd
+        s = tl.load(s_ptrs, mask=mask_c[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
+        scores = tl.sum(s * grouped[None, :], axis=1)
+        tl.store(out_ptr + b * stride_ob + h * stride_oh + offs_c * stride_oc, scores, mask=mask_c)
+
+    return kernel
+
+
+def score_rowsum(query: torch.Tensor, summaries: torch.Tensor, block_c: int, num_warps: int) -> torch.Tensor:
+    """``[B, H_kv, C]`` float32 scores of the candidate (``score_chunks_triton``'s contract)."""
+    import triton
+
+    b, hq, d = query.shape
+    hkv, n_chunks = summaries.shape[1], summaries.shape[2]
+    out = torch.empty((b, hkv, n_chunks), dtype=torch.float32, device=summaries.device)
+    grid = (b * hkv, triton.cdiv(n_chunks, block_c))
+    rowsum_kernel()[grid](
+        query, summaries, out, hkv, n_chunks, d, *query.stride(), *summaries.stride(), *out.stride(),
+        GROUP=hq // hkv, BLOCK_C=block_c, BLOCK_D=triton.next_power_of_2(d), num_warps=num_warps,
+    )  # fmt: skip
+    return out
+
+
+def max_error_over_bound(got: torch.Tensor, query: torch.Tensor, summaries: torch.Tensor) -> float:
+    """Largest ``|got - float64 truth| / bound`` (the unit tests' float32 bound); at most 1 is correct."""
+    group, d = query.shape[1] // summaries.shape[1], query.shape[-1]
+    truth = kr.score_chunks(query.double(), summaries.double())
+    bound = (group + d) * EPS32 * kr.score_chunks(query.double().abs(), summaries.double().abs())
+    return float(((got.double() - truth).abs() / bound.clamp_min(1e-300)).max())
+
+
+def timed_ms(fn, device: str) -> float | None:
+    if device != "cuda":
+        return None
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def run(device: str) -> list[dict]:
+    """One row per shape and kernel: error over bound, median ms, GB/s of summaries read."""
+    return [row for shape in SHAPES[device] for row in shape_rows(device, *shape)]
+
+
+def shape_rows(device: str, name: str, rows: int, hq: int, hkv: int, chunks: int, d: int) -> list[dict]:
+    """Every kernel at one shape, then torch's einsum (timed only)."""
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    g = torch.Generator(device=device).manual_seed(0)
+    query = torch.randn(rows, hq, d, device=device, generator=g).to(dtype)
+    summaries = torch.randn(rows, hkv, chunks, d, device=device, generator=g).to(dtype)
+    gb = summaries.numel() * summaries.element_size() / 1e9
+    kernels = {"package": functools.partial(kr.score_chunks_triton, query, summaries)}
+    kernels |= {f"rowsum-c{c}-w{w}": functools.partial(score_rowsum, query, summaries, c, w) for c, w in VARIANTS}
+    out = []
+    for label, fn in kernels.items():
+        ms = timed_ms(fn, device)
+        out.append({"shape": name, "kernel": label, "error_over_bound": max_error_over_bound(fn(), query, summaries),
+                    "ms": ms, "gb_per_s": None if ms is None else gb / ms * 1e3})  # fmt: skip
+        print(out[-1], flush=True)
+    ms = timed_ms(functools.partial(kr.score_chunks, query, summaries), device)
+    out.append({"shape": name, "kernel": "torch einsum", "error_over_bound": None, "ms": ms,
+                "gb_per_s": None if ms is None else gb / ms * 1e3})  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--output", default="score-kernel-ab.json")
+    args = parser.parse_args()
+    rows = run(args.device)
+    with open(args.output, "w") as f:
+        json.dump({"command": " ".join(["python", *sys.argv]), "machine": machine_info(), "rows": rows}, f, indent=1)
+    bad = [r for r in rows if r["error_over_bound"] is not None and r["error_over_bound"] > 1]
+    if bad:
+        raise SystemExit(f"{len(bad)} kernel(s) outside the float32 error bound: {bad}")
+
+
+if __name__ == "__main__":
+    main()
