@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import statistics
 import time
 import warnings
 from collections.abc import Iterator
@@ -158,6 +159,7 @@ class PhaseTimes:
 
     seconds: dict[str, float] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
+    durations: dict[str, list[float]] = field(default_factory=dict)  # each call's seconds: the median and largest
 
     @contextlib.contextmanager
     def measure(self, phase: str) -> Iterator[None]:
@@ -181,14 +183,26 @@ class PhaseTimes:
         """
         self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
         self.calls[phase] = self.calls.get(phase, 0) + 1
+        self.durations.setdefault(phase, []).append(seconds)
 
     def to_dict(self) -> dict[str, dict[str, float]]:
-        """``{phase: {"seconds": total, "calls": n, "ms_per_call": mean}}``."""
-        phases = {
-            k: {"seconds": v, "calls": self.calls[k], "ms_per_call": 1e3 * v / self.calls[k]}
-            for k, v in self.seconds.items()
-        }
-        return AliasedDict(phases, PHASE_ALIASES, "phase")
+        """``{phase: {"seconds": total, "calls": n, "ms_per_call": mean, "ms_median": median, "ms_max": largest}}``.
+
+        The median and the largest call tell a phase's usual call from a one-off inside it (a Triton kernel
+        compiled, a CUDA graph captured, the allocator growing), which the mean mixes in.
+
+        Example:
+            >>> times = PhaseTimes()
+            >>> for seconds in (1.0, 0.004, 0.006): times.add("refresh", seconds)
+            >>> {k: round(v, 1) for k, v in times.to_dict()["refresh"].items()}
+            {'seconds': 1.0, 'calls': 3, 'ms_per_call': 336.7, 'ms_median': 6.0, 'ms_max': 1000.0}
+        """
+        return AliasedDict({k: self._phase_dict(k) for k in self.seconds}, PHASE_ALIASES, "phase")
+
+    def _phase_dict(self, phase: str) -> dict[str, float]:
+        total, calls, each = self.seconds[phase], self.calls[phase], self.durations[phase]
+        return {"seconds": total, "calls": calls, "ms_per_call": 1e3 * total / calls,
+                "ms_median": 1e3 * statistics.median(each), "ms_max": 1e3 * max(each)}  # fmt: skip
 
 
 @dataclass

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hf_triforce import TriForceStats
-from hf_triforce.evaluation.common.formatting import acceptances, per_token_acceptance
-from hf_triforce.stats import LEVEL_ALIASES, PHASE_ALIASES, AliasedDict, LevelStats, upgrade_stats_dicts
+from hf_triforce.evaluation.common.formatting import acceptances, per_token_acceptance, phase_cell
+from hf_triforce.stats import LEVEL_ALIASES, PHASE_ALIASES, AliasedDict, LevelStats, PhaseTimes, upgrade_stats_dicts
 
 pytestmark = pytest.mark.unit
 
@@ -25,6 +25,22 @@ def _stats() -> TriForceStats:
         with stats.phases.measure(phase):
             pass
     return stats
+
+
+def test_a_one_off_call_moves_the_mean_not_the_median():
+    """On an H200 a refresh's mean was 36 ms over 28 calls while its usual call took 5 ms (one kernel compile
+    inside the timed call): each phase keeps every call, and a table cell shows the median beside such a mean."""
+    times = PhaseTimes()
+    for ms in [1000.0] + [5.0] * 27:
+        times.add("refresh", ms / 1e3)
+    for ms in [10.0, 11.0, 9.0]:
+        times.add("level1", ms / 1e3)
+    refresh, level1 = times.to_dict()["refresh"], times.to_dict()["level1"]
+    assert refresh["ms_per_call"] == pytest.approx(1135 / 28) and refresh["ms_median"] == pytest.approx(5.0)
+    assert refresh["ms_max"] == pytest.approx(1000.0) and refresh["calls"] == 28
+    assert phase_cell(refresh) == "40.5 (28; median 5.0)"
+    assert phase_cell(level1) == "10.0 (3)"  # no slow call: the mean alone, as before
+    assert phase_cell({"calls": 2, "ms_per_call": 40.0}) == "40.0 (2)"  # recorded before medians were kept
 
 
 def test_to_dict_uses_the_level_vocabulary_only():

@@ -91,7 +91,9 @@ def _phase_section(rows: list[dict[str, Any]]) -> list[str]:
         "",
         "## Where the time goes",
         "",
-        "Milliseconds per call (calls in brackets). A level-1 step runs the target over the retrieval view "
+        "Milliseconds per call, the mean (calls in brackets, and the median where a few slow calls lift the mean "
+        "above 1.5 times it: a kernel compiled or a graph captured inside the timed call). "
+        "A level-1 step runs the target over the retrieval view "
         "(1 + level-0 drafts tokens); a verification runs it over the full cache (gamma2 + 1 tokens). "
         "Bytes read per forward (bandwidth model, DESIGN.md section 5): weights + the KV it attends to.",
         "",

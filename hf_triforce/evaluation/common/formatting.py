@@ -101,11 +101,22 @@ def phase_ms(phase: dict[str, Any] | None, missing: float = float("nan")) -> flo
     return phase["ms_per_call"] if phase and phase["calls"] else missing
 
 
+SLOW_CALLS = 1.5
+"""A phase's cell adds its median when its mean is more than this many times the median (a few slow calls)."""
+
+
 def phase_cell(phase: dict[str, Any] | None) -> str:
-    """A table cell ``"ms per call (calls)"`` of a phase, or ``-`` if it never ran.
+    """A table cell ``"ms per call (calls)"`` of a phase (the mean), or ``-`` if it never ran; ``"(calls; median
+    ms)"`` when a few slow calls lift the mean above ``SLOW_CALLS`` times the median (older results have no median).
 
     Example:
         >>> phase_cell({"calls": 4, "ms_per_call": 2.5}), phase_cell(None)
         ('2.5 (4)', '-')
+        >>> phase_cell({"calls": 28, "ms_per_call": 36.2, "ms_median": 5.1})
+        '36.2 (28; median 5.1)'
     """
-    return MISSING if not phase or not phase["calls"] else f"{phase['ms_per_call']:.1f} ({phase['calls']})"
+    if not phase or not phase["calls"]:
+        return MISSING
+    mean, median = phase["ms_per_call"], phase.get("ms_median")
+    slow = median is not None and mean > SLOW_CALLS * median
+    return f"{mean:.1f} ({phase['calls']}{f'; median {median:.1f}' if slow else ''})"
