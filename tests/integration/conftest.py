@@ -180,6 +180,21 @@ def model_factory() -> Callable[..., torch.nn.Module]:
     return build_model
 
 
+@pytest.fixture(scope="session")
+def self_draft_config() -> Callable[..., hf_triforce.TriForceConfig]:
+    """A factory of the configuration the self-drafting tests share: 8-token chunks, a ``budget``-token view with 16
+    recent tokens, level 0 drafting 3 tokens with a StreamingLLM cache of ``budget`` tokens (4 sinks), level 1 8;
+    ``overrides`` replace any of it. With the target as its own draft model and a budget that holds the whole
+    context, every draft is accepted."""
+
+    def make(budget: int, **overrides) -> hf_triforce.TriForceConfig:
+        shared = dict(chunk_size=8, retrieval_budget=budget, recent_window=16, gamma1=3, gamma2=8, drafter="model",
+                      draft_cache_budget=budget, draft_sinks=4)  # fmt: skip
+        return hf_triforce.TriForceConfig(**{**shared, **overrides})
+
+    return make
+
+
 @pytest.fixture
 def runners(monkeypatch) -> list[static_steps.StaticStepRunner]:
     """Every ``StaticStepRunner`` built during the test, to check which steps ran on the static path."""

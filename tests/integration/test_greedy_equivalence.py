@@ -106,20 +106,16 @@ def test_gammas(zoo, llama, make_prompt, assert_greedy_equal, drafter, gamma1, g
 
 
 @pytest.mark.parametrize("gamma1,gamma2", [(1, 1), (2, 5), (3, 8)])
-def test_gammas_with_full_acceptance(llama, make_prompt, assert_greedy_equal, gamma1, gamma2):
+def test_gammas_with_full_acceptance(llama, make_prompt, assert_greedy_equal, self_draft_config, gamma1, gamma2):
     """Target as its own level-0 drafter and a budget holding everything: every draft is accepted."""
     prompt = make_prompt(50, seed=gamma2)
-    cfg = TriForceConfig(
-        chunk_size=8,
-        retrieval_budget=256,
-        recent_window=16,
+    cfg = self_draft_config(
+        256,
         gamma1=gamma1,
         gamma2=gamma2,
         level1_weights="full",  # level 1 = level 2 up to float noise (the int8 copy would reject a few)
         adaptive=False,  # the fixed schedule's mechanics
-        drafter="model",
         draft_cache_budget=512,
-        draft_sinks=4,
     )
     assert_greedy_equal(llama, prompt, cfg, 37, assistant_model=llama)
     stats = hf_triforce.last_stats(llama)
@@ -202,23 +198,14 @@ def first_new_token_at(output: torch.Tensor, prompt_length: int, index: int) -> 
     "setting",
     ["self_draft", "full_budget_ngram", "sparse_ngram", "sparse_model", "self_draft_late"],
 )
-def test_eos_inside_a_draft(zoo, llama, make_prompt, assert_greedy_equal, setting):
+def test_eos_inside_a_draft(zoo, llama, make_prompt, assert_greedy_equal, self_draft_config, setting):
     prompt = make_prompt(60, seed=11)
     max_new = 48
     plain = llama.generate(prompt, max_new_tokens=max_new, do_sample=False)
     eos, at = first_new_token_at(plain, prompt.shape[1], 20 if setting == "self_draft_late" else 9)
     if setting.startswith("self_draft"):
-        cfg = TriForceConfig(
-            chunk_size=8,
-            retrieval_budget=256,
-            recent_window=16,
-            gamma1=3,
-            gamma2=8,
-            drafter="model",
-            draft_cache_budget=256,
-            draft_sinks=4,
-            adaptive=False,  # every round drafts: the planner's timing may otherwise choose plain steps
-        )
+        # every round drafts (adaptive=False): the planner's timing may otherwise choose plain steps
+        cfg = self_draft_config(256, adaptive=False)
         assistant = llama
     elif setting == "full_budget_ngram":
         cfg, assistant = TriForceConfig(chunk_size=8, retrieval_budget=256, recent_window=16, drafter="ngram"), None
@@ -236,20 +223,10 @@ def test_eos_inside_a_draft(zoo, llama, make_prompt, assert_greedy_equal, settin
 
 
 @pytest.mark.parametrize("max_new", [1, 2, 3, 5, 7, 11, 13])
-def test_max_new_tokens_inside_a_draft(llama, make_prompt, assert_greedy_equal, max_new):
+def test_max_new_tokens_inside_a_draft(llama, make_prompt, assert_greedy_equal, self_draft_config, max_new):
     """gamma2 (8) larger than max_new_tokens, and max_new_tokens not a multiple of the accepted length."""
     prompt = make_prompt(33, seed=max_new)
-    cfg = TriForceConfig(
-        chunk_size=8,
-        retrieval_budget=128,
-        recent_window=16,
-        gamma1=3,
-        gamma2=8,
-        drafter="model",
-        draft_cache_budget=128,
-        draft_sinks=4,
-        level1_weights="full",  # every level agrees only when level 1 runs the target's own weights
-    )
+    cfg = self_draft_config(128, level1_weights="full")  # every level agrees only with the target's own weights
     out = assert_greedy_equal(llama, prompt, cfg, max_new, assistant_model=llama)
     assert out.shape[1] == 33 + max_new
     stats = hf_triforce.last_stats(llama)

@@ -227,28 +227,10 @@ def test_text_iterator_streamer_same_output(llama, llama_draft, tokenizer, draft
     assert tri_text  # something was generated
 
 
-@pytest.mark.parametrize(
-    "cfg,assistant",
-    [
-        (CFG, None),
-        (
-            TriForceConfig(
-                chunk_size=8,
-                retrieval_budget=256,
-                recent_window=16,
-                gamma1=3,
-                gamma2=8,
-                drafter="model",
-                draft_cache_budget=256,
-                draft_sinks=4,
-            ),
-            "self",
-        ),
-    ],
-    ids=["sparse_ngram", "self_draft_full_acceptance"],
-)
-def test_streamer_receives_exactly_the_new_tokens(llama, tokenizer, cfg, assistant):
+@pytest.mark.parametrize("setting", ["sparse_ngram", "self_draft_full_acceptance"])
+def test_streamer_receives_exactly_the_new_tokens(llama, tokenizer, self_draft_config, setting):
     """The prompt first, then every new token once, in order, then one ``end()`` — as with plain generate()."""
+    cfg, assistant = (CFG, None) if setting == "sparse_ngram" else (self_draft_config(256), "self")
     ids = encode(tokenizer, PROMPTS[0])
     plain, tri = RecordingStreamer(), RecordingStreamer()
     expected = llama.generate(ids, max_new_tokens=21, do_sample=False, streamer=plain)
@@ -267,23 +249,14 @@ def test_streamer_receives_exactly_the_new_tokens(llama, tokenizer, cfg, assista
     assert streamed == got[0, ids.shape[1] :].tolist()
 
 
-def test_streamer_stops_at_eos(llama, tokenizer):
+def test_streamer_stops_at_eos(llama, tokenizer, self_draft_config):
     """With an EOS mid-way (inside an accepted draft), the streamer gets the same tokens up to EOS."""
     ids = encode(tokenizer, PROMPTS[1])
     reference = llama.generate(ids, max_new_tokens=30, do_sample=False)[0, ids.shape[1] :].tolist()
     eos = next((t for i, t in enumerate(reference) if i >= 6 and t not in reference[:i]), None)
     if eos is None:
         pytest.skip("no fresh token to use as EOS")
-    cfg = TriForceConfig(
-        chunk_size=8,
-        retrieval_budget=128,
-        recent_window=16,
-        gamma1=3,
-        gamma2=8,
-        drafter="model",
-        draft_cache_budget=128,
-        draft_sinks=4,
-    )
+    cfg = self_draft_config(128)
     plain, tri = RecordingStreamer(), RecordingStreamer()
     expected = llama.generate(ids, max_new_tokens=30, do_sample=False, eos_token_id=eos, streamer=plain)
     got = llama.generate(

@@ -84,21 +84,10 @@ def test_level1_runner_is_reused_across_calls(model_factory, make_prompt, assert
     assert state_of(model) is None and not hf_triforce.is_enabled(model)
 
 
-def test_greedy_equal_with_full_acceptance(zoo, make_prompt, assert_greedy_equal):
+def test_greedy_equal_with_full_acceptance(zoo, make_prompt, assert_greedy_equal, self_draft_config):
     """Target as its own level-0 drafter, whole sequence in the view: drafts run to their end (no crops)."""
     model = zoo.target("llama_gqa")
-    cfg = TriForceConfig(
-        chunk_size=8,
-        retrieval_budget=256,
-        recent_window=16,
-        gamma1=3,
-        gamma2=8,
-        adaptive=False,
-        drafter="model",
-        draft_cache_budget=512,
-        draft_sinks=4,
-        cuda_graphs="eager",
-    )
+    cfg = self_draft_config(256, adaptive=False, draft_cache_budget=512, cuda_graphs="eager")
     levels = _static_equals_dynamic(model, make_prompt(50, seed=8), assert_greedy_equal, cfg, 37, model)
     assert levels["level0"]["acceptance_rate"] >= 0.9 and levels["level1"]["acceptance_rate"] >= 0.9
 
