@@ -298,6 +298,20 @@ def test_eval_drafts_cli_end_to_end(capsys, tmp_path, saved_model):
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_eval_drafts_without_needles_says_so(capsys, tmp_path, saved_model):
+    """Natural prompts alone (``--needle-depths ''``): the needle check reads "not measured", not "NOT met"."""
+    model_dir, doc = saved_model
+    out = tmp_path / "natural.json"
+    argv = ["eval-drafts", "--model", model_dir, "--document", doc, "--context-tokens", "400", "--new-tokens", "6"]
+    argv += ["--budgets", "1/4", "--headline-budget", "1/4", "--temperatures", "0", "--natural-prompts", "1"]
+    argv += ["--needle-depths", "", "--no-ablations", "--no-end-to-end", "--draft-layers", ""]
+    assert main(argv + ["--output", str(out)]) == 0
+    assert [t["kind"] for t in json.loads(out.read_text())["tasks"]] == ["natural"]
+    checks = out.with_suffix(".md").read_text().split("## Must-show checks")[1].split("##")[0]
+    assert "- Needle tasks: not measured (no needle depths)." in checks, checks
+    assert "- Natural continuation, retrieval >= StreamingLLM" in checks, checks
+
+
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
