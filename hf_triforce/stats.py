@@ -150,16 +150,24 @@ class LevelStats:
 
 @dataclass
 class PhaseTimes:
-    """Wall-clock seconds and calls per phase of a TriForce call.
+    """Wall-clock seconds of each call of each phase of a TriForce call (``durations``), and their totals and counts.
 
     On a GPU each phase ends with a device synchronization, so its time is the device's, not the launch
     time (the decode loop synchronizes after every level-1 step and verification anyway, to read the
     accepted tokens).
     """
 
-    seconds: dict[str, float] = field(default_factory=dict)
-    calls: dict[str, int] = field(default_factory=dict)
-    durations: dict[str, list[float]] = field(default_factory=dict)  # each call's seconds: the median and largest
+    durations: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        """``{phase: total seconds}``."""
+        return {phase: sum(each) for phase, each in self.durations.items()}
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """``{phase: calls}``."""
+        return {phase: len(each) for phase, each in self.durations.items()}
 
     @contextlib.contextmanager
     def measure(self, phase: str) -> Iterator[None]:
@@ -181,8 +189,6 @@ class PhaseTimes:
             >>> times.seconds["reselect"], times.calls["reselect"]
             (0.75, 2)
         """
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
-        self.calls[phase] = self.calls.get(phase, 0) + 1
         self.durations.setdefault(phase, []).append(seconds)
 
     def to_dict(self) -> dict[str, dict[str, float]]:
@@ -197,12 +203,14 @@ class PhaseTimes:
             >>> {k: round(v, 1) for k, v in times.to_dict()["refresh"].items()}
             {'seconds': 1.0, 'calls': 3, 'ms_per_call': 336.7, 'ms_median': 6.0, 'ms_max': 1000.0}
         """
-        return AliasedDict({k: self._phase_dict(k) for k in self.seconds}, PHASE_ALIASES, "phase")
+        return AliasedDict({k: _phase_dict(each) for k, each in self.durations.items()}, PHASE_ALIASES, "phase")
 
-    def _phase_dict(self, phase: str) -> dict[str, float]:
-        total, calls, each = self.seconds[phase], self.calls[phase], self.durations[phase]
-        return {"seconds": total, "calls": calls, "ms_per_call": 1e3 * total / calls,
-                "ms_median": 1e3 * statistics.median(each), "ms_max": 1e3 * max(each)}  # fmt: skip
+
+def _phase_dict(each: list[float]) -> dict[str, float]:
+    """One phase of :meth:`PhaseTimes.to_dict` from its calls' seconds."""
+    total = sum(each)
+    return {"seconds": total, "calls": len(each), "ms_per_call": 1e3 * total / len(each),
+            "ms_median": 1e3 * statistics.median(each), "ms_max": 1e3 * max(each)}  # fmt: skip
 
 
 @dataclass
