@@ -3,7 +3,7 @@
 ``hf-triforce bench`` reports a phase's mean over a call (``last_stats(model).phases``). A one-off inside the timed
 call (Triton compiling a kernel variant, CUDA-graph capture, the allocator growing) then shows as a slow phase: on
 an H200 the refresh's mean at 128K was 36 ms over 28 calls while its usual call took 5 ms (issue 18 item 3). This
-script records each call's duration (``PhaseTimes.add`` wrapped), for the default policy and for
+script reads each call's duration (``last_stats(model).phases.durations``), for the default policy and for
 ``step_selection=True`` (level 1's direct forward, no CUDA graphs), on a random-weights shape preset or a real
 model, after the bench's warm-up, and reports per phase the calls, the first call, the median and the largest.
 
@@ -30,30 +30,17 @@ from hf_triforce import TriForceConfig
 from hf_triforce.evaluation.bench.timed_run import measure, warm_up
 from hf_triforce.evaluation.common.machine import machine_info
 from hf_triforce.evaluation.models.shapes import random_model
-from hf_triforce.stats import PhaseTimes
 
 MODES = {"default": {}, "step": {"step_selection": True, "cuda_graphs": False, "level1_forward": "direct"}}
-CALLS: list[tuple[str, float]] = []
-
-
-def _recording_add(add):
-    def wrapped(self: PhaseTimes, phase: str, seconds: float) -> None:
-        CALLS.append((phase, seconds))
-        add(self, phase, seconds)
-
-    return wrapped
 
 
 def calls_of(model, ids: torch.LongTensor, config: TriForceConfig, new_tokens: int) -> dict[str, list[float]]:
     """``{phase: [ms of each call, in order]}`` of one greedy TriForce call after the bench's warm-up."""
     kwargs = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False}
     warm_up(model, ids, config, kwargs)
-    CALLS.clear()
     measure(model, ids, triforce_config=config, **kwargs)
-    per_phase: dict[str, list[float]] = {}
-    for phase, seconds in CALLS:
-        per_phase.setdefault(phase, []).append(round(1e3 * seconds, 3))
-    return per_phase
+    durations = hf_triforce.last_stats(model).phases.durations
+    return {phase: [round(1e3 * seconds, 3) for seconds in each] for phase, each in durations.items()}
 
 
 def summary(per_phase: dict[str, list[float]]) -> dict[str, dict[str, float]]:
@@ -121,7 +108,6 @@ def main() -> None:
         with open(args.report) as f:
             print(report(json.load(f)))
         return
-    PhaseTimes.add = _recording_add(PhaseTimes.add)
     results = run(args)
     with open(args.output, "w") as f:
         json.dump(results, f, indent=1)
