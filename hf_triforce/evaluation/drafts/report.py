@@ -93,15 +93,15 @@ def _verdict_section(results: dict[str, Any]) -> list[str]:
     needle = ", ".join(f"{d}: {x['retrieval']:.3f} vs {x['streaming']:.3f}" for d, x in v["needle"].items())
     worst = min(v["natural"].items(), key=lambda kv: kv[1]["retrieval"] - kv[1]["streaming"], default=None)
     lines = ["", "## Must-show checks", ""]
-    if passage_task_kind(results) == "needle" and not v["needle"]:
+    if passage_task_kind(results) == "copy":
+        lines += _copy_verdict_lines(results)
+    elif not v["needle"]:
         lines.append("- Needle tasks: not measured (no needle depths).")
-    elif passage_task_kind(results) == "needle":
+    else:
         lines.append(
             f"- Needle tasks, budget {headline}, T=0, retrieval >= {NEEDLE_TARGET} at every depth: "
             f"**{'met' if v['needle_met'] else 'NOT met'}** (depth: retrieval vs StreamingLLM: {needle})."
         )
-    else:
-        lines += _copy_verdict_lines(results)
     lines += [
         f"- Natural continuation, retrieval >= StreamingLLM at every budget and temperature: "
         f"**{'met' if v['natural_met'] else 'NOT met'}**",
