@@ -39,9 +39,16 @@ class TriForceConfig:
     chunk_size: int = field(
         default=8, metadata={"help": "Tokens per retrieval chunk; each chunk is summarized by its mean post-RoPE key."}
     )
-    recent_window: int = field(
-        default=64,
-        metadata={"help": "Most recent tokens (rounded to whole chunks) always kept in the sparse view."},
+    recent_window: int | str = field(
+        default="auto",
+        metadata={
+            "help": "Most recent tokens always kept in the sparse view (a multiple of chunk_size), or 'auto': a "
+            "quarter of retrieval_budget, rounded down to whole chunks (recent_tokens gives the number). Running "
+            "text is predicted from the tokens just before it, copied text from the chunks retrieval finds: a "
+            "quarter was chosen among 64 tokens, an eighth, a quarter and a half of the budget on the tune split of "
+            "the copy tasks and on natural continuations, and is reported on the held-out split "
+            "(benchmarks/results/recent-window-*.md); 64 was the default before."
+        },
     )
     lookahead_chunks: int = field(
         default=1,
@@ -236,14 +243,16 @@ class TriForceConfig:
 
     def _check_budget(self) -> None:
         c, b, w = self.chunk_size, self.retrieval_budget, self.recent_window
-        if not isinstance(w, int) or w < 0 or w % c:
+        if w != "auto" and (not isinstance(w, int) or isinstance(w, bool) or w < 0 or w % c):
+            hint = max(c, w // c * c) if isinstance(w, int) else "'auto'"
             raise TriForceConfigError(
-                f"recent_window={w!r} must be a non-negative multiple of chunk_size={c}; try {max(c, w // c * c)}."
+                f"recent_window={w!r} must be 'auto' or a non-negative multiple of chunk_size={c}; try {hint}."
             )
         if not isinstance(b, int) or b % c:
             raise TriForceConfigError(
                 f"retrieval_budget={b!r} must be a multiple of chunk_size={c}; try {max(c, (b or 0) // c * c)}."
             )
+        w = self.recent_tokens
         minimum = self.min_retrieval_budget
         if b < minimum:
             raise TriForceConfigError(
@@ -263,9 +272,22 @@ class TriForceConfig:
             )
 
     @property
+    def recent_tokens(self) -> int:
+        """The recent window in tokens: ``recent_window``, or for ``'auto'`` a quarter of ``retrieval_budget``
+        rounded down to whole chunks.
+
+        Example:
+            >>> TriForceConfig(retrieval_budget=512).recent_tokens, TriForceConfig(recent_window=64).recent_tokens
+            (128, 64)
+        """
+        if self.recent_window != "auto":
+            return self.recent_window
+        return self.retrieval_budget // 4 // self.chunk_size * self.chunk_size
+
+    @property
     def min_retrieval_budget(self) -> int:
         """Smallest valid ``retrieval_budget``: sink chunk + recent window + one retrieved chunk."""
-        return 2 * self.chunk_size + self.recent_window
+        return 2 * self.chunk_size + self.recent_tokens
 
     def full_cache_capacity(self, max_length: int) -> int:
         """Slots per layer the full cache reserves for a call of ``max_length`` tokens.

@@ -169,7 +169,7 @@ class BatchLevel1:
             indices = self.cache.select(
                 self._queries,
                 cfg.retrieval_budget,
-                cfg.recent_window,
+                cfg.recent_tokens,
                 cfg.lookahead_chunks,
                 self.slots,
                 cfg.rescore_candidates,

@@ -264,11 +264,11 @@ class Level1Drafter:
         with self.stats.phases.measure("refresh"):
             if self._ranks_steps():
                 indices, nominees = nominate(
-                    self.cache, self._queries, cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks
+                    self.cache, self._queries, cfg.retrieval_budget, cfg.recent_tokens, cfg.lookahead_chunks
                 )
             else:
                 indices, nominees = self.cache.select(
-                    self._queries, cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks,
+                    self._queries, cfg.retrieval_budget, cfg.recent_tokens, cfg.lookahead_chunks,
                     rescore_candidates=cfg.rescore_candidates,
                 ), None  # fmt: skip
             self.view = self._new_view(indices)
@@ -288,7 +288,7 @@ class Level1Drafter:
         mean key loses what one of its tokens holds), and a held chunk stays while it ranks within the top
         ``(1 + HOLD) k`` (fewer copies, the same acceptance); on CUDA without waiting for the device."""
         cfg = self.config
-        settings = (cfg.retrieval_budget, cfg.recent_window, cfg.lookahead_chunks, EVERY_CHUNK)
+        settings = (cfg.retrieval_budget, cfg.recent_tokens, cfg.lookahead_chunks, EVERY_CHUNK)
         sync_free = swaps_without_waiting(self.model)
         return ChunkSwapper(self.view, indices, *settings, hold=HOLD, nominees=nominees, sync_free=sync_free)
 

@@ -176,6 +176,8 @@ BAD_CONFIGS = [
     (dict(retrieval_budget=72, chunk_size=8, recent_window=64), r"too small.*8 \+ 64 \+ 8 = 80"),
     (dict(retrieval_budget=16, chunk_size=8, recent_window=8), "too small"),
     (dict(recent_window=12, chunk_size=8), "recent_window"),
+    (dict(recent_window="half"), r"recent_window='half' must be 'auto' or .*; try 'auto'"),
+    (dict(recent_window=True), "recent_window=True must be 'auto'"),
     (dict(gamma1=0), "gamma1 must be an integer >= 1"),
     (dict(gamma2=0), "gamma2 must be an integer >= 1"),
     (dict(refresh_every=0), "refresh_every"),
@@ -236,8 +238,8 @@ def test_from_dict_unknown_key_in_generate(llama, prompt, no_forward):
 @st.composite
 def valid_configs(draw):
     chunk = draw(st.integers(1, 64))
-    recent = chunk * draw(st.integers(0, 16))
-    budget = 2 * chunk + recent + chunk * draw(st.integers(0, 512))
+    recent = draw(st.just("auto") | st.builds(lambda n: chunk * n, st.integers(0, 16)))
+    budget = 2 * chunk + (0 if recent == "auto" else recent) + chunk * draw(st.integers(0, 512))
     gamma1 = draw(st.integers(1, 16))
     sinks = draw(st.integers(0, 64))
     ngram_min = draw(st.integers(1, 5))
@@ -265,6 +267,23 @@ def test_to_dict_from_dict_round_trip(cfg):
     data = cfg.to_dict()
     assert TriForceConfig.from_dict(data) == cfg
     assert TriForceConfig.from_dict(json.loads(json.dumps(data))) == cfg
+
+
+@pytest.mark.parametrize(
+    "kwargs,tokens",
+    [
+        (dict(), 1024),  # retrieval_budget 4096
+        (dict(retrieval_budget=512), 128),
+        (dict(retrieval_budget=384, chunk_size=8), 96),
+        (dict(retrieval_budget=100, chunk_size=4), 24),  # 25 rounded down to whole chunks
+        (dict(retrieval_budget=16, chunk_size=8), 0),  # the sink chunk and one retrieved chunk fill it
+        (dict(retrieval_budget=512, recent_window=64), 64),  # an explicit window is kept as given
+    ],
+)
+def test_auto_recent_window_is_a_quarter_of_the_budget(kwargs, tokens):
+    cfg = TriForceConfig(**kwargs)
+    assert cfg.recent_tokens == tokens
+    assert cfg.min_retrieval_budget == 2 * cfg.chunk_size + tokens <= cfg.retrieval_budget
 
 
 def test_default_config_round_trip():

@@ -403,8 +403,8 @@ def test_draft_cache_without_sinks(zoo, llama, make_prompt, assert_greedy_equal)
 @st.composite
 def sweep_cases(draw):
     chunk = draw(st.sampled_from([4, 8, 16]))
-    recent = chunk * draw(st.integers(0, 3))
-    budget = 2 * chunk + recent + chunk * draw(st.integers(0, 8))
+    recent = draw(st.sampled_from(["auto", 0, chunk, 2 * chunk, 3 * chunk]))
+    budget = 2 * chunk + (0 if recent == "auto" else recent) + chunk * draw(st.integers(0, 8))
     gamma1, gamma2 = draw(st.integers(1, 3)), draw(st.integers(1, 8))
     sinks = draw(st.integers(1, 8))
     cfg = TriForceConfig(

@@ -71,7 +71,7 @@ class EvalOptions:
             >>> EvalOptions().budget(1 / 8)
             512
         """
-        minimum = TriForceConfig(chunk_size=chunk_size).min_retrieval_budget
+        minimum = TriForceConfig(chunk_size=chunk_size, retrieval_budget=2 * chunk_size).min_retrieval_budget
         tokens = int(fraction * (context or self.context_tokens)) // chunk_size * chunk_size
         return max(minimum, tokens)
 

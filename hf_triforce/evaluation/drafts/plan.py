@@ -35,7 +35,7 @@ def default_policy(budget: int) -> ViewPolicy:
 
     Example:
         >>> default_policy(512).label
-        'retrieval b512 c8 w64 a1 sum r4'
+        'retrieval b512 c8 w128 a1 sum r4'
     """
     return ViewPolicy.from_config(TriForceConfig(), budget=budget)
 
@@ -53,9 +53,22 @@ def policy_plan(options: EvalOptions) -> list[tuple[str, str | None, Any, float,
     fraction = options.headline_fraction
     base = default_policy(options.budget(fraction))
     for knob, values in ABLATIONS.items():
-        for value in values:
+        for value in _with_default(values, getattr(base, knob)):
             try:
                 plan.append(("ablation", knob, value, fraction, base.with_(**{knob: value})))
             except TriForceConfigError as err:
                 logger.warning("skipping ablation %s=%s: %s", knob, value, err)
     return plan
+
+
+def _with_default(values: list[Any], default: Any) -> list[Any]:
+    """``values`` with the policy's own value added in order where it is not among them (a recent window that
+    follows the budget can be any multiple of the chunk size).
+
+    Example:
+        >>> _with_default([0, 64, 256], 96), _with_default([0, 64], 64)
+        ([0, 64, 96, 256], [0, 64])
+    """
+    if default in values or not isinstance(default, int):
+        return values
+    return sorted([*values, default], key=lambda v: (v is None, v))

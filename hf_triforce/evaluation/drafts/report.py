@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ...config import TriForceConfig
 from ..common.formatting import acceptances, number
 from ..common.machine import device_name, library_versions
 from ..common.results import write_json
@@ -23,6 +24,7 @@ from .summary import (
     KIND_ORDER,
     NEEDLE_TARGET,
     budget_label,
+    budget_tokens,
     copy_kinds,
     copy_verdict,
     drafter_cost,
@@ -474,7 +476,10 @@ def _temperature_columns(first: str, temperatures: list[float], before: str = "|
 def _policy_defaults(results: dict[str, Any]) -> dict[str, Any]:
     """The default value of each ablated knob; results recorded before 0.2 name one knob ``refresh_below`` and have
     no ``lookahead_chunks`` (it was 0 then)."""
-    c = results["config_defaults"]
+    c = dict(results["config_defaults"])
+    if c.get("recent_window") == "auto":  # the window the ablations' base policy ran with
+        headline = budget_tokens(results, results["options"]["headline_fraction"])
+        c["recent_window"] = TriForceConfig(retrieval_budget=headline, chunk_size=c["chunk_size"]).recent_tokens
     defaults = {"combine": "sum", **{knob: _key(c.get(knob, 0)) for knob in CONFIG_KNOBS}}  # 0.1: no lookahead
     return {**defaults, "refresh_below": defaults["refresh_below_acceptance"]}
 

@@ -8,7 +8,7 @@ refresh stride and the refresh on falling acceptance.
 
 Example:
     >>> ViewPolicy(budget=512, refresh_every=32).label
-    'retrieval b512 c8 w64 a1 sum r32'
+    'retrieval b512 c8 w128 a1 sum r32'
     >>> ViewPolicy(kind="streaming", budget=512, refresh_every=32).label
     'streaming b512 s8 r32'
 """
@@ -55,7 +55,8 @@ class ViewPolicy:
         kind: ``"retrieval"`` (query-aware chunks) or ``"streaming"`` (sinks + recent window).
         budget: tokens of the full cache in the view (both kinds).
         chunk_size: retrieval chunk size.
-        recent_window: retrieval: recent tokens always kept.
+        recent_window: retrieval: recent tokens always kept (``'auto'``, the default, becomes the config's: a
+            quarter of the budget, :attr:`TriForceConfig.recent_tokens`).
         lookahead_chunks: retrieval: chunks after each top-scoring chunk that share its score.
         rescore_candidates: retrieval: the summaries nominate this many times the chunks the view holds, ranked
             then by their keys (0: off; :func:`~hf_triforce.caches.selection.rescore`).
@@ -68,7 +69,7 @@ class ViewPolicy:
     kind: str = "retrieval"
     budget: int = 512
     chunk_size: int = _DEFAULTS.chunk_size
-    recent_window: int = _DEFAULTS.recent_window
+    recent_window: int | str = _DEFAULTS.recent_window
     lookahead_chunks: int = _DEFAULTS.lookahead_chunks
     rescore_candidates: int = _DEFAULTS.rescore_candidates
     combine: str = "sum"
@@ -82,7 +83,8 @@ class ViewPolicy:
         if self.combine not in COMBINES:
             raise TriForceConfigError(f"combine={self.combine!r} is not one of {COMBINES}.")
         if self.kind == "retrieval":  # the package's own validation of budget / chunk / window
-            TriForceConfig(retrieval_budget=self.budget, **self._config_knobs())
+            config = TriForceConfig(retrieval_budget=self.budget, **self._config_knobs())
+            object.__setattr__(self, "recent_window", config.recent_tokens)  # frozen: 'auto' resolved once
         elif not 0 <= self.sinks < self.budget:
             raise TriForceConfigError(f"streaming sinks={self.sinks} must be in [0, budget={self.budget}).")
 
@@ -92,8 +94,9 @@ class ViewPolicy:
         ``step_selection=True`` raises ``ValueError`` (a replay of one selection per refresh cannot model it).
 
         Example:
-            >>> ViewPolicy.from_config(TriForceConfig(), budget=256).budget
-            256
+            >>> policy = ViewPolicy.from_config(TriForceConfig(), budget=256)
+            >>> policy.budget, policy.recent_window  # the default 'auto' window: a quarter of the budget
+            (256, 64)
         """
         if config.step_selection:
             raise ValueError(
@@ -101,7 +104,7 @@ class ViewPolicy:
                 "(each layer re-ranking inside level 1's forward): measure that with the real generate() call "
                 "(benchmarks/step_selection_ab.py), or pass step_selection=False."
             )
-        knobs = {name: getattr(config, name) for name in CONFIG_KNOBS}
+        knobs = {name: getattr(config, name) for name in CONFIG_KNOBS}  # an 'auto' window follows ``budget``
         return cls(budget=config.retrieval_budget if budget is None else budget, **knobs)
 
     def refresh_rule(self) -> RefreshRule:
