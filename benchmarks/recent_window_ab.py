@@ -1,0 +1,146 @@
+"""A recent window that follows the retrieval budget, against the fixed 64 tokens and StreamingLLM (issue 18, item 1).
+
+``hf-triforce eval-drafts`` measures level-1 acceptance along full-cache references for the default retrieval
+policy and a StreamingLLM view of each budget; this script adds, at every budget, the default policy with a recent
+window of 64 tokens and of an eighth, a quarter and a half of the budget (at least 64, whole chunks), on the same
+references. Natural text is scored as eval-drafts scores it (per-position acceptance, pooled over prompts), copy
+tasks per token (``per_token_acceptance``, pooled over the passage kinds of a depth).
+
+Run (1 CPU thread each, about 35 minutes apiece on this machine):
+
+    python benchmarks/recent_window_ab.py --natural 12 --output natural12.json
+    python benchmarks/recent_window_ab.py --copy tune --context 6144 --budgets 1/16,1/8 --temps 0 --natural 3 \\
+        --output tune.json
+    python benchmarks/recent_window_ab.py --report tune.json > tune.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from fractions import Fraction
+
+import torch
+
+from hf_triforce.evaluation.common.machine import device_line
+from hf_triforce.evaluation.drafts import run as eval_run
+from hf_triforce.evaluation.drafts.options import EvalOptions
+from hf_triforce.evaluation.drafts.plan import default_policy, policy_plan
+from hf_triforce.evaluation.drafts.summary import per_token, pooled
+
+FRACTIONS = (8, 4, 2)  # recent window = budget // f, at least 64, whole chunks
+DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
+
+
+def window(budget: int, f: int, chunk: int = 8) -> int:
+    """``budget // f`` rounded down to whole chunks, at least 64 (the old default)."""
+    return max(64, budget // f // chunk * chunk)
+
+
+def plan_with_windows(options: EvalOptions) -> list:
+    """eval-drafts' plan (default retrieval and StreamingLLM at every budget), then the default policy with each
+    candidate window at every budget (a window equal to another row's is measured once)."""
+    rows = policy_plan(options)
+    for fraction in options.budget_fractions:
+        base = default_policy(options.budget(fraction)).with_(recent_window=64)
+        rows.append(("window", "recent_window", 64, fraction, base))
+        for f in FRACTIONS:
+            w = window(base.budget, f)
+            rows.append(("window", "recent_window", w, fraction, base.with_(recent_window=w)))
+    return rows
+
+
+def _columns(views: list[dict], fraction: float) -> list[tuple[str, dict]]:
+    """``(column name, row match)`` for one budget: each retrieval window measured, then StreamingLLM."""
+    chosen = [r for r in views if r["budget_fraction"] == fraction and r["kind"] == "retrieval"]
+    budget = chosen[0]["budget"]
+    windows = sorted({r["policy"]["recent_window"] for r in chosen})
+    out = [(_name(w, budget), {"label": _label(chosen, w)}) for w in windows]
+    return out + [("StreamingLLM", {"kind": "streaming"})]
+
+
+def _name(w: int, budget: int) -> str:
+    """``w96 (b/4, auto)``: the window, its share of the budget, and which default it is."""
+    marks = [f"b/{budget // w}"] if w and budget % w == 0 else []
+    marks += ["auto"] if w == budget // 4 // 8 * 8 else []
+    marks += ["old default"] if w == 64 else []
+    return f"w{w}" + (f" ({', '.join(marks)})" if marks else "")
+
+
+def _label(rows: list[dict], w: int) -> str:
+    return next(r["label"] for r in rows if r["policy"]["recent_window"] == w)
+
+
+def report(results: dict) -> str:
+    """The markdown of one run: natural text by budget and temperature, copy tasks by budget and depth."""
+    views, o = results["views"], results["options"]
+    lines = ["# Recent window against the budget (benchmarks/recent_window_ab.py)", "", f"{device_line(results)}", "",
+             f"Command: `{results['command']}`", ""]  # fmt: skip
+    lines += _natural(views, o)
+    if any(r["task_kind"] == "copy" for r in views):
+        lines += _copy(views, o)
+    return "\n".join(lines) + "\n"
+
+
+def _natural(views: list[dict], o: dict) -> list[str]:
+    title = f"## Natural continuations ({o['natural_prompts']} prompts, {o['context_tokens']}-token context)"
+    lines = [title, "", "Per-position level-1 acceptance (eval-drafts' natural measure), pooled over the prompts.", ""]
+    for fraction in o["budget_fractions"]:
+        cols = _columns(views, fraction)
+        budget = next(r["budget"] for r in views if r["budget_fraction"] == fraction)
+        lines += [f"Budget {budget} ({Fraction(fraction).limit_denominator()}):", "",
+                  "| T | " + " | ".join(c for c, _ in cols) + " |", "|---|" + "---:|" * len(cols)]  # fmt: skip
+        for t in o["temperatures"]:
+            match = dict(task_kind="natural", budget_fraction=fraction, temperature=t)
+            cells = [pooled(views, **match, **m)[0] for _, m in cols]
+            lines.append(f"| {t:g} | " + " | ".join(f"{c:.4f}" for c in cells) + " |")
+        lines.append("")
+    return lines
+
+
+def _copy(views: list[dict], o: dict) -> list[str]:
+    lines = [f"## Copy tasks ({o['copy_split']} split), T=0", ""]
+    lines += ["Per-token level-1 acceptance by depth (the four passage kinds pooled), the worst depth, all depths.", ""]
+    for fraction in o["budget_fractions"]:
+        budget = next(r["budget"] for r in views if r["budget_fraction"] == fraction)
+        header = "| window | " + " | ".join(f"{d:g}" for d in DEPTHS) + " | worst | all |"
+        lines += [f"Budget {budget} ({Fraction(fraction).limit_denominator()}):", "", header, "|---|" + "---:|" * 7]
+        for name, m in _columns(views, fraction):
+            d = [per_token(views, task_kind="copy", budget_fraction=fraction, depth=x, **m) for x in DEPTHS]
+            every = per_token(views, task_kind="copy", budget_fraction=fraction, **m)
+            lines.append(f"| {name} | " + " | ".join(f"{x:.3f}" for x in d) + f" | {min(d):.3f} | {every:.3f} |")
+        lines.append("")
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--copy", choices=["tune", "heldout"], help="copy-task split (default: natural text only)")
+    p.add_argument("--context", type=int, default=4096)
+    p.add_argument("--budgets", default="1/16,1/8,1/4")
+    p.add_argument("--temps", default="0,0.6,1")
+    p.add_argument("--natural", type=int, default=12)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--output", help="results JSON to write")
+    p.add_argument("--report", help="results JSON to print as markdown")
+    a = p.parse_args()
+    if a.report:
+        print(report(json.load(open(a.report))), end="")
+        return
+    torch.set_num_threads(a.threads)
+    fractions = [float(Fraction(x)) for x in a.budgets.split(",")]
+    options = EvalOptions(
+        context_tokens=a.context, budget_fractions=fractions, temperatures=[float(t) for t in a.temps.split(",")],
+        natural_prompts=a.natural, needle_depths=list(DEPTHS) if a.copy else [], copy_split=a.copy, ablations=False,
+        draft_layers=[], end_to_end=False, headline_fraction=1 / 8 if 1 / 8 in fractions else fractions[-1],
+    )  # fmt: skip
+    eval_run.policy_plan = plan_with_windows  # the eval's own loop, over these policies
+    results = eval_run.run_eval_drafts(options, command=shlex.join(["python", *sys.argv]))
+    json.dump(results, open(a.output, "w"))
+    print(report(results), end="")
+
+
+if __name__ == "__main__":
+    main()
