@@ -24,6 +24,7 @@ from fractions import Fraction
 
 import torch
 
+from hf_triforce import TriForceConfig
 from hf_triforce.evaluation.common.machine import device_line
 from hf_triforce.evaluation.drafts import run as eval_run
 from hf_triforce.evaluation.drafts.options import EvalOptions
@@ -64,7 +65,7 @@ def _columns(views: list[dict], fraction: float) -> list[tuple[str, dict]]:
 def _name(w: int, budget: int) -> str:
     """``w96 (b/4, auto)``: the window, its share of the budget, and which default it is."""
     marks = [f"b/{budget // w}"] if w and budget % w == 0 else []
-    marks += ["auto"] if w == budget // 4 // 8 * 8 else []
+    marks += ["auto"] if w == TriForceConfig(retrieval_budget=budget).recent_tokens else []
     marks += ["old default"] if w == 64 else []
     return f"w{w}" + (f" ({', '.join(marks)})" if marks else "")
 
