@@ -5,7 +5,8 @@ For every task of a copy-task split (``hf_triforce.evaluation.drafts.copy_tasks`
 level 1 replayed along it (rounds of gamma2 = 6, re-selection every 4 cached tokens, as ``eval-drafts`` does) with
 several chunk-scoring rules. Reported: per-token acceptance (accepted / (accepted + rejections)) per depth.
 
-Rules (all with the package's ``select_token_indices``: sink chunk, recent window 64, ``lookahead`` chunks):
+Rules (all with the package's ``select_token_indices``: sink chunk, recent window 64, ``lookahead`` chunks; the
+``package-xN`` rules take the config's window, ``'auto'`` since 2026-11-27: a quarter of the budget):
 
 * ``sum-wN``: the package's rule (query . chunk-mean key, summed over the GQA group), over the last N queries;
 * ``softmax-wN`` / ``max-w1`` / ``softmaxmax-w8``: other ways to combine a group's heads and N recent queries;

@@ -4,13 +4,19 @@
 policy and a StreamingLLM view of each budget; this script adds, at every budget, the default policy with a recent
 window of 64 tokens and of an eighth, a quarter and a half of the budget (at least 64, whole chunks), on the same
 references. Natural text is scored as eval-drafts scores it (per-position acceptance, pooled over prompts), copy
-tasks per token (``per_token_acceptance``, pooled over the passage kinds of a depth).
+tasks per token (``per_token_acceptance``, pooled over the passage kinds of a depth). ``--variants ceiling``
+measures instead of the windows the chunks ranked by the exact attention their refresh's query gives them (a
+ceiling of chunk scoring, it reads every key; :func:`ceiling_rows`), ``--variants rescore`` the default with
+``rescore_candidates`` (:func:`rescore_rows`).
 
 Run (1 CPU thread each, about 35 minutes apiece on this machine):
 
     python benchmarks/recent_window_ab.py --natural 12 --output natural12.json
     python benchmarks/recent_window_ab.py --copy tune --context 6144 --budgets 1/16,1/8 --temps 0 --natural 3 \\
         --output tune.json
+    python benchmarks/recent_window_ab.py --natural 12 --context 6144 --budgets 1/16,1/8 --temps 0 --output n6k.json
+    python benchmarks/recent_window_ab.py --natural 12 --context 6144 --budgets 1/16 --temps 0 \\
+        --variants ceiling --output ceiling.json  # or --variants rescore
     python benchmarks/recent_window_ab.py --report tune.json > tune.md
 """
 
@@ -21,10 +27,12 @@ import json
 import shlex
 import sys
 from fractions import Fraction
+from functools import partial
 
 import torch
 
 from hf_triforce import TriForceConfig
+from hf_triforce.caches.selection import EVERY_CHUNK
 from hf_triforce.evaluation.common.machine import device_line
 from hf_triforce.evaluation.drafts import run as eval_run
 from hf_triforce.evaluation.drafts.options import EvalOptions
@@ -40,26 +48,64 @@ def window(budget: int, f: int, chunk: int = 8) -> int:
     return max(64, budget // f // chunk * chunk)
 
 
-def plan_with_windows(options: EvalOptions) -> list:
-    """eval-drafts' plan (default retrieval and StreamingLLM at every budget), then the default policy with each
-    candidate window at every budget (a window equal to another row's is measured once)."""
+def plan_with_windows(options: EvalOptions, variants: str = "windows") -> list:
+    """eval-drafts' plan (default retrieval and StreamingLLM at every budget), then at every budget the policies of
+    ``variants`` (:data:`VARIANTS`; a policy equal to another row's is measured once)."""
     rows = policy_plan(options)
     for fraction in options.budget_fractions:
-        base = default_policy(options.budget(fraction)).with_(recent_window=64)
-        rows.append(("window", "recent_window", 64, fraction, base))
-        for f in FRACTIONS:
-            w = window(base.budget, f)
-            rows.append(("window", "recent_window", w, fraction, base.with_(recent_window=w)))
+        rows += VARIANTS[variants](default_policy(options.budget(fraction)), fraction)
     return rows
 
 
+def window_rows(base, fraction: float) -> list:
+    """The default policy with a recent window of 64 tokens and of an eighth, a quarter and a half of the budget."""
+    windows = [64] + [window(base.budget, f) for f in FRACTIONS]
+    return [("window", "recent_window", w, fraction, base.with_(recent_window=w)) for w in windows]
+
+
+def ceiling_rows(base, fraction: float) -> list:
+    """The chunks ranked by the exact attention mass the refresh's query gives them (eval-drafts'
+    ``combine="attention"``: it reads every key, so a ceiling of chunk scoring rather than a policy) with a recent
+    window of 0, 32 and the default's tokens, and the default summaries with no window: does any chunk selection
+    beat StreamingLLM's contiguous window at this budget?"""
+    rows = [("ceiling", "attention", w, fraction, base.with_(combine="attention", recent_window=w))
+            for w in (0, 32, base.recent_window)]  # fmt: skip
+    return rows + [("ceiling", "recent_window", 0, fraction, base.with_(recent_window=0))]
+
+
+def rescore_rows(base, fraction: float) -> list:
+    """The default policy with ``rescore_candidates`` 2, 4, 8 and every chunk (the candidates ranked by their keys'
+    largest logit, :func:`~hf_triforce.caches.selection.rescore`), and 4 with a 32-token window."""
+    rows = [("rescore", "rescore_candidates", x, fraction, base.with_(rescore_candidates=x))
+            for x in (2, 4, 8, EVERY_CHUNK)]  # fmt: skip
+    return rows + [("rescore", "rescore_w32", 4, fraction, base.with_(rescore_candidates=4, recent_window=32))]
+
+
+VARIANTS = {"windows": window_rows, "ceiling": ceiling_rows, "rescore": rescore_rows}
+"""``--variants``: the policies measured beside eval-drafts' two at every budget."""
+
+
 def _columns(views: list[dict], fraction: float) -> list[tuple[str, dict]]:
-    """``(column name, row match)`` for one budget: each retrieval window measured, then StreamingLLM."""
+    """``(column name, row match)`` for one budget: each retrieval policy measured (the summaries' ranking by
+    window, then re-scored, then the exact-attention ceiling), then StreamingLLM."""
     chosen = [r for r in views if r["budget_fraction"] == fraction and r["kind"] == "retrieval"]
     budget = chosen[0]["budget"]
-    windows = sorted({r["policy"]["recent_window"] for r in chosen})
-    out = [(_name(w, budget), {"label": _label(chosen, w)}) for w in windows]
+    keys = sorted({_key(r) for r in chosen})
+    out = [(_column(key, budget), {"label": next(r["label"] for r in chosen if _key(r) == key)}) for key in keys]
     return out + [("StreamingLLM", {"kind": "streaming"})]
+
+
+def _key(row: dict) -> tuple[bool, int, int]:
+    """``(whether the row ranks chunks by their exact attention, its rescore_candidates, its recent window)``."""
+    policy = row["policy"]
+    return policy["combine"] == "attention", policy.get("rescore_candidates", 0), policy["recent_window"]
+
+
+def _column(key: tuple[bool, int, int], budget: int) -> str:
+    """``exact w32``, ``w96 (b/4, auto)``, ``x4 w96 (b/4, auto)``, ``x-all w96 (b/4, auto)``."""
+    exact, rescore, w = key
+    prefix = "exact " if exact else "x-all " if rescore == EVERY_CHUNK else f"x{rescore} " if rescore else ""
+    return prefix + _name(w, budget)
 
 
 def _name(w: int, budget: int) -> str:
@@ -70,14 +116,12 @@ def _name(w: int, budget: int) -> str:
     return f"w{w}" + (f" ({', '.join(marks)})" if marks else "")
 
 
-def _label(rows: list[dict], w: int) -> str:
-    return next(r["label"] for r in rows if r["policy"]["recent_window"] == w)
-
-
 def report(results: dict) -> str:
     """The markdown of one run: natural text by budget and temperature, copy tasks by budget and depth."""
     views, o = results["views"], results["options"]
-    lines = ["# Recent window against the budget (benchmarks/recent_window_ab.py)", "", f"{device_line(results)}", "",
+    scoring = any(_key(r)[:2] != (False, 0) for r in views if r["kind"] == "retrieval")  # not only windows varied
+    what = "Chunk selection against StreamingLLM" if scoring else "Recent window against the budget"
+    lines = [f"# {what} (benchmarks/recent_window_ab.py)", "", f"{device_line(results)}", "",
              f"Command: `{results['command']}`", ""]  # fmt: skip
     lines += _natural(views, o)
     if any(r["task_kind"] == "copy" for r in views):
@@ -125,6 +169,7 @@ def main() -> None:
     p.add_argument("--natural", type=int, default=12)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--output", help="results JSON to write")
+    p.add_argument("--variants", choices=sorted(VARIANTS), default="windows", help="policies beside eval-drafts' two")
     p.add_argument("--report", help="results JSON to print as markdown")
     a = p.parse_args()
     if a.report:
@@ -137,7 +182,7 @@ def main() -> None:
         natural_prompts=a.natural, needle_depths=list(DEPTHS) if a.copy else [], copy_split=a.copy, ablations=False,
         draft_layers=[], end_to_end=False, headline_fraction=1 / 8 if 1 / 8 in fractions else fractions[-1],
     )  # fmt: skip
-    eval_run.policy_plan = plan_with_windows  # the eval's own loop, over these policies
+    eval_run.policy_plan = partial(plan_with_windows, variants=a.variants)  # the eval's own loop, over these policies
     results = eval_run.run_eval_drafts(options, command=shlex.join(["python", *sys.argv]))
     json.dump(results, open(a.output, "w"))
     print(report(results), end="")

@@ -56,6 +56,7 @@ MODES = {
     "step": {"step_selection": True},
     "step-r8": {"step_selection": True, "refresh_every": 8},
     "step-r12": {"step_selection": True, "refresh_every": 12},
+    "rescore4": {"rescore_candidates": 4},  # the mean keys nominate 4 k chunks, ranked by their keys at each refresh
     "streaming": {},  # natural prompts only: recent_window = budget - 16 (the sink, one retrieved chunk, the window)
 }
 
