@@ -29,7 +29,7 @@ CONTEXTS_8B=${CONTEXTS_8B:-32k,64k,128k}
 PREFILL_CHUNK=${PREFILL_CHUNK:-8192}
 CUDA_GRAPHS=${CUDA_GRAPHS:-auto}           # TriForceConfig.cuda_graphs for the level-0/1 steps; "off" if capture fails
 RESULTS=${OUT:-benchmarks/results}
-STEPS=${STEPS:-versions,tests,score-ab,7b,8b,8b-no-triton,level0,8b-fp32,8b-direct,8b-step-selection}
+STEPS=${STEPS:-versions,tests,score-ab,7b,8b,8b-rescore4,8b-no-triton,level0,8b-fp32,8b-direct,8b-step-selection}
 CONTEXTS_FP32=${CONTEXTS_FP32:-32k}
 mkdir -p "$RESULTS"
 LOG="$RESULTS/gpu-run.log"
@@ -52,6 +52,10 @@ want score-ab && run env $([ "$DEVICE" = cpu ] && echo TRITON_INTERPRET=1) $PY b
     --device "$DEVICE" --output "$RESULTS/$tag-score-kernel-ab.json"  # on a CPU: the correctness check alone
 want 7b && bench "$tag-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_7B" --drafters none
 want 8b && bench "$tag-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafters none
+# rescore_candidates=4 (issue 18): the one-refresh policy that meets level 1's copy and natural-text targets on the
+# CPU; its refresh ms against the CUDA-graph level-1 step of the 8b run above decides whether it becomes the default.
+want 8b-rescore4 && bench "$tag-$PRESET_8B-rescore4" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" \
+    --drafters none --rescore-candidates 4
 # The same without any Triton kernel (retrieval scoring/gather, split-KV verification): what they are worth.
 # Its markdown is dropped (the device returns 8 files at most): hf_triforce.evaluation.bench.report.markdown_table rebuilds it.
 want 8b-no-triton && HF_TRIFORCE_DISABLE_TRITON=1 bench "$tag-$PRESET_8B-no-triton" --preset "$PRESET_8B" \
