@@ -48,7 +48,7 @@ def window(budget: int, f: int, chunk: int = 8) -> int:
     return max(64, budget // f // chunk * chunk)
 
 
-def plan_with_windows(options: EvalOptions, variants: str = "windows") -> list:
+def plan_with_variants(options: EvalOptions, variants: str = "windows") -> list:
     """eval-drafts' plan (default retrieval and StreamingLLM at every budget), then at every budget the policies of
     ``variants`` (:data:`VARIANTS`; a policy equal to another row's is measured once)."""
     rows = policy_plan(options)
@@ -182,7 +182,7 @@ def main() -> None:
         natural_prompts=a.natural, needle_depths=list(DEPTHS) if a.copy else [], copy_split=a.copy, ablations=False,
         draft_layers=[], end_to_end=False, headline_fraction=1 / 8 if 1 / 8 in fractions else fractions[-1],
     )  # fmt: skip
-    eval_run.policy_plan = partial(plan_with_windows, variants=a.variants)  # the eval's own loop, over these policies
+    eval_run.policy_plan = partial(plan_with_variants, variants=a.variants)  # the eval's own loop, over these policies
     results = eval_run.run_eval_drafts(options, command=shlex.join(["python", *sys.argv]))
     json.dump(results, open(a.output, "w"))
     print(report(results), end="")
