@@ -1,4 +1,4 @@
-"""The chunk-scoring kernel against a candidate that does 1/16 of its multiply-adds: for the next GPU lease.
+"""The retrieval scoring kernels on a GPU: chunk means (against a candidate with 1/16 the multiply-adds) and keys.
 
 On an H200 the package's ``score_chunks_triton`` scored 16,384 chunks of every layer of the Llama-3.1-8B shape
 (``[32 layers, 8 KV heads, 16384, 128]`` bf16, 1.07 GB) in 3.3 ms, about 330 GB/s, 7 % of the bandwidth, and most
@@ -12,6 +12,11 @@ Each variant is checked against float64 scores (the unit tests' bound, ``tests/u
 before it is timed (``triton.testing.do_bench``, median ms), beside torch's own ``score_chunks`` (einsum in the input
 dtype). Not a package kernel until it is measured: adopt the fastest correct variant in
 ``hf_triforce.kernels._retrieval_triton`` (it must then call only Triton builtins, see that module) if it wins.
+
+It also times the key-scoring kernel ``score_chunk_keys_triton`` (``TriForceConfig.rescore_candidates``: the
+nominated chunks ranked by their largest logit, the keys read where they lie) against its torch reference (a gathered
+copy of the keys, then a matmul) at one layer of the 8B shape with ``rescore_candidates=4`` (issue 18 item 3: what
+re-scoring adds to a refresh).
 
 Run on a GPU (about a minute; ``STEPS=score-ab bash benchmarks/gpu_run.sh`` does it)::
 
@@ -132,12 +137,50 @@ def shape_rows(device: str, name: str, rows: int, hq: int, hkv: int, chunks: int
     return out
 
 
+# (name, query heads, KV heads, cached tokens, nominated chunks, chunk size, head dim): one layer's re-scoring with
+# rescore_candidates=4 (the refresh does it once per layer): at 128K, budget 4096, the "auto" window (1024 tokens)
+KEY_SHAPES = {
+    "cuda": [("8b-128k-x4", 32, 8, 131072, 1532, 8, 128), ("8b-32k-x4", 32, 8, 32768, 1532, 8, 128)],
+    "cpu": [("small-x4", 9, 3, 2048, 37, 8, 64)],
+}
+
+
+def key_rows(device: str) -> list[dict]:
+    """``score_chunk_keys_triton`` (the keys read where they lie) against its torch reference ``score_chunk_keys`` (a
+    gathered copy, then a matmul): error over the unit tests' bound, median ms, GB/s of nominated keys read."""
+    return [row for shape in KEY_SHAPES[device] for row in key_shape_rows(device, *shape)]
+
+
+def key_shape_rows(device: str, name: str, hq: int, hkv: int, length: int, f: int, c: int, d: int) -> list[dict]:
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    g = torch.Generator(device=device).manual_seed(1)
+    query = torch.randn(1, hq, d, device=device, generator=g).to(dtype)
+    keys = torch.randn(1, hkv, length, d, device=device, generator=g).to(dtype)
+    chunks = torch.stack([torch.randperm(length // c - 1, device=device, generator=g)[:f] + 1 for _ in range(hkv)])
+    args = (query, keys, chunks[None], c)
+    gb = hkv * f * c * d * keys.element_size() / 1e9
+    out = []
+    for label, fn in (("package keys", kr.score_chunk_keys_triton), ("torch gather+matmul", kr.score_chunk_keys)):
+        ms = timed_ms(functools.partial(fn, *args), device)
+        out.append({"shape": name, "kernel": label, "error_over_bound": key_error_over_bound(fn(*args), *args),
+                    "ms": ms, "gb_per_s": None if ms is None else gb / ms * 1e3})  # fmt: skip
+        print(out[-1], flush=True)
+    return out
+
+
+def key_error_over_bound(got: torch.Tensor, query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tensor, c: int):
+    """Largest ``|got - float64 truth| / bound``, the bound ``D * eps32 * max |q| . |k|`` of the unit tests."""
+    truth = kr.score_chunk_keys(query.double(), keys.double(), chunks, c)
+    bound = query.shape[-1] * EPS32 * kr.score_chunk_keys(query.double().abs(), keys.double().abs(), chunks, c)
+    return float(((got.double() - truth).abs() / bound.clamp_min(1e-300)).max())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--output", default="score-kernel-ab.json")
     args = parser.parse_args()
-    rows = run(args.device)
+    rows = run(args.device) + key_rows(args.device)
     with open(args.output, "w") as f:
         json.dump({"command": " ".join(["python", *sys.argv]), "machine": machine_info(), "rows": rows}, f, indent=1)
     bad = [r for r in rows if r["error_over_bound"] is not None and r["error_over_bound"] > 1]

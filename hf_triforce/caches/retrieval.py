@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.retrieval import chunk_scores
+from ..kernels.retrieval import chunk_key_scores, chunk_scores
 from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
-from .selection import keys_scores, ranks_every_chunk, rescore, select_token_indices
+from .selection import keys_scores, nominate_chunks, ranks_every_chunk, rescore, select_token_indices, with_key_scores
 from .slots import SlotMask
 from .summaries import ChunkSummaries
 from .view import RetrievalView
@@ -91,17 +91,17 @@ class RetrievalCache(BufferedCache):
         or holes only are never preferred to chunks of real tokens, and each row's first real chunk is kept as
         its attention sink. With ``rescore_candidates = N > 0`` the summaries nominate ``N`` times as many chunks as
         the view has room for, and those are ranked by their keys
-        (:func:`~hf_triforce.kernels.retrieval.score_chunk_keys`, see
+        (:func:`~hf_triforce.kernels.retrieval.chunk_key_scores`, see
         :func:`~hf_triforce.caches.selection.rescore`). ``length`` selects among the first ``length`` cached tokens
         (default: all; :class:`~hf_triforce.caches.chunk_swap.ChunkSwapper` re-selects at a view's own length).
 
         Chunk scoring runs as a Triton kernel on CUDA (:func:`hf_triforce.kernels.retrieval.chunk_scores`),
-        the pure-torch ``score_chunks`` otherwise; top-k and the token indices are torch either way. In the plain
-        case (no ``slots``, no re-scoring) every layer is scored and ranked at once (:meth:`_select_stacked`).
+        the pure-torch ``score_chunks`` otherwise; top-k and the token indices are torch either way. Without
+        ``slots`` every layer is scored and ranked at once (:meth:`_select_stacked`).
         """
         length = self.get_seq_length() if length is None else length
-        if slots is None and not rescore_candidates and self._stackable(queries, budget, length):
-            return self._select_stacked(queries, budget, recent_window, lookahead, length)
+        if slots is None and self._stackable(queries, budget, length):
+            return self._select_stacked(queries, budget, recent_window, lookahead, length, rescore_candidates)
         settings = (budget, recent_window, lookahead, slots, rescore_candidates, length)
         return [self.select_layer(i, query, *settings) for i, query in enumerate(queries)]
 
@@ -115,19 +115,49 @@ class RetrievalCache(BufferedCache):
         return one_length and len({(query.shape, query.dtype, query.device) for query in queries}) == 1
 
     def _select_stacked(
-        self, queries: list[torch.Tensor], budget: int, recent_window: int, lookahead: int, length: int
+        self,
+        queries: list[torch.Tensor],
+        budget: int,
+        recent_window: int,
+        lookahead: int,
+        length: int,
+        rescore_candidates: int = 0,
     ) -> list[torch.Tensor]:
-        """:meth:`select` by chunk means for all ``L`` layers at once, the same indices as layer by layer: the
-        layers' summaries stacked ``[L * B, H_kv, C, D]``, one scoring and one top-k. Per layer, the few operations
-        of a selection cost more than their arithmetic (SmolLM2's 30 layers at 7K tokens, budget 512, 2 CPU threads:
-        12.0 -> 3.7 ms); on CUDA it is 3 launches in place of about ten per layer."""
+        """:meth:`select` for all ``L`` layers at once, the same indices as layer by layer: the layers' chunk scores
+        stacked ``[L * B, H_kv, C]``, one top-k of the nominees (with ``rescore_candidates``) and one of the view's
+        chunks. Per layer, the few operations of a selection cost more than their arithmetic (SmolLM2's 30 layers at
+        7K tokens, budget 512, 2 CPU threads: 12.0 -> 3.7 ms by chunk means); on CUDA it is 3 launches in place of
+        about ten per layer. Only the reading of the keys (:meth:`_rescore_stacked`) stays per layer."""
+        layout = (length, self.chunk_size, budget, recent_window)
+        if ranks_every_chunk(*layout, rescore_candidates):  # every chunk ranked by its keys: no summaries needed
+            keys = [layer.buffer.keys for layer in self.layers]
+            scores = torch.cat([keys_scores(q, k, length, self.chunk_size) for q, k in zip(queries, keys, strict=True)])
+        else:
+            scores = self._stacked_chunk_scores(queries)
+            if rescore_candidates:
+                scores = self._rescore_stacked(scores, queries, layout, rescore_candidates)
+        indices = select_token_indices(scores, *layout, lookahead)
+        return list(indices.unflatten(0, (len(self.layers), -1)).unbind(0))
+
+    def _stacked_chunk_scores(self, queries: list[torch.Tensor]) -> torch.Tensor:
+        """``[L * B, H_kv, C]`` chunk-mean scores of the ``L`` layers' ``[B, H_q, D]`` ``queries``: the layers'
+        summaries stacked ``[L * B, H_kv, C, D]`` (a view where they share one tensor), one scoring."""
         n = min(layer.summaries().shape[2] for layer in self.layers)  # computes what each layer lacks
         summaries = self.summaries.stacked(n)
         if summaries is None:  # each layer got its own tensor before they were all in one place
             summaries = torch.stack([layer.summaries()[:, :, :n] for layer in self.layers]).flatten(0, 1)
-        scores = chunk_scores(torch.stack(queries).flatten(0, 1), summaries)  # [L * B, H_kv, C]
-        indices = select_token_indices(scores, length, self.chunk_size, budget, recent_window, lookahead)
-        return list(indices.unflatten(0, (len(self.layers), -1)).unbind(0))
+        return chunk_scores(torch.stack(queries).flatten(0, 1), summaries)
+
+    def _rescore_stacked(
+        self, scores: torch.Tensor, queries: list[torch.Tensor], layout: tuple[int, int, int, int], factor: int
+    ) -> torch.Tensor:
+        """:func:`~hf_triforce.caches.selection.rescore` of the stacked ``scores`` ``[L * B, H_kv, C]`` (``layout``:
+        length, chunk size, budget, recent window): every layer's nominees in one top-k, each layer's keys read
+        for its own (:func:`~hf_triforce.kernels.retrieval.chunk_key_scores`)."""
+        nominated = nominate_chunks(scores, *layout, factor)  # [L * B, H_kv, F]
+        per_layer = zip(queries, self.layers, nominated.unflatten(0, (len(self.layers), -1)).unbind(0), strict=True)
+        by_keys = [chunk_key_scores(q, layer.buffer.keys, n, self.chunk_size) for q, layer, n in per_layer]
+        return with_key_scores(scores, nominated, torch.cat(by_keys))
 
     def select_layer(
         self,

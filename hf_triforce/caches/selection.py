@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.retrieval import score_all_chunk_keys, score_chunk_keys
+from ..kernels.retrieval import chunk_key_scores, score_all_chunk_keys
 
 
 def select_token_indices(
@@ -104,7 +104,7 @@ def rescore(
     """Chunk scores where the ``factor * k`` best-scoring candidate chunks are re-scored by their keys.
 
     ``k`` is the number of chunks :func:`select_token_indices` takes between the sink and the recent tokens. The
-    nominated chunks score :func:`~hf_triforce.kernels.retrieval.score_chunk_keys` (their largest logit for
+    nominated chunks score :func:`~hf_triforce.kernels.retrieval.chunk_key_scores` (their largest logit for
     ``query``), the other candidates ``-inf``, so the selection's ranking among the nominated chunks is the keys'.
     Once ``factor * k`` reaches the number of candidates every one is nominated (:func:`ranks_every_chunk`): the
     keys are then read in place (:func:`keys_scores`) and the summaries play no part.
@@ -133,10 +133,33 @@ def rescore(
         out = torch.full_like(scores, float("-inf"), dtype=torch.float32)
         out[..., : by_keys.shape[-1]] = by_keys[..., : out.shape[-1]]
         return torch.where(scores.isinf(), scores.float(), out)
+    nominated = nominate_chunks(scores, length, chunk_size, budget, recent_window, factor)
+    return with_key_scores(scores, nominated, chunk_key_scores(query, keys, nominated, chunk_size))
+
+
+def nominate_chunks(
+    scores: torch.Tensor, length: int, chunk_size: int, budget: int, recent_window: int, factor: int
+) -> torch.Tensor:
+    """``[B, H_kv, F]`` ids of the ``F = factor * k`` best-scoring candidate chunks :func:`rescore` re-scores by their
+    keys (all the candidates if there are fewer; same arguments, ``length > budget``).
+
+    Example:
+        >>> nominate_chunks(torch.tensor([[[0.0, 5.0, 4.0, 1.0, 0.0]]]), 40, 8, 24, 8, 2)  # room for one chunk
+        tensor([[[1, 2]]])
+    """
     _, candidates, k = chunk_layout(length, chunk_size, budget, recent_window)
     middle = scores[:, :, 1 : 1 + candidates].float()
-    nominated = middle.topk(min(candidates, factor * max(k, 1)), dim=-1).indices + 1
-    by_keys = score_chunk_keys(query, keys, nominated, chunk_size)
+    return middle.topk(min(candidates, factor * max(k, 1)), dim=-1).indices + 1
+
+
+def with_key_scores(scores: torch.Tensor, nominated: torch.Tensor, by_keys: torch.Tensor) -> torch.Tensor:
+    """``[B, H_kv, C]`` float32 scores: ``by_keys`` ``[B, H_kv, F]`` at the ``nominated`` chunks, ``-inf`` at the
+    others, and infinite ``scores`` kept as they are (:func:`rescore`).
+
+    Example:
+        >>> with_key_scores(torch.tensor([[[float("inf"), 5.0, 4.0]]]), torch.tensor([[[2]]]), torch.tensor([[[3.0]]]))
+        tensor([[[inf, -inf, 3.]]])
+    """
     out = torch.full_like(scores, float("-inf"), dtype=torch.float32).scatter(-1, nominated, by_keys)
     return torch.where(scores.isinf(), scores.float(), out)
 

@@ -109,6 +109,70 @@ def gather_kv_kernel(
     tl.store(out_v_ptr + dst, tl.load(v_ptr + src, mask=mask), mask=mask)
 
 
+def score_chunk_keys_kernel(
+    q_ptr,
+    k_ptr,
+    c_ptr,
+    out_ptr,
+    kv_heads,
+    n_chosen,
+    head_dim,
+    group,
+    stride_qb,
+    stride_qh,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kl,
+    stride_kd,
+    stride_cb,
+    stride_ch,
+    stride_cf,
+    stride_ob,
+    stride_oh,
+    stride_of,
+    stride_on,
+    CHUNK: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """One program: KV head ``(b, h)``, chosen chunks ``[pid_f * BLOCK_F, +BLOCK_F)``; float32 throughout.
+
+    For each chosen chunk and each of the group's ``group`` query heads (the columns of a ``[BLOCK_D, BLOCK_N]``
+    query tile, zero past ``group``), the largest logit over the chunk's ``CHUNK`` tokens: one ``tl.dot`` of the
+    ``[BLOCK_F, BLOCK_D]`` tile of the chunks' ``t``-th tokens, read where they lie (no gather), per ``t``, and an
+    elementwise ``tl.maximum``. The largest over the group is left to the caller (a reduction would need Triton's
+    ``@jit`` standard library, see the module).
+    """
+    pid_bh = tl.program_id(0)
+    pid_f = tl.program_id(1)
+    b = (pid_bh // kv_heads).to(tl.int64)
+    h = (pid_bh % kv_heads).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < head_dim
+    cols = tl.arange(0, BLOCK_N)
+    mask_n = cols < group
+    q_ptrs = q_ptr + b * stride_qb + (h * group + cols[None, :]) * stride_qh + offs_d[:, None] * stride_qd
+    q = tl.load(q_ptrs, mask=mask_d[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [BLOCK_D, BLOCK_N]
+    offs_f = pid_f * BLOCK_F + tl.arange(0, BLOCK_F)
+    mask_f = offs_f < n_chosen
+    chunks = tl.load(c_ptr + b * stride_cb + h * stride_ch + offs_f * stride_cf, mask=mask_f, other=0).to(tl.int64)
+    k_base = k_ptr + b * stride_kb + h * stride_kh + offs_d[None, :] * stride_kd
+    mask_k = mask_f[:, None] & mask_d[None, :]
+    best = tl.full([BLOCK_F, BLOCK_N], float("-inf"), tl.float32)
+    for t in tl.static_range(CHUNK):
+        k = tl.load(k_base + (chunks * CHUNK + t)[:, None] * stride_kl, mask=mask_k, other=0.0).to(tl.float32)
+        best = tl.maximum(best, tl.dot(k, q, input_precision="ieee"))  # [BLOCK_F, BLOCK_N]
+    out_ptrs = out_ptr + b * stride_ob + h * stride_oh + offs_f[:, None] * stride_of + cols[None, :] * stride_on
+    tl.store(out_ptrs, best, mask=mask_f[:, None] & mask_n[None, :])
+
+
+_CHOSEN_COUNTS = ["n_chosen", "stride_cb", "stride_ch", "stride_ob", "stride_oh"]
+""":func:`score_chunk_keys_kernel`'s arguments that follow the number of chosen chunks (which moves with the context's
+length): not specialized on their divisibility by 16, so the kernel does not recompile as the context grows."""
+
+
 @functools.cache
 def compiled_kernels(interpret: bool) -> SimpleNamespace:
     """The kernels jitted for one mode (``interpret`` must equal ``triton.knobs.runtime.interpret`` now)."""
@@ -118,4 +182,5 @@ def compiled_kernels(interpret: bool) -> SimpleNamespace:
     return SimpleNamespace(
         score=triton.jit(score_chunks_kernel, do_not_specialize=["n_chunks", "stride_ob", "stride_oh"]),
         gather=triton.jit(gather_kv_kernel, do_not_specialize=["n_slots"]),
+        chunk_keys=triton.jit(score_chunk_keys_kernel, do_not_specialize=_CHOSEN_COUNTS),
     )

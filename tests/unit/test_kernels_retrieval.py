@@ -26,10 +26,10 @@ import torch
 pytest.importorskip("triton")
 
 from hf_triforce.caches.retrieval import RetrievalCache  # noqa: E402
-from hf_triforce.caches.selection import select_token_indices  # noqa: E402
+from hf_triforce.caches.selection import nominate_chunks, select_token_indices  # noqa: E402
 from hf_triforce.kernels import retrieval as kr  # noqa: E402
 from hf_triforce.kernels.dispatch import DISABLE_ENV  # noqa: E402
-from hf_triforce.kernels.retrieval import chunk_means, gather_tokens, score_chunks  # noqa: E402
+from hf_triforce.kernels.retrieval import chunk_means, gather_tokens, score_chunk_keys, score_chunks  # noqa: E402
 
 pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("triton_mode")]
 
@@ -154,6 +154,106 @@ def test_score_kernel_rejects_bad_shapes_and_cpu_without_interpreter(monkeypatch
 
 
 # --------------------------------------------------------------------------------------------------------------
+# scoring chosen chunks by their keys
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _assert_key_scores_close(got, query, keys, chunks, chunk) -> None:
+    """Kernel key scores against float64 ones of the same inputs. Each is the largest of float32 dot products of
+    ``D`` terms, each within ``D * eps32 * sum |q| |k|`` of its exact value, so the largest is within the largest
+    such bound; then the flash-attn criterion against the reference in the input dtype."""
+    assert got.dtype == torch.float32 and got.shape == chunks.shape
+    if got.numel() == 0:
+        return
+    truth = score_chunk_keys(query.double(), keys.double(), chunks, chunk)
+    bound = query.shape[-1] * EPS32 * score_chunk_keys(query.double().abs(), keys.double().abs(), chunks, chunk)
+    err = (got.double() - truth).abs()
+    assert bool((err <= bound).all()), f"max error {float(err.max()):.3g}, max bound {float(bound.max()):.3g}"
+    torch_err = (score_chunk_keys(query, keys, chunks, chunk).double() - truth).abs().max()
+    assert err.max() <= 2 * torch_err + bound.max()
+
+
+@pytest.mark.parametrize("per_head", [1, 3])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("q_heads,kv_heads", HEADS)
+def test_chunk_key_kernel_matches_reference(q_heads, kv_heads, head_dim, dtype, per_head):
+    """Chosen chunks (any order, a masked tail block) scored where they lie in a slice of a larger buffer, by a
+    non-contiguous query; ``per_head`` queries per query head (level 1's multi-token forwards) widen the group."""
+    g = _gen(q_heads * 100 + head_dim + per_head)
+    batch, chunk, n_chunks, chosen = 2, 8, 60, 37
+    query = torch.randn(batch, q_heads * per_head, 3, head_dim, generator=g).to(dtype)[:, :, -1]
+    buffer = torch.randn(batch, kv_heads, n_chunks * chunk + 40, head_dim, generator=g).to(dtype)
+    keys = buffer[:, :, : n_chunks * chunk + 5]  # a trailing partial chunk, never chosen
+    rows = [torch.randperm(n_chunks, generator=g)[:chosen] for _ in range(batch * kv_heads)]
+    chunks = torch.stack(rows).view(batch, kv_heads, chosen)
+    _assert_key_scores_close(kr.score_chunk_keys_triton(query, keys, chunks, chunk), query, keys, chunks, chunk)
+
+
+@pytest.mark.parametrize("chosen,chunk", [(0, 8), (1, 8), (64, 16), (65, 4)])
+def test_chunk_key_kernel_edge_counts(chosen, chunk):
+    g = _gen(chosen + chunk)
+    query, keys = torch.randn(1, 6, 64, generator=g), torch.randn(1, 2, 70 * chunk, 64, generator=g)
+    chunks = torch.randint(0, 70, (1, 2, chosen), generator=g)  # repeats allowed: each scored alike
+    got = kr.score_chunk_keys_triton(query, keys, chunks, chunk)
+    _assert_key_scores_close(got, query, keys, chunks, chunk)
+
+
+def test_chunk_key_kernel_finds_the_one_token_that_stands_out():
+    """A chunk whose mean key is unremarkable but one token of which one query head of the group attends to
+    strongly scores that logit (what re-scoring by keys is for)."""
+    keys = torch.zeros(1, 1, 32, 16)
+    keys[0, 0, 21, 3] = 5.0  # chunk 2, token 5
+    query = torch.zeros(1, 4, 16)
+    query[0, 2, 3] = 1.0  # the group's third query head
+    got = kr.score_chunk_keys_triton(query, keys, torch.tensor([[[3, 2, 0]]]), 8)
+    assert got.tolist() == [[[0.0, 5.0, 0.0]]]
+
+
+def test_chunk_key_kernel_compiles_one_variant_for_every_chosen_count(monkeypatch):
+    """As for the scoring kernel: no specialized integer argument changes its class between an odd count of chosen
+    chunks and a multiple of 16 (the count follows the context's length), so the kernel does not recompile."""
+    launches = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **constexprs: launches.append(args)
+
+    monkeypatch.setattr(kr, "_kernels", lambda: SimpleNamespace(chunk_keys=Recorder()))
+    g = _gen(7)
+    keys = torch.randn(1, 8, 16 * 5000, 128, generator=g)
+    for chosen in (683, 4096):
+        kr.score_chunk_keys_triton(torch.randn(1, 32, 128, generator=g), keys, torch.zeros(1, 8, chosen).long(), 16)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    from hf_triforce.kernels._retrieval_triton import compiled_kernels
+
+    params = compiled_kernels.__wrapped__(False).chunk_keys.params
+    first, second = launches
+    specialized = [i for i, arg in enumerate(first) if isinstance(arg, int) and not params[i].do_not_specialize]
+
+    def variant(value: int) -> tuple[bool, bool]:
+        return value == 1, value % 16 == 0
+
+    assert [params[i].name for i in specialized if variant(first[i]) != variant(second[i])] == []
+    assert {params[i].name for i in specialized} >= {"stride_kh", "stride_kl", "head_dim"}  # still specialized
+
+
+def test_chunk_key_kernel_rejects_bad_inputs(monkeypatch):
+    query, keys, chunks = torch.randn(1, 4, 8), torch.randn(1, 2, 24, 8), torch.zeros(1, 2, 3).long()
+    with pytest.raises(ValueError, match="incompatible"):
+        kr.score_chunk_keys_triton(torch.randn(1, 5, 8), keys, chunks, 8)  # 5 query heads, 2 KV heads
+    with pytest.raises(ValueError, match="incompatible"):
+        kr.score_chunk_keys_triton(query, keys, torch.zeros(1, 3, 3).long(), 8)  # chunks of 3 heads
+    with pytest.raises(ValueError, match="expected query"):
+        kr.score_chunk_keys_triton(query, keys[0], chunks, 8)
+    with pytest.raises(ValueError, match="integer"):
+        kr.score_chunk_keys_triton(query, keys, chunks.float(), 8)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(ValueError, match="CUDA"):
+        kr.score_chunk_keys_triton(query, keys, chunks, 8)
+
+
+# --------------------------------------------------------------------------------------------------------------
 # gather into the view
 # --------------------------------------------------------------------------------------------------------------
 
@@ -236,10 +336,13 @@ def test_dispatch_uses_the_reference_on_cpu(monkeypatch):
         raise AssertionError("a Triton kernel ran for CPU tensors")
 
     monkeypatch.setattr(kr, "score_chunks_triton", refuse)
+    monkeypatch.setattr(kr, "score_chunk_keys_triton", refuse)
     monkeypatch.setattr(kr, "gather_kv_triton", refuse)
     g = _gen(8)
     query, summaries = torch.randn(1, 9, 16, generator=g), torch.randn(1, 3, 12, 16, generator=g)
     assert torch.equal(kr.chunk_scores(query, summaries), score_chunks(query, summaries))
+    keys, chunks = torch.randn(1, 3, 96, 16, generator=g), torch.randint(0, 12, (1, 3, 5), generator=g)
+    assert torch.equal(kr.chunk_key_scores(query, keys, chunks, 8), score_chunk_keys(query, keys, chunks, 8))
     keys, values = torch.randn(1, 3, 30, 16, generator=g), torch.randn(1, 3, 30, 16, generator=g)
     indices = torch.randint(0, 30, (1, 3, 7), generator=g)
     out_k, out_v = torch.empty(1, 3, 7, 16), torch.empty(1, 3, 7, 16)
@@ -373,6 +476,25 @@ def test_view_from_kernels_equals_reference_path(monkeypatch, q_heads, kv_heads,
         torch.testing.assert_close(native.double(), expected, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("rescore", [2, 5])
+def test_rescored_selection_from_kernels_equals_reference_path(monkeypatch, rescore):
+    """``rescore_candidates``: with the dispatch taking the Triton path for these CPU tensors (interpreted), the
+    stacked selection scores the nominees of each layer with one key-scoring launch and chooses what the reference
+    path chooses (float32)."""
+    g = _gen(rescore)
+    layers, length, chunk, budget, window, head_dim = 3, 331, 8, 64, 16, 64
+    cache = _filled_cache(g, layers, 3, length, head_dim, torch.float32, chunk)
+    queries = [torch.randn(1, 9, head_dim, generator=g) for _ in range(layers)]
+    reference = cache.select(queries, budget, window, 1, rescore_candidates=rescore)
+    calls = []
+    kernel = kr.score_chunk_keys_triton
+    monkeypatch.setattr(kr, "triton_enabled", lambda *tensors: True)
+    monkeypatch.setattr(kr, "score_chunk_keys_triton", lambda *args: calls.append(args) or kernel(*args))
+    chosen = cache.select(queries, budget, window, 1, rescore_candidates=rescore)
+    assert len(calls) == layers
+    assert all(torch.equal(a, b) for a, b in zip(chosen, reference, strict=True))
+
+
 # --------------------------------------------------------------------------------------------------------------
 # the compiled kernels on a GPU
 # --------------------------------------------------------------------------------------------------------------
@@ -396,6 +518,10 @@ def test_cuda_kernels_match_reference(dtype, monkeypatch):
     scores = kr.score_chunks_triton(query, summaries)
     _assert_scores_close(scores.cpu(), query.cpu(), summaries.cpu())
     assert torch.equal(kr.chunk_scores(query, summaries), scores)  # the dispatch takes the kernel on CUDA
+    nominees = nominate_chunks(scores, length, chunk, budget, window, 4)  # rescore_candidates=4
+    key_scores = kr.score_chunk_keys_triton(query, keys, nominees, chunk)
+    _assert_key_scores_close(key_scores.cpu(), query.cpu(), keys.cpu(), nominees.cpu(), chunk)
+    assert torch.equal(kr.chunk_key_scores(query, keys, nominees, chunk), key_scores)
 
     indices = select_token_indices(scores, length, chunk, budget, window)
     storage_k = torch.zeros(1, kv_heads, budget + 32, head_dim, dtype=dtype, device=device)

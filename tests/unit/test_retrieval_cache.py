@@ -267,11 +267,12 @@ def test_sparse_view_attention_equals_attention_by_hand(length, new):
     assert cache.get_seq_length() == length  # the view never writes to the full cache
 
 
+@pytest.mark.parametrize("rescore", [0, 3, EVERY_CHUNK])
 @pytest.mark.parametrize("rows,per_head,lookahead", [(1, 1, 0), (1, 3, 1), (2, 2, 2)])
-def test_select_of_every_layer_at_once_equals_layer_by_layer(rows, per_head, lookahead):
-    """``select`` scores and ranks the layers stacked (one scoring, one top-k): the same indices as ``select_layer``
-    layer by layer, for batch rows and several queries per head; a cache whose layers differ in length (mid-forward)
-    takes the per-layer path and still answers."""
+def test_select_of_every_layer_at_once_equals_layer_by_layer(rows, per_head, lookahead, rescore):
+    """``select`` scores and ranks the layers stacked (one scoring, one top-k, with ``rescore_candidates`` one top-k
+    of the nominees): the same indices as ``select_layer`` layer by layer, for batch rows and several queries per
+    head; a cache whose layers differ in length (mid-forward) takes the per-layer path and still answers."""
     g = _gen(rows * 10 + per_head)
     layers, length, budget, window = 4, 211, 64, 16
     cache = RetrievalCache(num_layers=layers, chunk_size=8)
@@ -282,13 +283,17 @@ def test_select_of_every_layer_at_once_equals_layer_by_layer(rows, per_head, loo
             layer,
         )
     queries = [torch.randn(rows, Q_HEADS * per_head, HEAD_DIM, generator=g) for _ in range(layers)]
-    stacked = cache.select(queries, budget, window, lookahead)
-    by_layer = [cache.select_layer(i, q, budget, window, lookahead) for i, q in enumerate(queries)]
+    stacked = cache.select(queries, budget, window, lookahead, rescore_candidates=rescore)
+    by_layer = [cache.select_layer(i, q, budget, window, lookahead, rescore_candidates=rescore)
+                for i, q in enumerate(queries)]  # fmt: skip
     assert all(torch.equal(a, b) for a, b in zip(stacked, by_layer, strict=True))
     assert len({tuple(idx[0, 0].tolist()) for idx in stacked}) == layers  # the layers really chose differently
+    if rescore:  # the keys really re-ranked what the chunk means chose
+        by_means = cache.select(queries, budget, window, lookahead)
+        assert any(not torch.equal(a, b) for a, b in zip(stacked, by_means, strict=True))
 
     cache.update(*(torch.randn(rows, KV_HEADS, 8, HEAD_DIM, generator=g) for _ in range(2)), 0)  # layer 0 ahead
-    ahead = cache.select(queries, budget, window, lookahead, length=length)
+    ahead = cache.select(queries, budget, window, lookahead, length=length, rescore_candidates=rescore)
     assert all(torch.equal(a, b) for a, b in zip(ahead, by_layer, strict=True))
 
 

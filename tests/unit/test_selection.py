@@ -260,13 +260,14 @@ def test_gather_tokens_per_head():
             assert torch.equal(got[0, h, s], states[0, h, int(idx[0, h, s])])
 
 
-@pytest.mark.parametrize("sliced", [False, True])
-def test_gather_chunks_by_hand(sliced):
+@pytest.mark.parametrize("layout", ["contiguous", "sliced", "strided"])
+def test_gather_chunks_by_hand(layout):
     """Per batch row and head, chunk ``chunks[b, h, i]``'s tokens at ``i * chunk_size ..``; from a buffer's slice too
     (the cache's keys are the first ``length`` slots of a larger buffer, so rows of a head are not adjacent to the
-    next head's)."""
-    buffer = torch.randn(2, 3, 64 if sliced else 41, 5, generator=_gen(3))
-    states = buffer[:, :, :41]
+    next head's), and from states whose tokens are not rows (a transposed view: the CPU's copy of whole chunks
+    cannot read it, the general path does)."""
+    buffer = torch.randn(2, 3, 64 if layout == "sliced" else 41, 5, generator=_gen(3))
+    states = buffer[:, :, :41] if layout != "strided" else buffer.transpose(-1, -2).contiguous().transpose(-1, -2)
     chunks = torch.stack([torch.randperm(5, generator=_gen(i))[:4] for i in range(6)]).view(2, 3, 4)
     got = gather_chunks(states, chunks, 8)
     assert got.shape == (2, 3, 32, 5)
