@@ -119,28 +119,41 @@ def test_score_kernel_compiles_one_variant_for_every_chunk_count(monkeypatch):
     (``benchmarks/results/h200-stacked-gpu-run.log``). The arguments are read from two real launches, an odd count
     and a multiple of 16; the summaries' strides (multiples of ``head_dim``, 128) stay specialized, for aligned
     loads."""
+    g = _gen(6)
+
+    def launch_twice():
+        for n_chunks in (683, 4096):  # odd; a multiple of 16
+            kr.score_chunks_triton(torch.randn(2, 32, 128, generator=g), torch.randn(2, 8, n_chunks, 128, generator=g))
+
+    changed, specialized = _specialization_changes(monkeypatch, "score", launch_twice)
+    assert changed == []
+    assert specialized >= {"stride_sb", "stride_sh", "head_dim"}  # still specialized
+
+
+def _specialization_changes(monkeypatch, name: str, launch_twice) -> tuple[list[str], set[str]]:
+    """Record the arguments of the two launches of kernel ``name`` that ``launch_twice()`` makes; return the integer
+    arguments Triton specializes (on being 1 or a multiple of 16) whose class differs between them, and all the
+    specialized ones. Leaves the interpreter off (to read the compiled-mode kernel's parameters)."""
     launches = []
 
     class Recorder:
         def __getitem__(self, grid):
             return lambda *args, **constexprs: launches.append(args)
 
-    monkeypatch.setattr(kr, "_kernels", lambda: SimpleNamespace(score=Recorder()))
-    g = _gen(6)
-    for n_chunks in (683, 4096):  # odd; a multiple of 16
-        kr.score_chunks_triton(torch.randn(2, 32, 128, generator=g), torch.randn(2, 8, n_chunks, 128, generator=g))
+    monkeypatch.setattr(kr, "_kernels", lambda: SimpleNamespace(**{name: Recorder()}))
+    launch_twice()
     monkeypatch.delenv("TRITON_INTERPRET")
     from hf_triforce.kernels._retrieval_triton import compiled_kernels
 
-    params = compiled_kernels.__wrapped__(False).score.params  # the compiled-mode kernel, outside the mode cache
+    params = getattr(compiled_kernels.__wrapped__(False), name).params  # compiled mode, outside the mode cache
     first, second = launches
     specialized = [i for i, arg in enumerate(first) if isinstance(arg, int) and not params[i].do_not_specialize]
 
     def variant(value: int) -> tuple[bool, bool]:
         return value == 1, value % 16 == 0
 
-    assert [params[i].name for i in specialized if variant(first[i]) != variant(second[i])] == []
-    assert {params[i].name for i in specialized} >= {"stride_sb", "stride_sh", "head_dim"}  # still specialized
+    changed = [params[i].name for i in specialized if variant(first[i]) != variant(second[i])]
+    return changed, {params[i].name for i in specialized}
 
 
 def test_score_kernel_rejects_bad_shapes_and_cpu_without_interpreter(monkeypatch):
@@ -213,29 +226,17 @@ def test_chunk_key_kernel_finds_the_one_token_that_stands_out():
 def test_chunk_key_kernel_compiles_one_variant_for_every_chosen_count(monkeypatch):
     """As for the scoring kernel: no specialized integer argument changes its class between an odd count of chosen
     chunks and a multiple of 16 (the count follows the context's length), so the kernel does not recompile."""
-    launches = []
-
-    class Recorder:
-        def __getitem__(self, grid):
-            return lambda *args, **constexprs: launches.append(args)
-
-    monkeypatch.setattr(kr, "_kernels", lambda: SimpleNamespace(chunk_keys=Recorder()))
     g = _gen(7)
     keys = torch.randn(1, 8, 16 * 5000, 128, generator=g)
-    for chosen in (683, 4096):
-        kr.score_chunk_keys_triton(torch.randn(1, 32, 128, generator=g), keys, torch.zeros(1, 8, chosen).long(), 16)
-    monkeypatch.delenv("TRITON_INTERPRET")
-    from hf_triforce.kernels._retrieval_triton import compiled_kernels
 
-    params = compiled_kernels.__wrapped__(False).chunk_keys.params
-    first, second = launches
-    specialized = [i for i, arg in enumerate(first) if isinstance(arg, int) and not params[i].do_not_specialize]
+    def launch_twice():
+        for chosen in (683, 4096):
+            query, chunks = torch.randn(1, 32, 128, generator=g), torch.zeros(1, 8, chosen).long()
+            kr.score_chunk_keys_triton(query, keys, chunks, 16)
 
-    def variant(value: int) -> tuple[bool, bool]:
-        return value == 1, value % 16 == 0
-
-    assert [params[i].name for i in specialized if variant(first[i]) != variant(second[i])] == []
-    assert {params[i].name for i in specialized} >= {"stride_kh", "stride_kl", "head_dim"}  # still specialized
+    changed, specialized = _specialization_changes(monkeypatch, "chunk_keys", launch_twice)
+    assert changed == []
+    assert specialized >= {"stride_kh", "stride_kl", "head_dim"}  # still specialized
 
 
 def test_chunk_key_kernel_rejects_bad_inputs(monkeypatch):
