@@ -12,7 +12,7 @@
 # 7b/8b ones.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PIECES=${PIECES:-versions tests score-ab 8b:32k 8b:64k 8b:128k 7b:32k 7b:64k level0}
+PIECES=${PIECES:-versions tests score-ab selection-cost 8b:32k 8b:64k 8b:128k 7b:32k 7b:64k level0}
 OUT=${OUT:-/tmp/gpu-out}
 WORK=${WORK:-/tmp/gpu-results}
 mkdir -p "$OUT" "$WORK"

@@ -7,7 +7,7 @@
 #     BUDGET=128 DTYPE=float32 bash benchmarks/gpu_run.sh   # a smoke test of this script on a CPU
 #
 # Steps: versions; the gpu-marked tests (Triton kernels vs references, CUDA-graph capture/replay, bf16
-# greedy losslessness); score-ab (the scoring kernel against a candidate); the llama2-7b MHA shape and the llama3.1-8b GQA shape at long context (plain
+# greedy losslessness); score-ab (the scoring kernels); selection-cost (one re-selection per rescore factor); the llama2-7b MHA shape and the llama3.1-8b GQA shape at long context (plain
 # generate() vs TriForce, drafter none, T=0, budget 4K; per-level latencies, floors, modeled speedup with
 # real-text acceptance), the 8B shape again without Triton kernels; the 68M-class level-0 step with CUDA
 # graphs. About 15-20 minutes on an H100: split it over two device calls with STEPS (each call has 10 minutes).
@@ -29,7 +29,7 @@ CONTEXTS_8B=${CONTEXTS_8B:-32k,64k,128k}
 PREFILL_CHUNK=${PREFILL_CHUNK:-8192}
 CUDA_GRAPHS=${CUDA_GRAPHS:-auto}           # TriForceConfig.cuda_graphs for the level-0/1 steps; "off" if capture fails
 RESULTS=${OUT:-benchmarks/results}
-STEPS=${STEPS:-versions,tests,score-ab,7b,8b,8b-rescore4,8b-no-triton,level0,8b-fp32,8b-direct,8b-step-selection}
+STEPS=${STEPS:-versions,tests,score-ab,selection-cost,7b,8b,8b-rescore4,8b-no-triton,level0,8b-fp32,8b-direct,8b-step-selection}
 CONTEXTS_FP32=${CONTEXTS_FP32:-32k}
 mkdir -p "$RESULTS"
 LOG="$RESULTS/gpu-run.log"
@@ -47,9 +47,14 @@ bench() {  # bench NAME ARGS...: one JSON + .md per shape
 want versions && run bash -c "nvidia-smi || true; $PY -c 'import torch, transformers, triton; \
 print(torch.__version__, transformers.__version__, triton.__version__, torch.cuda.is_available())'"
 want tests && run $PY -m pytest -q -p no:cacheprovider -m gpu tests
-# The chunk-scoring kernel against a candidate with 1/16 of its multiply-adds (benchmarks/score_kernel_ab.py).
+# The chunk-scoring kernel against a candidate with 1/16 of its multiply-adds, and the key-scoring kernel
+# (rescore_candidates) against its torch reference (benchmarks/score_kernel_ab.py).
 want score-ab && run env $([ "$DEVICE" = cpu ] && echo TRITON_INTERPRET=1) $PY benchmarks/score_kernel_ab.py \
     --device "$DEVICE" --output "$RESULTS/$tag-score-kernel-ab.json"  # on a CPU: the correctness check alone
+# One re-selection of every layer per rescore_candidates factor (benchmarks/selection_cost.py): the 8B shape at 128K
+# on a GPU (17 GB of random keys and values), SmolLM2's at 7K on a CPU.
+want selection-cost && run $PY benchmarks/selection_cost.py --device "$DEVICE" --output "$RESULTS/$tag-selection-cost.json" \
+    $([ "$DEVICE" = cuda ] && echo --shape llama3.1-8b --tokens 131072 --repeats 10)
 want 7b && bench "$tag-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_7B" --drafters none
 want 8b && bench "$tag-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafters none
 # rescore_candidates=4 (issue 18): the one-refresh policy that meets level 1's copy and natural-text targets on the
