@@ -98,8 +98,13 @@ def score_rowsum(query: torch.Tensor, summaries: torch.Tensor, block_c: int, num
 def max_error_over_bound(got: torch.Tensor, query: torch.Tensor, summaries: torch.Tensor) -> float:
     """Largest ``|got - float64 truth| / bound`` (the unit tests' float32 bound); at most 1 is correct."""
     group, d = query.shape[1] // summaries.shape[1], query.shape[-1]
-    truth = kr.score_chunks(query.double(), summaries.double())
-    bound = (group + d) * EPS32 * kr.score_chunks(query.double().abs(), summaries.double().abs())
+    return error_over_bound(got, kr.score_chunks, query, summaries, group + d)
+
+
+def error_over_bound(got: torch.Tensor, reference, query: torch.Tensor, states: torch.Tensor, terms: int) -> float:
+    """Largest ``|got - reference(float64 inputs)| / (terms * eps32 * reference(|query|, |states|))``."""
+    truth = reference(query.double(), states.double())
+    bound = terms * EPS32 * reference(query.double().abs(), states.double().abs())
     return float(((got.double() - truth).abs() / bound.clamp_min(1e-300)).max())
 
 
@@ -170,9 +175,8 @@ def key_shape_rows(device: str, name: str, hq: int, hkv: int, length: int, f: in
 
 def key_error_over_bound(got: torch.Tensor, query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tensor, c: int):
     """Largest ``|got - float64 truth| / bound``, the bound ``D * eps32 * max |q| . |k|`` of the unit tests."""
-    truth = kr.score_chunk_keys(query.double(), keys.double(), chunks, c)
-    bound = query.shape[-1] * EPS32 * kr.score_chunk_keys(query.double().abs(), keys.double().abs(), chunks, c)
-    return float(((got.double() - truth).abs() / bound.clamp_min(1e-300)).max())
+    reference = functools.partial(kr.score_chunk_keys, chunks=chunks, chunk_size=c)
+    return error_over_bound(got, reference, query, keys, query.shape[-1])
 
 
 def main() -> None:

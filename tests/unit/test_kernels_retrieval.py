@@ -17,6 +17,7 @@ that bound. The gather must be bit-exact, and write nothing outside its slots.
 
 from __future__ import annotations
 
+import functools
 import math
 from types import SimpleNamespace
 
@@ -57,14 +58,20 @@ def _assert_scores_close(got: torch.Tensor, query: torch.Tensor, summaries: torc
     the flash-attn criterion: no worse than twice torch's own error in the input dtype, plus that bound.
     """
     assert got.dtype == torch.float32
+    group, head_dim = query.shape[1] // summaries.shape[1], query.shape[-1]
+    _assert_within_float32_bound(got, score_chunks, query, summaries, group + head_dim)
+
+
+def _assert_within_float32_bound(got, reference, query, states, terms: int) -> None:
+    """``got`` against ``reference(query, states)`` over float64 inputs: within ``terms * eps32 * reference(|query|,
+    |states|)`` everywhere, and no worse than twice the reference's own error in the input dtype plus that bound."""
     if got.numel() == 0:
         return
-    group, head_dim = query.shape[1] // summaries.shape[1], query.shape[-1]
-    truth = score_chunks(query.double(), summaries.double())
-    bound = (group + head_dim) * EPS32 * score_chunks(query.double().abs(), summaries.double().abs())
+    truth = reference(query.double(), states.double())
+    bound = terms * EPS32 * reference(query.double().abs(), states.double().abs())
     err = (got.double() - truth).abs()
     assert bool((err <= bound).all()), f"max error {float(err.max()):.3g}, max bound {float(bound.max()):.3g}"
-    torch_err = (score_chunks(query, summaries).double() - truth).abs().max()
+    torch_err = (reference(query, states).double() - truth).abs().max()
     assert err.max() <= 2 * torch_err + bound.max()
 
 
@@ -176,14 +183,8 @@ def _assert_key_scores_close(got, query, keys, chunks, chunk) -> None:
     ``D`` terms, each within ``D * eps32 * sum |q| |k|`` of its exact value, so the largest is within the largest
     such bound; then the flash-attn criterion against the reference in the input dtype."""
     assert got.dtype == torch.float32 and got.shape == chunks.shape
-    if got.numel() == 0:
-        return
-    truth = score_chunk_keys(query.double(), keys.double(), chunks, chunk)
-    bound = query.shape[-1] * EPS32 * score_chunk_keys(query.double().abs(), keys.double().abs(), chunks, chunk)
-    err = (got.double() - truth).abs()
-    assert bool((err <= bound).all()), f"max error {float(err.max()):.3g}, max bound {float(bound.max()):.3g}"
-    torch_err = (score_chunk_keys(query, keys, chunks, chunk).double() - truth).abs().max()
-    assert err.max() <= 2 * torch_err + bound.max()
+    reference = functools.partial(score_chunk_keys, chunks=chunks, chunk_size=chunk)
+    _assert_within_float32_bound(got, reference, query, keys, query.shape[-1])
 
 
 @pytest.mark.parametrize("per_head", [1, 3])
