@@ -129,9 +129,9 @@ class RetrievalCache(BufferedCache):
         7K tokens, budget 512, 2 CPU threads: 12.0 -> 3.7 ms by chunk means); on CUDA it is 3 launches in place of
         about ten per layer. Only the reading of the keys (:meth:`_rescore_stacked`) stays per layer."""
         layout = (length, self.chunk_size, budget, recent_window)
-        if ranks_every_chunk(*layout, rescore_candidates):  # every chunk ranked by its keys: no summaries needed
-            keys = [layer.buffer.keys for layer in self.layers]
-            scores = torch.cat([keys_scores(q, k, length, self.chunk_size) for q, k in zip(queries, keys, strict=True)])
+        if ranks_every_chunk(*layout, rescore_candidates):  # every chunk ranked by its keys, read in place per layer
+            settings = (budget, recent_window, None, rescore_candidates, length)
+            scores = torch.cat([self.chunk_ranking(i, q, *settings) for i, q in enumerate(queries)])
         else:
             scores = self._stacked_chunk_scores(queries)
             if rescore_candidates:
