@@ -1,21 +1,18 @@
-"""The retrieval scoring kernels on a GPU: chunk means (against a candidate with 1/16 the multiply-adds) and keys.
+"""The retrieval scoring kernels on a GPU, before and after 2026-11-28: chunk means and keys.
 
-On an H200 the package's ``score_chunks_triton`` scored 16,384 chunks of every layer of the Llama-3.1-8B shape
-(``[32 layers, 8 KV heads, 16384, 128]`` bf16, 1.07 GB) in 3.3 ms, about 330 GB/s, 7 % of the bandwidth, and most
-of the 5.1 ms default refresh at 128K (``docs/benchmarks.md``, second H200 run). Its ``tl.dot`` multiplies each
-``[BLOCK_C, D]`` summary tile with the grouped query repeated over 16 columns (``tl.dot``'s smallest N), in float32
-``ieee`` precision, which Hopper runs on its CUDA cores: 16 times the multiply-adds the scores need. The candidate
-(``rowsum``) multiplies the tile by the query row and sums each row (``tl.sum``), the same float32 products and
-one float32 sum per score, so the same error bound holds; it tries ``BLOCK_C`` 64/128 and 4/8 warps.
+Until 2026-11-28 both package kernels multiplied with a float32 ``tl.dot`` (``ieee``, on Hopper's CUDA cores): the
+chunk-mean one with the grouped query repeated over 16 columns (``tl.dot``'s smallest N, 16 times the multiply-adds
+the scores need), the key one with the GQA group padded to 16 columns. On an H100 the first scored the 8B shape's
+16,384 chunks of every layer at 342 GB/s (3.1 ms, most of a 128K refresh) against 2.85 TB/s (0.38 ms) for a
+candidate that multiplies the tile by the query row and sums each row; the second read one layer's x4 nominees at
+34 GB/s (0.75 ms, slower than its torch reference: 0.32 ms), ``benchmarks/results/h100-rescore-score-kernel-ab.json``.
+Both package kernels now do row sums (``hf_triforce.kernels._retrieval_triton``); the previous ones are kept here
+(``previous ...`` rows) to time them side by side, with the key kernel at three block sizes.
 
-Each variant is checked against float64 scores (the unit tests' bound, ``tests/unit/test_kernels_retrieval.py``)
+Each kernel is checked against float64 scores (the unit tests' bound, ``tests/unit/test_kernels_retrieval.py``)
 before it is timed (``triton.testing.do_bench``, median ms), beside torch's own ``score_chunks`` (einsum in the input
-dtype). Not a package kernel until it is measured: adopt the fastest correct variant in
-``hf_triforce.kernels._retrieval_triton`` (it must then call only Triton builtins, see that module) if it wins.
-
-It also times the key-scoring kernel ``score_chunk_keys_triton`` (``TriForceConfig.rescore_candidates``: the
-nominated chunks ranked by their largest logit, the keys read where they lie) against its torch reference (a gathered
-copy of the keys, then a matmul) at one layer of the 8B shape with ``rescore_candidates=4`` (issue 18 item 3: what
+dtype) and ``score_chunk_keys`` (a gathered copy of the keys, then a matmul): the chunk means at the stacked refresh's
+one launch (all layers), the keys at one layer of the 8B shape with ``rescore_candidates=4`` (issue 18 item 3: what
 re-scoring adds to a refresh).
 
 Run on a GPU (about a minute; ``STEPS=score-ab bash benchmarks/gpu_run.sh`` does it)::
@@ -44,21 +41,21 @@ SHAPES = {
     "cuda": [("8b-32k", 32, 32, 8, 4096, 128), ("8b-128k", 32, 32, 8, 16384, 128), ("7b-64k", 32, 32, 32, 8192, 128)],
     "cpu": [("small", 2, 6, 2, 130, 64), ("smollm2", 30, 9, 3, 97, 64)],
 }
-VARIANTS = [(64, 4), (64, 8), (128, 4), (128, 8)]  # (BLOCK_C, num_warps) of the candidate
+KEY_BLOCKS = [16, 32, 64]  # BLOCK_F of the package's key kernel (the package picks 64 from 64 chosen chunks on)
 EPS32 = torch.finfo(torch.float32).eps
 
 
 @functools.cache
-def rowsum_kernel():
-    """The candidate, jitted on first use (after ``TRITON_INTERPRET`` is read)."""
+def previous_kernels():
+    """The package's two ``tl.dot`` kernels before 2026-11-28, jitted on first use (after ``TRITON_INTERPRET``)."""
     import triton
     import triton.language as tl
 
     @triton.jit(do_not_specialize=["n_chunks", "stride_ob", "stride_oh"])
-    def kernel(
+    def means(
         q_ptr, s_ptr, out_ptr, kv_heads, n_chunks, head_dim,
         stride_qb, stride_qh, stride_qd, stride_sb, stride_sh, stride_sc, stride_sd, stride_ob, stride_oh, stride_oc,
-        GROUP: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
+        GROUP: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     ):  # fmt: skip
         pid_bh = tl.program_id(0)
         pid_c = tl.program_id(1)
@@ -74,23 +71,92 @@ def rowsum_kernel():
         mask_c = offs_c < n_chunks
         s_ptrs = s_ptr + b * stride_sb + h * stride_sh + offs_c[:, None] * stride_sc + offs_d[None, :] * stride_sd
         s = tl.load(s_ptrs, mask=mask_c[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
-        scores = tl.sum(s * grouped[None, :], axis=1)
-        tl.store(out_ptr + b * stride_ob + h * stride_oh + offs_c * stride_oc, scores, mask=mask_c)
+        scores = tl.dot(s, tl.broadcast_to(grouped[:, None], (BLOCK_D, BLOCK_N)), input_precision="ieee")
+        cols = tl.arange(0, BLOCK_N)
+        out_ptrs = out_ptr + b * stride_ob + h * stride_oh + offs_c[:, None] * stride_oc + cols[None, :] * 0
+        tl.store(out_ptrs, scores, mask=mask_c[:, None] & (cols[None, :] == 0))
 
-    return kernel
+    @triton.jit(do_not_specialize=["n_chosen", "stride_cb", "stride_ch", "stride_ob", "stride_oh"])
+    def keys(
+        q_ptr, k_ptr, c_ptr, out_ptr, kv_heads, n_chosen, head_dim, group,
+        stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kl, stride_kd, stride_cb, stride_ch, stride_cf,
+        stride_ob, stride_oh, stride_of, stride_on,
+        CHUNK: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    ):  # fmt: skip
+        pid_bh = tl.program_id(0)
+        pid_f = tl.program_id(1)
+        b = (pid_bh // kv_heads).to(tl.int64)
+        h = (pid_bh % kv_heads).to(tl.int64)
+        offs_d = tl.arange(0, BLOCK_D)
+        mask_d = offs_d < head_dim
+        cols = tl.arange(0, BLOCK_N)
+        mask_n = cols < group
+        q_ptrs = q_ptr + b * stride_qb + (h * group + cols[None, :]) * stride_qh + offs_d[:, None] * stride_qd
+        q = tl.load(q_ptrs, mask=mask_d[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+        offs_f = pid_f * BLOCK_F + tl.arange(0, BLOCK_F)
+        mask_f = offs_f < n_chosen
+        chunks = tl.load(c_ptr + b * stride_cb + h * stride_ch + offs_f * stride_cf, mask=mask_f, other=0)
+        k_base = k_ptr + b * stride_kb + h * stride_kh + offs_d[None, :] * stride_kd
+        mask_k = mask_f[:, None] & mask_d[None, :]
+        best = tl.full([BLOCK_F, BLOCK_N], float("-inf"), tl.float32)
+        for t in tl.static_range(CHUNK):
+            rows = (chunks.to(tl.int64) * CHUNK + t)[:, None] * stride_kl
+            k = tl.load(k_base + rows, mask=mask_k, other=0.0).to(tl.float32)
+            best = tl.maximum(best, tl.dot(k, q, input_precision="ieee"))
+        out_ptrs = out_ptr + b * stride_ob + h * stride_oh + offs_f[:, None] * stride_of + cols[None, :] * stride_on
+        tl.store(out_ptrs, best, mask=mask_f[:, None] & mask_n[None, :])
+
+    return means, keys
 
 
-def score_rowsum(query: torch.Tensor, summaries: torch.Tensor, block_c: int, num_warps: int) -> torch.Tensor:
-    """``[B, H_kv, C]`` float32 scores of the candidate (``score_chunks_triton``'s contract)."""
+def previous_means(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
+    """``[B, H_kv, C]`` float32 scores of the previous chunk-mean kernel (``score_chunks_triton``'s contract)."""
     import triton
 
     b, hq, d = query.shape
     hkv, n_chunks = summaries.shape[1], summaries.shape[2]
     out = torch.empty((b, hkv, n_chunks), dtype=torch.float32, device=summaries.device)
-    grid = (b * hkv, triton.cdiv(n_chunks, block_c))
-    rowsum_kernel()[grid](
+    grid = (b * hkv, triton.cdiv(n_chunks, 64))
+    previous_kernels()[0][grid](
         query, summaries, out, hkv, n_chunks, d, *query.stride(), *summaries.stride(), *out.stride(),
-        GROUP=hq // hkv, BLOCK_C=block_c, BLOCK_D=triton.next_power_of_2(d), num_warps=num_warps,
+        GROUP=hq // hkv, BLOCK_C=64, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_N=16,
+    )  # fmt: skip
+    return out
+
+
+def previous_keys(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """``[B, H_kv, F]`` float32 scores of the previous key kernel (``score_chunk_keys_triton``'s contract)."""
+    import triton
+
+    b, hq, d = query.shape
+    hkv, n_chosen = keys.shape[1], chunks.shape[2]
+    group = hq // hkv
+    out = torch.empty((b, hkv, n_chosen, group), dtype=torch.float32, device=keys.device)
+    grid = (b * hkv, triton.cdiv(n_chosen, 64))
+    previous_kernels()[1][grid](
+        query, keys, chunks, out, hkv, n_chosen, d, group,
+        *query.stride(), *keys.stride(), *chunks.stride(), *out.stride(),
+        CHUNK=chunk_size, BLOCK_F=64, BLOCK_D=max(16, triton.next_power_of_2(d)),
+        BLOCK_N=max(16, triton.next_power_of_2(group)),
+    )  # fmt: skip
+    return out.amax(-1)
+
+
+def package_keys_block(
+    query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tensor, chunk_size: int, block_f: int
+) -> torch.Tensor:
+    """The package's key kernel launched with ``BLOCK_F = block_f`` (``score_chunk_keys_triton`` picks 16-64)."""
+    import triton
+
+    from hf_triforce.kernels._retrieval_triton import compiled_kernels
+    from hf_triforce.kernels.dispatch import interpreting
+
+    hkv, n_chosen, d = keys.shape[1], chunks.shape[2], keys.shape[3]
+    out = torch.empty((query.shape[0], hkv, n_chosen), dtype=torch.float32, device=keys.device)
+    compiled_kernels(interpreting()).chunk_keys[(query.shape[0] * hkv, triton.cdiv(n_chosen, block_f))](
+        query, keys, chunks, out, hkv, n_chosen, d, query.shape[1] // hkv,
+        *query.stride(), *keys.stride(), *chunks.stride(), *out.stride(),
+        CHUNK=chunk_size, BLOCK_F=block_f, BLOCK_D=triton.next_power_of_2(d),
     )  # fmt: skip
     return out
 
@@ -128,8 +194,8 @@ def shape_rows(device: str, name: str, rows: int, hq: int, hkv: int, chunks: int
     query = torch.randn(rows, hq, d, device=device, generator=g).to(dtype)
     summaries = torch.randn(rows, hkv, chunks, d, device=device, generator=g).to(dtype)
     gb = summaries.numel() * summaries.element_size() / 1e9
-    kernels = {"package": functools.partial(kr.score_chunks_triton, query, summaries)}
-    kernels |= {f"rowsum-c{c}-w{w}": functools.partial(score_rowsum, query, summaries, c, w) for c, w in VARIANTS}
+    kernels = {"package": functools.partial(kr.score_chunks_triton, query, summaries),
+               "previous (tl.dot)": functools.partial(previous_means, query, summaries)}  # fmt: skip
     out = []
     for label, fn in kernels.items():
         ms = timed_ms(fn, device)
@@ -165,7 +231,9 @@ def key_shape_rows(device: str, name: str, hq: int, hkv: int, length: int, f: in
     args = (query, keys, chunks[None], c)
     gb = hkv * f * c * d * keys.element_size() / 1e9
     out = []
-    for label, fn in (("package keys", kr.score_chunk_keys_triton), ("torch gather+matmul", kr.score_chunk_keys)):
+    kernels = {"package keys": kr.score_chunk_keys_triton, "previous keys (tl.dot)": previous_keys}
+    kernels |= {f"package keys f{f}": functools.partial(package_keys_block, block_f=f) for f in KEY_BLOCKS}
+    for label, fn in (*kernels.items(), ("torch gather+matmul", kr.score_chunk_keys)):
         ms = timed_ms(functools.partial(fn, *args), device)
         out.append({"shape": name, "kernel": label, "error_over_bound": key_error_over_bound(fn(*args), *args),
                     "ms": ms, "gb_per_s": None if ms is None else gb / ms * 1e3})  # fmt: skip

@@ -6,8 +6,11 @@ because ``triton.jit`` decides at decoration time between the compiler and the i
 themselves only (``monkeypatch.setenv("TRITON_INTERPRET", "1")``), whatever was imported before.
 For the same reason the bodies call no function of Triton's ``@jit`` standard library (``tl.sum``,
 ``tl.zeros``, ``tl.cdiv``...): those are jitted once, in the mode of Triton's first import, and a
-compiled-mode one cannot be called from an interpreted kernel. Only builtins (``tl.load``, ``tl.dot``,
-``tl.full``, ``tl.static_range``...) are used.
+compiled-mode one cannot be called from an interpreted kernel. Only builtins (``tl.load``, ``tl.reduce``,
+``tl.full``, ``tl.static_range``...) are used. A row sum is ``tl.reduce(x, 1, tl.standard._sum_combine)``,
+what ``tl.sum`` does: the compiler calls the combiner as any ``@jit`` function, and the interpreter recognizes it
+by identity and sums with numpy, without calling it (written out in each kernel: a kernel may call only builtins and
+``@jit`` functions).
 """
 
 from __future__ import annotations
@@ -39,15 +42,14 @@ def score_chunks_kernel(
     GROUP: tl.constexpr,
     BLOCK_C: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    BLOCK_N: tl.constexpr,
 ):
     """One program: KV head ``(b, h)``, chunks ``[pid_c * BLOCK_C, +BLOCK_C)``; float32 throughout.
 
-    The dot products are a ``tl.dot`` of the ``[BLOCK_C, BLOCK_D]`` summary tile with the summed query
-    repeated over ``BLOCK_N`` (16, ``tl.dot``'s smallest N) identical columns, of which column 0 is
-    stored: the kernel needs no reduction from Triton's ``@jit`` standard library (``tl.sum``), which is
-    jitted when Triton is first imported, so it runs under the interpreter however Triton was imported.
-    Compute is not the bound (the summaries are read once); ``ieee`` (not TF32) keeps float32 accuracy.
+    The GQA group's query heads are summed first (the score is linear in the query), then each row of the
+    ``[BLOCK_C, BLOCK_D]`` summary tile is multiplied by that row and summed: one multiply-add per summary element,
+    so the summaries are read at memory speed. (Until 2026-11-28 a float32 ``tl.dot`` with the query repeated over
+    16 columns did it: 16 times the multiply-adds, on CUDA cores, 8x slower on an H100,
+    ``benchmarks/score_kernel_ab.py``.)
     """
     pid_bh = tl.program_id(0)
     pid_c = tl.program_id(1)
@@ -63,11 +65,8 @@ def score_chunks_kernel(
     mask_c = offs_c < n_chunks
     s_ptrs = s_ptr + b * stride_sb + h * stride_sh + offs_c[:, None] * stride_sc + offs_d[None, :] * stride_sd
     s = tl.load(s_ptrs, mask=mask_c[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
-    q_tile = tl.broadcast_to(grouped[:, None], (BLOCK_D, BLOCK_N))
-    scores = tl.dot(s, q_tile, input_precision="ieee")  # [BLOCK_C, BLOCK_N], every column the same
-    cols = tl.arange(0, BLOCK_N)
-    out_ptrs = out_ptr + b * stride_ob + h * stride_oh + offs_c[:, None] * stride_oc + cols[None, :] * 0
-    tl.store(out_ptrs, scores, mask=mask_c[:, None] & (cols[None, :] == 0))
+    scores = tl.reduce(s * grouped[None, :], 1, tl.standard._sum_combine)  # [BLOCK_C], row sums
+    tl.store(out_ptr + b * stride_ob + h * stride_oh + offs_c * stride_oc, scores, mask=mask_c)
 
 
 def gather_kv_kernel(
@@ -131,19 +130,17 @@ def score_chunk_keys_kernel(
     stride_ob,
     stride_oh,
     stride_of,
-    stride_on,
     CHUNK: tl.constexpr,
     BLOCK_F: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    BLOCK_N: tl.constexpr,
 ):
     """One program: KV head ``(b, h)``, chosen chunks ``[pid_f * BLOCK_F, +BLOCK_F)``; float32 throughout.
 
-    For each chosen chunk and each of the group's ``group`` query heads (the columns of a ``[BLOCK_D, BLOCK_N]``
-    query tile, zero past ``group``), the largest logit over the chunk's ``CHUNK`` tokens: one ``tl.dot`` of the
-    ``[BLOCK_F, BLOCK_D]`` tile of the chunks' ``t``-th tokens, read where they lie (no gather), per ``t``, and an
-    elementwise ``tl.maximum``. The largest over the group is left to the caller (a reduction would need Triton's
-    ``@jit`` standard library, see the module).
+    For each chosen chunk, the largest logit over its ``CHUNK`` tokens and the group's ``group`` query heads: the
+    ``[BLOCK_F, BLOCK_D]`` tile of the chunks' ``t``-th tokens, read where they lie (no gather), times each query
+    head's row, summed per row (one multiply-add per key element and query head), and an elementwise
+    ``tl.maximum``. (Until 2026-11-28 a float32 ``tl.dot`` per token did it, with the group padded to 16 columns:
+    0.75 ms a layer of the 8B shape on an H100, slower than the torch reference; ``benchmarks/score_kernel_ab.py``.)
     """
     pid_bh = tl.program_id(0)
     pid_f = tl.program_id(1)
@@ -151,21 +148,19 @@ def score_chunk_keys_kernel(
     h = (pid_bh % kv_heads).to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < head_dim
-    cols = tl.arange(0, BLOCK_N)
-    mask_n = cols < group
-    q_ptrs = q_ptr + b * stride_qb + (h * group + cols[None, :]) * stride_qh + offs_d[:, None] * stride_qd
-    q = tl.load(q_ptrs, mask=mask_d[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [BLOCK_D, BLOCK_N]
+    q_row = q_ptr + b * stride_qb + (h * group) * stride_qh + offs_d * stride_qd
     offs_f = pid_f * BLOCK_F + tl.arange(0, BLOCK_F)
     mask_f = offs_f < n_chosen
     chunks = tl.load(c_ptr + b * stride_cb + h * stride_ch + offs_f * stride_cf, mask=mask_f, other=0).to(tl.int64)
     k_base = k_ptr + b * stride_kb + h * stride_kh + offs_d[None, :] * stride_kd
     mask_k = mask_f[:, None] & mask_d[None, :]
-    best = tl.full([BLOCK_F, BLOCK_N], float("-inf"), tl.float32)
-    for t in tl.static_range(CHUNK):
+    best = tl.full([BLOCK_F], float("-inf"), tl.float32)
+    for t in range(CHUNK):
         k = tl.load(k_base + (chunks * CHUNK + t)[:, None] * stride_kl, mask=mask_k, other=0.0).to(tl.float32)
-        best = tl.maximum(best, tl.dot(k, q, input_precision="ieee"))  # [BLOCK_F, BLOCK_N]
-    out_ptrs = out_ptr + b * stride_ob + h * stride_oh + offs_f[:, None] * stride_of + cols[None, :] * stride_on
-    tl.store(out_ptrs, best, mask=mask_f[:, None] & mask_n[None, :])
+        for g in range(group):  # the group's query heads (a few rows, read from cache after the first token)
+            q = tl.load(q_row + g * stride_qh, mask=mask_d, other=0.0).to(tl.float32)
+            best = tl.maximum(best, tl.reduce(k * q[None, :], 1, tl.standard._sum_combine))  # [BLOCK_F]
+    tl.store(out_ptr + b * stride_ob + h * stride_oh + offs_f * stride_of, best, mask=mask_f)
 
 
 _CHOSEN_COUNTS = ["n_chosen", "stride_cb", "stride_ch", "stride_ob", "stride_oh"]

@@ -308,8 +308,7 @@ def score_chunks_triton(query: torch.Tensor, summaries: torch.Tensor) -> torch.T
         *out.stride(),
         GROUP=group,
         BLOCK_C=block_c,
-        BLOCK_D=max(16, triton.next_power_of_2(d)),  # tl.dot needs K >= 16
-        BLOCK_N=16,
+        BLOCK_D=triton.next_power_of_2(d),
     )
     return out
 
@@ -317,12 +316,12 @@ def score_chunks_triton(query: torch.Tensor, summaries: torch.Tensor) -> torch.T
 def score_chunk_keys_triton(
     query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tensor, chunk_size: int
 ) -> torch.Tensor:
-    """:func:`score_chunk_keys` in one Triton launch (and a max over the GQA group), float32 accumulation.
+    """:func:`score_chunk_keys` in one Triton launch, float32 accumulation.
 
     Each program reads the keys of ``BLOCK_F`` chosen chunks where they lie in the cache, one token of each per
-    step (no gathered copy: the reference copies the chosen keys, then reads the copy), and keeps every query head's
-    largest logit per chunk; the group's largest is taken after, in torch. Query head ``j`` belongs to KV head ``j //
-    (H_q / H_kv)`` (``repeat_kv``'s layout, several queries per head included).
+    step (no gathered copy: the reference copies the chosen keys, then reads the copy), and keeps each chunk's
+    largest logit over its tokens and the group's query heads. Query head ``j`` belongs to KV head ``j // (H_q /
+    H_kv)`` (``repeat_kv``'s layout, several queries per head included).
 
     Args:
         query: ``[B, H_q, D]`` post-RoPE queries on CUDA (or CPU under ``TRITON_INTERPRET=1``); any strides.
@@ -342,9 +341,9 @@ def score_chunk_keys_triton(
     """
     b, group = _check_chunk_key_inputs(query, keys, chunks)
     hkv, n_chosen, d = keys.shape[1], chunks.shape[2], keys.shape[3]
-    out = torch.empty((b, hkv, n_chosen, group), dtype=torch.float32, device=keys.device)
+    out = torch.empty((b, hkv, n_chosen), dtype=torch.float32, device=keys.device)
     if out.numel() == 0:
-        return out.amax(-1)
+        return out
     import triton
 
     block_f, grid = _tiles(b * hkv, n_chosen)
@@ -363,10 +362,9 @@ def score_chunk_keys_triton(
         *out.stride(),
         CHUNK=chunk_size,
         BLOCK_F=block_f,
-        BLOCK_D=max(16, triton.next_power_of_2(d)),  # tl.dot needs K >= 16
-        BLOCK_N=max(16, triton.next_power_of_2(group)),  # and N >= 16
+        BLOCK_D=triton.next_power_of_2(d),
     )
-    return out.amax(-1)
+    return out
 
 
 def gather_kv_triton(
