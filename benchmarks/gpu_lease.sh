@@ -8,11 +8,11 @@
 #   PIECES="versions tests 8b:32k 8b:64k" bash benchmarks/gpu_lease.sh
 #   tar -xf gpu-results.tar -C benchmarks/results/          # here, afterwards
 #
-# A piece is a gpu_run.sh step (versions, tests, score-ab, 7b, 8b, 8b-no-triton, level0, ...), optionally ":CONTEXTS" for the
+# A piece is a gpu_run.sh step (versions, tests, score-ab, phase-calls, 7b, 8b, 8b-no-triton, level0, ...), optionally ":CONTEXTS" for the
 # 7b/8b ones.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PIECES=${PIECES:-versions tests score-ab selection-cost 8b:32k 8b:64k 8b:128k 7b:32k 7b:64k level0}
+PIECES=${PIECES:-versions tests phase-calls 8b-rescore0:128k 8b:32k 8b:64k 8b:128k 7b:32k 7b:64k level0}
 OUT=${OUT:-/tmp/gpu-out}
 WORK=${WORK:-/tmp/gpu-results}
 mkdir -p "$OUT" "$WORK"

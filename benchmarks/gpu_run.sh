@@ -7,7 +7,7 @@
 #     BUDGET=128 DTYPE=float32 bash benchmarks/gpu_run.sh   # a smoke test of this script on a CPU
 #
 # Steps: versions; the gpu-marked tests (Triton kernels vs references, CUDA-graph capture/replay, bf16
-# greedy losslessness); score-ab (the scoring kernels); selection-cost (one re-selection per rescore factor); the llama2-7b MHA shape and the llama3.1-8b GQA shape at long context (plain
+# greedy losslessness); score-ab (the scoring kernels); selection-cost (one re-selection per rescore factor); phase-calls (each refresh timed, rescore_candidates 4 and 0); the llama2-7b MHA shape and the llama3.1-8b GQA shape at long context (plain
 # generate() vs TriForce, drafter none, T=0, budget 4K; per-level latencies, floors, modeled speedup with
 # real-text acceptance), the 8B shape again without Triton kernels; the 68M-class level-0 step with CUDA
 # graphs. About 15-20 minutes on an H100: split it over two device calls with STEPS (each call has 10 minutes).
@@ -29,7 +29,7 @@ CONTEXTS_8B=${CONTEXTS_8B:-32k,64k,128k}
 PREFILL_CHUNK=${PREFILL_CHUNK:-8192}
 CUDA_GRAPHS=${CUDA_GRAPHS:-auto}           # TriForceConfig.cuda_graphs for the level-0/1 steps; "off" if capture fails
 RESULTS=${OUT:-benchmarks/results}
-STEPS=${STEPS:-versions,tests,score-ab,selection-cost,7b,8b,8b-rescore4,8b-no-triton,level0,8b-fp32,8b-direct,8b-step-selection}
+STEPS=${STEPS:-versions,tests,score-ab,selection-cost,7b,8b,8b-rescore0,phase-calls,8b-no-triton,level0,8b-fp32,8b-direct,8b-step-selection}
 CONTEXTS_FP32=${CONTEXTS_FP32:-32k}
 mkdir -p "$RESULTS"
 LOG="$RESULTS/gpu-run.log"
@@ -57,10 +57,14 @@ want selection-cost && run $PY benchmarks/selection_cost.py --device "$DEVICE" -
     $([ "$DEVICE" = cuda ] && echo --shape llama3.1-8b --tokens 131072 --repeats 10)
 want 7b && bench "$tag-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_7B" --drafters none
 want 8b && bench "$tag-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafters none
-# rescore_candidates=4 (issue 18): the one-refresh policy that meets level 1's copy and natural-text targets on the
-# CPU; its refresh ms against the CUDA-graph level-1 step of the 8b run above decides whether it becomes the default.
-want 8b-rescore4 && bench "$tag-$PRESET_8B-rescore4" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" \
-    --drafters none --rescore-candidates 4
+# rescore_candidates=0 (the chunk-mean ranking alone, TriForce's; the default until 2026-11-28): its refresh ms
+# against the 8b run above (the default, rescore_candidates=4) is what ranking the nominees by their keys costs.
+want 8b-rescore0 && bench "$tag-$PRESET_8B-rescore0" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" \
+    --drafters none --rescore-candidates 0
+# Every call of every phase at 128K, the default and rescore_candidates=0 (benchmarks/phase_calls.py): the spread of
+# the refreshes that a phase's mean hides (the H100 run of 2026-11-28: median 6.1 ms, mean 14.9).
+want phase-calls && run $PY benchmarks/phase_calls.py --preset "$PRESET_8B" --contexts "${PHASE_CONTEXTS:-131072}" --modes default,mean \
+    --budget "$BUDGET" --device "$DEVICE" --dtype "$DTYPE" --output "$RESULTS/$tag-phase-calls.json"
 # The same without any Triton kernel (retrieval scoring/gather, split-KV verification): what they are worth.
 # Its markdown is dropped (the device returns 8 files at most): hf_triforce.evaluation.bench.report.markdown_table rebuilds it.
 want 8b-no-triton && HF_TRIFORCE_DISABLE_TRITON=1 bench "$tag-$PRESET_8B-no-triton" --preset "$PRESET_8B" \

@@ -3,7 +3,8 @@
 ``hf-triforce bench`` reports a phase's mean over a call (``last_stats(model).phases``). A one-off inside the timed
 call (Triton compiling a kernel variant, CUDA-graph capture, the allocator growing) then shows as a slow phase: on
 an H200 the refresh's mean at 128K was 36 ms over 28 calls while its usual call took 5 ms (issue 18 item 3). This
-script reads each call's duration (``last_stats(model).phases.durations``), for the default policy and for
+script reads each call's duration (``last_stats(model).phases.durations``), for the default policy
+(``rescore_candidates=4``), the chunk-mean ranking alone (``mean``: ``rescore_candidates=0``) and
 ``step_selection=True`` (level 1's direct forward, no CUDA graphs), on a random-weights shape preset or a real
 model, after the bench's warm-up, and reports per phase the calls, the first call, the median and the largest.
 
@@ -31,7 +32,11 @@ from hf_triforce.evaluation.bench.timed_run import measure, warm_up
 from hf_triforce.evaluation.common.machine import machine_info
 from hf_triforce.evaluation.models.shapes import random_model
 
-MODES = {"default": {}, "step": {"step_selection": True, "cuda_graphs": False, "level1_forward": "direct"}}
+MODES = {
+    "default": {},
+    "mean": {"rescore_candidates": 0},  # the chunk-mean ranking alone, the default until 2026-11-28
+    "step": {"step_selection": True, "cuda_graphs": False, "level1_forward": "direct"},
+}
 
 
 def calls_of(model, ids: torch.LongTensor, config: TriForceConfig, new_tokens: int) -> dict[str, list[float]]:
@@ -96,7 +101,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="llama3.1-8b", help="random-weights shape (hf_triforce shape presets)")
     parser.add_argument("--contexts", default="32768,131072", help="comma-separated prompt lengths")
-    parser.add_argument("--modes", default="default,step", help="comma-separated: default, step")
+    parser.add_argument("--modes", default="default,step", help="comma-separated: default, mean, step")
     parser.add_argument("--budget", type=int, default=4096, help="TriForceConfig.retrieval_budget")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--device", default="cuda")
