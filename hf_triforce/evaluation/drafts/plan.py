@@ -35,7 +35,7 @@ def default_policy(budget: int) -> ViewPolicy:
 
     Example:
         >>> default_policy(512).label
-        'retrieval b512 c8 w128 a1 sum r4'
+        'retrieval b512 c8 w128 a1 x4 sum r4'
     """
     return ViewPolicy.from_config(TriForceConfig(), budget=budget)
 

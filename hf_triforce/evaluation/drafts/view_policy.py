@@ -8,7 +8,7 @@ refresh stride and the refresh on falling acceptance.
 
 Example:
     >>> ViewPolicy(budget=512, refresh_every=32).label
-    'retrieval b512 c8 w128 a1 sum r32'
+    'retrieval b512 c8 w128 a1 x4 sum r32'
     >>> ViewPolicy(kind="streaming", budget=512, refresh_every=32).label
     'streaming b512 s8 r32'
 """
