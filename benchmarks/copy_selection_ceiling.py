@@ -15,9 +15,15 @@ Rules (all with the package's ``select_token_indices``: sink chunk, recent windo
 * ``two-stage-xN-*``: the same idea as ``rescore_candidates=N`` written out here (it nominates
   ``N * (budget - CHUNK - WINDOW) / CHUNK`` chunks; the package subtracts the exact recent span, so it may
   nominate one fewer), with three ways to rank the nominated chunks;
+* ``package-xN-wW`` / ``package-xN-bF``: the package's selection with ``rescore_candidates=N`` and a recent window
+  of ``W`` tokens / ``budget // F`` (whole chunks); ``streaming``: StreamingLLM of the same budget (8 sinks);
 * ``exact-*``: the keys themselves, not their chunk means: ``mass`` is the attention the full cache gives each
   chunk (softmax over every key), ``peak`` the largest token logit in the chunk, ``peakprob`` its largest
   probability. These are the ceiling of chunk-mean scoring for the same queries.
+
+``--natural N`` adds ``eval-drafts``' N natural continuations of the language reference and ``--genres N`` N raw
+slices of each haystack (``step_selection_ab.tasks``; ``--split ''`` for natural text alone), reported pooled and
+per prompt; ``--budgets`` picks the view budgets (tokens).
 
 Run: ``.venv/bin/python benchmarks/copy_selection_ceiling.py --split tune --output benchmarks/results/X.json``
 (about 25 minutes per 10 rules on 2 CPU threads); ``--report X.json [Y.json ...]`` rewrites the markdown table of
@@ -30,16 +36,18 @@ import argparse
 import collections
 import json
 import math
+import re
+import shlex
 import sys
 import time
 
 import torch
+from step_selection_ab import tasks as prompt_tasks  # benchmarks/: the script's own folder
 
 from hf_triforce.caches.selection import select_token_indices
 from hf_triforce.evaluation.common.loading import load_model
 from hf_triforce.evaluation.common.machine import machine_info
 from hf_triforce.evaluation.drafts.acceptance import acceptance
-from hf_triforce.evaluation.drafts.copy_tasks import build_copy_prompt, copy_task_specs
 from hf_triforce.evaluation.drafts.level1 import replay_round
 from hf_triforce.evaluation.drafts.reference import Prefill, decode_reference, new_cache
 from hf_triforce.evaluation.drafts.view_forward import DEFAULT_MAX_ROWS, view_logits
@@ -128,19 +136,40 @@ def selector(rule, window, lookahead=1, exact=False):
     return select
 
 
-def package(rescore_candidates):
-    """The package's own selection (as ``eval-drafts`` runs it) with ``TriForceConfig.rescore_candidates``."""
+def package(rescore_candidates, recent_window="auto"):
+    """The package's own selection (as ``eval-drafts`` runs it) with ``TriForceConfig.rescore_candidates`` and
+    ``recent_window`` (``"auto"``: the config's; an int, or ``"bN"``: ``budget // N`` in whole chunks)."""
 
     def select(cache, history, length, budget):
-        policy = ViewPolicy(budget=budget, rescore_candidates=rescore_candidates)
+        window = recent_window
+        if isinstance(window, str) and window.startswith("b"):
+            window = budget // int(window[1:]) // CHUNK * CHUNK
+        policy = ViewPolicy(budget=budget, rescore_candidates=rescore_candidates, recent_window=window)
         return select_indices(cache, [queries[-1][None] for queries in history], length, policy)
 
     return select
 
 
+def streaming(cache, history, length, budget):
+    """StreamingLLM of the same budget (8 sinks, the most recent tokens), as ``eval-drafts`` compares it."""
+    return select_indices(cache, [q[-1][None] for q in history], length, ViewPolicy(kind="streaming", budget=budget))
+
+
+def rule(name):
+    """:data:`RULES`' entry, or ``package-xN-wW`` / ``package-xN-bF``: ``package(N, W)`` / ``package(N, "bF")``."""
+    if name in RULES:
+        return RULES[name]
+    match = re.fullmatch(r"package-x(\d+)-(w|b)(\d+)", name)
+    if not match:
+        raise SystemExit(f"unknown rule {name!r}: one of {sorted(RULES)} or package-xN-wW / package-xN-bF")
+    x, unit, value = match.groups()
+    return package(int(x), int(value) if unit == "w" else f"b{value}")
+
+
 RULES = {
     "package-x0": package(0),
     "package-x4": package(4),
+    "streaming": streaming,
     "base-sum-w1": selector("sum", 1),
     "softmax-w1": selector("softmax", 1),
     "max-w1": selector("max", 1),
@@ -183,19 +212,21 @@ def replay(model, cache, ref, tail, select, budget, gamma2=6, refresh_every=4):
     return rounds.accepted, rounds.rejections
 
 
-def run(split: str, rules: list[str], output: str) -> None:
+def run(split: str, rules: list[str], output: str, natural: int = 0, genres: int = 0, budgets=BUDGETS) -> None:
+    """Replay every rule at every budget on the split's copy tasks, ``natural`` continuations of the language reference
+    (``eval-drafts``' natural prompts) and ``genres`` raw slices of each haystack (``step_selection_ab.tasks``)."""
     model, tokenizer = load_model(None)
-    eos, texts, rows, start = eos_token_ids(model.generation_config), {}, [], time.time()
+    eos, rows, start = eos_token_ids(model.generation_config), [], time.time()
     result = {"split": split, "machine": machine_info(), "rows": rows, "command": _command()}
-    for spec in copy_task_specs(split):
-        cache, first, tail = prefill(model, build_copy_prompt(tokenizer, spec, CTX - NEW, texts).input_ids)
+    for name, kind, depth, ids in prompt_tasks(tokenizer, split, natural, genres, NEW):
+        cache, first, tail = prefill(model, ids)
         ref = decode_reference(model, cache, first, NEW, 0.0, 1.0, None, eos)
-        for budget in BUDGETS:
-            for name in rules:
-                accepted, rejections = replay(model, cache, ref, tail, RULES[name], budget)
-                rows.append(dict(kind=spec.kind, depth=spec.depth, budget=budget, rule=name, acc=accepted,
+        for budget in budgets:
+            for rule_name in rules:
+                accepted, rejections = replay(model, cache, ref, tail, rule(rule_name), budget)
+                rows.append(dict(name=name, kind=kind, depth=depth, budget=budget, rule=rule_name, acc=accepted,
                                  rej=rejections))  # fmt: skip
-        print(f"{spec.name}: {time.time() - start:.0f} s", flush=True)
+        print(f"{name}: {time.time() - start:.0f} s", flush=True)
         json.dump(result, open(output, "w"), indent=1)
 
 
@@ -205,11 +236,14 @@ def report(paths: list[str]) -> str:
     totals = collections.defaultdict(lambda: [0, 0])
     for rec in runs:
         for r in rec["rows"]:
+            if r["kind"] == "natural":
+                continue
             for depth in (r["depth"], "all"):
                 totals[(r["budget"], r["rule"], depth)][0] += r["acc"]
                 totals[(r["budget"], r["rule"], depth)][1] += r["rej"]
     rules = list(dict.fromkeys(r["rule"] for rec in runs for r in rec["rows"]))
-    depths = sorted({r["depth"] for rec in runs for r in rec["rows"]})
+    depths = sorted({r["depth"] for rec in runs for r in rec["rows"] if r["kind"] != "natural"})
+    budgets = sorted({r["budget"] for rec in runs for r in rec["rows"]})
     m = runs[0]["machine"]
     commands = [c for rec in runs for c in rec.get("commands", [rec.get("command", "")]) if c]
     lines = [
@@ -227,7 +261,7 @@ def report(paths: list[str]) -> str:
         "selection with rescore_candidates=0, `two-stage-x4-peak` with rescore_candidates=4).",
         "",
     ]
-    for budget in BUDGETS:
+    for budget in budgets if depths else ():
         lines += [f"Budget {budget} (1/{CTX // budget} of the context):", ""]
         lines += ["| rule | " + " | ".join(f"{d:g}" for d in depths) + " | all | worst depth |"]
         lines += ["|---|" + "---:|" * (len(depths) + 2)]
@@ -236,11 +270,31 @@ def report(paths: list[str]) -> str:
             cells = " | ".join(f"{v:.3f}" for v in values)
             lines.append(f"| {rule} | {cells} | {min(values[:-1]):.3f} |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _natural([r for rec in runs for r in rec["rows"] if r["kind"] == "natural"], rules))
+
+
+def _natural(rows: list[dict], rules: list[str]) -> list[str]:
+    """Natural prompts: per budget, each rule's per-token acceptance pooled over the prompts, then per prompt (its
+    rejections)."""
+    lines = []
+    for budget in sorted({r["budget"] for r in rows}):
+        at = [r for r in rows if r["budget"] == budget]
+        names = list(dict.fromkeys(r["name"] for r in at))
+        used = [rule for rule in rules if any(r["rule"] == rule for r in at)]
+        cell = {(r["name"], r["rule"]): r for r in at}
+        lines += [f"Natural text, budget {budget} (1/{CTX // budget}), {len(names)} prompts: per-token acceptance "
+                  "pooled, then per prompt (rejections).", "", "| rule | pooled | " + " | ".join(names) + " |",
+                  "|---|---:|" + "---:|" * len(names)]  # fmt: skip
+        for rule in used:
+            pooled = _rate([sum(cell[(n, rule)][k] for n in names if (n, rule) in cell) for k in ("acc", "rej")])
+            each = " | ".join(str(cell[(n, rule)]["rej"]) if (n, rule) in cell else "" for n in names)
+            lines.append(f"| {rule} | {pooled:.3f} | {each} |")
+        lines.append("")
+    return lines
 
 
 def _command() -> str:
-    return "benchmarks/copy_selection_ceiling.py " + " ".join(sys.argv[1:])
+    return "benchmarks/copy_selection_ceiling.py " + shlex.join(sys.argv[1:])
 
 
 def _rate(pair):
@@ -253,13 +307,17 @@ def main() -> None:
     parser.add_argument("--rules", default=",".join(RULES))
     parser.add_argument("--output", default="copy-selection-ceiling.json")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--natural", type=int, default=0, help="natural continuations of the reference to add")
+    parser.add_argument("--genres", type=int, default=0, help="raw slices of each haystack to add (natural text)")
+    parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="view budgets in tokens")
     parser.add_argument("--report", nargs="*", help="print the markdown table of these recorded runs")
     args = parser.parse_args()
     if args.report:
         print(report(args.report))
         return
     torch.set_num_threads(args.threads)
-    run(args.split, args.rules.split(","), args.output)
+    budgets = tuple(int(b) for b in args.budgets.split(","))
+    run(args.split, args.rules.split(","), args.output, args.natural, args.genres, budgets)
 
 
 if __name__ == "__main__":
