@@ -110,8 +110,23 @@ def _verdict_section(results: dict[str, Any]) -> list[str]:
     ]
     if worst is not None:
         key, x = worst
-        lines[-1] += f" (smallest margin {x['retrieval'] - x['streaming']:+.3f} at budget {key})."
+        lines[-1] += f" (smallest margin {x['retrieval'] - x['streaming']:+.3f} at budget {key}{_spread(x)})."
     return lines
+
+
+def _spread(x: dict[str, Any]) -> str:
+    """``: -2 of 768 positions; per prompt ahead on 3, behind on 4, even on 5, from -2 to +1 positions`` (empty
+    when no prompt has both views)."""
+    margins = x.get("prompt_margins")
+    if not margins:
+        return ""
+    ahead, behind = sum(m > 0 for m in margins), sum(m < 0 for m in margins)
+    digits = 0 if all(float(m).is_integer() for m in margins) else 1  # T > 0: expected positions
+    total, low, high = (f"{v:+.{digits}f}" for v in (sum(margins), min(margins), max(margins)))
+    return (
+        f": {total} of {x['positions']} positions; per prompt ahead on {ahead}, behind on {behind}, "
+        f"even on {len(margins) - ahead - behind}, from {low} to {high} positions"
+    )
 
 
 def _copy_verdict_lines(results: dict[str, Any]) -> list[str]:

@@ -167,8 +167,10 @@ def verdicts(results: dict[str, Any]) -> dict[str, Any]:
     for fraction in results["options"]["budget_fractions"]:
         for t in results["options"]["temperatures"]:
             args = dict(task_kind="natural", budget_fraction=fraction, temperature=t)
-            r, s = (pooled(main, kind=kind, **args)[0] for kind in KIND_ORDER)
-            natural[f"{fraction:g}@T={t:g}"] = {"retrieval": r, "streaming": s}
+            (r, positions), (s, _) = (pooled(main, kind=kind, **args) for kind in KIND_ORDER)
+            margins = prompt_margins(main, **args)
+            natural[f"{fraction:g}@T={t:g}"] = {"retrieval": r, "streaming": s, "positions": positions,
+                                                "prompt_margins": margins}  # fmt: skip
     needle_ok = [v["retrieval"] >= NEEDLE_TARGET for v in needle.values() if not math.isnan(v["retrieval"])]
     natural_ok = [v["retrieval"] >= v["streaming"] for v in natural.values() if not math.isnan(v["retrieval"])]
     return {
@@ -177,6 +179,23 @@ def verdicts(results: dict[str, Any]) -> dict[str, Any]:
         "natural": natural,
         "natural_met": bool(natural_ok) and all(natural_ok),
     }
+
+
+def prompt_margins(rows: list[dict[str, Any]], **match: Any) -> list[float]:
+    """Per prompt of the matching rows, retrieval's accepted positions minus StreamingLLM's (expected positions at
+    T > 0): how the pooled margin splits over the prompts, so a margin of a few positions can be told from noise.
+
+    Example:
+        >>> rows = [{"task": "natural#0", "kind": "retrieval", "accepted_sum": 60.0, "positions": 63},
+        ...         {"task": "natural#0", "kind": "streaming", "accepted_sum": 62.0, "positions": 63}]
+        >>> prompt_margins(rows)
+        [-2.0]
+    """
+    chosen = matching(rows, **match)
+    by_task: dict[str, dict[str, float]] = {}
+    for r in chosen:
+        by_task.setdefault(r["task"], {})[r["kind"]] = r["accepted_sum"]
+    return [v["retrieval"] - v["streaming"] for v in by_task.values() if len(v) == 2]
 
 
 def budget_tokens(results: dict[str, Any], fraction: float) -> int:
