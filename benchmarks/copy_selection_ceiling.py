@@ -44,14 +44,14 @@ import time
 import torch
 from step_selection_ab import tasks as prompt_tasks  # benchmarks/: the script's own folder
 
-from hf_triforce.caches.selection import select_token_indices
+from hf_triforce.caches.selection import chunk_layout, rescore, select_token_indices
 from hf_triforce.evaluation.common.loading import load_model
 from hf_triforce.evaluation.common.machine import machine_info
 from hf_triforce.evaluation.drafts.acceptance import acceptance
 from hf_triforce.evaluation.drafts.level1 import replay_round
 from hf_triforce.evaluation.drafts.reference import Prefill, decode_reference, new_cache
 from hf_triforce.evaluation.drafts.view_forward import DEFAULT_MAX_ROWS, view_logits
-from hf_triforce.evaluation.drafts.view_policy import ViewPolicy, select_indices
+from hf_triforce.evaluation.drafts.view_policy import ViewPolicy, group_scores, select_indices
 from hf_triforce.hf.attention import QueryCapture, capturing_queries
 from hf_triforce.hf.linears import small_batch_linears
 from hf_triforce.hf.model import eos_token_ids
@@ -102,12 +102,14 @@ def key_scores(queries, keys, rule):
     return logits.softmax(-1).reshape(chunks).amax(-1).sum(dim=2).sum(0)[None]  # peakprob
 
 
-def two_stage(rule, factor, lookahead=1):
-    """Chunk-mean scores pick ``factor`` x as many chunks as the budget holds; ``key_scores`` ranks those."""
+def two_stage(rule, factor, lookahead=1, window=WINDOW):
+    """Chunk-mean scores pick ``factor`` x as many chunks as the budget holds; ``key_scores`` ranks those.
+    ``window``: recent tokens (``"auto"``: a quarter of the budget, whole chunks, the config's default)."""
 
     def select(cache, history, length, budget):
         indices = []
-        k = max(1, (budget - CHUNK - WINDOW) // CHUNK)
+        recent = budget // 4 // CHUNK * CHUNK if window == "auto" else window
+        k = max(1, (budget - CHUNK - recent) // CHUNK)
         for layer, queries in zip(cache.layers, history, strict=True):
             coarse = summary_scores(queries[-1:], layer.summaries()[:, :, : length // CHUNK], "sum")
             n = coarse.shape[-1]
@@ -116,7 +118,7 @@ def two_stage(rule, factor, lookahead=1):
             keys = layer.buffer.keys.gather(2, tokens[..., None].expand(-1, -1, -1, layer.buffer.keys.shape[-1]))
             fine = key_scores(queries[-1:], keys, rule)  # [1, H_kv, F]
             scores = torch.full_like(coarse, float("-inf")).scatter(-1, keep, fine.to(coarse.dtype))
-            indices.append(select_token_indices(scores, length, CHUNK, budget, WINDOW, lookahead))
+            indices.append(select_token_indices(scores, length, CHUNK, budget, recent, lookahead))
         return indices
 
     return select
@@ -150,6 +152,33 @@ def package(rescore_candidates, recent_window="auto"):
     return select
 
 
+def leaders(count):
+    """The package's selection (``rescore_candidates=4``, the ``"auto"`` window) where only the ``count`` best chunks
+    bring the chunk after them (``lookahead_chunks=1`` lets every chosen chunk do so; ``count=0`` is plain top-k)."""
+
+    def select(cache, history, length, budget):
+        window = budget // 4 // CHUNK * CHUNK
+        recent_start, candidates, k = chunk_layout(length, CHUNK, budget, window)
+        indices = []
+        for layer, queries in zip(cache.layers, history, strict=True):
+            query = queries[-1][None]
+            scores = group_scores(query, layer.summaries()[:, :, : length // CHUNK], "sum")
+            scores = rescore(scores, query, layer.buffer.keys, length, CHUNK, budget, window, 4)
+            middle = scores[:, :, 1 : 1 + candidates].float()
+            if count:
+                floor = middle.topk(min(count, candidates), dim=-1).values[..., -1:]
+                lead = torch.where(middle >= floor, middle, torch.full_like(middle, float("-inf")))
+                middle = torch.cat([middle[..., :1], torch.maximum(middle[..., 1:], lead[..., :-1])], dim=-1)
+            ids = (middle.topk(k, dim=-1).indices + 1).sort(dim=-1).values
+            offsets = torch.arange(CHUNK)
+            tokens = [offsets.expand(1, ids.shape[1], CHUNK), (ids[..., None] * CHUNK + offsets).flatten(2),
+                      torch.arange(recent_start, length).expand(1, ids.shape[1], length - recent_start)]  # fmt: skip
+            indices.append(torch.cat(tokens, dim=-1))
+        return indices
+
+    return select
+
+
 def streaming(cache, history, length, budget):
     """StreamingLLM of the same budget (8 sinks, the most recent tokens), as ``eval-drafts`` compares it."""
     return select_indices(cache, [q[-1][None] for q in history], length, ViewPolicy(kind="streaming", budget=budget))
@@ -170,6 +199,11 @@ RULES = {
     "package-x0": package(0),
     "package-x4": package(4),
     "streaming": streaming,
+    "lead0": leaders(0),
+    "lead2": leaders(2),
+    "lead4": leaders(4),
+    "lead8": leaders(8),
+    "lead16": leaders(16),
     "base-sum-w1": selector("sum", 1),
     "softmax-w1": selector("softmax", 1),
     "max-w1": selector("max", 1),
@@ -189,6 +223,9 @@ RULES = {
     "two-stage-x4-peak": two_stage("peak", 4),
     "two-stage-x4-mass": two_stage("mass", 4),
     "two-stage-x4-peakprob": two_stage("peakprob", 4),
+    "two-stage-x4-peak-auto": two_stage("peak", 4, window="auto"),
+    "two-stage-x4-mass-auto": two_stage("mass", 4, window="auto"),
+    "two-stage-x4-peakprob-auto": two_stage("peakprob", 4, window="auto"),
 }
 
 
