@@ -17,6 +17,8 @@ Rules (all with the package's ``select_token_indices``: sink chunk, recent windo
   nominate one fewer), with three ways to rank the nominated chunks;
 * ``package-xN-wW`` / ``package-xN-bF``: the package's selection with ``rescore_candidates=N`` and a recent window
   of ``W`` tokens / ``budget // F`` (whole chunks); ``streaming``: StreamingLLM of the same budget (8 sinks);
+* ``leadN``: the package's selection (``rescore_candidates=4``, the ``"auto"`` window) where only the ``N`` best chunks
+  bring the chunk after them (``lookahead_chunks=1`` lets every chosen chunk do so; ``lead0`` is plain top-k);
 * ``exact-*``: the keys themselves, not their chunk means: ``mass`` is the attention the full cache gives each
   chunk (softmax over every key), ``peak`` the largest token logit in the chunk, ``peakprob`` its largest
   probability. These are the ceiling of chunk-mean scoring for the same queries.
@@ -302,7 +304,7 @@ def report(paths: list[str]) -> str:
         lines += [f"Budget {budget} (1/{CTX // budget} of the context):", ""]
         lines += ["| rule | " + " | ".join(f"{d:g}" for d in depths) + " | all | worst depth |"]
         lines += ["|---|" + "---:|" * (len(depths) + 2)]
-        for rule in rules:
+        for rule in [rule for rule in rules if (budget, rule, "all") in totals]:  # rules run on the copy tasks
             values = [_rate(totals[(budget, rule, d)]) for d in [*depths, "all"]]
             cells = " | ".join(f"{v:.3f}" for v in values)
             lines.append(f"| {rule} | {cells} | {min(values[:-1]):.3f} |")
