@@ -46,6 +46,7 @@ import time
 import torch
 from step_selection_ab import tasks as prompt_tasks  # benchmarks/: the script's own folder
 
+from hf_triforce import TriForceConfig
 from hf_triforce.caches.selection import chunk_layout, rescore, select_token_indices
 from hf_triforce.evaluation.common.loading import load_model
 from hf_triforce.evaluation.common.machine import machine_info
@@ -110,7 +111,7 @@ def two_stage(rule, factor, lookahead=1, window=WINDOW):
 
     def select(cache, history, length, budget):
         indices = []
-        recent = budget // 4 // CHUNK * CHUNK if window == "auto" else window
+        recent = TriForceConfig(retrieval_budget=budget).recent_tokens if window == "auto" else window
         k = max(1, (budget - CHUNK - recent) // CHUNK)
         for layer, queries in zip(cache.layers, history, strict=True):
             coarse = summary_scores(queries[-1:], layer.summaries()[:, :, : length // CHUNK], "sum")
@@ -159,23 +160,20 @@ def leaders(count):
     bring the chunk after them (``lookahead_chunks=1`` lets every chosen chunk do so; ``count=0`` is plain top-k)."""
 
     def select(cache, history, length, budget):
-        window = budget // 4 // CHUNK * CHUNK
-        recent_start, candidates, k = chunk_layout(length, CHUNK, budget, window)
+        window = TriForceConfig(retrieval_budget=budget).recent_tokens
+        candidates = chunk_layout(length, CHUNK, budget, window)[1]
         indices = []
         for layer, queries in zip(cache.layers, history, strict=True):
             query = queries[-1][None]
             scores = group_scores(query, layer.summaries()[:, :, : length // CHUNK], "sum")
             scores = rescore(scores, query, layer.buffer.keys, length, CHUNK, budget, window, 4)
-            middle = scores[:, :, 1 : 1 + candidates].float()
             if count:
+                middle = scores[:, :, 1 : 1 + candidates]
                 floor = middle.topk(min(count, candidates), dim=-1).values[..., -1:]
                 lead = torch.where(middle >= floor, middle, torch.full_like(middle, float("-inf")))
-                middle = torch.cat([middle[..., :1], torch.maximum(middle[..., 1:], lead[..., :-1])], dim=-1)
-            ids = (middle.topk(k, dim=-1).indices + 1).sort(dim=-1).values
-            offsets = torch.arange(CHUNK)
-            tokens = [offsets.expand(1, ids.shape[1], CHUNK), (ids[..., None] * CHUNK + offsets).flatten(2),
-                      torch.arange(recent_start, length).expand(1, ids.shape[1], length - recent_start)]  # fmt: skip
-            indices.append(torch.cat(tokens, dim=-1))
+                scores = scores.clone()
+                scores[:, :, 2 : 1 + candidates] = torch.maximum(middle[..., 1:], lead[..., :-1])
+            indices.append(select_token_indices(scores, length, CHUNK, budget, window, 0))
         return indices
 
     return select
