@@ -1,16 +1,18 @@
 """eval-drafts' natural-text check: the pooled margin against StreamingLLM and how it splits over the prompts.
 
 The check itself is unchanged (retrieval >= StreamingLLM pooled, at every budget and temperature); the report adds
-the margin in positions and the per-prompt spread, so that a margin of a few positions can be read against the
-prompt-to-prompt noise (issue 18's natural-text item).
+the margin in positions, the per-prompt spread and a bootstrap interval of the margin over the prompts, so that a
+margin of a few positions can be read against the prompt-to-prompt noise (issue 18's natural-text item).
 """
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hf_triforce.evaluation.drafts.report import _verdict_section
-from hf_triforce.evaluation.drafts.summary import prompt_margins, verdicts
+from hf_triforce.evaluation.drafts.summary import margin_interval, prompt_margins, verdicts
 
 pytestmark = pytest.mark.unit
 
@@ -56,3 +58,34 @@ def test_one_prompt_behind_reads_as_the_whole_margin():
 def test_expected_positions_at_a_temperature_keep_a_decimal():
     line = _verdict_section(_results([(60.25, 60.5), (50.0, 50.0)]))[-1]
     assert ": -0.2 of 126 positions; per prompt ahead on 0, behind on 1, even on 1, from -0.2 to +0.0 positions" in line
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(-6, 6), min_size=1, max_size=16))
+def test_margin_interval_lies_within_what_resampling_can_reach(margins):
+    low, high = margin_interval([float(m) for m in margins], draws=500)
+    n = len(margins)
+    assert n * min(margins) <= low <= high <= n * max(margins)
+    assert (low, high) == margin_interval([float(m) for m in margins], draws=500)  # seeded: a report renders the same
+
+
+def test_margin_interval_of_equal_margins_is_their_sum_and_noise_straddles_zero():
+    assert margin_interval([2.0] * 5) == (10.0, 10.0)
+    low, high = margin_interval([-3.0, 2.0, 1.0, -2.0, 3.0, -1.0, 0.0, 1.0])
+    assert low < 0 < high  # prompts that trade a few positions either way: either view could lead
+    low, high = margin_interval([5.0, 6.0, 4.0, 7.0, 5.0, 6.0])
+    assert low > 0  # every prompt ahead: the interval stays above zero
+
+
+@pytest.mark.parametrize("margins, level", [([], 0.95), ([1.0], 1.0), ([1.0], 0.0)])
+def test_margin_interval_refuses_what_it_cannot_resample(margins, level):
+    with pytest.raises(ValueError, match="at least one margin"):
+        margin_interval(margins, level)
+
+
+def test_report_adds_the_interval_from_three_prompts():
+    three = _verdict_section(_results([(60, 62), (50, 47), (55, 55)]))[-1]
+    low, high = margin_interval([-2.0, 3.0, 0.0])
+    assert three.endswith(f"; the prompts resampled, 95 % of the margins lie from {low:+.0f} to {high:+.0f}).")
+    two = _verdict_section(_results([(60, 62), (55, 55)]))[-1]
+    assert "resampled" not in two

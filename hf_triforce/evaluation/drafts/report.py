@@ -30,6 +30,7 @@ from .summary import (
     drafter_cost,
     fraction_label,
     level0_pooled,
+    margin_interval,
     passage_task_kind,
     per_token,
     pooled,
@@ -116,17 +117,22 @@ def _verdict_section(results: dict[str, Any]) -> list[str]:
 
 def _spread(x: dict[str, Any]) -> str:
     """``: -2 of 768 positions; per prompt ahead on 3, behind on 4, even on 5, from -2 to +1 positions`` (empty
-    when no prompt has both views)."""
+    when no prompt has both views), and from three prompts on ``; the prompts resampled, 95 % of the margins lie
+    from -9 to +5`` (:func:`~hf_triforce.evaluation.drafts.summary.margin_interval`)."""
     margins = x.get("prompt_margins")
     if not margins:
         return ""
     ahead, behind = sum(m > 0 for m in margins), sum(m < 0 for m in margins)
     digits = 0 if all(float(m).is_integer() for m in margins) else 1  # T > 0: expected positions
     total, low, high = (f"{v:+.{digits}f}" for v in (sum(margins), min(margins), max(margins)))
-    return (
+    line = (
         f": {total} of {x['positions']} positions; per prompt ahead on {ahead}, behind on {behind}, "
         f"even on {len(margins) - ahead - behind}, from {low} to {high} positions"
     )
+    if len(margins) < 3:
+        return line
+    lo, hi = margin_interval(margins)
+    return line + f"; the prompts resampled, 95 % of the margins lie from {lo:+.{digits}f} to {hi:+.{digits}f}"
 
 
 def _copy_verdict_lines(results: dict[str, Any]) -> list[str]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
+
 NEEDLE_TARGET = 0.9
 COPY_TARGETS = {1 / 8: 0.97, 1 / 16: 0.93}
 """Per-token level-1 acceptance at ``T = 0`` that copy tasks must reach at every depth, by budget fraction."""
@@ -196,6 +198,38 @@ def prompt_margins(rows: list[dict[str, Any]], **match: Any) -> list[float]:
     for r in chosen:
         by_task.setdefault(r["task"], {})[r["kind"]] = r["accepted_sum"]
     return [v["retrieval"] - v["streaming"] for v in by_task.values() if len(v) == 2]
+
+
+def margin_interval(
+    margins: list[float], level: float = 0.95, draws: int = 10_000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the pooled margin (the sum of :func:`prompt_margins`): the prompts resampled
+    with replacement ``draws`` times (seeded, so a report renders the same twice), the central ``level`` of the sums.
+    An interval that holds 0 says another draw of as many prompts could put either view ahead.
+
+    Args:
+        margins: per-prompt margins (retrieval's accepted positions minus StreamingLLM's), at least one.
+        level: the share of the resampled sums the interval holds, in ``(0, 1)``.
+        draws: resamples.
+        seed: seed of the resampling.
+
+    Returns:
+        ``(low, high)`` in positions.
+
+    Example:
+        >>> margin_interval([2.0, 2.0, 2.0])
+        (6.0, 6.0)
+        >>> low, high = margin_interval([-3.0, 1.0, 2.0, -1.0]); low < -1.0 < high
+        True
+    """
+    if not margins or not 0.0 < level < 1.0:
+        raise ValueError(f"margin_interval needs at least one margin and 0 < level < 1, got {margins!r}, {level}.")
+    values = torch.tensor(margins, dtype=torch.float64)
+    picks = torch.randint(len(margins), (draws, len(margins)), generator=torch.Generator().manual_seed(seed))
+    sums = values[picks].sum(dim=1)
+    tail = (1.0 - level) / 2
+    low, high = torch.quantile(sums, torch.tensor([tail, 1.0 - tail], dtype=torch.float64)).tolist()
+    return low, high
 
 
 def budget_tokens(results: dict[str, Any], fraction: float) -> int:
