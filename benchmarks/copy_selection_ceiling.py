@@ -19,6 +19,11 @@ Rules (all with the package's ``select_token_indices``: sink chunk, recent windo
   of ``W`` tokens / ``budget // F`` (whole chunks); ``streaming``: StreamingLLM of the same budget (8 sinks);
 * ``leadN``: the package's selection (``rescore_candidates=4``, the ``"auto"`` window) where only the ``N`` best chunks
   bring the chunk after them (``lookahead_chunks=1`` lets every chosen chunk do so; ``lead0`` is plain top-k);
+* ``mqN`` / ``mqnN``: the package's selection (``rescore_candidates=4``, the ``"auto"`` window) where the nominees are
+  ranked by their largest logit over the last ``N`` positions' queries (``mqr``: the positions the last round kept, the
+  queries level 1 holds after a verification), and with ``mqn`` nominated by those queries' summed mean-key scores too;
+* ``stream-first-N`` / ``stream-last-N``: the package's selection in every layer but the first / last ``N``, which keep
+  StreamingLLM's tokens (the sink chunk, one retrieved chunk, a window of ``budget - 16``);
 * ``exact-*``: the keys themselves, not their chunk means: ``mass`` is the attention the full cache gives each
   chunk (softmax over every key), ``peak`` the largest token logit in the chunk, ``peakprob`` its largest
   probability. These are the ceiling of chunk-mean scoring for the same queries.
@@ -179,6 +184,90 @@ def leaders(count):
     return select
 
 
+def grouped(queries):
+    """``[M, H_q, D]`` queries of M positions -> ``[1, H_kv * M * g, D]`` for ``H_kv`` KV heads of ``g`` query heads
+    each (``H_kv`` from :data:`KV_HEADS`), so that the package's GQA grouping sees every position's heads of a group
+    as that group's heads: a sum over the group sums over the positions, a max takes the best of them."""
+    m, hq, d = queries.shape
+    return queries.reshape(m, KV_HEADS[0], hq // KV_HEADS[0], d).transpose(0, 1).reshape(1, -1, d)
+
+
+KV_HEADS = [3]  # SmolLM2-135M; set from the model in run()
+
+
+LAST_KEEP = [1]  # positions the last replayed round kept (its accepted drafts and the full model's token)
+
+
+def multi_query(count, nominate_all=False):
+    """The package's selection (``rescore_candidates=4``, the ``"auto"`` window) where the nominees are ranked by their
+    largest logit over the last ``count`` positions' queries (the newest cached token and those before it), not the
+    newest one's alone; ``nominate_all``: the mean keys nominate with those queries' summed scores too. ``count=0``:
+    the positions the last round kept (the queries of the tokens the last verification accepted, as level 1 holds
+    them)."""
+
+    def select(cache, history, length, budget):
+        window = TriForceConfig(retrieval_budget=budget).recent_tokens
+        indices = []
+        for layer, queries in zip(cache.layers, history, strict=True):
+            several = grouped(queries[-(count or LAST_KEEP[0]) :])
+            summaries = layer.summaries()[:, :, : length // CHUNK]
+            scores = group_scores(several if nominate_all else queries[-1][None], summaries, "sum")
+            scores = rescore(scores, several, layer.buffer.keys, length, CHUNK, budget, window, 4)
+            indices.append(select_token_indices(scores, length, CHUNK, budget, window, 1))
+        return indices
+
+    return select
+
+
+def layer_split(count, first=True):
+    """The package's selection (``rescore_candidates=4``, the ``"auto"`` window) in every layer but the first (or,
+    ``first=False``, the last) ``count``, which keep StreamingLLM's tokens instead: the sink chunk, one retrieved chunk
+    and a window of ``budget - 16`` (the same number of tokens as the retrieval view, so every layer holds as many)."""
+
+    def select(cache, history, length, budget):
+        newest = [queries[-1][None] for queries in history]
+        chosen = select_indices(cache, newest, length, ViewPolicy(budget=budget, rescore_candidates=4))
+        stream = select_indices(cache, newest, length,
+                                ViewPolicy(budget=budget, rescore_candidates=4, recent_window=budget - 16))  # fmt: skip
+        n = len(chosen)
+        local = range(count) if first else range(n - count, n)
+        return [stream[i] if i in local else chosen[i] for i in range(n)]
+
+    return select
+
+
+def covered(queries, keys, indices):
+    """``[H_kv]`` attention a view of ``indices`` ``[1, H_kv, S]`` keeps for ``queries`` ``[M, H_q, D]``: the logsumexp
+    of its logits, summed over the positions and a KV head's query heads (the larger, the more of the full cache's
+    softmax mass the view holds; both views compared are subsets of the same cache)."""
+    m, hq, d = queries.shape
+    hkv = keys.shape[1]
+    kept = keys[0].gather(1, indices[0][..., None].expand(-1, -1, d))  # [H_kv, S, D]
+    logits = torch.einsum("mhgd,hsd->mhgs", queries.reshape(m, hkv, hq // hkv, d).to(kept.dtype), kept)
+    return (logits / math.sqrt(d)).logsumexp(-1).sum(dim=(0, 2))
+
+
+def head_pick(count):
+    """Per layer and KV head, the package's selection (``rescore_candidates=4``, the ``"auto"`` window) or
+    StreamingLLM's tokens (the sink chunk, one retrieved chunk, a window of ``budget - 16``), whichever
+    :func:`covered` finds holds more attention for the last ``count`` positions' queries (DuoAttention's retrieval and
+    streaming heads, told apart at each refresh)."""
+
+    def select(cache, history, length, budget):
+        newest = [queries[-1][None] for queries in history]
+        chosen = select_indices(cache, newest, length, ViewPolicy(budget=budget, rescore_candidates=4))
+        stream = select_indices(cache, newest, length,
+                                ViewPolicy(budget=budget, rescore_candidates=4, recent_window=budget - 16))  # fmt: skip
+        out = []
+        for layer, queries, a, b in zip(cache.layers, history, chosen, stream, strict=True):
+            keys = layer.buffer.keys
+            pick = covered(queries[-count:], keys, b) > covered(queries[-count:], keys, a)  # [H_kv]
+            out.append(torch.where(pick[None, :, None], b, a))
+        return out
+
+    return select
+
+
 def streaming(cache, history, length, budget):
     """StreamingLLM of the same budget (8 sinks, the most recent tokens), as ``eval-drafts`` compares it."""
     return select_indices(cache, [q[-1][None] for q in history], length, ViewPolicy(kind="streaming", budget=budget))
@@ -188,9 +277,15 @@ def rule(name):
     """:data:`RULES`' entry, or ``package-xN-wW`` / ``package-xN-bF``: ``package(N, W)`` / ``package(N, "bF")``."""
     if name in RULES:
         return RULES[name]
+    split = re.fullmatch(r"stream-(first|last)-(\d+)", name)
+    if split:
+        return layer_split(int(split.group(2)), split.group(1) == "first")
     match = re.fullmatch(r"package-x(\d+)-(w|b)(\d+)", name)
     if not match:
-        raise SystemExit(f"unknown rule {name!r}: one of {sorted(RULES)} or package-xN-wW / package-xN-bF")
+        raise SystemExit(
+            f"unknown rule {name!r}: one of {sorted(RULES)}, package-xN-wW / package-xN-bF or "
+            "stream-first-N / stream-last-N"
+        )
     x, unit, value = match.groups()
     return package(int(x), int(value) if unit == "w" else f"b{value}")
 
@@ -204,6 +299,16 @@ RULES = {
     "lead4": leaders(4),
     "lead8": leaders(8),
     "lead16": leaders(16),
+    "mq1": multi_query(1),
+    "mq2": multi_query(2),
+    "mq4": multi_query(4),
+    "mq7": multi_query(7),
+    "mqn4": multi_query(4, True),
+    "mqn7": multi_query(7, True),
+    "headpick1": head_pick(1),
+    "headpick4": head_pick(4),
+    "mqr": multi_query(0),
+    "mqnr": multi_query(0, True),
     "base-sum-w1": selector("sum", 1),
     "softmax-w1": selector("softmax", 1),
     "max-w1": selector("max", 1),
@@ -235,6 +340,7 @@ def replay(model, cache, ref, tail, select, budget, gamma2=6, refresh_every=4):
     history = torch.cat([tail[:, :-1], ref.queries], dim=1)  # index K - 1 + j: the query of position n - 1 + j
     coins, rounds = torch.Generator().manual_seed(0), LevelStats()
     selection, selected_at, j = None, 0, 1
+    LAST_KEEP[0] = 1
     while j < m:
         length = n + j - 1
         if selection is None or length - selected_at >= refresh_every:
@@ -246,6 +352,7 @@ def replay(model, cache, ref, tail, select, budget, gamma2=6, refresh_every=4):
         done = replay_round(acceptance(ref.logits[j:stop], logits, 0.0, 1.0), min(gamma2, m - j - 1), 0.0, coins)
         rounds.record(done.drafted, done.accepted)
         j += done.keep
+        LAST_KEEP[0] = done.keep
     return rounds.accepted, rounds.rejections
 
 
@@ -255,6 +362,7 @@ def run(split: str, rules: list[str], output: str, natural: int = 0, genres: int
     model, tokenizer = load_model(None)
     eos, rows, start = eos_token_ids(model.generation_config), [], time.time()
     result = {"split": split, "machine": machine_info(), "rows": rows, "command": _command()}
+    KV_HEADS[0] = model.config.num_key_value_heads
     for name, kind, depth, ids in prompt_tasks(tokenizer, split, natural, genres, NEW):
         cache, first, tail = prefill(model, ids)
         ref = decode_reference(model, cache, first, NEW, 0.0, 1.0, None, eos)
