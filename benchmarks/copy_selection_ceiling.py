@@ -58,6 +58,7 @@ from hf_triforce.evaluation.common.machine import machine_info
 from hf_triforce.evaluation.drafts.acceptance import acceptance
 from hf_triforce.evaluation.drafts.level1 import replay_round
 from hf_triforce.evaluation.drafts.reference import Prefill, decode_reference, new_cache
+from hf_triforce.evaluation.drafts.summary import margin_interval
 from hf_triforce.evaluation.drafts.view_forward import DEFAULT_MAX_ROWS, view_logits
 from hf_triforce.evaluation.drafts.view_policy import ViewPolicy, group_scores, select_indices
 from hf_triforce.hf.attention import QueryCapture, capturing_queries
@@ -434,8 +435,25 @@ def _natural(rows: list[dict], rules: list[str]) -> list[str]:
             pooled = _rate([sum(cell[(n, rule)][k] for n in names if (n, rule) in cell) for k in ("acc", "rej")])
             each = " | ".join(str(cell[(n, rule)]["rej"]) if (n, rule) in cell else "" for n in names)
             lines.append(f"| {rule} | {pooled:.3f} | {each} |")
-        lines.append("")
+        lines += ["", *_against_streaming(cell, names, used)]
     return lines
+
+
+def _against_streaming(cell: dict, names: list[str], rules: list[str]) -> list[str]:
+    """Per rule, StreamingLLM's rejections minus the rule's over the prompts both ran, with the percentile bootstrap
+    interval of that sum over the prompts (``margin_interval``, as ``eval-drafts`` prints it); empty without a
+    ``streaming`` row."""
+    lines = []
+    for rule in [r for r in rules if r != "streaming"]:
+        both = [n for n in names if (n, rule) in cell and (n, "streaming") in cell]
+        margins = [float(cell[(n, "streaming")]["rej"] - cell[(n, rule)]["rej"]) for n in both]
+        if len(margins) >= 3:
+            low, high = margin_interval(margins)
+            lines.append(
+                f"- {rule}: {sum(margins):+.0f} rejections against StreamingLLM's over {len(both)} prompts (+: fewer); "
+                f"the prompts resampled, 95 % of the sums lie from {low:+.0f} to {high:+.0f}."
+            )
+    return lines + [""] if lines else []
 
 
 def _command() -> str:
