@@ -24,6 +24,8 @@ Rules (all with the package's ``select_token_indices``: sink chunk, recent windo
   queries level 1 holds after a verification), and with ``mqn`` nominated by those queries' summed mean-key scores too;
 * ``stream-first-N`` / ``stream-last-N``: the package's selection in every layer but the first / last ``N``, which keep
   StreamingLLM's tokens (the sink chunk, one retrieved chunk, a window of ``budget - 16``);
+* ``package-xN-cC-aA``: the package's selection with ``rescore_candidates=N``, chunks of ``C`` tokens (mean keys from
+  the cache's keys) and ``lookahead_chunks=A``;
 * ``exact-*``: the keys themselves, not their chunk means: ``mass`` is the attention the full cache gives each
   chunk (softmax over every key), ``peak`` the largest token logit in the chunk, ``peakprob`` its largest
   probability. These are the ceiling of chunk-mean scoring for the same queries.
@@ -143,6 +145,18 @@ def selector(rule, window, lookahead=1, exact=False):
                 scores = summary_scores(queries[-window:], layer.summaries()[:, :, : length // CHUNK], rule)
             indices.append(select_token_indices(scores, length, CHUNK, budget, WINDOW, lookahead))
         return indices
+
+    return select
+
+
+def chunked(rescore_candidates, chunk_size, lookahead):
+    """The package's selection with ``rescore_candidates``, chunks of ``chunk_size`` tokens (their mean keys computed
+    from the cache's keys) and ``lookahead_chunks=lookahead``, the ``"auto"`` window."""
+
+    def select(cache, history, length, budget):
+        policy = ViewPolicy(budget=budget, rescore_candidates=rescore_candidates, chunk_size=chunk_size,
+                            lookahead_chunks=lookahead)  # fmt: skip
+        return select_indices(cache, [queries[-1][None] for queries in history], length, policy)
 
     return select
 
@@ -278,14 +292,17 @@ def rule(name):
     """:data:`RULES`' entry, or ``package-xN-wW`` / ``package-xN-bF``: ``package(N, W)`` / ``package(N, "bF")``."""
     if name in RULES:
         return RULES[name]
+    sized = re.fullmatch(r"package-x(\d+)-c(\d+)-a(\d+)", name)
+    if sized:
+        return chunked(*(int(v) for v in sized.groups()))
     split = re.fullmatch(r"stream-(first|last)-(\d+)", name)
     if split:
         return layer_split(int(split.group(2)), split.group(1) == "first")
     match = re.fullmatch(r"package-x(\d+)-(w|b)(\d+)", name)
     if not match:
         raise SystemExit(
-            f"unknown rule {name!r}: one of {sorted(RULES)}, package-xN-wW / package-xN-bF or "
-            "stream-first-N / stream-last-N"
+            f"unknown rule {name!r}: one of {sorted(RULES)}, package-xN-wW / package-xN-bF, "
+            "package-xN-cC-aA or stream-first-N / stream-last-N"
         )
     x, unit, value = match.groups()
     return package(int(x), int(value) if unit == "w" else f"b{value}")
