@@ -149,28 +149,23 @@ def selector(rule, window, lookahead=1, exact=False):
     return select
 
 
-def chunked(rescore_candidates, chunk_size, lookahead):
-    """The package's selection with ``rescore_candidates``, chunks of ``chunk_size`` tokens (their mean keys computed
-    from the cache's keys) and ``lookahead_chunks=lookahead``, the ``"auto"`` window."""
-
-    def select(cache, history, length, budget):
-        policy = ViewPolicy(budget=budget, rescore_candidates=rescore_candidates, chunk_size=chunk_size,
-                            lookahead_chunks=lookahead)  # fmt: skip
-        return select_indices(cache, [queries[-1][None] for queries in history], length, policy)
-
-    return select
+def newest(history):
+    """Per-layer ``[1, H_q, D]`` query of the newest cached token, from per-layer ``[T, H_q, D]`` ``history``."""
+    return [queries[-1][None] for queries in history]
 
 
-def package(rescore_candidates, recent_window="auto"):
-    """The package's own selection (as ``eval-drafts`` runs it) with ``TriForceConfig.rescore_candidates`` and
-    ``recent_window`` (``"auto"``: the config's; an int, or ``"bN"``: ``budget // N`` in whole chunks)."""
+def package(rescore_candidates, recent_window="auto", chunk_size=CHUNK, lookahead=1):
+    """The package's own selection (as ``eval-drafts`` runs it) with ``TriForceConfig.rescore_candidates``,
+    ``recent_window`` (``"auto"``: the config's; an int, or ``"bN"``: ``budget // N`` in whole chunks), chunks of
+    ``chunk_size`` tokens (other than the cache's: mean keys computed from its keys) and ``lookahead_chunks``."""
 
     def select(cache, history, length, budget):
         window = recent_window
         if isinstance(window, str) and window.startswith("b"):
-            window = budget // int(window[1:]) // CHUNK * CHUNK
-        policy = ViewPolicy(budget=budget, rescore_candidates=rescore_candidates, recent_window=window)
-        return select_indices(cache, [queries[-1][None] for queries in history], length, policy)
+            window = budget // int(window[1:]) // chunk_size * chunk_size
+        policy = ViewPolicy(budget=budget, rescore_candidates=rescore_candidates, recent_window=window,
+                            chunk_size=chunk_size, lookahead_chunks=lookahead)  # fmt: skip
+        return select_indices(cache, newest(history), length, policy)
 
     return select
 
@@ -199,15 +194,11 @@ def leaders(count):
     return select
 
 
-def grouped(queries):
-    """``[M, H_q, D]`` queries of M positions -> ``[1, H_kv * M * g, D]`` for ``H_kv`` KV heads of ``g`` query heads
-    each (``H_kv`` from :data:`KV_HEADS`), so that the package's GQA grouping sees every position's heads of a group
-    as that group's heads: a sum over the group sums over the positions, a max takes the best of them."""
-    m, hq, d = queries.shape
-    return queries.reshape(m, KV_HEADS[0], hq // KV_HEADS[0], d).transpose(0, 1).reshape(1, -1, d)
-
-
-KV_HEADS = [3]  # SmolLM2-135M; set from the model in run()
+def positions_as_heads(queries):
+    """``[M, H_q, D]`` queries of M positions -> ``[1, H_q * M, D]``, each query head's M together: the layout
+    ``QueryCapture.upto`` gives level 1 and ``RetrievalCache.chunk_ranking`` takes (a GQA group's summaries sum over
+    its heads' positions, its keys take the largest logit of any)."""
+    return queries.transpose(0, 1).reshape(1, -1, queries.shape[-1])
 
 
 LAST_KEEP = [1]  # positions the last replayed round kept (its accepted drafts and the full model's token)
@@ -224,7 +215,7 @@ def multi_query(count, nominate_all=False):
         window = TriForceConfig(retrieval_budget=budget).recent_tokens
         indices = []
         for layer, queries in zip(cache.layers, history, strict=True):
-            several = grouped(queries[-(count or LAST_KEEP[0]) :])
+            several = positions_as_heads(queries[-(count or LAST_KEEP[0]) :])
             summaries = layer.summaries()[:, :, : length // CHUNK]
             scores = group_scores(several if nominate_all else queries[-1][None], summaries, "sum")
             scores = rescore(scores, several, layer.buffer.keys, length, CHUNK, budget, window, 4)
@@ -234,16 +225,24 @@ def multi_query(count, nominate_all=False):
     return select
 
 
+def retrieval_and_streaming(cache, history, length, budget):
+    """Per-layer indices of the package's selection (``rescore_candidates=4``, the ``"auto"`` window) and of
+    StreamingLLM's tokens as a retrieval view holds them (the sink chunk, one retrieved chunk and a window of
+    ``budget - 16``: as many tokens as the retrieval view, so the two can be mixed layer by layer or head by head)."""
+    queries = newest(history)
+    chosen = select_indices(cache, queries, length, ViewPolicy(budget=budget, rescore_candidates=4))
+    stream = select_indices(cache, queries, length,
+                            ViewPolicy(budget=budget, rescore_candidates=4, recent_window=budget - 16))  # fmt: skip
+    return chosen, stream
+
+
 def layer_split(count, first=True):
     """The package's selection (``rescore_candidates=4``, the ``"auto"`` window) in every layer but the first (or,
     ``first=False``, the last) ``count``, which keep StreamingLLM's tokens instead: the sink chunk, one retrieved chunk
     and a window of ``budget - 16`` (the same number of tokens as the retrieval view, so every layer holds as many)."""
 
     def select(cache, history, length, budget):
-        newest = [queries[-1][None] for queries in history]
-        chosen = select_indices(cache, newest, length, ViewPolicy(budget=budget, rescore_candidates=4))
-        stream = select_indices(cache, newest, length,
-                                ViewPolicy(budget=budget, rescore_candidates=4, recent_window=budget - 16))  # fmt: skip
+        chosen, stream = retrieval_and_streaming(cache, history, length, budget)
         n = len(chosen)
         local = range(count) if first else range(n - count, n)
         return [stream[i] if i in local else chosen[i] for i in range(n)]
@@ -269,10 +268,7 @@ def head_pick(count):
     streaming heads, told apart at each refresh)."""
 
     def select(cache, history, length, budget):
-        newest = [queries[-1][None] for queries in history]
-        chosen = select_indices(cache, newest, length, ViewPolicy(budget=budget, rescore_candidates=4))
-        stream = select_indices(cache, newest, length,
-                                ViewPolicy(budget=budget, rescore_candidates=4, recent_window=budget - 16))  # fmt: skip
+        chosen, stream = retrieval_and_streaming(cache, history, length, budget)
         out = []
         for layer, queries, a, b in zip(cache.layers, history, chosen, stream, strict=True):
             keys = layer.buffer.keys
@@ -285,16 +281,19 @@ def head_pick(count):
 
 def streaming(cache, history, length, budget):
     """StreamingLLM of the same budget (8 sinks, the most recent tokens), as ``eval-drafts`` compares it."""
-    return select_indices(cache, [q[-1][None] for q in history], length, ViewPolicy(kind="streaming", budget=budget))
+    return select_indices(cache, newest(history), length, ViewPolicy(kind="streaming", budget=budget))
 
 
 def rule(name):
-    """:data:`RULES`' entry, or ``package-xN-wW`` / ``package-xN-bF``: ``package(N, W)`` / ``package(N, "bF")``."""
+    """:data:`RULES`' entry, or ``package-xN-wW`` / ``package-xN-bF``: ``package(N, W)`` / ``package(N, "bF")``,
+    ``package-xN-cC-aA``: ``package(N, chunk_size=C, lookahead=A)``, ``stream-first-N`` / ``stream-last-N``:
+    :func:`layer_split`."""
     if name in RULES:
         return RULES[name]
     sized = re.fullmatch(r"package-x(\d+)-c(\d+)-a(\d+)", name)
     if sized:
-        return chunked(*(int(v) for v in sized.groups()))
+        x, chunk_size, lookahead = (int(v) for v in sized.groups())
+        return package(x, chunk_size=chunk_size, lookahead=lookahead)
     split = re.fullmatch(r"stream-(first|last)-(\d+)", name)
     if split:
         return layer_split(int(split.group(2)), split.group(1) == "first")
@@ -380,7 +379,6 @@ def run(split: str, rules: list[str], output: str, natural: int = 0, genres: int
     model, tokenizer = load_model(None)
     eos, rows, start = eos_token_ids(model.generation_config), [], time.time()
     result = {"split": split, "machine": machine_info(), "rows": rows, "command": _command()}
-    KV_HEADS[0] = model.config.num_key_value_heads
     for name, kind, depth, ids in prompt_tasks(tokenizer, split, natural, genres, NEW):
         cache, first, tail = prefill(model, ids)
         ref = decode_reference(model, cache, first, NEW, 0.0, 1.0, None, eos)
