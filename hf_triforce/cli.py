@@ -168,7 +168,15 @@ def _add_eval_drafts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--headline-budget", default="1/8", help="budget of the needle table and ablations (default 1/8)")
     p.add_argument("--temperatures", default="0,0.6,1.0", help="comma-separated temperatures (default 0,0.6,1.0)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus threshold when sampling (default 1.0: off)")
-    p.add_argument("--natural-prompts", type=int, default=3, help="natural-continuation prompts (default 3)")
+    p.add_argument(
+        "--natural-prompts", type=int, default=3,
+        help="natural-continuation prompts (default 3): of the document, or of each --natural-haystacks",
+    )  # fmt: skip
+    p.add_argument(
+        "--natural-haystacks", default="",
+        help="take the natural prompts from these offline texts of other genres instead of the document, "
+        "--natural-prompts of each (comma-separated from changelog, code, guide, reference; default '': the document)",
+    )  # fmt: skip
     p.add_argument("--needle-depths", default="0.1,0.3,0.5,0.7,0.9", help="needle depths in [0, 1] ('' for none)")
     p.add_argument(
         "--copy-tasks",
@@ -203,6 +211,7 @@ def _run_eval_drafts(args: argparse.Namespace) -> int:
         temperatures=parse_fractions(args.temperatures),
         top_p=args.top_p,
         natural_prompts=args.natural_prompts,
+        natural_haystacks=[name.strip() for name in args.natural_haystacks.split(",") if name.strip()],
         needle_depths=parse_fractions(args.needle_depths),
         copy_split=args.copy_tasks,
         ablations=not args.no_ablations,

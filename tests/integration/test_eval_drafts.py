@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -312,6 +313,28 @@ def test_eval_drafts_without_needles_says_so(capsys, tmp_path, saved_model):
     assert "- Natural continuation, retrieval >= StreamingLLM" in checks, checks
 
 
+def test_eval_drafts_natural_prompts_from_several_haystacks(capsys, tmp_path, saved_model):
+    """``--natural-haystacks``: ``--natural-prompts`` slices of each named haystack replace the document's, the
+    verdict pools them all and the report adds a table per haystack."""
+    model_dir, doc = saved_model
+    out = tmp_path / "genres.json"
+    argv = ["eval-drafts", "--model", model_dir, "--document", doc, "--context-tokens", "300", "--new-tokens", "6"]
+    argv += ["--budgets", "1/4", "--headline-budget", "1/4", "--temperatures", "0", "--natural-prompts", "2"]
+    argv += ["--natural-haystacks", "code,guide", "--needle-depths", "", "--no-ablations", "--no-end-to-end"]
+    assert main(argv + ["--draft-layers", "", "--output", str(out)]) == 0
+    tasks = json.loads(out.read_text())["tasks"]
+    assert [t["name"] for t in tasks] == ["code#0", "code#1", "guide#0", "guide#1"]
+    assert all(t["kind"] == "natural" and t["prompt_tokens"] == 294 for t in tasks)
+    assert 0 < tasks[0]["start_token"] < tasks[1]["start_token"], "slices start inside the text, in order"
+    page = out.with_suffix(".md").read_text()
+    assert "Pooled over 4 prompts (raw text, 2 slice(s) of each haystack: code, guide)" in page, page
+    table = page.split("Per haystack:")[1].split("##")[0]
+    assert [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")][1:] == ["code", "guide"]
+    checks = page.split("## Must-show checks")[1].split("##")[0]
+    counts = re.search(r" of 20 positions; per prompt ahead on (\d+), behind on (\d+), even on (\d+)", checks)
+    assert counts and sum(map(int, counts.groups())) == 4, checks  # the 4 prompts x 5 level-1 positions pooled
+
+
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
@@ -319,6 +342,7 @@ def test_eval_drafts_without_needles_says_so(capsys, tmp_path, saved_model):
         (["--budgets", "1/8", "--headline-budget", "1/4"], "must be one of --budgets"),
         (["--temperatures", "-1"], "temperatures must be >= 0"),
         (["--context-tokens", "5000"], "exceeds the model's context"),
+        (["--natural-haystacks", "code,novel"], "unknown --natural-haystacks ['novel']"),
     ],
 )
 def test_eval_drafts_user_errors_are_one_line(capsys, saved_model, extra, expected):

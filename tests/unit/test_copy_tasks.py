@@ -17,6 +17,7 @@ from hf_triforce.evaluation.common.haystacks import HAYSTACKS, haystack_text, ht
 from hf_triforce.evaluation.drafts.copy_tasks import SPLITS, WORDINGS, copy_task_specs
 from hf_triforce.evaluation.drafts.needle import passage_prefix
 from hf_triforce.evaluation.drafts.passages import PASSAGE_KINDS, make_passage
+from hf_triforce.evaluation.drafts.tasks import haystack_task
 
 pytestmark = pytest.mark.unit
 
@@ -92,3 +93,15 @@ def test_passage_prefix_keeps_whitespace():
     assert passage_prefix("def f(x):\n    return x", 3) == "def f(x):\n    return"
     assert passage_prefix("a  b c", 2) == "a  b"
     assert passage_prefix("a b", 0) == "" and passage_prefix("a b", 9) == "a b"
+
+
+def test_haystack_slices_start_mid_part_and_refuse_a_short_text():
+    """Natural prompts of a haystack: slice i of n starts in the middle of part i of the possible starts, so never
+    at either end (where the benchmarks' genre slices, used in tuning, start), and a short text is refused."""
+    ids = list(range(1000))
+    starts = [haystack_task(ids, "code", i, 4, 200).info["start_token"] for i in range(4)]
+    assert starts == [100, 300, 500, 700]
+    task = haystack_task(ids, "code", 3, 4, 200)
+    assert task.name == "code#3" and task.prompt.tolist() == [ids[700:900]]
+    with pytest.raises(DocumentError, match="fewer than a 2000-token prompt"):
+        haystack_task(ids, "guide", 0, 1, 2000)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ...config import TriForceConfig
 from ...errors import TriForceConfigError
+from ..common.haystacks import HAYSTACKS
 
 
 class EvalOptionsError(TriForceConfigError):
@@ -19,7 +20,11 @@ class EvalOptionsError(TriForceConfigError):
 
 @dataclass
 class EvalOptions:
-    """What ``hf-triforce eval-drafts`` measures; the CLI fills it from its arguments."""
+    """What ``hf-triforce eval-drafts`` measures; the CLI fills it from its arguments.
+
+    ``natural_prompts`` natural continuations come from the document, or, when ``natural_haystacks`` names some of
+    :data:`~hf_triforce.evaluation.common.haystacks.HAYSTACKS`, ``natural_prompts`` raw slices of each of those.
+    """
 
     model: str | None = None
     document: str | None = None
@@ -30,6 +35,7 @@ class EvalOptions:
     temperatures: list[float] = field(default_factory=lambda: [0.0, 0.6, 1.0])
     top_p: float = 1.0
     natural_prompts: int = 3
+    natural_haystacks: list[str] = field(default_factory=list)
     needle_depths: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9])
     copy_split: str | None = None
     ablations: bool = True
@@ -59,6 +65,9 @@ class EvalOptions:
             raise EvalOptionsError(f"--top-p must be in (0, 1], got {self.top_p}.")
         if self.natural_prompts < 0 or any(not 0 <= d <= 1 for d in self.needle_depths):
             raise EvalOptionsError("--natural-prompts must be >= 0 and needle depths in [0, 1].")
+        unknown = sorted(set(self.natural_haystacks) - set(HAYSTACKS))
+        if unknown:
+            raise EvalOptionsError(f"unknown --natural-haystacks {unknown}: choose from {sorted(HAYSTACKS)}.")
         if self.copy_split not in (None, "tune", "heldout"):
             raise EvalOptionsError(f"--copy-tasks must be 'tune' or 'heldout', got {self.copy_split!r}.")
         if self.natural_prompts == 0 and not self.needle_depths:

@@ -215,18 +215,39 @@ def _natural_section(results: dict[str, Any]) -> list[str]:
         "",
         "## Natural continuation of the document: level-1 acceptance by budget",
         "",
-        f"Pooled over {o['natural_prompts']} prompt(s) (raw document text); retrieval / StreamingLLM.",
+        f"Pooled over {_natural_prompts(o)}; retrieval / StreamingLLM.",
         "",
         *_temperature_columns("budget", temps),
     ]
     for fraction in o["budget_fractions"]:
-        cells = []
-        for t in temps:
-            for kind in KIND_ORDER:
-                cells.append(
-                    number(pooled(main, task_kind="natural", budget_fraction=fraction, temperature=t, kind=kind)[0])
-                )
+        cells = [number(pooled(main, task_kind="natural", budget_fraction=fraction, temperature=t, kind=kind)[0])
+                 for t in temps for kind in KIND_ORDER]  # fmt: skip
         lines.append(f"| {budget_label(results, fraction)} | " + " | ".join(cells) + " |")
+    return lines + _haystack_table(results, main)
+
+
+def _natural_prompts(options: dict[str, Any]) -> str:
+    """What the natural prompts were: ``"3 prompt(s) (raw document text)"`` or the haystacks' slices."""
+    haystacks = options.get("natural_haystacks") or []
+    if not haystacks:
+        return f"{options['natural_prompts']} prompt(s) (raw document text)"
+    each = options["natural_prompts"]
+    return f"{each * len(haystacks)} prompts (raw text, {each} slice(s) of each haystack: {', '.join(haystacks)})"
+
+
+def _haystack_table(results: dict[str, Any], main: list[dict[str, Any]]) -> list[str]:
+    """Natural text per haystack and budget, when the prompts came from several haystacks."""
+    haystacks = results["options"].get("natural_haystacks") or []
+    if len(haystacks) < 2:
+        return []
+    temps = results["options"]["temperatures"]
+    lines = ["", "Per haystack:", "", *_temperature_columns("haystack | budget", temps, before="|---|---|")]
+    for name in haystacks:
+        rows = [r for r in main if r["task"].startswith(f"{name}#")]
+        for fraction in results["options"]["budget_fractions"]:
+            cells = [number(pooled(rows, budget_fraction=fraction, temperature=t, kind=kind)[0])
+                     for t in temps for kind in KIND_ORDER]  # fmt: skip
+            lines.append(f"| {name} | {budget_label(results, fraction)} | " + " | ".join(cells) + " |")
     return lines
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..common.documents import DocumentError
+from ..common.haystacks import haystack_text
 from .copy_tasks import build_copy_prompt, copy_task_specs
 from .needle import NeedlePrompt, build_needle_prompt
 from .options import EvalOptions
@@ -31,12 +32,10 @@ class Task:
 
 
 def build_tasks(tokenizer, document: str, options: EvalOptions, prompt_tokens: int) -> list[Task]:
-    """Natural-continuation prompts (raw document slices), then needle prompts (the document's own passage) or,
-    with ``options.copy_split``, the split's copy tasks; each ``<= prompt_tokens``."""
-    tasks = [
-        natural_task(tokenizer, document, i, options.natural_prompts, prompt_tokens)
-        for i in range(options.natural_prompts)
-    ]
+    """Natural-continuation prompts (raw slices of the document or of ``options.natural_haystacks``), then needle
+    prompts (the document's own passage) or, with ``options.copy_split``, the split's copy tasks; each
+    ``<= prompt_tokens``."""
+    tasks = natural_tasks(tokenizer, document, options, prompt_tokens)
     if options.copy_split:
         return tasks + copy_tasks(tokenizer, options, prompt_tokens)
     for depth in options.needle_depths:
@@ -71,6 +70,44 @@ def _needle_info(depth: float, needle: NeedlePrompt) -> dict[str, Any]:
         "document_span": list(needle.document_span),
         "cue": needle.cue,
     }
+
+
+def natural_tasks(tokenizer, document: str, options: EvalOptions, prompt_tokens: int) -> list[Task]:
+    """``options.natural_prompts`` slices of the document, or that many of each of ``options.natural_haystacks``."""
+    count = options.natural_prompts
+    tasks = []
+    for name in options.natural_haystacks:
+        ids = tokenizer(haystack_text(name), add_special_tokens=False).input_ids
+        tasks += [haystack_task(ids, name, i, count, prompt_tokens) for i in range(count)]
+    if options.natural_haystacks:
+        return tasks
+    return [natural_task(tokenizer, document, i, count, prompt_tokens) for i in range(count)]
+
+
+def haystack_task(ids: list[int], name: str, index: int, count: int, prompt_tokens: int) -> Task:
+    """``prompt_tokens`` of the token ids ``ids`` of haystack ``name`` (task ``name#index``, kind ``natural``).
+
+    The possible starts (the first token to the last that leaves ``prompt_tokens``) are cut into ``count`` equal
+    parts and slice ``index`` starts in the middle of part ``index``: never at either end, where the benchmarks'
+    genre slices (``benchmarks/step_selection_ab.py``), which took part in choosing the default policy, start.
+
+    Raises:
+        DocumentError: the haystack is shorter than the prompt.
+
+    Example:
+        >>> task = haystack_task(list(range(100)), "code", 1, 4, 20)
+        >>> task.name, task.info["start_token"], task.prompt.shape
+        ('code#1', 30, torch.Size([1, 20]))
+    """
+    room = len(ids) - prompt_tokens
+    if room < 0:
+        raise DocumentError(
+            f"the haystack {name!r} has {len(ids)} tokens, fewer than a {prompt_tokens}-token prompt: leave it out "
+            "of --natural-haystacks or use a smaller --context-tokens."
+        )
+    start = room * (2 * index + 1) // (2 * count)
+    prompt = torch.tensor([ids[start : start + prompt_tokens]], dtype=torch.long)
+    return Task(f"{name}#{index}", "natural", prompt, {"haystack": name, "start_token": start})
 
 
 def natural_task(tokenizer, document: str, index: int, count: int, prompt_tokens: int) -> Task:
