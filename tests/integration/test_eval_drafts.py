@@ -311,6 +311,9 @@ def test_eval_drafts_without_needles_says_so(capsys, tmp_path, saved_model):
     checks = out.with_suffix(".md").read_text().split("## Must-show checks")[1].split("##")[0]
     assert "- Needle tasks: not measured (no needle depths)." in checks, checks
     assert "- Natural continuation, retrieval >= StreamingLLM" in checks, checks
+    page = out.with_suffix(".md").read_text()
+    assert "## Needle tasks" not in page and "| needle |" not in page, "no empty needle table"
+    assert "| natural | " in page.split("## Replayed rounds")[1], "the natural row of the replayed rounds stays"
 
 
 def test_eval_drafts_natural_prompts_from_several_haystacks(capsys, tmp_path, saved_model):

@@ -252,7 +252,7 @@ def _haystack_table(results: dict[str, Any], main: list[dict[str, Any]]) -> list
 
 
 def _needle_section(results: dict[str, Any]) -> list[str]:
-    if passage_task_kind(results) != "needle":
+    if not any(t["kind"] == "needle" for t in results["tasks"]):  # copy tasks, or natural prompts alone
         return []
     o = results["options"]
     main = [r for r in results["views"] if r["group"] == "main"]
@@ -306,7 +306,8 @@ def _round_section(results: dict[str, Any]) -> list[str]:
         "",
         *_temperature_columns("task", temps),
     ]
-    for kind in ("natural", passage_task_kind(results)):
+    measured = {t["kind"] for t in results["tasks"]}
+    for kind in [k for k in ("natural", passage_task_kind(results)) if k in measured]:
         cells = [number(round_rate(main, task_kind=kind, temperature=t, kind=k)) for t in temps for k in KIND_ORDER]
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     return lines
