@@ -75,13 +75,13 @@ def _needle_info(depth: float, needle: NeedlePrompt) -> dict[str, Any]:
 def natural_tasks(tokenizer, document: str, options: EvalOptions, prompt_tokens: int) -> list[Task]:
     """``options.natural_prompts`` slices of the document, or that many of each of ``options.natural_haystacks``."""
     count = options.natural_prompts
+    if not options.natural_haystacks:
+        return [natural_task(tokenizer, document, i, count, prompt_tokens) for i in range(count)]
     tasks = []
     for name in options.natural_haystacks:
         ids = tokenizer(haystack_text(name), add_special_tokens=False).input_ids
         tasks += [haystack_task(ids, name, i, count, prompt_tokens) for i in range(count)]
-    if options.natural_haystacks:
-        return tasks
-    return [natural_task(tokenizer, document, i, count, prompt_tokens) for i in range(count)]
+    return tasks
 
 
 def haystack_task(ids: list[int], name: str, index: int, count: int, prompt_tokens: int) -> Task:
