@@ -7,7 +7,9 @@ references. Natural text is scored as eval-drafts scores it (per-position accept
 tasks per token (``per_token_acceptance``, pooled over the passage kinds of a depth). ``--variants ceiling``
 measures instead of the windows the chunks ranked by the exact attention their refresh's query gives them (a
 ceiling of chunk scoring, it reads every key; :func:`ceiling_rows`), ``--variants rescore`` the default with
-``rescore_candidates`` (:func:`rescore_rows`).
+``rescore_candidates`` (:func:`rescore_rows`), ``--variants refresh`` the default re-selecting less often and after
+every round with a rejection (:func:`refresh_rows`; the tables add the refreshes per prompt or task).
+``--haystacks`` takes the natural prompts from eval-drafts' ``--natural-haystacks`` instead of the reference.
 
 Run (1 CPU thread each, about 35 minutes apiece on this machine):
 
@@ -17,6 +19,8 @@ Run (1 CPU thread each, about 35 minutes apiece on this machine):
     python benchmarks/recent_window_ab.py --natural 12 --context 6144 --budgets 1/16,1/8 --temps 0 --output n6k.json
     python benchmarks/recent_window_ab.py --natural 12 --context 6144 --budgets 1/16 --temps 0 \\
         --variants ceiling --output ceiling.json  # or --variants rescore
+    python benchmarks/recent_window_ab.py --copy heldout --context 6144 --budgets 1/16,1/8 --temps 0 --natural 0 \
+        --variants refresh --output refresh-heldout.json
     python benchmarks/recent_window_ab.py --report tune.json > tune.md
 """
 
@@ -37,7 +41,7 @@ from hf_triforce.evaluation.common.machine import device_line
 from hf_triforce.evaluation.drafts import run as eval_run
 from hf_triforce.evaluation.drafts.options import EvalOptions
 from hf_triforce.evaluation.drafts.plan import default_policy, policy_plan
-from hf_triforce.evaluation.drafts.summary import per_token, pooled
+from hf_triforce.evaluation.drafts.summary import matching, per_token, pooled
 
 FRACTIONS = (8, 4, 2)  # recent window = budget // f, at least 64, whole chunks
 DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -81,7 +85,14 @@ def rescore_rows(base, fraction: float) -> list:
     return rows + [("rescore", "rescore_w32", 4, fraction, base.with_(rescore_candidates=4, recent_window=32))]
 
 
-VARIANTS = {"windows": window_rows, "ceiling": ceiling_rows, "rescore": rescore_rows}
+def refresh_rows(base, fraction: float) -> list:
+    """The default policy re-selecting less often: every 8 or 12 cached tokens instead of 4, and also after any round
+    with a rejection (``refresh_below_acceptance=1.0``): fewer refreshes (issue 18, item 3) at what acceptance?"""
+    return [("refresh", "refresh_every", n, fraction, base.with_(refresh_every=n, refresh_below_acceptance=1.0))
+            for n in (8, 12)]  # fmt: skip
+
+
+VARIANTS = {"windows": window_rows, "ceiling": ceiling_rows, "rescore": rescore_rows, "refresh": refresh_rows}
 """``--variants``: the policies measured beside eval-drafts' two at every budget."""
 
 
@@ -95,17 +106,21 @@ def _columns(views: list[dict], fraction: float) -> list[tuple[str, dict]]:
     return out + [("StreamingLLM", {"kind": "streaming"})]
 
 
-def _key(row: dict) -> tuple[bool, int, int]:
-    """``(whether the row ranks chunks by their exact attention, its rescore_candidates, its recent window)``."""
+def _key(row: dict) -> tuple[bool, int, int, int, float]:
+    """``(whether the row ranks chunks by their exact attention, its rescore_candidates, its recent window, its
+    refresh_every, its refresh_below_acceptance or -1)``."""
     policy = row["policy"]
-    return policy["combine"] == "attention", policy.get("rescore_candidates", 0), policy["recent_window"]
+    below = policy.get("refresh_below_acceptance")
+    return (policy["combine"] == "attention", policy.get("rescore_candidates", 0), policy["recent_window"],
+            policy.get("refresh_every", 4), -1.0 if below is None else below)  # fmt: skip
 
 
-def _column(key: tuple[bool, int, int], budget: int) -> str:
-    """``exact w32``, ``w96 (b/4, auto)``, ``x4 w96 (b/4, auto)``, ``x-all w96 (b/4, auto)``."""
-    exact, rescore, w = key
+def _column(key: tuple[bool, int, int, int, float], budget: int) -> str:
+    """``exact w32``, ``w96 (b/4, auto)``, ``x4 w96 (b/4, auto)``, ``x-all w96 (b/4, auto)``, ``... r8 below1``."""
+    exact, rescore, w, every, below = key
     prefix = "exact " if exact else "x-all " if rescore == EVERY_CHUNK else f"x{rescore} " if rescore else ""
-    return prefix + _name(w, budget)
+    refresh = "" if (every, below) == (4, -1.0) else f" r{every}" + (f" below{below:g}" if below >= 0 else "")
+    return prefix + _name(w, budget) + refresh
 
 
 def _name(w: int, budget: int) -> str:
@@ -119,11 +134,14 @@ def _name(w: int, budget: int) -> str:
 def report(results: dict) -> str:
     """The markdown of one run: natural text by budget and temperature, copy tasks by budget and depth."""
     views, o = results["views"], results["options"]
-    scoring = any(_key(r)[:2] != (False, 0) for r in views if r["kind"] == "retrieval")  # not only windows varied
+    keys = {_key(r) for r in views if r["kind"] == "retrieval"}
+    scoring = len({k[:2] for k in keys}) > 1 or any(k[0] for k in keys)  # more than the windows varied
     what = "Chunk selection against StreamingLLM" if scoring else "Recent window against the budget"
+    what = "Re-selection schedule" if len({k[3:] for k in keys}) > 1 else what
     lines = [f"# {what} (benchmarks/recent_window_ab.py)", "", f"{device_line(results)}", "",
              f"Command: `{results['command']}`", ""]  # fmt: skip
-    lines += _natural(views, o)
+    if any(r["task_kind"] == "natural" for r in views):
+        lines += _natural(views, o)
     if any(r["task_kind"] == "copy" for r in views):
         lines += _copy(views, o)
     return "\n".join(lines) + "\n"
@@ -141,7 +159,9 @@ def _natural(views: list[dict], o: dict) -> list[str]:
             match = dict(task_kind="natural", budget_fraction=fraction, temperature=t)
             cells = [pooled(views, **match, **m)[0] for _, m in cols]
             lines.append(f"| {t:g} | " + " | ".join(f"{c:.4f}" for c in cells) + " |")
-        lines.append("")
+        chosen = [matching(views, task_kind="natural", budget_fraction=fraction, **m) for _, m in cols]
+        counts = [sum(r["refreshes"] for r in rows) / max(1, len(rows)) for rows in chosen]
+        lines += ["| refreshes per prompt | " + " | ".join(f"{c:.1f}" for c in counts) + " |", ""]
     return lines
 
 
@@ -150,12 +170,15 @@ def _copy(views: list[dict], o: dict) -> list[str]:
     lines += ["Per-token level-1 acceptance by depth (the four passage kinds pooled), the worst depth, all depths.", ""]
     for fraction in o["budget_fractions"]:
         budget = next(r["budget"] for r in views if r["budget_fraction"] == fraction)
-        header = "| window | " + " | ".join(f"{d:g}" for d in DEPTHS) + " | worst | all |"
-        lines += [f"Budget {budget} ({Fraction(fraction).limit_denominator()}):", "", header, "|---|" + "---:|" * 7]
+        header = "| window | " + " | ".join(f"{d:g}" for d in DEPTHS) + " | worst | all | refreshes per task |"
+        lines += [f"Budget {budget} ({Fraction(fraction).limit_denominator()}):", "", header, "|---|" + "---:|" * 8]
         for name, m in _columns(views, fraction):
             d = [per_token(views, task_kind="copy", budget_fraction=fraction, depth=x, **m) for x in DEPTHS]
             every = per_token(views, task_kind="copy", budget_fraction=fraction, **m)
-            lines.append(f"| {name} | " + " | ".join(f"{x:.3f}" for x in d) + f" | {min(d):.3f} | {every:.3f} |")
+            chosen = matching(views, task_kind="copy", budget_fraction=fraction, **m)
+            refreshes = sum(r["refreshes"] for r in chosen) / max(1, len(chosen))
+            lines.append(f"| {name} | " + " | ".join(f"{x:.3f}" for x in d) + f" | {min(d):.3f} | {every:.3f} | "
+                         f"{refreshes:.1f} |")  # fmt: skip
         lines.append("")
     return lines
 
@@ -167,6 +190,7 @@ def main() -> None:
     p.add_argument("--budgets", default="1/16,1/8,1/4")
     p.add_argument("--temps", default="0,0.6,1")
     p.add_argument("--natural", type=int, default=12)
+    p.add_argument("--haystacks", default="", help="eval-drafts --natural-haystacks (default '': the reference)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--output", help="results JSON to write")
     p.add_argument("--variants", choices=sorted(VARIANTS), default="windows", help="policies beside eval-drafts' two")
@@ -179,7 +203,8 @@ def main() -> None:
     fractions = [float(Fraction(x)) for x in a.budgets.split(",")]
     options = EvalOptions(
         context_tokens=a.context, budget_fractions=fractions, temperatures=[float(t) for t in a.temps.split(",")],
-        natural_prompts=a.natural, needle_depths=list(DEPTHS) if a.copy else [], copy_split=a.copy, ablations=False,
+        natural_prompts=a.natural, natural_haystacks=[h for h in a.haystacks.split(",") if h],
+        needle_depths=list(DEPTHS) if a.copy else [], copy_split=a.copy, ablations=False,
         draft_layers=[], end_to_end=False, headline_fraction=1 / 8 if 1 / 8 in fractions else fractions[-1],
     )  # fmt: skip
     eval_run.policy_plan = partial(plan_with_variants, variants=a.variants)  # the eval's own loop, over these policies
