@@ -163,7 +163,9 @@ class TriForceConfig:
         default=None,
         metadata={
             "help": "Also re-select when a round's level-1 acceptance rate (accepted / drafted by level 1) "
-            "falls below this value. None disables it."
+            "falls below this value. None disables it. 1.0 re-selects after every round with a rejection: with "
+            "refresh_every=8, a third fewer refreshes than the defaults at the same worst-depth acceptance on "
+            "held-out copy tasks (T=0; benchmarks/results/refresh-on-rejection.md)."
         },
     )
     drafter: str = field(
