@@ -165,7 +165,8 @@ class TriForceConfig:
             "help": "Also re-select when a round's level-1 acceptance rate (accepted / drafted by level 1) "
             "falls below this value. None disables it. 1.0 re-selects after every round with a rejection: with "
             "refresh_every=8, a third fewer refreshes than the defaults at the same worst-depth acceptance on "
-            "held-out copy tasks (T=0; benchmarks/results/refresh-on-rejection.md)."
+            "held-out copy tasks (T=0), a little lower on natural text when sampling "
+            "(benchmarks/results/refresh-on-rejection.md)."
         },
     )
     drafter: str = field(
