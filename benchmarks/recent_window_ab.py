@@ -41,7 +41,7 @@ from hf_triforce.evaluation.common.machine import device_line
 from hf_triforce.evaluation.drafts import run as eval_run
 from hf_triforce.evaluation.drafts.options import EvalOptions
 from hf_triforce.evaluation.drafts.plan import default_policy, policy_plan
-from hf_triforce.evaluation.drafts.summary import matching, per_token, pooled
+from hf_triforce.evaluation.drafts.summary import mean_refreshes, per_token, pooled
 
 FRACTIONS = (8, 4, 2)  # recent window = budget // f, at least 64, whole chunks
 DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -159,8 +159,7 @@ def _natural(views: list[dict], o: dict) -> list[str]:
             match = dict(task_kind="natural", budget_fraction=fraction, temperature=t)
             cells = [pooled(views, **match, **m)[0] for _, m in cols]
             lines.append(f"| {t:g} | " + " | ".join(f"{c:.4f}" for c in cells) + " |")
-        chosen = [matching(views, task_kind="natural", budget_fraction=fraction, **m) for _, m in cols]
-        counts = [sum(r["refreshes"] for r in rows) / max(1, len(rows)) for rows in chosen]
+        counts = [mean_refreshes(views, task_kind="natural", budget_fraction=fraction, **m) for _, m in cols]
         lines += ["| refreshes per prompt | " + " | ".join(f"{c:.1f}" for c in counts) + " |", ""]
     return lines
 
@@ -175,8 +174,7 @@ def _copy(views: list[dict], o: dict) -> list[str]:
         for name, m in _columns(views, fraction):
             d = [per_token(views, task_kind="copy", budget_fraction=fraction, depth=x, **m) for x in DEPTHS]
             every = per_token(views, task_kind="copy", budget_fraction=fraction, **m)
-            chosen = matching(views, task_kind="copy", budget_fraction=fraction, **m)
-            refreshes = sum(r["refreshes"] for r in chosen) / max(1, len(chosen))
+            refreshes = mean_refreshes(views, task_kind="copy", budget_fraction=fraction, **m)
             lines.append(f"| {name} | " + " | ".join(f"{x:.3f}" for x in d) + f" | {min(d):.3f} | {every:.3f} | "
                          f"{refreshes:.1f} |")  # fmt: skip
         lines.append("")

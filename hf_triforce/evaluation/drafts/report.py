@@ -31,6 +31,7 @@ from .summary import (
     fraction_label,
     level0_pooled,
     margin_interval,
+    mean_refreshes,
     passage_task_kind,
     per_token,
     pooled,
@@ -243,10 +244,9 @@ def _haystack_table(results: dict[str, Any], main: list[dict[str, Any]]) -> list
     temps = results["options"]["temperatures"]
     lines = ["", "Per haystack:", "", *_temperature_columns("haystack | budget", temps, before="|---|---|")]
     for name in haystacks:
-        rows = [r for r in main if r["task"].startswith(f"{name}#")]
         for fraction in results["options"]["budget_fractions"]:
-            cells = [number(pooled(rows, budget_fraction=fraction, temperature=t, kind=kind)[0])
-                     for t in temps for kind in KIND_ORDER]  # fmt: skip
+            match = dict(task_kind="natural", haystack=name, budget_fraction=fraction)
+            cells = [number(pooled(main, **match, temperature=t, kind=kind)[0]) for t in temps for kind in KIND_ORDER]
             lines.append(f"| {name} | {budget_label(results, fraction)} | " + " | ".join(cells) + " |")
     return lines
 
@@ -339,7 +339,7 @@ def _ablation_section(results: dict[str, Any]) -> list[str]:
             for t in temps:
                 cells += [number(pooled(chosen, task_kind=k, temperature=t)[0]) for k in ("natural", passage)]
             worst = _worst_depth(chosen, passage)
-            refreshes = sum(r["refreshes"] for r in chosen) / max(1, len(chosen))
+            refreshes = mean_refreshes(chosen)
             mark = "*" if defaults.get(knob) == value else ""
             lines.append(
                 f"| {knob} | {_show(knob, value)}{mark} | "

@@ -72,6 +72,17 @@ def per_token(rows: list[dict[str, Any]], **match: Any) -> float:
     return accepted / judged if judged else float("nan")
 
 
+def mean_refreshes(rows: list[dict[str, Any]], **match: Any) -> float:
+    """Mean selections per replayed reference over the matching view rows (0 without any).
+
+    Example:
+        >>> mean_refreshes([{"kind": "retrieval", "refreshes": 9}, {"kind": "retrieval", "refreshes": 6}])
+        7.5
+    """
+    chosen = matching(rows, **match)
+    return sum(r["refreshes"] for r in chosen) / max(1, len(chosen))
+
+
 def passage_task_kind(results: dict[str, Any]) -> str:
     """``"copy"`` when the results hold copy tasks (``--copy-tasks``), else ``"needle"``.
 
