@@ -51,6 +51,9 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
         >>> decode = prepare_triforce_call(model, TriForceConfig(), kwargs)  # doctest: +SKIP
         >>> model.generate(ids, custom_generate=decode, **kwargs)  # doctest: +SKIP
     """
+    state = state_of(model)
+    if state is not None:
+        state.begin_call()  # before any check: a refused call leaves no statistics behind, not the last call's
     config = as_config(triforce_config)
     check_cache_implementation(model, generate_kwargs)
     direct = runs_direct_forward(config, model)  # a direct forward or static steps it cannot run raise now
@@ -121,7 +124,7 @@ def triforce_decode(
         sequences = run.decode(streamer or triforce_streamer)
     with stats.phases.measure("reuse"):
         returned = hand_back(start)
-    state_of(model).last_stats = stats
+    state_of(model).finish_call(stats)
     if not generation_config.return_dict_in_generate:
         return sequences
     return decoder_only_output(sequences, run.scores, run.raw_logits, returned)
@@ -162,7 +165,7 @@ def _batch_decode(
         sequences = run.decode()
     if drafter_kind == "model":
         stats.draft_cache_bytes = sum(d.cache.kv_nbytes() for d in drafters)
-    state_of(model).last_stats = stats
+    state_of(model).finish_call(stats)
     if not generation_config.return_dict_in_generate:
         return sequences
     return decoder_only_output(sequences, None, None, None)

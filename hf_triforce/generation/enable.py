@@ -72,8 +72,11 @@ def last_stats(model: torch.nn.Module) -> TriForceStats:
     round rate ``accepted / drafted``, and ``per_token_acceptance``, the papers' ``alpha`` (the probability that a
     draft is accepted given that the earlier drafts of its round were), which is never below the round rate.
 
+    The statistics are those of the latest call only: every TriForce call drops the previous call's when it starts,
+    so after a call that raised there are none to read (not the call before's).
+
     Raises:
-        ValueError: when no TriForce generation has run on this model.
+        ValueError: when no TriForce generation has run on this model, or the latest one raised before finishing.
 
     Example:
         >>> level1 = hf_triforce.last_stats(model).level1  # doctest: +SKIP
@@ -81,6 +84,11 @@ def last_stats(model: torch.nn.Module) -> TriForceStats:
         (0.93, 0.96)
     """
     state = state_of(model)
+    if state is not None and state.last_call_failed:
+        raise ValueError(
+            "The latest TriForce generate() call on this model raised before it finished, so it recorded no "
+            "statistics (and the previous call's were dropped when it started): rerun the call that failed."
+        )
     if state is None or state.last_stats is None:
         raise ValueError(
             "No TriForce generation has run on this model yet: call model.generate(..., triforce_config=...)."

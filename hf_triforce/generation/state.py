@@ -19,7 +19,10 @@ class TriForceState:
     """What TriForce keeps on an enabled model.
 
     Attributes:
-        last_stats: statistics of the latest TriForce ``generate()`` call (:func:`hf_triforce.last_stats`).
+        last_stats: statistics of the latest TriForce ``generate()`` call (:func:`hf_triforce.last_stats`), set when
+            it finishes; ``None`` from the start of every call until then, so a call that raised leaves none.
+        last_call_failed: the latest TriForce call started and did not finish (it raised): its statistics were
+            never recorded, and an earlier call's are gone.
         level1_runner: the static level-1 runner kept for the next call with the same shapes and weights
             (``(key, runner)``; see :func:`hf_triforce.hierarchy.static_steps.kept_runner`), or ``None``.
 
@@ -29,7 +32,17 @@ class TriForceState:
     """
 
     last_stats: TriForceStats | None = None
+    last_call_failed: bool = False
     level1_runner: tuple[tuple, Any] | None = None
+
+    def begin_call(self) -> None:
+        """A TriForce call starts: the previous call's statistics are dropped, so nothing can read them as this
+        call's (they are reported again only by :meth:`finish_call`)."""
+        self.last_stats, self.last_call_failed = None, True
+
+    def finish_call(self, stats: TriForceStats) -> None:
+        """The call finished: ``stats`` are its statistics."""
+        self.last_stats, self.last_call_failed = stats, False
 
 
 def state_of(model: torch.nn.Module) -> TriForceState | None:

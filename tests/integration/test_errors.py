@@ -333,15 +333,18 @@ def test_enabled_generation_config_still_serializes(tmp_path, model_factory):
     assert reloaded.config.model_type == "llama"
 
 
-def test_attn_implementation_unchanged(llama, prompt):
+def test_attn_implementation_unchanged(llama, prompt, forward_counter):
     before = llama.config._attn_implementation
     llama.generate(prompt, max_new_tokens=6, triforce_config=TriForceConfig(**CFG))
     assert llama.config._attn_implementation == before == "sdpa"
+    counter = forward_counter(llama)  # the refusals below come before any forward
     with pytest.raises(UnsupportedGenerationError):
         llama.generate(prompt, max_new_tokens=6, num_beams=2, triforce_config=TriForceConfig(**CFG))
     assert llama.config._attn_implementation == before
     with pytest.raises(TriForceConfigError):
         llama.generate(prompt, max_new_tokens=6, triforce_config=TriForceConfig(**CFG, drafter="model"))
+    counter.remove()
+    assert counter.calls == 0
     assert llama.config._attn_implementation == before
 
 
@@ -381,6 +384,36 @@ def test_last_stats_before_any_triforce_call(prompt, model_factory):
         hf_triforce.last_stats(model)
     model.generate(prompt, max_new_tokens=3, triforce_config=TriForceConfig(**CFG))
     assert hf_triforce.last_stats(model).new_tokens == 3
+
+
+@pytest.mark.parametrize("failure", ["refused", "mid_decoding"])
+def test_a_failed_call_leaves_no_statistics_behind(prompt, model_factory, failure):
+    """``last_stats`` describes the latest call only: a call that raises (refused before any work, or failing in a
+    forward mid-decoding) drops the previous call's statistics, so they cannot be read as its own."""
+    model = model_factory("llama_gqa")
+    model.generate(prompt, max_new_tokens=9, do_sample=False, triforce_config=TriForceConfig(**CFG))
+    assert hf_triforce.last_stats(model).new_tokens == 9
+    if failure == "refused":
+        with pytest.raises(UnsupportedGenerationError):
+            model.generate(prompt, max_new_tokens=5, num_beams=2, triforce_config=TriForceConfig(**CFG))
+    else:
+        calls = {"n": 0}
+
+        def fail_third(module, args):
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise Boom("injected failure")
+
+        handle = model.register_forward_pre_hook(fail_third)
+        try:
+            with pytest.raises(Boom):
+                model.generate(prompt, max_new_tokens=20, triforce_config=TriForceConfig(**CFG))
+        finally:
+            handle.remove()
+    with pytest.raises(ValueError, match="raised before it finished"):
+        hf_triforce.last_stats(model)
+    model.generate(prompt, max_new_tokens=4, do_sample=False, triforce_config=TriForceConfig(**CFG))
+    assert hf_triforce.last_stats(model).new_tokens == 4
 
 
 def test_stored_default_config_is_used(prompt, model_factory):
