@@ -6,11 +6,17 @@ the default 0.02 the logits are nearly flat and an argmax near-tie can flip betw
 multi-token forward in float32, which would make a greedy-equality check flaky for reasons unrelated
 to TriForce. :func:`greedy_check` reports the top-2 logit gap at the first differing position so a
 genuine near-tie can be told apart from a bug.
+
+An equality check alone passes when TriForce quietly decodes plainly (every round a plain step gives plain
+``generate()``'s tokens). So every greedy-equality and sampling check also reads the call's own statistics
+(:func:`hf_triforce.last_stats` is reset at the start of every call) and asserts that the path it names ran:
+:func:`check_ran` with what the case exercises (drafts at each level, rejections, round kinds).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from unittest import mock
 
 import pytest
 import torch
@@ -29,6 +35,9 @@ from transformers import (
 
 import hf_triforce
 from hf_triforce.hierarchy import static_steps
+from hf_triforce.hierarchy.planner import Planner
+from hf_triforce.stats import TriForceStats
+from tests.support.speculation import LEVEL1_DRAFTED, ForcedPlans, Ran, check_ran
 
 VOCAB = 256
 INITIALIZER_RANGE = 0.15
@@ -143,8 +152,23 @@ def top2_gap(model, ids: torch.LongTensor) -> float:
     return float(top[0] - top[1])
 
 
-def greedy_check(model, prompt: torch.LongTensor, triforce_config, max_new_tokens: int, **kwargs) -> torch.Tensor:
-    """Assert TriForce greedy output equals plain greedy ``generate()``; returns the plain output.
+@pytest.fixture(scope="session")
+def assert_ran() -> Callable[..., None]:
+    """``assert_ran(model_or_stats, ran=Ran(), **fields)``: the latest TriForce call on ``model`` (or the given
+    stats) shows the path ``ran`` names; ``fields`` build a :class:`Ran` instead (``drafted=("level0", "level1")``)."""
+
+    def check(target, ran: Ran | None = None, **fields) -> None:
+        stats = target if isinstance(target, TriForceStats | dict) else hf_triforce.last_stats(target)
+        check_ran(stats, ran if ran is not None else Ran(**fields))
+
+    return check
+
+
+def greedy_check(
+    model, prompt: torch.LongTensor, triforce_config, max_new_tokens: int, ran: Ran = LEVEL1_DRAFTED, **kwargs
+) -> torch.Tensor:
+    """Assert TriForce greedy output equals plain greedy ``generate()`` and that the call ran the path ``ran`` names
+    (by default: level 1 drafted; see :class:`Ran`); returns the plain output.
 
     On a mismatch the message names the first differing position and the top-2 logit gap of a full
     forward there (a gap near float32 noise, ~1e-5, means a genuine near-tie, otherwise a bug).
@@ -164,13 +188,31 @@ def greedy_check(model, prompt: torch.LongTensor, triforce_config, max_new_token
             f"config={triforce_config}\nexpected={expected[0, prompt.shape[1] :].tolist()}\n"
             f"got     ={got[0, prompt.shape[1] :].tolist()}"
         )
+    check_ran(hf_triforce.last_stats(model), ran)
     return expected
 
 
 @pytest.fixture(scope="session")
 def assert_greedy_equal() -> Callable[..., torch.Tensor]:
-    """``assert_greedy_equal(model, prompt, cfg, max_new_tokens, **generate_kwargs)``, see :func:`greedy_check`."""
+    """``assert_greedy_equal(model, prompt, cfg, max_new_tokens, ran=Ran(), **generate_kwargs)``, see
+    :func:`greedy_check`."""
     return greedy_check
+
+
+@pytest.fixture
+def force_plans() -> Iterator[Callable[..., None]]:
+    """``force_plans("levels", "level0", "plain")``: every planner of the test plans its rounds from the kinds in
+    turn (a call without a level-0 drafter runs ``"levels"`` where ``"level0"`` comes)."""
+    patches = []
+
+    def force(*kinds: str) -> None:
+        plans = ForcedPlans(kinds)
+        patches.append(mock.patch.object(Planner, "plan_round", lambda planner: plans.plan_round(planner)))
+        patches[-1].start()
+
+    yield force
+    for patch in reversed(patches):
+        patch.stop()
 
 
 @pytest.fixture(scope="session")
@@ -183,13 +225,13 @@ def model_factory() -> Callable[..., torch.nn.Module]:
 @pytest.fixture(scope="session")
 def self_draft_config() -> Callable[..., hf_triforce.TriForceConfig]:
     """A factory of the configuration the self-drafting tests share: 8-token chunks, a ``budget``-token view with 16
-    recent tokens, level 0 drafting 3 tokens with a StreamingLLM cache of ``budget`` tokens (4 sinks), level 1 8;
-    ``overrides`` replace any of it. With the target as its own draft model and a budget that holds the whole
-    context, every draft is accepted."""
+    recent tokens, level 0 drafting 3 tokens with a StreamingLLM cache of ``budget`` tokens (4 sinks), level 1 8, a
+    fixed schedule (every round through all three levels); ``overrides`` replace any of it. With the target as its
+    own draft model and a budget that holds the whole context, every draft is accepted."""
 
     def make(budget: int, **overrides) -> hf_triforce.TriForceConfig:
         shared = dict(chunk_size=8, retrieval_budget=budget, recent_window=16, gamma1=3, gamma2=8, drafter="model",
-                      draft_cache_budget=budget, draft_sinks=4)  # fmt: skip
+                      draft_cache_budget=budget, draft_sinks=4, adaptive=False)  # fmt: skip
         return hf_triforce.TriForceConfig(**{**shared, **overrides})
 
     return make

@@ -3,7 +3,8 @@
 Rows have prompts of different lengths (left padding), accept different numbers of tokens per round, and stop at
 different points; each row must come out exactly as plain batched greedy ``generate()`` makes it, and (float32)
 as that row generated alone. The sampling side (rows distributed like plain sampling, per prompt) is in
-``test_sampling_distribution.py``.
+``test_sampling_distribution.py``. The schedule is fixed (``adaptive=False``), and every case asserts from the call's
+statistics that the levels it names drafted (and level 1 rejected, where the views are sparse).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from hf_triforce.errors import UnsupportedGenerationError
 
 pytestmark = pytest.mark.integration
 
-SPARSE = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=3, gamma1=2, gamma2=4)
+SPARSE = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=3, gamma1=2, gamma2=4, adaptive=False)
 LENGTHS = [300, 221, 257, 180, 333, 96, 140, 275]
 
 
@@ -44,7 +45,7 @@ def check_rows(expected: torch.Tensor, got: torch.Tensor) -> None:
 
 @pytest.mark.parametrize("batch", [1, 2, 3, 5, 8])
 @pytest.mark.parametrize("drafter", ["none", "ngram", "suffix"])
-def test_greedy_batch_equals_plain_batched_generate(model_factory, batch, drafter):
+def test_greedy_batch_equals_plain_batched_generate(model_factory, assert_ran, batch, drafter):
     model = model_factory("llama_gqa", num_layers=2)
     ids, mask = left_padded(LENGTHS[:batch] if batch > 1 else [200, 300][:1], repeat=drafter == "ngram")
     if batch == 1:  # one row with left padding also takes the batched path
@@ -56,11 +57,13 @@ def test_greedy_batch_equals_plain_batched_generate(model_factory, batch, drafte
     stats = hf_triforce.last_stats(model)
     assert len(stats.rows) == batch
     assert [row.new_tokens for row in stats.rows] == [40] * batch
-    assert stats.level1.drafted > 0  # it speculated
+    levels = ("level1",) if drafter == "none" else ("level0", "level1")
+    for row in stats.rows:  # every row speculated, and its sparse view was rejected somewhere
+        assert_ran(row, drafted=levels, rejected=("level1",))
 
 
 @pytest.mark.parametrize("family", ["llama_mha", "qwen2", "qwen3", "mistral"])
-def test_greedy_batch_other_families_and_rows_alone(model_factory, family):
+def test_greedy_batch_other_families_and_rows_alone(model_factory, assert_ran, family):
     """Each row also equals that row generated alone (float32), in every supported family (with the selection's
     rescoring on, whose nominations must skip each row's padding chunks)."""
     model = model_factory(family, num_layers=2)
@@ -69,13 +72,14 @@ def test_greedy_batch_other_families_and_rows_alone(model_factory, family):
     got = model.generate(ids, attention_mask=mask, max_new_tokens=30, do_sample=False, pad_token_id=0,
                          triforce_config=cfg)  # fmt: skip
     check_rows(model.generate(ids, attention_mask=mask, max_new_tokens=30, do_sample=False, pad_token_id=0), got)
+    assert_ran(model, drafted=("level0", "level1"), rejected=("level1",))
     for b in range(ids.shape[0]):
         alone = ids[b : b + 1, mask[b].bool()]
         expected = model.generate(alone, max_new_tokens=30, do_sample=False)
         assert torch.equal(got[b, -30:], expected[0, -30:]), f"row {b} differs from the row generated alone"
 
 
-def test_greedy_batch_with_a_draft_model(model_factory):
+def test_greedy_batch_with_a_draft_model(model_factory, assert_ran):
     """drafter="model": each row drafts with its own StreamingLLM cache of the draft model."""
     model = model_factory("llama_gqa", num_layers=2)
     draft = model_factory("llama_gqa", num_layers=1, seed=3, enable=False)
@@ -86,10 +90,11 @@ def test_greedy_batch_with_a_draft_model(model_factory):
     check_rows(model.generate(ids, **kwargs), got)
     stats = hf_triforce.last_stats(model)
     assert stats.level0.drafted > 0 and stats.draft_cache_bytes > 0
-    assert all(row.level0.drafted > 0 for row in stats.rows)
+    for row in stats.rows:
+        assert_ran(row, drafted=("level0", "level1"), rejected=("level0", "level1"))
 
 
-def test_rows_stop_where_plain_generate_stops_them(model_factory):
+def test_rows_stop_where_plain_generate_stops_them(model_factory, assert_ran):
     """With an EOS id that rows reach at different steps, each row ends where plain batched generate() ends it,
     padded after it; a finished row leaves the batch (its forwards stop counting)."""
     model = model_factory("llama_gqa", num_layers=2)
@@ -107,16 +112,17 @@ def test_rows_stop_where_plain_generate_stops_them(model_factory):
     for row in stats.rows:  # a row takes part in no verification after its last token
         assert row.target_forwards <= row.new_tokens - 1
     assert stats.target_forwards == max(row.target_forwards for row in stats.rows)
+    assert_ran(stats, drafted=("level1",), rejected=("level1",))
 
 
-def test_ragged_acceptance_keeps_every_row_s_tokens(model_factory):
+def test_ragged_acceptance_keeps_every_row_s_tokens(model_factory, assert_ran):
     """A row whose retrieval view holds all of its tokens (level 1 is then level 2, every draft is accepted) beside
     rows with sparse views that accept few: the first keeps its full runs of ``gamma2 + 1`` tokens per
     verification (it is not cut to the batch's shortest), and every row keeps every token it accepted (decoded
     tokens = new tokens - the first, which the prefill makes)."""
     model = model_factory("llama_gqa", num_layers=2)
     ids, mask = left_padded([40, 300, 260])
-    cfg = TriForceConfig(drafter="none", adaptive=False, **{**SPARSE, "retrieval_budget": 128})
+    cfg = TriForceConfig(drafter="none", **{**SPARSE, "retrieval_budget": 128})
     kwargs = dict(attention_mask=mask, max_new_tokens=48, do_sample=False, pad_token_id=0)
     got = model.generate(ids, triforce_config=cfg, **kwargs)
     check_rows(model.generate(ids, **kwargs), got)
@@ -125,9 +131,12 @@ def test_ragged_acceptance_keeps_every_row_s_tokens(model_factory):
     assert lengths[0] > 4 and lengths[0] > 1.5 * max(lengths[1:]), lengths
     for row in rows:
         assert row.decoded_tokens == row.new_tokens - 1
+    assert_ran(rows[0], full_rounds=True)
+    for row in rows[1:]:
+        assert_ran(row, rejected=("level1",))
 
 
-def test_num_return_sequences_and_sampling_shapes(model_factory):
+def test_num_return_sequences_and_sampling_shapes(model_factory, assert_ran):
     model = model_factory("llama_gqa", num_layers=2)
     ids, mask = left_padded([150, 90])
     torch.manual_seed(0)
@@ -136,6 +145,7 @@ def test_num_return_sequences_and_sampling_shapes(model_factory):
     assert out.shape == (6, ids.shape[1] + 12)
     assert torch.equal(out[:, : ids.shape[1]], ids.repeat_interleave(3, dim=0))
     assert len(hf_triforce.last_stats(model).rows) == 6
+    assert_ran(model, drafted=("level0", "level1"), rejected=("level1",))
 
 
 def halves(batch_id: int, ids: torch.Tensor) -> list[int]:
@@ -144,7 +154,7 @@ def halves(batch_id: int, ids: torch.Tensor) -> list[int]:
     return list(range(128)) if batch_id % 2 == 0 else list(range(128, 256))
 
 
-def test_prefix_allowed_tokens_fn_gets_each_row_s_batch_index(model_factory):
+def test_prefix_allowed_tokens_fn_gets_each_row_s_batch_index(model_factory, assert_ran):
     """A row judged on its own still passes its own batch index to ``prefix_allowed_tokens_fn``, as plain batched
     ``generate()`` does (given 0 for every row, odd rows would be constrained to the wrong half)."""
     model = model_factory("llama_gqa", num_layers=2)
@@ -152,12 +162,14 @@ def test_prefix_allowed_tokens_fn_gets_each_row_s_batch_index(model_factory):
     kwargs = dict(attention_mask=mask, max_new_tokens=16, pad_token_id=0, prefix_allowed_tokens_fn=halves)
     expected = model.generate(ids, do_sample=False, **kwargs)
     check_rows(expected, model.generate(ids, do_sample=False, triforce_config=TriForceConfig(**SPARSE), **kwargs))
+    assert_ran(model, rejected=("level1",))
     # Sampled, with num_return_sequences: each row must get the half plain generate() gives it (the index of the
     # prompt from transformers 5.24, of the expanded row before).
     sampled = dict(kwargs, do_sample=True, num_return_sequences=2)
     plain_low = (model.generate(ids, **sampled)[:, ids.shape[1] :] < 128).all(dim=1)
     new = model.generate(ids, triforce_config=TriForceConfig(**SPARSE), **sampled)[:, ids.shape[1] :]
     assert torch.equal(plain_low, (new < 128).all(dim=1)) and bool(((new < 128).all(1) | (new >= 128).all(1)).all())
+    assert_ran(model, rejected=("level1",))
 
 
 @pytest.mark.parametrize(
@@ -168,8 +180,9 @@ def test_prefix_allowed_tokens_fn_gets_each_row_s_batch_index(model_factory):
         (dict(cuda_graphs=True), "cuda_graphs=True"),
     ],
 )
-def test_batch_refusals(model_factory, change, message):
-    """What the batched loop cannot serve raises before any work, saying what to change."""
+def test_batch_refusals(model_factory, forward_counter, change, message):
+    """What the batched loop cannot serve raises before any work (no forward of either model), saying what to
+    change."""
     model = model_factory("llama_gqa", num_layers=2)
     draft = model_factory("llama_gqa", num_layers=1, seed=3, enable=False)
     ids, mask = left_padded([120, 80])
@@ -177,6 +190,9 @@ def test_batch_refusals(model_factory, change, message):
         ids, mask = ids.flip(1), mask.flip(1)
     cfg = TriForceConfig(**{**SPARSE, **{k: change.pop(k) for k in ("drafter", "cuda_graphs") if k in change}})
     assistant = {"assistant_model": draft} if cfg.drafter == "model" else {}
+    counter = forward_counter(model, draft)
     with pytest.raises(UnsupportedGenerationError, match=message.replace("(", r"\(")):
         model.generate(ids, attention_mask=mask, max_new_tokens=5, pad_token_id=0, triforce_config=cfg, **assistant,
                        **change)  # fmt: skip
+    counter.remove()
+    assert counter.calls == 0

@@ -20,7 +20,7 @@ from hf_triforce.hf.versions import cache_kwargs
 pytest.importorskip("accelerate")
 pytestmark = pytest.mark.integration
 
-SMALL = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4)
+SMALL = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, adaptive=False)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def all_offloaded(saved):
 
 
 @pytest.mark.parametrize("drafter", ["ngram", "model"])
-def test_half_offloaded_greedy_equals_plain(saved, half_offloaded, llama_draft, make_prompt, drafter):
+def test_half_offloaded_greedy_equals_plain(saved, half_offloaded, llama_draft, make_prompt, assert_ran, drafter):
     _, in_memory, _ = saved
     prompt = make_prompt(160, seed=3, repetitive=drafter == "ngram")
     expected = in_memory.generate(prompt, max_new_tokens=20, do_sample=False)
@@ -71,20 +71,23 @@ def test_half_offloaded_greedy_equals_plain(saved, half_offloaded, llama_draft, 
     cfg = TriForceConfig(**SMALL, drafter=drafter)
     got = half_offloaded.generate(prompt, triforce_config=cfg, assistant_model=assistant, max_new_tokens=20)
     assert torch.equal(got, expected)
-    assert hf_triforce.last_stats(half_offloaded).level1.drafted > 0
+    assert_ran(half_offloaded, drafted=("level0", "level1"), rejected=("level1",))
 
 
-def test_all_offloaded_greedy_equals_plain_and_reuses_a_cache(saved, all_offloaded, make_prompt):
+def test_all_offloaded_greedy_equals_plain_and_reuses_a_cache(saved, all_offloaded, make_prompt, assert_ran):
     _, in_memory, _ = saved
     prompt = make_prompt(160, seed=3, repetitive=True)
     expected = in_memory.generate(prompt, max_new_tokens=20, do_sample=False)
     cfg = TriForceConfig(**SMALL, drafter="ngram")
     assert torch.equal(all_offloaded.generate(prompt, triforce_config=cfg, max_new_tokens=20), expected)
+    assert_ran(all_offloaded, drafted=("level0", "level1"))
     cache = DynamicCache(config=all_offloaded.config)
     with torch.no_grad():
         all_offloaded(input_ids=prompt[:, :100], use_cache=True, **cache_kwargs(cache))
     got = all_offloaded.generate(prompt, triforce_config=cfg, max_new_tokens=20, **cache_kwargs(cache))
     assert torch.equal(got, expected)
+    assert_ran(all_offloaded, drafted=("level0", "level1"))
+    assert hf_triforce.last_stats(all_offloaded).reused_tokens == 100
 
 
 @pytest.mark.parametrize(

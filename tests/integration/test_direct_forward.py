@@ -31,7 +31,7 @@ from hf_triforce.kernels.int8_linear import int8_kernel_available, quantize_int8
 
 pytestmark = pytest.mark.integration
 
-SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamma2=5)
+SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamma2=5, adaptive=False)
 needs_int8 = pytest.mark.skipif(not int8_kernel_available(), reason="torch has no _weight_int8pack_mm")
 
 
@@ -189,7 +189,7 @@ def test_only_the_chosen_forward_runs_level1(llama, make_prompt, monkeypatch, fo
 
     monkeypatch.setattr(type(llama), "forward", counting_forward)
     monkeypatch.setattr(direct_forward.DirectDecoder, "logits", counting_logits)
-    cfg = TriForceConfig(drafter="none", level1_forward=forward, adaptive=False, **SMALL)
+    cfg = TriForceConfig(drafter="none", level1_forward=forward, **SMALL)
     llama.generate(make_prompt(80), max_new_tokens=20, do_sample=False, triforce_config=cfg)
     level1_steps = hf_triforce.last_stats(llama).phases.calls["level1"]
     assert level1_steps > 0

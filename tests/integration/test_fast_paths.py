@@ -9,7 +9,7 @@ from hf_triforce import TriForceConfig
 
 pytestmark = pytest.mark.integration
 
-CFG = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, drafter="none")
+CFG = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, drafter="none", adaptive=False)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from hf_triforce import TriForceConfig
 
 pytestmark = pytest.mark.integration
 
-CFG = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, gamma1=3, gamma2=4)
+CFG = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, gamma1=3, gamma2=4, adaptive=False)
 
 
 @pytest.fixture
@@ -71,10 +71,14 @@ def test_draft_model_under_flash(model_factory, make_prompt, flash3, monkeypatch
     assert_greedy_equal(model, make_prompt(300, seed=6), cfg, 40, assistant_model=draft)
 
 
-def test_static_steps_refuse_flash_clearly(model_factory, make_prompt, flash3, monkeypatch):
-    """The fixed-shape steps need a mask over padded slots, which flash attention cannot take: a clear error."""
+def test_static_steps_refuse_flash_clearly(model_factory, make_prompt, flash3, monkeypatch, forward_counter):
+    """The fixed-shape steps need a mask over padded slots, which flash attention cannot take: a clear error,
+    before any forward."""
     from hf_triforce.errors import UnsupportedModelError
 
     model = _flash(model_factory("llama_gqa", seed=7), monkeypatch)
+    counter = forward_counter(model)
     with pytest.raises(UnsupportedModelError, match="flash_attention_3"):
         model.generate(make_prompt(200), max_new_tokens=4, triforce_config=TriForceConfig(cuda_graphs="eager", **CFG))
+    counter.remove()
+    assert counter.calls == 0

@@ -9,6 +9,12 @@ Random tiny models give level 1 (a sparse view) a low acceptance, so most cases 
 rejection paths. The acceptance paths are exercised with a retrieval budget that holds the whole
 sequence (level 1 then computes what level 2 computes) and with the target itself as the level-0
 draft model (``assistant_model=model``), where every level agrees and drafts run to their end.
+
+Equal tokens alone would also come from a TriForce that decodes plainly, so every case asserts from the call's
+own statistics that the path it names ran (``Ran`` in ``conftest.py``: drafts at each level it exercises, and
+rejections where it is meant to reject). The schedule is fixed (``adaptive=False``) or forced (``force_plans``),
+so which paths run does not depend on the machine's timings; ``test_adaptive_schedule_mix`` covers the planner's
+own choice.
 """
 
 from __future__ import annotations
@@ -20,11 +26,13 @@ from hypothesis import strategies as st
 
 import hf_triforce
 from hf_triforce import TriForceConfig
+from tests.support.speculation import LEVELS, NOTHING, Ran
 
 pytestmark = pytest.mark.integration
 
-# chunk 8, budget 64, recent 16: the boundaries the prompt lengths below straddle.
-SMALL = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4)
+# chunk 8, budget 64, recent 16: the boundaries the prompt lengths below straddle. A fixed schedule: every round
+# runs level 0 -> 1 -> 2 (the planner's timing-driven choice is tested on its own).
+SMALL = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, adaptive=False)
 
 
 def small_config(**overrides) -> TriForceConfig:
@@ -39,6 +47,11 @@ def config_drafter(drafter: str) -> str:
     return "auto" if drafter == "auto+assistant" else drafter
 
 
+def sparse_ran(drafter: str) -> Ran:
+    """A sparse view (prompt beyond the budget): level 1 drafts and is rejected; a level-0 drafter drafts too."""
+    return Ran(drafted=("level1",) if drafter == "none" else ("level0", "level1"), rejected=("level1",))
+
+
 # ---------------------------------------------------------------------------------------------------
 # Families x drafters
 
@@ -49,11 +62,55 @@ def test_every_family_and_drafter(zoo, make_prompt, assert_greedy_equal, family,
     model = zoo.target(family)
     prompt = make_prompt(200, seed=3, repetitive=drafter in ("ngram", "suffix"))
     cfg = small_config(drafter=config_drafter(drafter))
-    assert_greedy_equal(model, prompt, cfg, 24, assistant_model=assistant_for(zoo, drafter, family))
+    assistant = assistant_for(zoo, drafter, family)
+    assert_greedy_equal(model, prompt, cfg, 24, ran=sparse_ran(drafter), assistant_model=assistant)
     stats = hf_triforce.last_stats(model).to_dict()
     assert stats["new_tokens"] == 24
     level0_drafts = stats["levels"]["level0"]["drafted"] + stats["levels"]["level0_to_level2"]["drafted"]
     assert (level0_drafts == 0) == (drafter == "none")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Schedules: each round kind forced (level 0 -> 2, plain steps, mixed), and the adaptive planner's own mix
+
+SCHEDULES = [("level0",), ("levels", "level0", "plain"), ("plain", "level0", "levels", "levels")]
+
+
+@pytest.mark.parametrize("kinds", SCHEDULES, ids="-".join)
+@pytest.mark.parametrize("drafter", ["suffix", "ngram", "model"])
+def test_forced_schedules(zoo, llama, make_prompt, assert_greedy_equal, force_plans, drafter, kinds):
+    """Level 2 judging level 0's drafts directly (a one-hot ``q`` or the draft model's), alone and between the other
+    kinds of round: the draft cache, the view and the level-0 state must follow every switch."""
+    force_plans(*kinds)
+    prompt = make_prompt(200, seed=17, repetitive=drafter != "model")
+    drafted = ("level0_to_level2",) + (("level0", "level1") if "levels" in kinds else ())
+    ran = Ran(drafted=drafted, rejected=("level0_to_level2",), rounds=kinds)
+    assert_greedy_equal(
+        llama, prompt, small_config(drafter=drafter), 40, ran=ran, assistant_model=assistant_for(zoo, drafter)
+    )
+
+
+@pytest.mark.parametrize("family", ["llama_mha", "mistral", "qwen2", "qwen3"])
+def test_forced_schedules_other_families(zoo, make_prompt, assert_greedy_equal, force_plans, family):
+    force_plans("levels", "level0", "plain")
+    ran = Ran(drafted=LEVELS, rejected=("level1", "level0_to_level2"), rounds=("levels", "level0", "plain"))
+    cfg = small_config(drafter="model")
+    assert_greedy_equal(
+        zoo.target(family), make_prompt(200, seed=18), cfg, 40, ran=ran, assistant_model=zoo.draft(family)
+    )
+
+
+@pytest.mark.parametrize("drafter", ["model", "none"])
+def test_adaptive_schedule_mix(zoo, llama, make_prompt, assert_greedy_equal, drafter):
+    """The planner's own, timing-driven choice (``adaptive=True``, confidence stops on): lossless whatever it picks.
+    Before it has timings its first rounds try each schedule in turn (level 0 -> 1 -> 2, level 0 -> 2 with a
+    drafter, then a plain step), so every kind runs here whatever this machine's timings are."""
+    cfg = small_config(drafter=drafter, adaptive=True)
+    kinds = ("levels", "level0", "plain") if drafter != "none" else ("levels", "plain")
+    drafted = ("level1", "level0_to_level2") if drafter != "none" else ("level1",)
+    assistant = assistant_for(zoo, drafter)
+    assert_greedy_equal(llama, make_prompt(200, seed=19), cfg, 48, ran=Ran(drafted=drafted, rounds=kinds),
+                        assistant_model=assistant)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -66,7 +123,9 @@ LENGTHS = [5, 8, 9, 63, 64, 65, 300, 700]
 @pytest.mark.parametrize("length", LENGTHS)
 def test_prompt_lengths_ngram(llama, make_prompt, assert_greedy_equal, length, new_tokens):
     prompt = make_prompt(length, seed=length, repetitive=length % 2 == 0)
-    out = assert_greedy_equal(llama, prompt, small_config(drafter="ngram"), new_tokens)
+    # 1 new token is the prefill's; with 2 the one round has no room to draft (the last token is never drafted)
+    ran = NOTHING if new_tokens <= 2 else Ran(drafted=("level0", "level1") if length % 2 == 0 else ("level1",))
+    out = assert_greedy_equal(llama, prompt, small_config(drafter="ngram"), new_tokens, ran=ran)
     assert out.shape[1] == length + new_tokens
     assert hf_triforce.last_stats(llama).new_tokens == new_tokens
 
@@ -76,8 +135,9 @@ def test_prompt_lengths_ngram(llama, make_prompt, assert_greedy_equal, length, n
 def test_prompt_lengths_other_drafters(zoo, llama, make_prompt, assert_greedy_equal, length, drafter):
     prompt = make_prompt(length, seed=1000 + length)
     new_tokens = 64 if length in (9, 65, 700) else 7
+    ran = Ran(drafted=("level1",) if drafter == "none" else ("level0", "level1"))
     assert_greedy_equal(
-        llama, prompt, small_config(drafter=drafter), new_tokens, assistant_model=assistant_for(zoo, drafter)
+        llama, prompt, small_config(drafter=drafter), new_tokens, ran=ran, assistant_model=assistant_for(zoo, drafter)
     )
 
 
@@ -100,9 +160,16 @@ GAMMAS = [(1, 1), (1, 4), (1, 8), (2, 3), (2, 6), (3, 2), (3, 5), (3, 8)]
 def test_gammas(zoo, llama, make_prompt, assert_greedy_equal, drafter, gamma1, gamma2):
     prompt = make_prompt(120, seed=gamma1 * 10 + gamma2, repetitive=True)
     cfg = small_config(drafter=drafter, gamma1=gamma1, gamma2=gamma2, draft_cache_budget=64, draft_sinks=4)
-    assert_greedy_equal(llama, prompt, cfg, 29, assistant_model=assistant_for(zoo, drafter))
+    # with gamma2 == 1 a level-1 step has no room for level-0 drafts
+    ran = sparse_ran(drafter) if gamma2 > 1 else Ran(rejected=("level1",))
+    assert_greedy_equal(llama, prompt, cfg, 29, ran=ran, assistant_model=assistant_for(zoo, drafter))
     stats = hf_triforce.last_stats(llama)
+    assert stats.rounds == {"levels": stats.target_forwards}, stats.rounds  # the fixed schedule, every round
     assert stats.level1.drafted <= gamma2 * stats.target_forwards
+    # every round but those cut at max_length drafts gamma2 level-1 tokens (no EOS here)
+    assert stats.level1.drafted >= gamma2 * (stats.target_forwards - gamma2), stats.to_dict()["levels"]
+    # each level-1 step verifies up to gamma1 level-0 drafts (the gate may pause level 0)
+    assert stats.level0.drafted <= gamma1 * stats.level1.drafted
 
 
 @pytest.mark.parametrize("gamma1,gamma2", [(1, 1), (2, 5), (3, 8)])
@@ -117,7 +184,8 @@ def test_gammas_with_full_acceptance(llama, make_prompt, assert_greedy_equal, se
         adaptive=False,  # the fixed schedule's mechanics
         draft_cache_budget=512,
     )
-    assert_greedy_equal(llama, prompt, cfg, 37, assistant_model=llama)
+    ran = Ran(drafted=("level0", "level1") if gamma2 > 1 else ("level1",), full_rounds=True)
+    assert_greedy_equal(llama, prompt, cfg, 37, ran=ran, assistant_model=llama)
     stats = hf_triforce.last_stats(llama)
     if gamma2 > 1:  # with gamma2 == 1 level 1 drafts one token per round and level 0 has no room
         assert stats.level0.drafted > 0 and stats.level0.acceptance_rate >= 0.9
@@ -139,7 +207,7 @@ def test_refreshes(llama, make_prompt, assert_greedy_equal, refresh_every, refre
     cfg = small_config(
         drafter="ngram", refresh_every=refresh_every, refresh_below_acceptance=refresh_below, adaptive=False
     )
-    assert_greedy_equal(llama, prompt, cfg, 40)
+    assert_greedy_equal(llama, prompt, cfg, 40, ran=Ran(rejected=("level1",)))
     stats = hf_triforce.last_stats(llama)
     assert stats.retrieval_refreshes >= 2, "a refresh should have happened mid-generation"
 
@@ -172,7 +240,7 @@ def test_level0_keeps_drafting_while_accepted(llama, make_prompt, assert_greedy_
         adaptive=False,
         level1_weights="full",  # the target drafting for itself: every draft accepted
     )
-    assert_greedy_equal(llama, prompt, cfg, 37, assistant_model=llama)
+    assert_greedy_equal(llama, prompt, cfg, 37, ran=Ran(drafted=("level0", "level1")), assistant_model=llama)
     stats = hf_triforce.last_stats(llama)
     steps = stats.level1.drafted - stats.level0.accepted  # every level-1 step adds one token of its own
     assert stats.level0.drafted >= 2 * (steps - 2), (stats.level0.drafted, steps)
@@ -191,7 +259,7 @@ def first_new_token_at(output: torch.Tensor, prompt_length: int, index: int) -> 
     for i in range(index, len(new)):
         if new[i] not in new[:i]:
             return new[i], i
-    pytest.skip("no fresh token in the plain output to use as EOS")
+    pytest.fail(f"no fresh token from new token {index} of the plain output to use as EOS: the fixture changed")
 
 
 @pytest.mark.parametrize(
@@ -208,12 +276,14 @@ def test_eos_inside_a_draft(zoo, llama, make_prompt, assert_greedy_equal, self_d
         cfg = self_draft_config(256, adaptive=False)
         assistant = llama
     elif setting == "full_budget_ngram":
-        cfg, assistant = TriForceConfig(chunk_size=8, retrieval_budget=256, recent_window=16, drafter="ngram"), None
+        cfg = TriForceConfig(chunk_size=8, retrieval_budget=256, recent_window=16, drafter="ngram", adaptive=False)
+        assistant = None
     elif setting == "sparse_ngram":
         cfg, assistant = small_config(drafter="ngram", gamma2=8), None
     else:
         cfg, assistant = small_config(drafter="model", gamma1=3, gamma2=8), zoo.draft("llama_gqa")
-    out = assert_greedy_equal(llama, prompt, cfg, max_new, eos_token_id=eos, assistant_model=assistant)
+    ran = Ran(drafted=("level0", "level1") if assistant is not None else ("level1",))
+    out = assert_greedy_equal(llama, prompt, cfg, max_new, ran=ran, eos_token_id=eos, assistant_model=assistant)
     assert out.shape[1] == prompt.shape[1] + at + 1
     assert int(out[0, -1]) == eos
     stats = hf_triforce.last_stats(llama)
@@ -226,8 +296,10 @@ def test_eos_inside_a_draft(zoo, llama, make_prompt, assert_greedy_equal, self_d
 def test_max_new_tokens_inside_a_draft(llama, make_prompt, assert_greedy_equal, self_draft_config, max_new):
     """gamma2 (8) larger than max_new_tokens, and max_new_tokens not a multiple of the accepted length."""
     prompt = make_prompt(33, seed=max_new)
-    cfg = self_draft_config(128, level1_weights="full")  # every level agrees only with the target's own weights
-    out = assert_greedy_equal(llama, prompt, cfg, max_new, assistant_model=llama)
+    # every level agrees only with the target's own weights; a fixed schedule, so every round drafts
+    cfg = self_draft_config(128, level1_weights="full", adaptive=False)
+    ran = NOTHING if max_new <= 2 else Ran(drafted=("level0", "level1") if max_new > 3 else ("level1",))
+    out = assert_greedy_equal(llama, prompt, cfg, max_new, ran=ran, assistant_model=llama)
     assert out.shape[1] == 33 + max_new
     stats = hf_triforce.last_stats(llama)
     assert stats.new_tokens == max_new
@@ -243,6 +315,8 @@ def test_max_length_instead_of_max_new_tokens(llama, make_prompt, max_new):
     expected = llama.generate(prompt, max_length=20 + max_new, do_sample=False)
     got = llama.generate(prompt, max_length=20 + max_new, do_sample=False, triforce_config=cfg)
     assert torch.equal(expected, got)
+    stats = hf_triforce.last_stats(llama)
+    assert stats.new_tokens == max_new and stats.level1.drafted > 0
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -262,19 +336,24 @@ def test_max_length_instead_of_max_new_tokens(llama, make_prompt, max_new):
 def test_logits_processors(zoo, llama, make_prompt, assert_greedy_equal, kwargs):
     prompt = make_prompt(90, seed=2, repetitive=True)
     cfg = small_config(drafter="model", gamma1=2, gamma2=5)
-    assert_greedy_equal(llama, prompt, cfg, 30, assistant_model=zoo.draft("llama_gqa"), **kwargs)
+    ran = Ran(drafted=("level0", "level1"), rejected=("level0", "level1"))
+    assert_greedy_equal(llama, prompt, cfg, 30, ran=ran, assistant_model=zoo.draft("llama_gqa"), **kwargs)
 
 
 def test_min_new_tokens_holds_back_eos(llama, make_prompt, assert_greedy_equal):
     prompt = make_prompt(40, seed=13)
     plain = llama.generate(prompt, max_new_tokens=30, do_sample=False)
     eos, at = first_new_token_at(plain, 40, 2)
-    cfg = TriForceConfig(chunk_size=8, retrieval_budget=128, recent_window=16, drafter="model", gamma2=6)
-    out = assert_greedy_equal(llama, prompt, cfg, 30, eos_token_id=eos, min_new_tokens=at + 5, assistant_model=llama)
+    cfg = TriForceConfig(chunk_size=8, retrieval_budget=128, recent_window=16, drafter="model", gamma2=6,
+                         adaptive=False)  # fmt: skip
+    out = assert_greedy_equal(
+        llama, prompt, cfg, 30, ran=Ran(drafted=("level0", "level1")), eos_token_id=eos, min_new_tokens=at + 5,
+        assistant_model=llama,
+    )  # fmt: skip
     assert out.shape[1] - 40 >= at + 5
 
 
-def test_scores_match_plain_generate(llama, make_prompt):
+def test_scores_match_plain_generate(llama, make_prompt, assert_ran):
     """``return_dict_in_generate`` with scores: same sequences, per-step processed scores equal up to float noise."""
     prompt = make_prompt(100, seed=4)
     kwargs = dict(max_new_tokens=12, do_sample=False, return_dict_in_generate=True, output_scores=True)
@@ -282,6 +361,7 @@ def test_scores_match_plain_generate(llama, make_prompt):
     tri = llama.generate(prompt, triforce_config=small_config(drafter="ngram"), **kwargs)
     assert torch.equal(plain.sequences, tri.sequences)
     assert len(plain.scores) == len(tri.scores) == 12
+    assert_ran(llama, drafted=("level1",), rejected=("level1",))  # scores of accepted drafts and of corrections
     for a, b in zip(plain.scores, tri.scores, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
@@ -310,6 +390,8 @@ def check_stats(stats: dict, new_tokens: int, gamma2: int, gamma1: int) -> None:
     assert stats["decoded_tokens"] == new_tokens - 1, "the prefill forward produces the first token"
     assert 0 <= stats["prefill_seconds"] <= stats["seconds"]
     assert stats["target_forwards"] <= max(new_tokens - 1, 0)
+    if new_tokens > 1:  # a round per verification, and every token after the first came from one
+        assert stats["target_forwards"] >= 1
     if stats["target_forwards"]:
         assert stats["mean_accepted_length"] == pytest.approx(stats["decoded_tokens"] / stats["target_forwards"])
         assert 1.0 <= stats["mean_accepted_length"] <= gamma1 + gamma2 + 1
@@ -331,7 +413,7 @@ def check_stats(stats: dict, new_tokens: int, gamma2: int, gamma1: int) -> None:
 
 
 @pytest.mark.parametrize("drafter", ["none", "ngram", "model"])
-def test_stats_are_consistent(zoo, llama, make_prompt, drafter):
+def test_stats_are_consistent(zoo, llama, make_prompt, assert_ran, drafter):
     prompt = make_prompt(150, seed=21, repetitive=True)
     cfg = small_config(drafter=drafter)
     out = llama.generate(
@@ -340,10 +422,11 @@ def test_stats_are_consistent(zoo, llama, make_prompt, drafter):
     stats = hf_triforce.last_stats(llama).to_dict()
     check_stats(stats, out.shape[1] - prompt.shape[1], cfg.gamma2, cfg.gamma1)
     assert stats["retrieval_refreshes"] >= 1
+    assert_ran(stats, sparse_ran(drafter))
 
 
 @pytest.mark.parametrize("drafter", ["none", "ngram"])
-def test_full_budget_retrieval_acceptance(llama, make_prompt, drafter):
+def test_full_budget_retrieval_acceptance(llama, make_prompt, assert_ran, drafter):
     """With budget >= prompt + new tokens, level 1 sees every token: it equals level 2 up to float noise."""
     prompt = make_prompt(60, seed=8)
     cfg = TriForceConfig(
@@ -356,6 +439,7 @@ def test_full_budget_retrieval_acceptance(llama, make_prompt, drafter):
     check_stats(stats, 40, cfg.gamma2, cfg.gamma1)
     assert stats["levels"]["level1"]["acceptance_rate"] >= 0.9
     assert stats["mean_accepted_length"] > 3
+    assert_ran(stats, drafted=("level1",), full_rounds=True)
 
 
 def test_stats_describe_the_latest_call(llama, make_prompt):
@@ -376,9 +460,8 @@ def test_draft_cache_evicts(zoo, llama, make_prompt, assert_greedy_equal, assist
     prompt = make_prompt(700, seed=31, repetitive=assistant == "tiny")
     cfg = small_config(drafter="model", gamma1=3, gamma2=6, draft_cache_budget=64, draft_sinks=4, refresh_every=8)
     draft = zoo.draft("llama_gqa") if assistant == "tiny" else llama
-    assert_greedy_equal(llama, prompt, cfg, 64, assistant_model=draft)
+    assert_greedy_equal(llama, prompt, cfg, 64, ran=sparse_ran("model"), assistant_model=draft)
     stats = hf_triforce.last_stats(llama)
-    assert stats.level0.drafted + stats.level0_to_level2.drafted > 0
     check_stats(stats.to_dict(), 64, cfg.gamma2, cfg.gamma1)
 
 
@@ -387,13 +470,13 @@ def test_draft_cache_evicts_other_families(zoo, make_prompt, assert_greedy_equal
     model = zoo.target(family)
     prompt = make_prompt(400, seed=32)
     cfg = small_config(drafter="model", draft_cache_budget=32, draft_sinks=2, gamma1=2)
-    assert_greedy_equal(model, prompt, cfg, 48, assistant_model=zoo.draft(family))
+    assert_greedy_equal(model, prompt, cfg, 48, ran=sparse_ran("model"), assistant_model=zoo.draft(family))
 
 
 def test_draft_cache_without_sinks(zoo, llama, make_prompt, assert_greedy_equal):
     prompt = make_prompt(400, seed=33)
     cfg = small_config(drafter="model", draft_cache_budget=32, draft_sinks=0, gamma1=2)
-    assert_greedy_equal(llama, prompt, cfg, 48, assistant_model=zoo.draft("llama_gqa"))
+    assert_greedy_equal(llama, prompt, cfg, 48, ran=sparse_ran("model"), assistant_model=zoo.draft("llama_gqa"))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -442,7 +525,10 @@ def test_randomized_configs(zoo, llama, make_prompt, assert_greedy_equal, case):
     prompt = make_prompt(case["length"], seed=case["seed"], repetitive=case["repetitive"])
     uses_model = cfg.drafter == "model" or (cfg.drafter == "auto" and case["assistant"] == "tiny")
     assistant = (llama if case["assistant"] == "self" else zoo.draft("llama_gqa")) if uses_model else None
-    out = assert_greedy_equal(llama, prompt, cfg, case["new_tokens"], assistant_model=assistant)
+    # Three new tokens leave the first round room to draft, and the first round always speculates: with a fixed
+    # schedule every round does, and the adaptive planner tries level 0 -> 1 -> 2 first, before it has any timing.
+    ran = Ran() if case["new_tokens"] >= 3 else NOTHING
+    out = assert_greedy_equal(llama, prompt, cfg, case["new_tokens"], ran=ran, assistant_model=assistant)
     check_stats(hf_triforce.last_stats(llama).to_dict(), out.shape[1] - prompt.shape[1], cfg.gamma2, cfg.gamma1)
 
 

@@ -24,7 +24,7 @@ pytestmark = [
     pytest.mark.skipif(not int8_kernel_available(), reason="torch has no _weight_int8pack_mm"),
 ]
 
-SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamma2=5)
+SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamma2=5, adaptive=False)
 
 
 @pytest.mark.parametrize("family", ["llama_gqa", "qwen3", "mistral"])
@@ -40,7 +40,7 @@ def test_greedy_equals_plain_generate(zoo, make_prompt, assert_greedy_equal, fam
     assert stats.level1.drafted > 0  # level 1 did draft, with those weights
 
 
-def test_level1_forwards_run_the_copy_and_level2_does_not(llama, make_prompt, monkeypatch):
+def test_level1_forwards_run_the_copy_and_level2_does_not(llama, make_prompt, monkeypatch, assert_ran):
     """The copy serves level 1's forwards only: with 'full' it is never called, with 'int8' it is, and then only
     for level 1's few rows (never the full-cache verification or the prefill); the text is the same. (The model's
     own forward with its layers patched; the direct forward's fused copy: tests/integration/test_direct_forward.py.)"""
@@ -57,18 +57,17 @@ def test_level1_forwards_run_the_copy_and_level2_does_not(llama, make_prompt, mo
     prompt, outputs = make_prompt(120, seed=5), {}
     for weights in ("full", "int8"):
         calls.clear()
-        cfg = TriForceConfig(
-            drafter="ngram", level1_weights=weights, level1_forward="transformers", adaptive=False, **SMALL
-        )
+        cfg = TriForceConfig(drafter="ngram", level1_weights=weights, level1_forward="transformers", **SMALL)
         outputs[weights] = llama.generate(prompt, max_new_tokens=40, do_sample=False, triforce_config=cfg)
         level1 = hf_triforce.last_stats(llama).phases.calls.get("level1", 0)
+        assert_ran(llama, rejected=("level1",))
         assert (len(calls) > 0) == (weights == "int8")
         assert len(calls) <= 15 * level1  # 7 linears x 2 layers + lm_head per level-1 forward, at most
     assert max(calls) <= 1 + SMALL["gamma1"]  # level-1 widths only: no verification (gamma2 + 1) or prefill
     assert torch.equal(outputs["full"], outputs["int8"])
 
 
-def test_batch_greedy_rows_equal_plain_batched_generate(llama, make_prompt):
+def test_batch_greedy_rows_equal_plain_batched_generate(llama, make_prompt, assert_ran):
     prompts = [make_prompt(90, seed=1)[0], make_prompt(70, seed=2)[0]]
     batch = torch.zeros(2, 90, dtype=torch.long)
     mask = torch.zeros(2, 90, dtype=torch.long)
@@ -81,6 +80,7 @@ def test_batch_greedy_rows_equal_plain_batched_generate(llama, make_prompt):
     assert torch.equal(expected, got)
     stats = hf_triforce.last_stats(llama)
     assert stats.level1_weights == "int8" and all(row.level1_weights == "int8" for row in stats.rows)
+    assert_ran(stats, rejected=("level1",))
 
 
 def test_copy_covers_the_decoder_and_lm_head(llama):

@@ -16,7 +16,7 @@ from hf_triforce.hierarchy import level1
 
 pytestmark = pytest.mark.integration
 
-BASE = dict(chunk_size=8, retrieval_budget=96, gamma1=2, gamma2=4, refresh_every=4)
+BASE = dict(chunk_size=8, retrieval_budget=96, gamma1=2, gamma2=4, refresh_every=4, adaptive=False)
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def windows(monkeypatch) -> list[int]:
 
 @pytest.mark.parametrize("window,expected", [("auto", 24), (8, 8), (0, 0)])
 @pytest.mark.parametrize("path", ["single", "batch", "step_selection"])
-def test_level1_selects_with_the_resolved_window(llama, make_prompt, windows, window, expected, path):
+def test_level1_selects_with_the_resolved_window(llama, make_prompt, windows, assert_ran, window, expected, path):
     cfg = TriForceConfig(recent_window=window, step_selection=path == "step_selection", **BASE)
     assert cfg.recent_tokens == expected
     prompt = make_prompt(200, seed=3)
@@ -52,4 +52,5 @@ def test_level1_selects_with_the_resolved_window(llama, make_prompt, windows, wi
     plain = llama.generate(prompt, **kwargs)
     out = llama.generate(prompt, triforce_config=cfg, **kwargs)
     assert torch.equal(out, plain)
+    assert_ran(llama, rejected=("level1",))
     assert windows and set(windows) == {expected}

@@ -24,6 +24,7 @@ from hf_triforce.errors import TriForceConfigError, TriForceError, UnsupportedDe
 from hf_triforce.generation.state import state_of
 from hf_triforce.hf.model import rotary_inv_freq
 from hf_triforce.hierarchy import ModelDrafter, static_steps
+from tests.support.speculation import Ran
 
 pytestmark = pytest.mark.integration
 
@@ -37,12 +38,14 @@ def _levels(model) -> dict:
 
 
 def _static_equals_dynamic(model, prompt, assert_greedy_equal, cfg: TriForceConfig, new_tokens: int, assistant=None):
-    """Greedy equality with the static path, and the same drafts (acceptance counts) as the dynamic path."""
-    assert_greedy_equal(model, prompt, cfg, new_tokens, assistant_model=assistant)
+    """Greedy equality with the static path, and the same drafts (acceptance counts) as the dynamic path; both
+    levels drafted (level 0 where the config has a drafter)."""
+    ran = Ran(drafted=("level1",) if cfg.drafter == "none" else ("level0", "level1"))
+    assert_greedy_equal(model, prompt, cfg, new_tokens, ran=ran, assistant_model=assistant)
     static_levels = _levels(model)
     weights = hf_triforce.last_stats(model).level1_weights  # the dynamic path's "auto" would pick int4
     dynamic = TriForceConfig(**{**cfg.to_dict(), "cuda_graphs": False, "level1_weights": weights})
-    assert_greedy_equal(model, prompt, dynamic, new_tokens, assistant_model=assistant)
+    assert_greedy_equal(model, prompt, dynamic, new_tokens, ran=ran, assistant_model=assistant)
     assert static_levels == _levels(model), "the static path drafted differently from the dynamic path"
     return static_levels
 

@@ -19,7 +19,7 @@ from hf_triforce.hierarchy import level1
 
 pytestmark = pytest.mark.integration
 
-SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamma2=5)
+SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamma2=5, adaptive=False)
 
 
 @pytest.mark.parametrize("family", ["llama_gqa", "qwen3"])
@@ -42,7 +42,7 @@ def test_the_fixed_shape_swap_cuda_uses_gives_the_same_drafts(zoo, make_prompt, 
     every middle slot rewritten). Forced here on the CPU, it is lossless and, with the schedule fixed, drafts and
     swaps exactly what the default way does: the same chunks arrive, whichever slots they take."""
     model, prompt = zoo.target("llama_gqa"), make_prompt(160, seed=4)
-    cfg = TriForceConfig(step_selection=True, adaptive=False, **SMALL)
+    cfg = TriForceConfig(step_selection=True, **SMALL)
     counts = {}
     for sync_free in (False, True):
         monkeypatch.setattr(level1, "swaps_without_waiting", lambda model, flag=sync_free: flag)
