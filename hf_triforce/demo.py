@@ -98,10 +98,10 @@ def _compare(model, tokenizer, ids, config, options: DemoOptions, temperature: f
     print_fn(f"\nTriForce answer at {_temperature(temperature, options.top_p)} (streamed):")
     with custom_processor_replaces_builtin():
         fast = measure(model, ids, streamer=TextStreamer(tokenizer, skip_prompt=True), seed=options.seed,
-                       triforce_config=config, **kwargs)  # fmt: skip
+                       keep_logits=True, triforce_config=config, **kwargs)  # fmt: skip
         print_fn("\nRunning plain generate() on the same input for comparison ...")
-        plain = measure(model, ids, seed=options.seed, **kwargs)
-    result = Comparison(plain, fast, kwargs)
+        plain = measure(model, ids, seed=options.seed, keep_logits=True, **kwargs)
+    result = Comparison(plain, fast, kwargs, dtype=model.dtype)  # logits and dtype: a difference is classified
     print_fn(format_table(result, options, config, tokenizer, ids.shape[1]))
     return result
 

@@ -22,7 +22,8 @@ class Comparison:
     """Plain and TriForce runs of the same call; ``speedup`` is plain latency / TriForce latency per token.
 
     With several interleaved (plain, TriForce) pairs (``compare(..., repeats=N)``), ``pairs`` holds them all and
-    ``plain``/``triforce`` are the pair of median speedup.
+    ``plain``/``triforce`` are the pair of median speedup. ``dtype`` is the model's (``compare()`` records it):
+    it bounds a near-tie (:func:`~hf_triforce.evaluation.common.divergence.first_divergence`).
     """
 
     plain: RunResult
@@ -31,6 +32,7 @@ class Comparison:
     plain_fast_linears: RunResult | None = None
     prompt_lookup: RunResult | None = None
     pairs: list[tuple[RunResult, RunResult]] = field(default_factory=list)
+    dtype: torch.dtype | None = None
 
     @property
     def speedup(self) -> float:
@@ -50,8 +52,14 @@ class Comparison:
         if self.generate_kwargs.get("do_sample"):
             return None
         for plain, fast in self.pairs or [(self.plain, self.triforce)]:
+            if torch.equal(plain.sequences, fast.sequences):
+                continue
+            if self.dtype is None:
+                raise ValueError("a greedy difference is classified in the model's dtype: pass Comparison(dtype=...)")
             prompt = plain.sequences.shape[1] - plain.new_tokens
-            found = first_divergence(prompt, plain.sequences, fast.sequences, plain.logits, fast.logits)
+            found = first_divergence(
+                prompt, plain.sequences, fast.sequences, plain.logits, fast.logits, dtype=self.dtype
+            )
             if found is not None:
                 return found
         return None
@@ -149,7 +157,7 @@ def compare(
         logger.info("prompt-lookup generate(): %d prompt tokens", input_ids.shape[1])
         lookup = measure(model, input_ids, seed=seed, prompt_lookup_num_tokens=prompt_lookup_tokens, **chunk,
                          **generate_kwargs)  # fmt: skip
-    return Comparison(plain, fast, generate_kwargs, reference, lookup, pairs)
+    return Comparison(plain, fast, generate_kwargs, reference, lookup, pairs, dtype=model.dtype)
 
 
 def median_pair(pairs: list[tuple[RunResult, RunResult]]) -> tuple[RunResult, RunResult]:

@@ -58,9 +58,9 @@ def markdown_table(results: dict[str, Any]) -> str:
         "hf_triforce's CPU linear fast path (hf_triforce.kernels.linear) switched on: it shows how much of the "
         "speedup that path alone would give; the rest comes from speculation. Identical: greedy token ids equal "
         "plain generate()'s; \"near-tie at N\": they first differ at new token N, where both runs' top-2 logits "
-        "are closer than twice the largest logits difference of the two runs over the tokens before N (bf16 rounding "
-        'of a one-token forward against a multi-token one; hf_triforce.evaluation.common.divergence); "NO at N": a '
-        "real divergence.",
+        "are closer than twice the largest logits difference of the two runs over the tokens before N and than 16 "
+        "units in the last place of the model's dtype (bf16 rounding of a one-token forward against a multi-token "
+        'one; hf_triforce.evaluation.common.divergence); "NO at N": a real divergence.',
     ]
     lines += _repeats_note(results["rows"])
     lines += rank_section(results)
