@@ -24,7 +24,7 @@ Test. ``NUM_SAMPLES`` TriForce runs (``torch.manual_seed(i)`` for run ``i``) aga
 of plain ``generate()`` (one ``num_return_sequences=NUM_SAMPLES`` call under another seed: independent rows
 of plain sampling, five times faster than as many calls), compared by Pearson's chi-square test of
 homogeneity on the 2 x K table of each window's continuation counts (``scipy.stats.chi2_contingency``;
-continuations with an expected count below ``MIN_EXPECTED`` are pooled into one bin).
+continuations with an expected count below 5 are pooled into one bin: ``tests/support/homogeneity.py``).
 
 Significance level. ``ALPHA = 1e-3`` per case, split over the windows (Bonferroni: each window at
 ``ALPHA / len(WINDOWS)``): a case fails when any window's p-value is below that. Seeds are fixed so the test is
@@ -50,7 +50,6 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
-from scipy.stats import chi2_contingency
 from transformers import DynamicCache
 
 import hf_triforce
@@ -59,6 +58,7 @@ import hf_triforce.sampling
 from hf_triforce import TriForceConfig
 from hf_triforce.hf.versions import CACHE_ARG, cache_kwargs
 from hf_triforce.hierarchy.planner import Plan, Planner
+from tests.support.homogeneity import describe, homogeneity_test
 
 pytestmark = pytest.mark.integration
 
@@ -66,8 +66,6 @@ ALPHA = 1e-3
 """Significance level of every two-sample test (see the module docstring)."""
 NUM_SAMPLES = 1000
 """Draws per sample (TriForce and plain, each)."""
-MIN_EXPECTED = 5
-"""Continuations with an expected count below this are pooled into one bin (the usual chi-square rule)."""
 WORKERS = 1 if "PYTEST_XDIST_WORKER" in os.environ else min(2, os.cpu_count() or 1)
 """Processes that draw a sample's TriForce runs. Each run is seeded on its own (``torch.manual_seed(i)``), so the
 runs split over forked workers, one thread each, give the very sample one process gives: run alone, this module
@@ -282,7 +280,7 @@ def window_codes(tokens: np.ndarray, window: tuple[int, ...]) -> np.ndarray:
 def window_tests(first: np.ndarray, second: np.ndarray) -> list[tuple[tuple[int, ...], float, np.ndarray, list[str]]]:
     """:func:`homogeneity_test` of two ``[N, NEW_TOKENS]`` samples on each of :data:`WINDOWS`:
     ``(window, p_value, table, labels)`` each."""
-    return [(w, *homogeneity_test(window_codes(first, w), window_codes(second, w), len(w))) for w in WINDOWS]
+    return [(w, *homogeneity_test(window_codes(first, w), window_codes(second, w), VOCAB, len(w))) for w in WINDOWS]
 
 
 def same_distribution(plain: np.ndarray, got: np.ndarray, what: str, names=("plain", "triforce")) -> None:
@@ -299,41 +297,6 @@ def detected(plain: np.ndarray, wrong: np.ndarray) -> tuple[float, str]:
     """The smallest window p-value of a sample that must be told apart, and that window's table (for the message)."""
     window, p_value, table, labels = min(window_tests(plain, wrong), key=lambda test: test[1])
     return p_value, f"new tokens {[i + 1 for i in window]}:\n" + describe(table, labels, ("plain", "wrong"))
-
-
-def homogeneity_test(first: np.ndarray, second: np.ndarray, length: int = 3) -> tuple[float, np.ndarray, list[str]]:
-    """Chi-square test that two samples of continuation codes (of ``length`` tokens) come from one distribution.
-
-    Returns:
-        ``(p_value, table, labels)``: the ``2 x K`` table of counts that was tested (bins by decreasing
-        total count, the pooled rare continuations last) and a label per column.
-    """
-    bins = VOCAB**length
-    counts = np.stack([np.bincount(first, minlength=bins), np.bincount(second, minlength=bins)])
-    totals = counts.sum(axis=0)
-    expected = totals * counts.sum(axis=1).min() / totals.sum()  # the smaller of the two rows' expected counts
-    order = np.argsort(-totals, kind="stable")
-    kept = [b for b in order if expected[b] >= MIN_EXPECTED]
-    pooled = [b for b in order if 0 < expected[b] < MIN_EXPECTED]
-    table = counts[:, kept]
-    labels = [str(tuple(int(b) // VOCAB**i % VOCAB for i in range(length))) for b in kept]
-    if pooled:
-        rest = counts[:, pooled].sum(axis=1, keepdims=True)
-        if expected[pooled].sum() >= MIN_EXPECTED or not kept:
-            table = np.concatenate([table, rest], axis=1)
-            labels.append(f"{len(pooled)} rare continuations")
-        else:  # too rare even pooled: fold them into the rarest kept bin
-            table[:, -1:] += rest
-            labels[-1] += f" + {len(pooled)} rare"
-    assert table.shape[1] >= 2, f"degenerate histogram: {dict(zip(labels, table.T.tolist(), strict=True))}"
-    return float(chi2_contingency(table)[1]), table, labels
-
-
-def describe(table: np.ndarray, labels: list[str], names: tuple[str, str]) -> str:
-    width = max(len(label) for label in labels)
-    rows = [f"{'continuation':>{width}} {names[0]:>10} {names[1]:>10}"]
-    rows += [f"{label:>{width}} {a:>10} {b:>10}" for label, (a, b) in zip(labels, table.T.tolist(), strict=True)]
-    return "\n".join(rows)
 
 
 def test_tiny_model_is_non_degenerate(sampler):

@@ -7,6 +7,19 @@ rank, and each rank's retrieval cache must hold only its own KV heads (``full_ca
 figure / ranks). The default ``adaptive=True`` planner runs in every case; one case makes odd ranks' level-0
 timings look 1000x slower, so ranks deciding from their own clocks would pick different schedules (and the
 all-reduces would hang or disagree): they must all follow rank 0.
+
+Sampling is also checked for its distribution, not only for rank agreement: ``NUM_TP_SAMPLES`` seeded TriForce calls
+on 2 ranks (the 8-token-vocabulary model, prompt and sparse config of ``test_sampling_distribution.py``, its draft
+model at level 0, ``adaptive=False`` so that every round runs both levels' rejection rules) against one plain sampled
+``generate()`` call of the same model, unsharded, in this process: that module's chi-square homogeneity test on the
+joint of the first 3 new tokens, at its ``ALPHA``. A TriForce call takes about 0.1 s under ``torchrun`` on 2 cores
+(its all-reduces: 5x a single-process call), so the TriForce sample is small (300, not 1000) and the plain one, cheap
+in one batched call, larger. Temperature 0.7 with top-p 0.8 makes the distribution peaked enough for that size:
+:func:`test_tp_sampling_test_has_power` rejects a temperature off by 0.25 (p about 2e-21), and a worker whose
+verification skipped residual resampling (drawing from ``p`` on a rejection) was rejected with p about 6e-11 when
+this test was written, while the correct sampler passed with p = 0.2. Without top-p, or at temperature 1.0, the
+skipped residual went undetected at this size (p 0.06 and 0.02), and at temperature 1.0 without top-p so did a
+temperature of 1.25 (p 0.06). The summed level statistics show that both levels drafted and rejected.
 """
 
 from __future__ import annotations
@@ -17,12 +30,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import hf_triforce
 from hf_triforce import TriForceConfig
+from tests.support.homogeneity import describe, homogeneity_test
+from tests.support.speculation import Ran, check_ran
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -31,6 +47,23 @@ WORKER = ROOT / "tests" / "support" / "tp_worker.py"
 LAUNCH_TIMEOUT_S = 240  # a hang (ranks in different collectives) fails the test instead of blocking the run
 SMALL = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4)  # adaptive=True: the default
 NEW_TOKENS = 20
+ALPHA = 1e-3
+"""The significance level of the sampling test (``test_sampling_distribution.py``'s)."""
+VOCAB = 8
+"""The distribution case's vocabulary (``test_sampling_distribution.py``'s): it divides over 2 ranks."""
+HISTOGRAM_TOKENS = 3
+"""New tokens tested jointly: the continuation codes ``homogeneity_test`` reads by default (512 of them)."""
+NUM_TP_SAMPLES = 300
+"""Sampled TriForce calls of the distribution case: about 30 s of the 2-rank launch on 2 cores."""
+NUM_PLAIN_SAMPLES = 2000
+"""Rows of the one plain sampled ``generate()`` call it is compared with (in this process: a few seconds)."""
+PLAIN_SEED = 1_000_003  # not a TriForce call's seed: the two samples are independent
+SAMPLING = {"do_sample": True, "temperature": 0.7, "top_k": 0, "top_p": 0.8}
+WRONG_SAMPLING = {**SAMPLING, "temperature": 0.95}
+SAMPLED = "llama_gqa-vocab8-samples"
+SPARSE = dict(retrieval_budget=32, chunk_size=4, recent_window=8, refresh_every=2, gamma1=2, gamma2=4)
+"""The sparse view of ``test_sampling_distribution.py``: the 100-token prompt is 4x the budget, so level 1's
+distribution differs from level 2's and level 2 rejects some of its drafts."""
 
 
 def three_kv_heads_llama() -> LlamaForCausalLM:
@@ -112,8 +145,60 @@ def launch(world: int, cases: list[dict], workdir: Path) -> list[dict]:
     return [{result["name"]: result for result in rank["results"]} for rank in ranks]
 
 
+class Vocab8:
+    """The distribution case's models, saved under ``workdir``: the 2-layer GQA target with a ``VOCAB``-token
+    vocabulary (it divides over 2 ranks) kept unsharded here for plain sampling, its 1-layer draft model, and the
+    100-token random prompt; the same models and prompt as ``test_sampling_distribution.py``'s."""
+
+    def __init__(self, workdir: Path, model_factory) -> None:
+        self.target = model_factory("llama_gqa", num_layers=2, seed=0, vocab_size=VOCAB, enable=False)
+        self.target_dir, self.draft_dir = workdir / "vocab8", workdir / "vocab8-draft"
+        self.target.save_pretrained(self.target_dir)
+        model_factory("llama_gqa", num_layers=1, seed=100, vocab_size=VOCAB, enable=False).save_pretrained(
+            self.draft_dir
+        )
+        self.prompt = torch.randint(0, VOCAB, (1, 100), generator=torch.Generator().manual_seed(1))
+
+    def case(self) -> dict:
+        """The worker case: ``NUM_TP_SAMPLES`` sampled TriForce calls, ``adaptive=False`` so that every round runs
+        level 0 -> 1 -> 2 (both levels' rejection rules), 5 new tokens so that level 0 drafts inside the histogram."""
+        return {
+            "name": SAMPLED,
+            "checkpoint": str(self.target_dir),
+            "draft": str(self.draft_dir),
+            "prompt": self.prompt[0].tolist(),
+            "max_new_tokens": 5,
+            "samples": NUM_TP_SAMPLES,
+            "seed": 0,
+            "sampling": SAMPLING,
+            "triforce": {**SPARSE, "drafter": "model", "draft_cache_budget": 40, "draft_sinks": 4, "adaptive": False},
+        }
+
+    def plain_codes(self, sampling: dict) -> np.ndarray:
+        """Continuation codes of ``NUM_PLAIN_SAMPLES`` rows of one plain sampled ``generate()`` call."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(PLAIN_SEED)
+            sequences = self.target.generate(
+                self.prompt, max_new_tokens=HISTOGRAM_TOKENS, num_return_sequences=NUM_PLAIN_SAMPLES, **sampling
+            )
+        return codes(sequences[:, self.prompt.shape[1] :])
+
+
+def codes(new_tokens) -> np.ndarray:
+    """The first ``HISTOGRAM_TOKENS`` new tokens of each row read as a base-``VOCAB`` number (the continuation codes
+    of ``test_sampling_distribution.homogeneity_test``)."""
+    tokens = np.asarray(new_tokens)[:, :HISTOGRAM_TOKENS]
+    return (tokens * VOCAB ** np.arange(HISTOGRAM_TOKENS)).sum(axis=1)
+
+
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory, model_factory):
+def vocab8(tmp_path_factory, model_factory) -> Vocab8:
+    """The distribution case's models and prompt (see :class:`Vocab8`)."""
+    return Vocab8(tmp_path_factory.mktemp("vocab8"), model_factory)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory, model_factory, vocab8):
     """Results of the 2-rank launch and the single-process cache sizes: ``(ranks, single_bytes, cases)``."""
     workdir = tmp_path_factory.mktemp("tp2")
     models, cases = {}, []
@@ -133,6 +218,7 @@ def two_ranks(tmp_path_factory, model_factory):
     ]
     single = {c["name"]: single_process_cache_bytes(models[c["name"].split("-")[0]], c) for c in cases}
     cases.append(case("llama_gqa-ngram-unseeded", gqa, "ngram", do_sample=True, seed_per_rank=True))
+    cases.append(vocab8.case())
     return launch(2, cases, workdir), single, cases
 
 
@@ -157,6 +243,8 @@ def test_greedy_equals_plain_generate_on_every_rank(two_ranks, name):
         result = results[name]
         assert result["triforce"] == result["plain"], f"rank {rank}: TriForce differs from plain generate()"
         assert result["triforce"] == ranks[0][name]["triforce"]
+        # it speculated: the adaptive planner's first round is always level 0 -> 1 -> 2, before it has timings
+        assert result["level1_drafted"] > 0 and result["rounds"].get("levels", 0) > 0, result["rounds"]
 
 
 def test_a_returned_cache_is_reused_on_every_rank(two_ranks):
@@ -177,11 +265,46 @@ def test_seeded_sampling_gives_the_same_tokens_on_every_rank(two_ranks, name):
     assert all(t == tokens[0] for t in tokens)
 
 
+def test_sampled_triforce_is_distributed_like_plain_generate(two_ranks, vocab8):
+    """Rank 0's sampled TriForce continuations and plain unsharded ``generate()``'s pass the homogeneity test; every
+    rank drew the same ones; and the calls speculated: both levels drafted and rejected, level 1 accepted some."""
+    ranks, _, _ = two_ranks
+    result = ranks[0][SAMPLED]
+    for rank, results in enumerate(ranks):
+        assert results[SAMPLED]["samples"] == result["samples"], f"rank {rank} drew other tokens than rank 0"
+        assert results[SAMPLED]["levels"] == result["levels"], f"rank {rank} ran another schedule than rank 0"
+    assert len(result["samples"]) == NUM_TP_SAMPLES
+    p_value, table, labels = homogeneity_test(
+        vocab8.plain_codes(SAMPLING), codes(result["samples"]), VOCAB, HISTOGRAM_TOKENS
+    )
+    levels = result["levels"]
+    assert p_value > ALPHA, (
+        f"TriForce sampling on 2 ranks is not distributed like plain generate(): chi-square p-value {p_value:.3g} <= "
+        f"alpha {ALPHA} ({NUM_TP_SAMPLES} vs {NUM_PLAIN_SAMPLES} samples). Levels: {levels}.\n"
+        + describe(table, labels, ("plain", "triforce"))
+    )
+    check_ran({"levels": levels}, Ran(drafted=("level0", "level1"), rejected=("level0", "level1")))
+    assert 0 < levels["level1"]["accepted"] < levels["level1"]["drafted"], levels
+
+
+def test_tp_sampling_test_has_power(two_ranks, vocab8):
+    """The same test, at this sample size, tells the TriForce sample from plain sampling at temperature 0.95."""
+    ranks, _, _ = two_ranks
+    wrong = vocab8.plain_codes(WRONG_SAMPLING)
+    p_value, table, labels = homogeneity_test(wrong, codes(ranks[0][SAMPLED]["samples"]), VOCAB, HISTOGRAM_TOKENS)
+    assert p_value < ALPHA, (
+        f"the homogeneity test did not detect a temperature off by 0.25 (p-value {p_value:.3g}, alpha {ALPHA}, "
+        f"{NUM_TP_SAMPLES} TriForce samples): raise NUM_TP_SAMPLES.\n"
+        + describe(table, labels, ("plain@T0.95", "triforce@T0.7"))
+    )
+
+
 def test_ranks_seeded_differently_are_refused_before_sampling(two_ranks):
     """Different random states would draw different tokens and then mismatch the all-reduces: refused on every rank."""
     ranks, _, _ = two_ranks
     for results in ranks:
         assert "Seed every rank alike" in results["llama_gqa-ngram-unseeded"]["error"]
+        assert results["llama_gqa-ngram-unseeded"]["forwards"] == 0, "a forward ran before the refusal"
 
 
 def test_each_rank_caches_only_its_kv_heads(two_ranks):

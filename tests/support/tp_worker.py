@@ -7,7 +7,10 @@ TriForce under the same sharding and records the tokens, ``last_stats`` and the 
 Case options: ``reuse`` continues with a second call from the cache the first returned; ``seed_per_rank`` seeds
 rank ``r`` with ``seed + r`` (the call must be refused on every rank); ``skew_level0_clock`` makes level-0
 timings look slow on odd ranks only, so that an adaptive planner deciding from its own clock would choose a
-different schedule than rank 0. Rank ``r`` writes ``OUT_DIR/rank{r}.json``.
+different schedule than rank 0. A case with ``samples: N`` runs no plain ``generate()``: it makes ``N`` TriForce
+calls with the generate arguments ``sampling`` (call ``i`` seeded with ``seed + i``, alike on every rank) and
+records each call's new tokens and the level statistics summed over the calls, for a distribution test against
+plain sampling in the test process. Rank ``r`` writes ``OUT_DIR/rank{r}.json``.
 """
 
 from __future__ import annotations
@@ -56,15 +59,23 @@ def skew_level0_clock(skew: bool):
     return restore
 
 
-def run_case(case: dict, targets: dict, drafts: dict) -> dict:
-    """One case on this rank: plain and TriForce tokens, the stats and the cache's KV heads."""
+def models(case: dict, targets: dict, drafts: dict) -> tuple:
+    """The case's sharded, TriForce-enabled target and its whole draft model (or ``None``), each loaded once."""
     if case["checkpoint"] not in targets:
         targets[case["checkpoint"]] = load(case["checkpoint"], sharded=True)
         hf_triforce.enable(targets[case["checkpoint"]])
-    model = targets[case["checkpoint"]]
     draft = case.get("draft")
     if draft and draft not in drafts:
         drafts[draft] = load(draft, sharded=False)
+    return targets[case["checkpoint"]], drafts.get(draft)
+
+
+def run_case(case: dict, targets: dict, drafts: dict) -> dict:
+    """One case on this rank: plain and TriForce tokens, the stats and the cache's KV heads (or, for a
+    ``samples`` case, :func:`run_samples`)."""
+    model, draft = models(case, targets, drafts)
+    if case.get("samples"):
+        return run_samples(case, model, draft)
     prompt = torch.tensor([case["prompt"]])
     common = dict(max_new_tokens=case["max_new_tokens"], do_sample=case["do_sample"])
     if case["do_sample"]:
@@ -73,12 +84,16 @@ def run_case(case: dict, targets: dict, drafts: dict) -> dict:
     plain = model.generate(prompt, **common)
     config = TriForceConfig(**case["triforce"])
     torch.manual_seed(case["seed"] + (dist.get_rank() if case.get("seed_per_rank") else 0))
+    forwards = []  # the target's forwards during the TriForce call: none may run before a refusal
+    hook = model.register_forward_pre_hook(lambda *_: forwards.append(1))
     try:
         out = model.generate(
-            prompt, triforce_config=config, assistant_model=drafts.get(draft), return_dict_in_generate=True, **common
+            prompt, triforce_config=config, assistant_model=draft, return_dict_in_generate=True, **common
         )
     except hf_triforce.UnsupportedGenerationError as error:
-        return {"name": case["name"], "error": str(error)}
+        return {"name": case["name"], "error": str(error), "forwards": len(forwards)}
+    finally:
+        hook.remove()
     stats = hf_triforce.last_stats(model)
     layer = output_cache(out).layers[0]
     reuse = reuse_cache(model, out, config, common) if case.get("reuse") else {}
@@ -91,7 +106,38 @@ def run_case(case: dict, targets: dict, drafts: dict) -> dict:
         "kv_heads": int(layer.keys.shape[1]),
         "rounds": dict(stats.rounds),
         "level0_drafted": stats.level0.drafted,
+        "level1_drafted": stats.level1.drafted,
     }
+
+
+SAMPLED_LEVELS = ("level0", "level1", "level0_to_level2")
+"""The levels whose counts a ``samples`` case sums (see :mod:`hf_triforce.stats`)."""
+COUNTS = ("drafted", "accepted", "rejections")
+
+
+def run_samples(case: dict, model, draft) -> dict:
+    """``case["samples"]`` sampled TriForce calls, call ``i`` seeded with ``case["seed"] + i`` (alike on every rank).
+
+    Returns the new tokens of each call and, per level, the drafted / accepted / rejected counts summed over the
+    calls: the test compares the tokens' distribution with plain sampling and checks from the counts that both
+    levels speculated and rejected (a TriForce decoding plainly would pass the distribution test too).
+    """
+    prompt = torch.tensor([case["prompt"]])
+    config = TriForceConfig(**case["triforce"])
+    sampling = case["sampling"]  # generate()'s sampling arguments, do_sample=True included
+    totals = {level: dict.fromkeys(COUNTS, 0) for level in SAMPLED_LEVELS}
+    samples = []
+    for seed in range(case["seed"], case["seed"] + case["samples"]):
+        torch.manual_seed(seed)
+        out = model.generate(
+            prompt, triforce_config=config, assistant_model=draft, max_new_tokens=case["max_new_tokens"], **sampling
+        )
+        samples.append(out[0, prompt.shape[1] :].tolist())
+        levels = hf_triforce.last_stats(model).to_dict()["levels"]
+        for level in SAMPLED_LEVELS:
+            for count in COUNTS:
+                totals[level][count] += levels[level][count]
+    return {"name": case["name"], "samples": samples, "levels": totals}
 
 
 def reuse_cache(model, out, config: TriForceConfig, common: dict) -> dict:
