@@ -90,6 +90,7 @@ def test_graphs_on_and_off_give_identical_greedy_output(model_factory, make_prom
         outputs[mode] = model.generate(prompt, triforce_config=cfg, **kwargs)
         levels[mode] = hf_triforce.last_stats(model).to_dict()["levels"]
         assert torch.equal(outputs[mode], plain), f"cuda_graphs={mode!r} differs from plain generate()"
+        assert levels[mode]["level1"]["drafted"] > 0, levels[mode]
     # Replay and eager static steps run the same kernels on the same buffers: the same drafts.
     assert levels[True] == levels["eager"]
     graphed = [r for r in runners if r.use_graphs]

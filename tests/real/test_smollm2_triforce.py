@@ -68,10 +68,12 @@ def test_multi_turn_chat_reuses_the_returned_cache(smollm2):
     try:
         fast = _chat(model, tokenizer, turns, triforce_config=TriForceConfig(retrieval_budget=128))
         reused = hf_triforce.last_stats(model).reused_tokens
+        speculated = hf_triforce.last_stats(model).level1.drafted  # turn 2 speculated, from the reused cache
         plain = _chat(model, tokenizer, turns)
     finally:
         hf_triforce.disable(model)
     assert fast.messages == plain.messages and torch.equal(fast.sequences, plain.sequences)
     assert fast.prefilled == plain.prefilled and fast.prefilled[1] < 60 < fast.prompts[1]
     assert reused == fast.prompts[1] - fast.prefilled[1]
+    assert speculated > 0
     assert fast.cache.get_seq_length() == fast.sequences.shape[1] - 1
