@@ -18,8 +18,10 @@ from .streaming import StreamingLayer, StreamingLLMCache
 class StaticStreamingLayer(SlotWrites, StreamingLayer):
     """A StreamingLLM layer over ``budget`` fixed slots (sinks, then the recent window)."""
 
-    def __init__(self, budget: int, sinks: int, inv_freq: torch.Tensor, slots: StepSlots) -> None:
-        super().__init__(budget, sinks, inv_freq)
+    def __init__(
+        self, budget: int, sinks: int, inv_freq: torch.Tensor, slots: StepSlots, interleaved: bool = False
+    ) -> None:
+        super().__init__(budget, sinks, inv_freq, interleaved)
         self.buffer = StaticKVBuffer(budget)
         self.slots = slots
 
@@ -40,6 +42,8 @@ def use_static_layers(cache: StreamingLLMCache) -> StepSlots:
     if cache.get_seq_length() > 0:
         raise ValueError("use_static_layers needs an empty StreamingLLMCache.")
     slots = StepSlots()
-    first = cache.layers[0]
-    cache.layers = [StaticStreamingLayer(cache.budget, cache.sinks, first.inv_freq, slots) for _ in cache.layers]
+    cache.layers = [
+        StaticStreamingLayer(cache.budget, cache.sinks, layer.inv_freq, slots, layer.interleaved)
+        for layer in cache.layers
+    ]
     return slots

@@ -9,11 +9,12 @@ from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
 
 
-def rotate_keys(keys: torch.Tensor, inv_freq: torch.Tensor, shift: int) -> torch.Tensor:
+def rotate_keys(keys: torch.Tensor, inv_freq: torch.Tensor, shift: int, interleaved: bool = False) -> torch.Tensor:
     """Move RoPE-rotated keys by ``shift`` positions (a pure rotation, composable with RoPE).
 
-    Uses the ``rotate_half`` layout of Llama-style models: the first ``2 * len(inv_freq)`` channels
-    are rotated (all of them unless the model uses partial rotary embeddings).
+    The first ``2 * len(inv_freq)`` channels are rotated (all of them unless the model uses partial rotary
+    embeddings), paired as Llama's ``rotate_half`` pairs them or, with ``interleaved``, as Cohere's and GLM's
+    (:func:`~hf_triforce.hf.model.apply_rope`).
 
     Args:
         keys: ``[B, H, S, D]`` keys rotated at positions ``p``.
@@ -29,17 +30,16 @@ def rotate_keys(keys: torch.Tensor, inv_freq: torch.Tensor, shift: int) -> torch
         True
     """
     angles = (shift * inv_freq.double()).to(torch.float32)
-    cos = torch.cat([angles.cos(), angles.cos()]).to(keys.dtype)
-    sin = torch.cat([angles.sin(), angles.sin()]).to(keys.dtype)
-    return apply_rope(keys, cos, sin)
+    pair = (lambda a: a.repeat_interleave(2)) if interleaved else (lambda a: torch.cat([a, a]))
+    return apply_rope(keys, pair(angles.cos()).to(keys.dtype), pair(angles.sin()).to(keys.dtype), interleaved)
 
 
 class StreamingLayer(BufferedLayer):
     """One layer: ``sinks`` first tokens, then a window of the most recent ones, at contiguous slots."""
 
-    def __init__(self, budget: int, sinks: int, inv_freq: torch.Tensor) -> None:
+    def __init__(self, budget: int, sinks: int, inv_freq: torch.Tensor, interleaved: bool = False) -> None:
         super().__init__(KVBuffer(budget))
-        self.budget, self.sinks, self.inv_freq = budget, sinks, inv_freq
+        self.budget, self.sinks, self.inv_freq, self.interleaved = budget, sinks, inv_freq, interleaved
 
     def get_max_length(self) -> int:
         return self.budget
@@ -49,7 +49,8 @@ class StreamingLayer(BufferedLayer):
         start, length = self.sinks, self.buffer.length
         if count <= 0 or length == 0:
             return
-        keys = rotate_keys(self.buffer.keys[:, :, start + count :], self.inv_freq.to(self.buffer.keys.device), -count)
+        moved = self.buffer.keys[:, :, start + count :]
+        keys = rotate_keys(moved, self.inv_freq.to(moved.device), -count, self.interleaved)
         values = self.buffer.values[:, :, start + count :].clone()
         self.buffer.write(start, keys, values)
 
@@ -67,8 +68,11 @@ class StreamingLLMCache(BufferedCache):
         num_layers: decoder layers of the draft model.
         budget: maximum tokens held (sinks + window).
         sinks: attention-sink tokens kept at the start.
-        inv_freq: ``[head_dim // 2]`` rotary inverse frequencies of the draft model.
+        inv_freq: ``[R]`` rotary inverse frequencies of the draft model (``R = head_dim // 2``, fewer with partial
+            rotary), or a list of them, one per layer (a model with a rotary base per layer kind, as Gemma 3).
         evict_batch: extra tokens evicted at once when the cache is full.
+        interleaved: the model pairs rotary channels ``(2i, 2i + 1)`` (Cohere, GLM), not ``(i, i + R)``
+            (:func:`~hf_triforce.hf.model.layer_rotary` reads both off a model).
 
     Example:
         >>> f = 1.0 / 10000 ** (torch.arange(0, 8, 2) / 8)
@@ -78,10 +82,21 @@ class StreamingLLMCache(BufferedCache):
         (1, 5)
     """
 
-    def __init__(self, num_layers: int, budget: int, sinks: int, inv_freq: torch.Tensor, evict_batch: int = 16):
+    def __init__(
+        self,
+        num_layers: int,
+        budget: int,
+        sinks: int,
+        inv_freq: torch.Tensor | list[torch.Tensor],
+        evict_batch: int = 16,
+        interleaved: bool = False,
+    ):
         if budget <= sinks:
             raise ValueError(f"StreamingLLMCache budget ({budget}) must exceed sinks ({sinks}).")
-        super().__init__(layers=[StreamingLayer(budget, sinks, inv_freq) for _ in range(num_layers)])
+        freqs = inv_freq if isinstance(inv_freq, list | tuple) else [inv_freq] * num_layers
+        if len(freqs) != num_layers:
+            raise ValueError(f"StreamingLLMCache got {len(freqs)} inv_freq tensors for {num_layers} layers.")
+        super().__init__(layers=[StreamingLayer(budget, sinks, freq, interleaved) for freq in freqs])
         self.budget, self.sinks = budget, sinks
         self.evict_batch = evict_batch
 

@@ -14,7 +14,7 @@ from ..hf.caches import callers_cache
 from ..hf.distributed import RankConsensus, check_same_random_state
 from ..hf.generate import decoder_only_output, eos_token_ids
 from ..hf.linears import small_batch_linears
-from ..hf.model import num_layers, rotary_inv_freq
+from ..hf.model import layer_rotary, num_layers
 from ..hierarchy import (
     Drafter,
     Level1Drafter,
@@ -192,9 +192,9 @@ def _level0(run: TriForceRun, drafter_kind: str, assistant_model) -> Drafter | N
 
 def _model_drafter(cfg: TriForceConfig, assistant_model, logits_processor, do_sample: bool) -> ModelDrafter:
     """A draft-model drafter with its own StreamingLLM cache."""
-    inv_freq = rotary_inv_freq(assistant_model)
+    freqs, interleaved = layer_rotary(assistant_model)
     cache = StreamingLLMCache(
-        num_layers(assistant_model), cfg.draft_cache_budget, cfg.draft_sinks, inv_freq, cfg.draft_evict_batch
+        num_layers(assistant_model), cfg.draft_cache_budget, cfg.draft_sinks, freqs, cfg.draft_evict_batch, interleaved
     )
     return ModelDrafter(assistant_model, cache, logits_processor, do_sample)
 

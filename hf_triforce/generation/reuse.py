@@ -106,8 +106,10 @@ def _check_callers_cache(model: torch.nn.Module, cache: Any, input_length: int) 
     if not (isinstance(cache, RetrievalCache) or plain_kv_layers(cache)):
         raise UnsupportedGenerationError(
             f"TriForce cannot start from a {describe(cache)}: it needs the plain key/value tensors of every cached "
-            "token. Pass a DynamicCache (e.g. DynamicCache(config=model.config), prefilled by a forward or by plain "
-            "generate()), the cache an earlier TriForce call returned (return_dict_in_generate=True), or no cache."
+            "token (a sliding-window layer keeps only its window). Pass a DynamicCache of plain layers (DynamicCache() "
+            "for a model with sliding-window layers, else DynamicCache(config=model.config) works too), prefilled by "
+            "a forward or by plain generate(), the cache an earlier TriForce call returned "
+            "(return_dict_in_generate=True), or no cache."
         )
     pairs = _key_values(cache)
     cached = cache.get_seq_length() if pairs else 0

@@ -5,6 +5,8 @@ registered with ``AttentionInterface`` (and the matching mask function with ``At
 records it and delegates to the model's own implementation; it is switched on (the model's
 ``config._attn_implementation`` renamed to it) only for the duration of TriForce's own forwards:
 :func:`capturing_queries` around the full-cache forwards, :func:`view_attention` around level-1 forwards on CUDA.
+What a forward should record or attend to travels in context variables set by those blocks, not in the forward's
+kwargs: some decoder layers (StableLM's, say) do not pass their kwargs on to their attention.
 On the way it routes the attention of a few new tokens over a long cache to hf_triforce's kernels where they
 compute exactly the same thing faster (grouped SDPA on the CPU, split-KV on CUDA).
 """
@@ -12,6 +14,7 @@ compute exactly the same thing faster (grouped SDPA on the CPU, split-KV on CUDA
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,12 +30,16 @@ from ..kernels.dispatch import triton_enabled
 from ..kernels.verification import MAX_ROWS, verify_attention
 
 _CAPTURE_PREFIX = "hf_triforce_capture_"
+_ACTIVE_CAPTURE: contextvars.ContextVar[QueryCapture | None] = contextvars.ContextVar("triforce_capture", default=None)
+"""The :class:`QueryCapture` of the forward in progress inside :func:`capturing_queries` (``None`` elsewhere)."""
+_ACTIVE_SLOTS: contextvars.ContextVar[Any] = contextvars.ContextVar("triforce_slots", default=None)
+"""The key-slot validity of the forward in progress inside :func:`slot_attention` (``None`` elsewhere)."""
 
 
 class QueryCapture:
     """Holds the post-RoPE queries of the last ``keep`` positions of a forward, per layer.
 
-    Passed to the model as the ``triforce_capture`` kwarg of a forward inside :func:`capturing_queries`.
+    Filled by the forwards inside :func:`capturing_queries`.
 
     Example:
         >>> cap = QueryCapture(); cap.store(0, torch.randn(1, 4, 3, 8))
@@ -74,10 +81,10 @@ def _base_attention(base: str, module: torch.nn.Module) -> Callable:
 
 def _make_capturing_attention(base: str) -> Callable:
     def attention(module, query, key, value, attention_mask, **kwargs):
-        capture = kwargs.pop("triforce_capture", None)
+        capture = _ACTIVE_CAPTURE.get()
         if capture is not None:
             capture.store(module.layer_idx, query)
-        slots = kwargs.pop("triforce_slots", None)
+        slots = _ACTIVE_SLOTS.get()
         if slots is not None:  # a batch: padding and holes come from the slots, not transformers' mask
             if not _plain_attention(kwargs):
                 raise UnsupportedModelError("Batched TriForce serves attention without position bias or softcaps.")
@@ -150,23 +157,40 @@ def _capture_name(base: str) -> str:
 
 
 @contextlib.contextmanager
+def _active(variable: contextvars.ContextVar, value: Any) -> Iterator[None]:
+    """Within the block, ``variable`` holds ``value``; restored after."""
+    token = variable.set(value)
+    try:
+        yield
+    finally:
+        variable.reset(token)
+
+
+@contextlib.contextmanager
 def capturing_queries(model: torch.nn.Module, capture: QueryCapture, keep: int) -> Iterator[dict[str, Any]]:
-    """Within the block, forwards given the yielded kwargs record their last ``keep`` queries per layer."""
+    """Within the block, the model's forwards record their last ``keep`` queries per layer.
+
+    Yields the kwargs to give those forwards (none today: the capture travels in a context variable, so it reaches
+    the attention of decoder layers that do not pass their kwargs on).
+    """
     capture.keep = keep
     with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
-        yield {"triforce_capture": capture}
+        with _active(_ACTIVE_CAPTURE, capture):
+            yield {}
 
 
 @contextlib.contextmanager
 def slot_attention(model: torch.nn.Module, slots: Any) -> Iterator[dict[str, Any]]:
-    """Within the block, forwards given the yielded kwargs attend only to the key slots ``slots`` marks valid.
+    """Within the block, the model's forwards attend only to the key slots ``slots`` marks valid (yields the kwargs
+    to give them: none, as for :func:`capturing_queries`).
 
     ``slots.for_layer(layer_idx)`` gives ``[B, 1 or H_kv, L]`` bool validity of the layer's keys (a batch's left
     padding and the holes its ragged acceptance leaves, see :mod:`hf_triforce.caches.slots`); the attention is
     :func:`~hf_triforce.kernels.attention.masked_gqa_attention`, whatever mask transformers built.
     """
     with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
-        yield {"triforce_slots": slots}
+        with _active(_ACTIVE_SLOTS, slots):
+            yield {}
 
 
 @contextlib.contextmanager

@@ -37,6 +37,7 @@ from ..kernels.linear import linear_forward
 from .distributed import tensor_parallel_size
 from .linears import kept_beside, weight_fingerprint
 from .model import apply_rope, decoder_layers, is_dispatched
+from .versions import cache_layer_types
 
 DIRECT_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 """``config.model_type`` values whose decoder layers :class:`DirectDecoder` runs."""
@@ -240,6 +241,8 @@ def direct_forward_problem(model: torch.nn.Module) -> str | None:
         return f"model_type={model_type!r} (served: {', '.join(DIRECT_MODEL_TYPES)})"
     if is_dispatched(model) or tensor_parallel_size(model) > 1:
         return "the model is dispatched by accelerate or sharded across tensor-parallel ranks"
+    if "sliding_attention" in cache_layer_types(config.get_text_config(decoder=True)):
+        return "it has sliding-window layers, and this forward attends to the whole view in every layer"
     return _layout_problem(model)
 
 

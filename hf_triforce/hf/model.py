@@ -4,32 +4,155 @@ the one place that rewires a model's modules (the truncated-layer draft of the d
 from __future__ import annotations
 
 import copy
+import sys
 
 import torch
 
 from ..errors import UnsupportedModelError
 from .distributed import tensor_parallel_size
 from .masks import has_mask_function
+from .versions import cache_layer_types
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
-"""``config.model_type`` values that :func:`hf_triforce.enable` accepts: decoder-only RoPE families, MHA or GQA."""
+TESTED_MODEL_TYPES = (
+    "llama", "mistral", "ministral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "gemma", "gemma2",
+    "gemma3_text", "granite", "olmo2", "olmo3", "cohere", "cohere2", "glm4", "starcoder2", "stablelm", "smollm3",
+    "exaone4", "helium", "gpt_oss",
+)  # fmt: skip
+"""``config.model_type`` of the families in the test matrix (tiny random models; SmolLM2, a Llama, with real weights:
+``docs/supported-models.md``). :func:`check_model_supported` decides from what a model is, not from this list."""
+SUPPORTED_MODEL_TYPES = TESTED_MODEL_TYPES
+"""The families hf_triforce is tested on (the name of hf_triforce 0.1, when it was also the list enable() accepted)."""
+SERVED_LAYER_TYPES = ("full_attention", "sliding_attention")
+"""KV-cache layer kinds TriForce serves: per-token keys and values, attended in full or in a sliding window."""
+_WHAT_IS_SERVED = (
+    "hf_triforce serves decoder-only causal LMs whose attention goes through transformers' attention interface, with "
+    "rotary position embeddings and full or sliding-window attention layers (tested: "
+    + ", ".join(TESTED_MODEL_TYPES)
+    + ")"
+)
 
 
 def check_model_supported(model: torch.nn.Module) -> None:
-    """Raise :class:`UnsupportedModelError` unless ``model`` is a supported decoder-only RoPE family."""
-    config = getattr(model, "config", None)
-    model_type = getattr(config, "model_type", None)
-    if model_type not in SUPPORTED_MODEL_TYPES or getattr(config, "is_encoder_decoder", False):
+    """Raise :class:`UnsupportedModelError` unless TriForce can serve ``model``, judged from what it is
+    (:func:`model_problem`), and its attention implementation has a causal-mask function."""
+    problem = model_problem(model)
+    if problem is not None:
+        config = getattr(model, "config", None)
+        name = f"{type(model).__name__} (model_type={getattr(config, 'model_type', None)!r})"
         raise UnsupportedModelError(
-            f"hf_triforce does not support model_type={model_type!r}. Supported families: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)} (Llama 2/3.x, SmolLM, Mistral, Qwen2/2.5, Qwen3, Phi-3)."
+            f"hf_triforce cannot serve {name}: {problem}. {_WHAT_IS_SERVED}; use plain generate() for this model "
+            "(docs/supported-models.md)."
         )
-    base = config._attn_implementation
+    base = model.config._attn_implementation
     if base != "eager" and not has_mask_function(base):
         raise UnsupportedModelError(
             f"attn_implementation={base!r} has no causal-mask function; load the model with "
             "attn_implementation='sdpa' or 'eager'."
         )
+
+
+def model_problem(model: torch.nn.Module) -> str | None:
+    """Why TriForce cannot serve ``model`` (what it lacks, and what to do), or ``None`` when it can.
+
+    It can when the model is a decoder-only causal LM with an LM head, its attention modules call transformers'
+    attention interface (where TriForce reads the queries and routes the attention), its KV cache holds per-token
+    keys and values in every layer (full or sliding-window attention: :data:`SERVED_LAYER_TYPES`; not multi-head
+    latent attention's compressed KV nor a state-space or linear-attention layer's recurrent state), and it has a
+    rotary position embedding (a level-0 draft model's StreamingLLM cache moves keys to new positions with it).
+
+    Example:
+        >>> from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel
+        >>> config = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        ...                      num_attention_heads=2, num_key_value_heads=1)
+        >>> model_problem(LlamaForCausalLM(config)) is None
+        True
+        >>> model_problem(LlamaModel(config))
+        'it has no causal LM head: load it with AutoModelForCausalLM'
+    """
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "get_text_config"):
+        return "it is not a transformers model (no PreTrainedConfig)"
+    if getattr(config, "is_encoder_decoder", False):
+        return "it is an encoder-decoder model; TriForce drafts for decoder-only causal LMs"
+    generates = getattr(model, "can_generate", lambda: False)()
+    if getattr(model, "get_output_embeddings", lambda: None)() is None or not generates:
+        return "it has no causal LM head: load it with AutoModelForCausalLM"
+    text = config.get_text_config(decoder=True)
+    if getattr(text, "kv_lora_rank", None):
+        return (
+            "its attention caches a compressed KV (multi-head latent attention, as in DeepSeek-V2/V3), not per-token "
+            "keys and values that a retrieval view can gather"
+        )
+    other = sorted(set(cache_layer_types(text)) - set(SERVED_LAYER_TYPES))
+    if other:
+        return (
+            f"it has layers of kind {', '.join(other)} (state-space, linear or chunked attention: Jamba, Falcon-H1, "
+            "Qwen3-Next, Llama 4, ...), whose cache is a recurrent state or a chunk rather than the keys and values "
+            "of every earlier token"
+        )
+    if not attention_modules(model):
+        return "its attention does not go through transformers' attention interface, where TriForce reads queries"
+    if not _rotary_buffers(model):
+        return "it has no rotary position embedding (model.rotary_emb); learned absolute positions cannot be moved"
+    return None
+
+
+def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The decoder's attention modules that call transformers' attention interface: modules with a ``layer_idx``
+    whose modeling file dispatches through ``ALL_ATTENTION_FUNCTIONS``."""
+    found = []
+    for module in model.modules():
+        modeling = sys.modules.get(type(module).__module__)
+        if hasattr(module, "layer_idx") and hasattr(modeling, "ALL_ATTENTION_FUNCTIONS") and _is_attention(module):
+            found.append(module)
+    return found
+
+
+def _is_attention(module: torch.nn.Module) -> bool:
+    return type(module).__name__.endswith("Attention") and not isinstance(module, torch.nn.MultiheadAttention)
+
+
+def _rotary_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The rotary embedding's inverse frequencies: ``{"": inv_freq}``, or one per layer kind (Gemma 3's
+    ``full_attention_inv_freq`` / ``sliding_attention_inv_freq``); empty without a rotary embedding."""
+    rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
+    if rotary is None:
+        return {}
+    buffers = {name.removesuffix("inv_freq").rstrip("_"): buf for name, buf in rotary.named_buffers(recurse=False)}
+    return {kind: buf for kind, buf in buffers.items() if not kind.endswith("original") and buf.dim() == 1}
+
+
+def layer_rotary(model: torch.nn.Module) -> tuple[list[torch.Tensor], bool]:
+    """How each decoder layer of ``model`` rotates its keys: ``([R] inverse frequencies per layer, interleaved)``.
+
+    A model's rotary embedding has one set of frequencies, or one per layer kind (Gemma 3: local and global bases),
+    over the first ``2 R`` channels of a head (partial rotary: ``R < head_dim / 2``). ``interleaved`` says how those
+    channels pair up, read off the modeling file's own ``rotate_half``: ``(i, i + R)`` (Llama's ``rotate_half``) or
+    ``(2i, 2i + 1)`` (Cohere, GLM).
+
+    Example:
+        >>> from transformers import CohereConfig, CohereForCausalLM
+        >>> config = CohereConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        ...                       num_attention_heads=2, num_key_value_heads=1)
+        >>> freqs, interleaved = layer_rotary(CohereForCausalLM(config))
+        >>> len(freqs), freqs[0].shape, interleaved
+        (2, torch.Size([4]), True)
+    """
+    buffers = _rotary_buffers(model)
+    if not buffers:
+        raise UnsupportedModelError(f"{type(model).__name__} has no rotary position embedding (model.rotary_emb).")
+    kinds = cache_layer_types(model.config.get_text_config(decoder=True))
+    freqs = [buffers.get("", buffers.get(kind, next(iter(buffers.values())))) for kind in kinds]
+    return [f.detach().float() for f in freqs], _interleaved(model)
+
+
+def _interleaved(model: torch.nn.Module) -> bool:
+    """Whether the model's ``rotate_half`` pairs channels ``(2i, 2i + 1)`` rather than ``(i, i + D / 2)``."""
+    modules = attention_modules(model)
+    rotate_half = getattr(sys.modules.get(type(modules[0]).__module__) if modules else None, "rotate_half", None)
+    if rotate_half is None:
+        return False
+    return rotate_half(torch.arange(4.0))[:2].tolist() == [-1.0, 0.0]  # Llama's gives [-2, -3]
 
 
 def rotary_inv_freq(model: torch.nn.Module) -> torch.Tensor:
@@ -43,19 +166,27 @@ def rotary_inv_freq(model: torch.nn.Module) -> torch.Tensor:
     return inv_freq.detach().float()
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
     """Rotate ``x`` ``[..., D]`` by ``cos``/``sin`` ``[..., R]`` (broadcast; ``R <= D``: the rest passes unrotated), in
-    the ``rotate_half`` layout of Llama-style models (the first ``R`` channels, their halves paired).
+    the ``rotate_half`` layout of Llama-style models (the first ``R`` channels, their halves paired) or, with
+    ``interleaved``, Cohere's and GLM's (channels ``2i`` and ``2i + 1`` paired; ``cos``/``sin`` repeat each angle
+    twice in a row).
 
     Example:
         >>> x = torch.tensor([[[[1.0, 0.0]]]])
         >>> apply_rope(x, torch.zeros(1, 1, 1, 2), torch.ones(1, 1, 1, 2)).tolist()
         [[[[0.0, 1.0]]]]
+        >>> apply_rope(torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.zeros(4), torch.ones(4), interleaved=True).tolist()
+        [0.0, 1.0, -1.0, 0.0]
     """
     rotary = cos.shape[-1]
     part = x[..., :rotary]
-    half = rotary // 2
-    rotated = part * cos + torch.cat((-part[..., half:], part[..., :half]), dim=-1) * sin
+    if interleaved:
+        turned = torch.stack((-part[..., 1::2], part[..., 0::2]), dim=-1).flatten(-2)
+    else:
+        half = rotary // 2
+        turned = torch.cat((-part[..., half:], part[..., :half]), dim=-1)
+    rotated = part * cos + turned * sin
     return rotated if rotary == x.shape[-1] else torch.cat((rotated, x[..., rotary:]), dim=-1)
 
 

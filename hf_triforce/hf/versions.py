@@ -89,3 +89,30 @@ def output_cache(output: Any) -> Any:
         57
     """
     return getattr(output, CACHE_ARG)
+
+
+def cache_layer_types(config: Any) -> list[str]:
+    """The KV-cache layer kind of each decoder layer of ``config`` (a decoder's text config), as transformers builds
+    a ``DynamicCache`` for it: ``"full_attention"``, ``"sliding_attention"``, ``"chunked_attention"``,
+    ``"linear_attention"`` (a recurrent state: Mamba, gated delta nets), ``"hybrid"``, ``"conv"``, ``"dummy"``, ...
+
+    transformers 5.24 derives them in ``cache_utils.get_layer_types_and_kwargs``; where that helper is missing, from
+    ``config.layer_types``, or from ``sliding_window`` / ``attention_chunk_size`` as that helper does.
+
+    Example:
+        >>> from transformers import MistralConfig
+        >>> cache_layer_types(MistralConfig(num_hidden_layers=2, sliding_window=64))
+        ['sliding_attention', 'sliding_attention']
+    """
+    try:
+        from transformers.cache_utils import get_layer_types_and_kwargs
+    except ImportError:  # an earlier 5.x: the same rule, read off the config
+        layer_types = getattr(config, "layer_types", None)
+        if layer_types is not None:
+            return list(layer_types)
+        if getattr(config, "sliding_window", None) is not None:
+            return ["sliding_attention"] * config.num_hidden_layers
+        if getattr(config, "attention_chunk_size", None) is not None:
+            return ["chunked_attention"] * config.num_hidden_layers
+        return ["full_attention"] * config.num_hidden_layers
+    return list(get_layer_types_and_kwargs(config)[0])

@@ -25,7 +25,7 @@ import torch
 from ...caches.streaming import StreamingLLMCache
 from ...config import TriForceConfig
 from ...hf.linears import small_batch_linears
-from ...hf.model import num_layers, rotary_inv_freq
+from ...hf.model import layer_rotary, num_layers
 from ...hierarchy import ModelDrafter, NGramDrafter
 from .acceptance import logits_processors, processed_probs, token_acceptance
 from .reference import Reference
@@ -51,7 +51,8 @@ class DrafterMeasurement:
 def model_drafter(draft, config: TriForceConfig, temperature: float, top_p: float = 1.0) -> ModelDrafter:
     """A :class:`ModelDrafter` over a fresh :class:`StreamingLLMCache`, set up as TriForce decoding sets it up."""
     budget, sinks = config.draft_cache_budget, config.draft_sinks
-    cache = StreamingLLMCache(num_layers(draft), budget, sinks, rotary_inv_freq(draft), config.draft_evict_batch)
+    freqs, interleaved = layer_rotary(draft)
+    cache = StreamingLLMCache(num_layers(draft), budget, sinks, freqs, config.draft_evict_batch, interleaved)
     return ModelDrafter(draft, cache, logits_processors(temperature, top_p), do_sample=temperature > 0)
 
 
