@@ -153,6 +153,57 @@ def test_unsupported_family(factory, forward_counter):
     assert "generate" not in vars(model), "a rejected model must keep its own generate()"
 
 
+SMALL_SHAPE = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                   num_key_value_heads=1)  # fmt: skip
+REFUSED = {
+    "deepseek_v3-mla": ("DeepseekV3", dict(kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
+                        v_head_dim=8, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                        first_k_dense_replace=1, n_group=1, topk_group=1), "compressed KV"),
+    "jamba-mamba": ("Jamba", dict(num_experts=2, num_experts_per_tok=1, attn_layer_period=2, attn_layer_offset=1,
+                    expert_layer_period=2, expert_layer_offset=1, mamba_d_state=4, mamba_dt_rank=4, mamba_expand=1),
+                    "linear_attention"),
+    "qwen3_next-linear": ("Qwen3Next", dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
+                          shared_expert_intermediate_size=16, head_dim=16, linear_num_value_heads=2,
+                          linear_num_key_heads=1, linear_key_head_dim=8, linear_value_head_dim=8), "linear_attention"),
+    "falcon_h1-hybrid": ("FalconH1", dict(mamba_d_ssm=32, mamba_n_heads=2, mamba_d_head=16, mamba_d_state=4,
+                         mamba_expand=1, head_dim=16), "hybrid"),
+    "bloom-no-attention-interface": ("Bloom", dict(n_layer=1, n_head=2), "attention interface"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_models_that_cannot_be_served_are_refused_with_the_reason(case, forward_counter):
+    """Compressed-KV attention, state-space / linear-attention / hybrid layers, attention outside the interface:
+    ``UnsupportedModelError`` from ``enable()``, naming what the model has, before any forward; the model keeps its
+    own ``generate()``."""
+    import transformers
+
+    prefix, extra, reason = REFUSED[case]
+    model = getattr(transformers, f"{prefix}ForCausalLM")(
+        getattr(transformers, f"{prefix}Config")(**SMALL_SHAPE, **extra)
+    )
+    counter = forward_counter(model.eval())
+    with pytest.raises(UnsupportedModelError, match=reason) as info:
+        hf_triforce.enable(model)
+    counter.remove()
+    assert "plain generate" in str(info.value) or "served" in str(info.value)
+    assert not hf_triforce.is_enabled(model) and "generate" not in vars(model)
+
+
+def test_encoder_decoder_and_headless_models_are_refused():
+    import transformers
+
+    bart = transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32))  # fmt: skip
+    with pytest.raises(UnsupportedModelError, match="encoder-decoder"):
+        hf_triforce.enable(bart)
+    config = transformers.LlamaConfig(**SMALL_SHAPE)
+    for headless in (transformers.LlamaModel(config), transformers.LlamaForSequenceClassification(config)):
+        with pytest.raises(UnsupportedModelError, match="no causal LM head: load it with AutoModelForCausalLM"):
+            hf_triforce.enable(headless)
+
+
 def test_unsupported_assistant_family(llama, prompt, no_forward, forward_counter):
     gpt2 = tiny_gpt2()
     watch = forward_counter(gpt2)

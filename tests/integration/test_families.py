@@ -1,0 +1,199 @@
+"""Every family of the test matrix (``tests/support/families.py``): TriForce is plain ``generate()``, losslessly.
+
+For each of the 24 families, a tiny random model with a 200-token prompt (three times the 64-token retrieval budget,
+four times the 48-token sliding window of the families that have one):
+
+* greedy output identical to plain ``generate()`` with each level-0 drafter (n-gram, suffix, a 1-layer draft model
+  of the same family), level 1 drafting over a sparse view and rejected, level 0 drafting;
+* with a view that holds the whole sequence, level 1 computes what level 2 computes: its drafts are accepted, so the
+  accepting path (whole rounds, level 2's bonus) runs for every family too;
+* a left-padded batch of two prompts identical to plain batched ``generate()``, or, for sliding-window families, the
+  batch refused before any forward (the batched attention masks slots, not windows);
+* a reused prefilled cache (``DynamicCache()``: plain layers, which keep every token) identical to plain
+  ``generate()`` from the same cache;
+* sampled output distributed like plain sampling (the chi-square test of ``test_sampling_distribution.py``, smaller:
+  ``SAMPLES`` runs) for one family of each attention kind (``families.SAMPLED``).
+
+What makes a family's attention differ (soft-capping, QK-norm, partial and interleaved rotary, learned sinks, expert
+routing over a multi-token verification, decoder layers that drop their kwargs) is in its model; each case fails if
+TriForce's verification or level 1 mishandles it (a verification forward over several tokens that computes other
+logits than a one-token step changes the greedy tokens).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from transformers import DynamicCache
+
+import hf_triforce
+from hf_triforce import TriForceConfig, UnsupportedGenerationError
+from hf_triforce.hf.versions import cache_kwargs
+from tests.support.families import BY_TYPE, FAMILIES, SAMPLED, build, markdown_table
+from tests.support.homogeneity import describe, homogeneity_test
+from tests.support.speculation import Ran
+
+pytestmark = pytest.mark.integration
+
+TYPES = [family.model_type for family in FAMILIES]
+PROMPT = 200
+NEW_TOKENS = 24
+SPARSE = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, adaptive=False,
+              draft_cache_budget=48, draft_sinks=4)  # fmt: skip
+
+
+class FamilyZoo:
+    """Each family's TriForce-enabled target (4 layers) and 1-layer draft model, built once."""
+
+    def __init__(self) -> None:
+        self.models: dict[tuple[str, str], torch.nn.Module] = {}
+
+    def target(self, model_type: str) -> torch.nn.Module:
+        if (model_type, "target") not in self.models:
+            self.models[model_type, "target"] = hf_triforce.enable(build(model_type, seed=TYPES.index(model_type)))
+        return self.models[model_type, "target"]
+
+    def draft(self, model_type: str) -> torch.nn.Module:
+        if (model_type, "draft") not in self.models:
+            self.models[model_type, "draft"] = build(model_type, num_layers=1, seed=100 + TYPES.index(model_type))
+        return self.models[model_type, "draft"]
+
+
+@pytest.fixture(scope="module")
+def families() -> FamilyZoo:
+    return FamilyZoo()
+
+
+def prompt_ids(seed: int = 0, length: int = PROMPT) -> torch.LongTensor:
+    return torch.randint(0, 256, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "suffix", "model"])
+@pytest.mark.parametrize("model_type", TYPES)
+def test_greedy_equals_plain_generate(families, assert_greedy_equal, model_type, drafter):
+    model = families.target(model_type)
+    assistant = families.draft(model_type) if drafter == "model" else None
+    ran = Ran(drafted=("level0", "level1"), rejected=("level1",))
+    cfg = TriForceConfig(drafter=drafter, **SPARSE)
+    assert_greedy_equal(model, prompt_ids(), cfg, NEW_TOKENS, ran=ran, assistant_model=assistant)
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_a_view_of_the_whole_sequence_is_accepted(families, assert_greedy_equal, model_type):
+    """Budget >= prompt + new tokens and the target's own weights: level 1 is level 2, so whole rounds are accepted
+    (level 2's bonus token) in every family, sliding layers included (their window over a contiguous view)."""
+    cfg = TriForceConfig(drafter="none", **{**SPARSE, "retrieval_budget": 256}, level1_weights="full")
+    ran = Ran(accepted=("level1",), full_rounds=True)
+    assert_greedy_equal(families.target(model_type), prompt_ids(1), cfg, NEW_TOKENS, ran=ran)
+    assert hf_triforce.last_stats(families.target(model_type)).level1.per_token_acceptance > 0.9
+
+
+def left_padded_pair() -> tuple[torch.Tensor, torch.Tensor]:
+    """``([2, 200], [2, 200])``: a 200- and a 150-token prompt, left-padded with id 0, and their mask."""
+    ids = torch.cat([prompt_ids(2), torch.cat([torch.zeros(1, 50, dtype=torch.long), prompt_ids(3, 150)], 1)])
+    mask = torch.ones_like(ids)
+    mask[1, :50] = 0
+    return ids, mask
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_batch(families, assert_ran, forward_counter, model_type):
+    """A left-padded batch equals plain batched ``generate()``; a sliding-window family's batch is refused first."""
+    model = families.target(model_type)
+    ids, mask = left_padded_pair()
+    kwargs = dict(attention_mask=mask, max_new_tokens=16, do_sample=False, pad_token_id=0)
+    cfg = TriForceConfig(drafter="ngram", **SPARSE)
+    if BY_TYPE[model_type].sliding:
+        counter = forward_counter(model)
+        with pytest.raises(UnsupportedGenerationError, match="sliding window"):
+            model.generate(ids, triforce_config=cfg, **kwargs)
+        counter.remove()
+        assert counter.calls == 0
+        return
+    expected = model.generate(ids, **kwargs)
+    got = model.generate(ids, triforce_config=cfg, **kwargs)
+    assert torch.equal(expected, got), (expected[:, -16:], got[:, -16:])
+    for row in hf_triforce.last_stats(model).rows:
+        assert_ran(row, drafted=("level1",), rejected=("level1",))
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_reused_cache(families, assert_ran, model_type):
+    """From a ``DynamicCache()`` prefilled with 150 of the 200 prompt tokens: plain ``generate()``'s tokens."""
+    model = families.target(model_type)
+    prompt = prompt_ids(4)
+    prefix = DynamicCache()  # plain layers: every token kept, also for sliding-window layers
+    with torch.no_grad():
+        model(input_ids=prompt[:, :150], use_cache=True, **cache_kwargs(prefix))
+    common = dict(max_new_tokens=16, do_sample=False)
+    expected = model.generate(prompt, **common, **cache_kwargs(copy.deepcopy(prefix)))
+    got = model.generate(prompt, triforce_config=TriForceConfig(drafter="ngram", **SPARSE), **common,
+                         **cache_kwargs(copy.deepcopy(prefix)))  # fmt: skip
+    assert torch.equal(expected, got)
+    assert hf_triforce.last_stats(model).reused_tokens == 150
+    assert_ran(model, rejected=("level1",))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sampling: one family per attention kind
+
+VOCAB = 8
+SAMPLES = 300
+"""TriForce runs per family (against ``PLAIN_SAMPLES`` rows of one plain call): fewer than the main sampling test's
+1000, a check per attention kind of the machinery whose power that test shows."""
+PLAIN_SAMPLES = 2000
+ALPHA = 1e-3
+WINDOWS = ((0, 1, 2), (3, 4, 5))
+SAMPLING = {"do_sample": True, "temperature": 0.8, "top_p": 0.9}
+SAMPLING_CONFIG = dict(retrieval_budget=32, chunk_size=4, recent_window=8, refresh_every=2, gamma1=2, gamma2=4,
+                       draft_cache_budget=40, draft_sinks=4, drafter="model", adaptive=False)  # fmt: skip
+
+
+def new_tokens(sequences: torch.Tensor, start: int) -> np.ndarray:
+    return sequences[:, start : start + len(WINDOWS) * 3].numpy()
+
+
+@pytest.mark.parametrize("model_type", SAMPLED)
+def test_sampled_triforce_is_distributed_like_plain_generate(model_type):
+    """The prefill's token and one whole round (6 new tokens) of a 2-layer model (a sliding and a full layer for
+    hybrid families, the 100-token prompt two windows long) against plain sampling: each 3-token window passes the
+    chi-square homogeneity test at ``ALPHA / 2``; level 1 rejected some drafts and accepted some whole rounds."""
+    with torch.random.fork_rng(devices=[]):
+        target = hf_triforce.enable(build(model_type, num_layers=2, seed=0, vocab_size=VOCAB))
+        draft = build(model_type, num_layers=1, seed=100, vocab_size=VOCAB)
+        prompt = torch.randint(0, VOCAB, (1, 100), generator=torch.Generator().manual_seed(1))
+        torch.manual_seed(1_000_003)
+        plain = target.generate(prompt, max_new_tokens=6, num_return_sequences=PLAIN_SAMPLES, **SAMPLING)
+        config = TriForceConfig(**SAMPLING_CONFIG)
+        runs, drafted, rejected, whole = [], 0, 0, 0
+        for seed in range(SAMPLES):
+            torch.manual_seed(seed)
+            runs.append(target.generate(prompt, max_new_tokens=6, triforce_config=config, assistant_model=draft,
+                                        **SAMPLING))  # fmt: skip
+            stats = hf_triforce.last_stats(target)
+            drafted, rejected = drafted + stats.level1.drafted, rejected + stats.level1.rejections
+            whole += stats.rounds.get("levels", 0) - stats.level1.rejections
+    got, expected = new_tokens(torch.cat(runs), 100), new_tokens(plain, 100)
+    for window in WINDOWS:
+        codes = [(tokens[:, list(window)] * VOCAB ** np.arange(3)).sum(1) for tokens in (expected, got)]
+        p_value, table, labels = homogeneity_test(*codes, VOCAB, 3)
+        assert p_value > ALPHA / len(WINDOWS), (
+            f"{model_type}: TriForce sampling is not distributed like plain generate() on new tokens "
+            f"{[i + 1 for i in window]} (p = {p_value:.3g}).\n" + describe(table, labels, ("plain", "triforce"))
+        )
+    assert drafted > 0 and rejected > 0 and whole > 0, (drafted, rejected, whole)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The docs' table
+
+
+def test_supported_models_page_shows_the_matrix():
+    """``docs/supported-models.md`` carries the table this matrix generates (``python -m tests.support.families``)."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "supported-models.md").read_text()
+    assert markdown_table() in page, "regenerate the table: python -m tests.support.families"
