@@ -197,3 +197,49 @@ def test_supported_models_page_shows_the_matrix():
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "supported-models.md").read_text()
     assert markdown_table() in page, "regenerate the table: python -m tests.support.families"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Moving cached keys: the level-0 draft cache's re-rotation in each family's own rotary layout
+
+ROTARY = [("phi3", None), ("stablelm", None), ("glm4", None), ("cohere", None), ("llama", None),
+          ("gemma3_text", "sliding_attention"), ("gemma3_text", "full_attention")]  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type, kind", ROTARY, ids=[f"{t}-{k}" if k else t for t, k in ROTARY])
+def test_evicted_keys_are_the_keys_the_model_computes_at_their_new_positions(model_type, kind):
+    """A StreamingLLM cache that evicts 5 window tokens moves the later ones down 5 slots, re-rotating their keys;
+    they must equal the keys the model's own forward computes at the new positions (the first layer's keys depend
+    on the token and position only). Partial rotary (Phi-3, StableLM, GLM-4), interleaved channel pairs (Cohere,
+    GLM-4) and Gemma 3's local and global bases each fail this without their handling."""
+    import dataclasses
+
+    from hf_triforce.caches.streaming import StreamingLLMCache
+    from hf_triforce.hf.model import layer_rotary
+
+    family = BY_TYPE[model_type]
+    if kind is not None:
+        family = dataclasses.replace(family, config={**family.config, "layer_types": [kind]})
+    model = build(family, num_layers=1, seed=3)
+    freqs, interleaved = layer_rotary(model)
+    ids = torch.randint(0, 256, (1, 20), generator=torch.Generator().manual_seed(5))
+    cache = StreamingLLMCache(1, budget=24, sinks=4, inv_freq=freqs, evict_batch=0, interleaved=interleaved)
+    reference = DynamicCache()
+    with torch.no_grad():
+        model(input_ids=ids, position_ids=torch.arange(20)[None], use_cache=True, **cache_kwargs(cache))
+        cache.layers[0].evict(5)  # tokens 9..19 move from slots 9..19 to 4..14
+        model(input_ids=ids[:, 9:], position_ids=torch.arange(4, 15)[None], use_cache=True, **cache_kwargs(reference))
+    moved = cache.layers[0].buffer.keys[:, :, 4:15]
+    torch.testing.assert_close(moved, reference.layers[0].keys, atol=1e-5, rtol=1e-5)
+
+
+def test_each_layer_rotates_with_its_own_kind_s_base():
+    """Gemma 3's sliding and full layers have rotary bases of their own: the draft cache gets each layer's."""
+    from hf_triforce.hf.model import layer_rotary
+
+    model = build("gemma3_text", num_layers=2)  # layer types: sliding, full
+    freqs, _ = layer_rotary(model)
+    rotary = model.model.rotary_emb
+    assert torch.equal(freqs[0], rotary.sliding_attention_inv_freq.float())
+    assert torch.equal(freqs[1], rotary.full_attention_inv_freq.float())
+    assert not torch.equal(freqs[0], freqs[1])
