@@ -6,6 +6,7 @@ forward runs (checked with forward pre-hooks that count calls on the target and 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 
@@ -403,22 +404,28 @@ class Boom(RuntimeError):
     pass
 
 
+@contextlib.contextmanager
+def failing_forward(model, at: int):
+    """Within the block, the model's ``at``-th forward raises :class:`Boom`."""
+    calls = {"n": 0}
+
+    def hook(module, args):
+        calls["n"] += 1
+        if calls["n"] == at:
+            raise Boom("injected failure")
+
+    handle = model.register_forward_pre_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 @pytest.mark.parametrize("fail_at", [1, 2, 5])
 def test_attn_implementation_restored_after_a_failing_forward(llama, prompt, fail_at):
     """A forward that raises inside TriForce (mid-prefill or mid-decoding) leaves the model as it was."""
-    counter = {"n": 0}
-
-    def hook(module, args):
-        counter["n"] += 1
-        if counter["n"] == fail_at:
-            raise Boom("injected failure")
-
-    handle = llama.register_forward_pre_hook(hook)
-    try:
-        with pytest.raises(Boom):
-            llama.generate(prompt, max_new_tokens=20, triforce_config=TriForceConfig(**CFG))
-    finally:
-        handle.remove()
+    with failing_forward(llama, fail_at), pytest.raises(Boom):
+        llama.generate(prompt, max_new_tokens=20, triforce_config=TriForceConfig(**CFG))
     assert llama.config._attn_implementation == "sdpa"
     expected = llama.generate(prompt, max_new_tokens=10, do_sample=False)
     got = llama.generate(prompt, max_new_tokens=10, do_sample=False, triforce_config=TriForceConfig(**CFG))
@@ -448,19 +455,8 @@ def test_a_failed_call_leaves_no_statistics_behind(prompt, model_factory, failur
         with pytest.raises(UnsupportedGenerationError):
             model.generate(prompt, max_new_tokens=5, num_beams=2, triforce_config=TriForceConfig(**CFG))
     else:
-        calls = {"n": 0}
-
-        def fail_third(module, args):
-            calls["n"] += 1
-            if calls["n"] == 3:
-                raise Boom("injected failure")
-
-        handle = model.register_forward_pre_hook(fail_third)
-        try:
-            with pytest.raises(Boom):
-                model.generate(prompt, max_new_tokens=20, triforce_config=TriForceConfig(**CFG))
-        finally:
-            handle.remove()
+        with failing_forward(model, 3), pytest.raises(Boom):
+            model.generate(prompt, max_new_tokens=20, triforce_config=TriForceConfig(**CFG))
     with pytest.raises(ValueError, match="raised before it finished"):
         hf_triforce.last_stats(model)
     model.generate(prompt, max_new_tokens=4, do_sample=False, triforce_config=TriForceConfig(**CFG))
