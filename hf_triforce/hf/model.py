@@ -155,17 +155,6 @@ def _interleaved(model: torch.nn.Module) -> bool:
     return rotate_half(torch.arange(4.0))[:2].tolist() == [-1.0, 0.0]  # Llama's gives [-2, -3]
 
 
-def rotary_inv_freq(model: torch.nn.Module) -> torch.Tensor:
-    """The ``[head_dim // 2]`` (or partial) rotary inverse frequencies of a Llama-style model."""
-    rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
-    inv_freq = getattr(rotary, "inv_freq", None)
-    if inv_freq is None:
-        raise UnsupportedModelError(
-            f"{type(model).__name__} has no model.rotary_emb.inv_freq (RoPE) to re-rotate with."
-        )
-    return inv_freq.detach().float()
-
-
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
     """Rotate ``x`` ``[..., D]`` by ``cos``/``sin`` ``[..., R]`` (broadcast; ``R <= D``: the rest passes unrotated), in
     the ``rotate_half`` layout of Llama-style models (the first ``R`` channels, their halves paired) or, with

@@ -23,6 +23,8 @@ logits than a one-token step changes the greedy tokens).
 from __future__ import annotations
 
 import copy
+import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,9 +33,11 @@ from transformers import DynamicCache
 
 import hf_triforce
 from hf_triforce import TriForceConfig, UnsupportedGenerationError
+from hf_triforce.caches.streaming import StreamingLLMCache
+from hf_triforce.hf.model import layer_rotary
 from hf_triforce.hf.versions import cache_kwargs
 from tests.support.families import BY_TYPE, FAMILIES, SAMPLED, build, markdown_table
-from tests.support.homogeneity import describe, homogeneity_test
+from tests.support.homogeneity import describe, homogeneity_test, window_codes
 from tests.support.speculation import Ran
 
 pytestmark = pytest.mark.integration
@@ -178,7 +182,7 @@ def test_sampled_triforce_is_distributed_like_plain_generate(model_type):
             whole += stats.rounds.get("levels", 0) - stats.level1.rejections
     got, expected = new_tokens(torch.cat(runs), 100), new_tokens(plain, 100)
     for window in WINDOWS:
-        codes = [(tokens[:, list(window)] * VOCAB ** np.arange(3)).sum(1) for tokens in (expected, got)]
+        codes = [window_codes(tokens, window, VOCAB) for tokens in (expected, got)]
         p_value, table, labels = homogeneity_test(*codes, VOCAB, 3)
         assert p_value > ALPHA / len(WINDOWS), (
             f"{model_type}: TriForce sampling is not distributed like plain generate() on new tokens "
@@ -193,8 +197,6 @@ def test_sampled_triforce_is_distributed_like_plain_generate(model_type):
 
 def test_supported_models_page_shows_the_matrix():
     """``docs/supported-models.md`` carries the table this matrix generates (``python -m tests.support.families``)."""
-    from pathlib import Path
-
     page = (Path(__file__).resolve().parents[2] / "docs" / "supported-models.md").read_text()
     assert markdown_table() in page, "regenerate the table: python -m tests.support.families"
 
@@ -212,11 +214,6 @@ def test_evicted_keys_are_the_keys_the_model_computes_at_their_new_positions(mod
     they must equal the keys the model's own forward computes at the new positions (the first layer's keys depend
     on the token and position only). Partial rotary (Phi-3, StableLM, GLM-4), interleaved channel pairs (Cohere,
     GLM-4) and Gemma 3's local and global bases each fail this without their handling."""
-    import dataclasses
-
-    from hf_triforce.caches.streaming import StreamingLLMCache
-    from hf_triforce.hf.model import layer_rotary
-
     family = BY_TYPE[model_type]
     if kind is not None:
         family = dataclasses.replace(family, config={**family.config, "layer_types": [kind]})
@@ -235,8 +232,6 @@ def test_evicted_keys_are_the_keys_the_model_computes_at_their_new_positions(mod
 
 def test_each_layer_rotates_with_its_own_kind_s_base():
     """Gemma 3's sliding and full layers have rotary bases of their own: the draft cache gets each layer's."""
-    from hf_triforce.hf.model import layer_rotary
-
     model = build("gemma3_text", num_layers=2)  # layer types: sliding, full
     freqs, _ = layer_rotary(model)
     rotary = model.model.rotary_emb

@@ -58,7 +58,7 @@ import hf_triforce.sampling
 from hf_triforce import TriForceConfig
 from hf_triforce.hf.versions import CACHE_ARG, cache_kwargs
 from hf_triforce.hierarchy.planner import Plan, Planner
-from tests.support.homogeneity import describe, homogeneity_test
+from tests.support.homogeneity import describe, homogeneity_test, window_codes
 
 pytestmark = pytest.mark.integration
 
@@ -267,20 +267,11 @@ def sampler(model_factory) -> Sampler:
     return Sampler(target, draft, prompt)
 
 
-def window_codes(tokens: np.ndarray, window: tuple[int, ...]) -> np.ndarray:
-    """``[N]`` continuation codes of a window: the tokens at ``window``'s positions read as a base-``VOCAB`` number.
-
-    Example:
-        >>> window_codes(np.array([[1, 2, 3, 4]]), (1, 3)).tolist()  # 2 + 4 * 8
-        [34]
-    """
-    return (tokens[:, list(window)] * VOCAB ** np.arange(len(window))).sum(axis=1)
-
-
 def window_tests(first: np.ndarray, second: np.ndarray) -> list[tuple[tuple[int, ...], float, np.ndarray, list[str]]]:
     """:func:`homogeneity_test` of two ``[N, NEW_TOKENS]`` samples on each of :data:`WINDOWS`:
     ``(window, p_value, table, labels)`` each."""
-    return [(w, *homogeneity_test(window_codes(first, w), window_codes(second, w), VOCAB, len(w))) for w in WINDOWS]
+    codes = [(window_codes(first, w, VOCAB), window_codes(second, w, VOCAB)) for w in WINDOWS]
+    return [(w, *homogeneity_test(*pair, VOCAB, len(w))) for w, pair in zip(WINDOWS, codes, strict=True)]
 
 
 def same_distribution(plain: np.ndarray, got: np.ndarray, what: str, names=("plain", "triforce")) -> None:

@@ -22,7 +22,7 @@ from hf_triforce import TriForceConfig
 from hf_triforce.caches.streaming import StreamingLLMCache
 from hf_triforce.errors import TriForceConfigError, TriForceError, UnsupportedDeviceError, UnsupportedModelError
 from hf_triforce.generation.state import state_of
-from hf_triforce.hf.model import rotary_inv_freq
+from hf_triforce.hf.model import layer_rotary
 from hf_triforce.hierarchy import ModelDrafter, static_steps
 from tests.support.speculation import Ran
 
@@ -117,7 +117,7 @@ def test_static_draft_cache_matches_dynamic(zoo, make_prompt):
     model = zoo.draft("llama_gqa")
     drafters = []
     for static in (False, True):
-        cache = StreamingLLMCache(1, budget=24, sinks=4, inv_freq=rotary_inv_freq(model), evict_batch=4)
+        cache = StreamingLLMCache(1, budget=24, sinks=4, inv_freq=layer_rotary(model)[0], evict_batch=4)
         drafter = ModelDrafter(model, cache, LogitsProcessorList(), do_sample=False)
         if static:
             drafter.use_static_steps("eager")

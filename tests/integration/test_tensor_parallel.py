@@ -37,7 +37,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import hf_triforce
 from hf_triforce import TriForceConfig
-from tests.support.homogeneity import describe, homogeneity_test
+from tests.support.homogeneity import describe, homogeneity_test, window_codes
 from tests.support.speculation import Ran, check_ran
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -187,8 +187,7 @@ class Vocab8:
 def codes(new_tokens) -> np.ndarray:
     """The first ``HISTOGRAM_TOKENS`` new tokens of each row read as a base-``VOCAB`` number (the continuation codes
     of ``test_sampling_distribution.homogeneity_test``)."""
-    tokens = np.asarray(new_tokens)[:, :HISTOGRAM_TOKENS]
-    return (tokens * VOCAB ** np.arange(HISTOGRAM_TOKENS)).sum(axis=1)
+    return window_codes(new_tokens, tuple(range(HISTOGRAM_TOKENS)), VOCAB)
 
 
 @pytest.fixture(scope="module")

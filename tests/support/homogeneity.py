@@ -14,6 +14,17 @@ MIN_EXPECTED = 5
 """Continuations with an expected count below this are pooled into one bin (the usual chi-square rule)."""
 
 
+def window_codes(tokens: np.ndarray, window: tuple[int, ...], vocab: int) -> np.ndarray:
+    """``[N]`` continuation codes of ``[N, T]`` new tokens: the tokens at ``window``'s positions read as a
+    base-``vocab`` number (what :func:`homogeneity_test` compares).
+
+    Example:
+        >>> window_codes(np.array([[1, 2, 3, 4]]), (1, 3), vocab=8).tolist()  # 2 + 4 * 8
+        [34]
+    """
+    return (np.asarray(tokens)[:, list(window)] * vocab ** np.arange(len(window))).sum(axis=1)
+
+
 def homogeneity_test(
     first: np.ndarray, second: np.ndarray, vocab: int, length: int
 ) -> tuple[float, np.ndarray, list[str]]:
