@@ -57,10 +57,11 @@ test-latest:
 demo: venv
 	$(VPY) -m hf_triforce demo $(DEMO_ARGS)
 
-# The speed benchmark (T=0 and T=0.6/top-p 0.9), written under benchmarks/results/.
-BENCH_OUTPUT ?= benchmarks/results/cpu-smollm2-7k.json
+# The speed benchmark: the seven prompts of different genres, T=0 and T=0.6/top-p 0.9, best plain vs TriForce,
+# written under benchmarks/results/ (~50 min on 2 CPU cores).
+BENCH_OUTPUT ?= benchmarks/results/cpu-smollm2-7k-natural.json
 bench: venv
-	$(VPY) -m hf_triforce bench --profile --prompt-lookup 10 --output $(BENCH_OUTPUT) $(BENCH_ARGS)
+	$(VPY) -m hf_triforce bench --prompt-lookup 10 --output $(BENCH_OUTPUT) $(BENCH_ARGS)
 
 # The documentation site (site/); --strict fails on any warning: broken links, bad docstrings, missing API names.
 docs: venv

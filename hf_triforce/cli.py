@@ -13,10 +13,12 @@ import torch
 from .config import DRAFTERS, LEVEL1_WEIGHTS
 from .demo import DEFAULT_REPETITION_PENALTY, DemoOptions, run_demo
 from .errors import TriForceConfigError
+from .evaluation.bench.plain_baselines import DEFAULT_PLAIN
 from .evaluation.bench.rank_figures import end_ranks, is_report_rank
 from .evaluation.bench.real_acceptance import parse_real_acceptance
 from .evaluation.bench.report import markdown_table, write_results
 from .evaluation.bench.run import BenchOptions, run_benchmark
+from .evaluation.common.prompt_set import BENCH_PROMPTS
 from .evaluation.drafts.options import EvalOptions, parse_fractions
 from .evaluation.drafts.report import markdown_report, write_eval_results
 from .evaluation.drafts.run import run_eval_drafts
@@ -24,6 +26,7 @@ from .evaluation.figures.bench_plot import write_plot
 from .evaluation.figures.drafts_plot import write_eval_plot
 from .evaluation.models.shapes import PRESETS
 from .hf.backend import ATTN_CHOICES
+from .hf.plain_decoding import plain_decoding
 
 CUDA_GRAPHS: dict[str, bool | str] = {"off": False, "auto": "auto", "on": True, "eager": "eager"}
 
@@ -69,6 +72,11 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
         f"model's answer from looping (default {DEFAULT_REPETITION_PENALTY}; 1 for none)",
     )  # fmt: skip
     p.add_argument("--output", default=None, help="also write the figures and answers to this JSON file")
+    p.add_argument(
+        "--prompt", default=None, choices=[p.name for p in BENCH_PROMPTS],
+        help="ask one of the bench's documents its question (default: --document/--question, by default the Python "
+        "language reference)",
+    )  # fmt: skip
     p.add_argument(
         "--questions",
         type=int,
@@ -144,6 +152,21 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         help="attention backend (default auto: flash attention on CUDA when installed, else sdpa)",
     )  # fmt: skip
     p.add_argument("--plot", default=None, help="write a PNG: speedup and per-level latency vs context length")
+    p.add_argument(
+        "--prompts", default=None,
+        help=f"comma-separated prompts of the bench's set (default: all of {','.join(p.name for p in BENCH_PROMPTS)}; "
+        "--document/--question measure one prompt of yours instead)",
+    )  # fmt: skip
+    p.add_argument(
+        "--plain", default=",".join(DEFAULT_PLAIN),
+        help="comma-separated plain decodings timed beside TriForce; the fastest is 'best plain' (default: all of "
+        f"{','.join(DEFAULT_PLAIN)}; the CUDA-only ones are reported as not run elsewhere)",
+    )  # fmt: skip
+    p.add_argument(
+        "--repetition-penalty", type=float, default=DEFAULT_REPETITION_PENALTY,
+        help="penalty on the answer's own tokens (the prompt's free), the same for every run, as the demo's "
+        f"(default {DEFAULT_REPETITION_PENALTY}; 1 for none)",
+    )  # fmt: skip
     p.add_argument(
         "--batch-size", type=int, default=1, metavar="N",
         help="N rows, each a different document and question, left-padded: throughput of plain batched generate() "
@@ -245,11 +268,19 @@ def _run_demo(args: argparse.Namespace) -> int:
         questions=args.questions,
         repetition_penalty=args.repetition_penalty,
         output=args.output,
+        prompt=args.prompt,
     )
     if args.question:
         options.question = args.question
     run_demo(options)
     return 0
+
+
+def _plain_names(text: str) -> list[str]:
+    names = [n for n in text.split(",") if n]
+    for name in names:
+        plain_decoding(name)  # ValueError naming the choices, before anything is loaded
+    return names
 
 
 def _run_bench(args: argparse.Namespace) -> int:
@@ -285,9 +316,11 @@ def _run_bench(args: argparse.Namespace) -> int:
         adaptive=args.adaptive,
         tp=args.tp,
         batch_size=args.batch_size,
+        question=args.question,
+        prompts=args.prompts.split(",") if args.prompts else None,
+        plain=_plain_names(args.plain),
+        repetition_penalty=args.repetition_penalty,
     )
-    if args.question:
-        options.question = args.question
     results = run_benchmark(options, command="hf-triforce " + shlex.join(args.argv))
     if is_report_rank():  # tensor parallelism: rank 0 reports for every rank
         _report_bench(results, args)

@@ -16,6 +16,7 @@ from .evaluation.bench.timed_run import measure, peak_rss_bytes, warm_up
 from .evaluation.common.documents import (
     DEFAULT_DOCUMENT_TOKENS,
     DEFAULT_QUESTION,
+    DocumentError,
     DocumentQuestion,
     question_prompt,
     read_document,
@@ -24,7 +25,8 @@ from .evaluation.common.formatting import acceptance_rate, mib, number, per_toke
 from .evaluation.common.generate_kwargs import generate_kwargs
 from .evaluation.common.loading import load_model
 from .evaluation.common.machine import machine_info
-from .evaluation.common.repetition import LOOP_NGRAM, repeated_fraction
+from .evaluation.common.prompt_set import BENCH_PROMPTS, BenchPrompt, bench_prompt, user_prompt
+from .evaluation.common.repetition import DEFAULT_REPETITION_PENALTY, LOOP_FRACTION, LOOP_NGRAM, repeated_fraction
 from .evaluation.common.results import write_json
 from .generation import enable
 from .hf.model import context_limit
@@ -32,8 +34,7 @@ from .hf.processors import answer_repetition_penalty, custom_processor_replaces_
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_REPETITION_PENALTY = 1.2
-"""The demo's penalty on the answer's own tokens (the value the CTRL paper suggests, as transformers' docs quote)."""
+PROMPT_NAMES = tuple(p.name for p in BENCH_PROMPTS)
 
 
 @dataclass
@@ -46,6 +47,10 @@ class DemoOptions(DocumentQuestion):
             (:func:`~hf_triforce.hf.processors.answer_repetition_penalty`), given to both runs alike; ``None`` or
             1.0 for none. A small model's long answers otherwise drift into a loop.
         output: a JSON file for the figures (with the machine record), or None.
+        prompt: one of the bench's documents and questions by name
+            (:data:`~hf_triforce.evaluation.common.prompt_set.BENCH_PROMPTS`: prose, reference, code, guide,
+            changelog, table, transcript) instead of ``document``/``question``; None: those (by default the Python
+            language reference and the ``__getattr__`` question).
     """
 
     document_tokens: int | None = DEFAULT_DOCUMENT_TOKENS
@@ -58,6 +63,7 @@ class DemoOptions(DocumentQuestion):
     questions: int = 1
     repetition_penalty: float | None = DEFAULT_REPETITION_PENALTY
     output: str | None = None
+    prompt: str | None = None
 
     def __post_init__(self) -> None:
         if not self.temperatures or any(t < 0 for t in self.temperatures):
@@ -79,17 +85,37 @@ def run_demo(options: DemoOptions, print_fn=print) -> list[Comparison]:
     if options.questions > 1:
         return run_questions_demo(options, print_fn)
     config = TriForceConfig(retrieval_budget=options.budget, drafter=options.drafter)
-    document = read_document(options.document)
+    prompt = demo_prompt(options)
     model, tokenizer = load_model(options.model)
     enable(model)
     limit = context_limit(model)
-    ids = question_prompt(tokenizer, document, options.question, options.document_tokens, limit, options.max_new_tokens)
-    print_fn(f"Prompt: {ids.shape[1]} tokens (document + question). Question: {options.question}")
+    ids = question_prompt(tokenizer, prompt.text(), prompt.question, options.document_tokens, limit,
+                          options.max_new_tokens)  # fmt: skip
+    print_fn(f"Document: {prompt.source} ({prompt.genre}; --prompt chooses another of: {', '.join(PROMPT_NAMES)}).")
+    print_fn(f"Prompt: {ids.shape[1]} tokens (document + question). Question: {prompt.question}")
     results = [_compare(model, tokenizer, ids, config, options, t, print_fn) for t in options.temperatures]
     print_fn(format_summary(results, options))
     if options.output:
         print_fn(f"wrote {write_json(demo_record(results, options, tokenizer, ids.shape[1]), options.output)}")
     return results
+
+
+def demo_prompt(options: DemoOptions) -> BenchPrompt:
+    """The document and question the demo asks: ``options.prompt`` of the bench's set, or the user's
+    ``document``/``question`` (read now, before the model is loaded).
+
+    Raises:
+        DocumentError: an unknown prompt name, ``prompt`` together with ``document``, or an unreadable document.
+
+    Example:
+        >>> demo_prompt(DemoOptions(prompt="code")).source
+        'argparse.py'
+    """
+    if options.prompt is None:
+        return user_prompt(options.document, options.question)
+    if options.document is not None:
+        raise DocumentError("--prompt picks one of the bench's documents: drop it, or drop --document.")
+    return bench_prompt(options.prompt)
 
 
 def _compare(model, tokenizer, ids, config, options: DemoOptions, temperature: float, print_fn) -> Comparison:
@@ -260,7 +286,7 @@ def _identical(result: Comparison, tokenizer, prompt: int) -> str:
 
 def _repeats(answer: list[int]) -> str:
     fraction = repeated_fraction(answer)
-    verdict = "no" if fraction == 0 else ("a loop" if fraction > 0.25 else "in places")
+    verdict = "no" if fraction == 0 else ("a loop" if fraction > LOOP_FRACTION else "in places")
     return f"{verdict} ({fraction:.0%} of its {LOOP_NGRAM}-token spans occurred earlier in it)"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,8 +12,11 @@ import torch
 from ...config import TriForceConfig
 from ...generation import enable
 from ...hf.linears import small_batch_linears
+from ...hf.versions import cache_kwargs
 from ..common.divergence import Divergence, first_divergence
-from .timed_run import RunResult, measure, peak_rss_bytes, warm_up
+from .plain_baselines import best_plain, measure_plain_decodings
+from .prefix import Prefix
+from .timed_run import WARM_UP_TOKENS, RunResult, measure, peak_rss_bytes, warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +37,27 @@ class Comparison:
     prompt_lookup: RunResult | None = None
     pairs: list[tuple[RunResult, RunResult]] = field(default_factory=list)
     dtype: torch.dtype | None = None
+    plain_decodings: dict[str, RunResult | str] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
-        """Plain decode seconds per token over TriForce's (prefill excluded)."""
+        """Plain decode seconds per token (``generate()``'s defaults) over TriForce's (prefill excluded)."""
         return pair_speedup(self.plain, self.triforce)
+
+    @property
+    def best_plain(self) -> str:
+        """The fastest plain decoding measured (``"dynamic"`` when no other was)."""
+        return best_plain(self.plain_decodings) if self.plain_decodings else "dynamic"
+
+    @property
+    def best_plain_run(self) -> RunResult:
+        """The run of :attr:`best_plain`."""
+        return self.plain_decodings.get(self.best_plain, self.plain)
+
+    @property
+    def speedup_best_plain(self) -> float:
+        """The fastest plain decoding's seconds per token over TriForce's: the headline ratio."""
+        return pair_speedup(self.best_plain_run, self.triforce)
 
     @property
     def identical(self) -> bool:
@@ -79,7 +99,20 @@ class Comparison:
             "prompt_lookup": None if self.prompt_lookup is None else self.prompt_lookup.to_dict(),
             "peak_rss_bytes": peak_rss_bytes(),
             "repeats": [_pair_dict(plain, fast) for plain, fast in self.pairs] if len(self.pairs) > 1 else None,
+            "plain_decodings": {name: self._decoding_dict(run) for name, run in self.plain_decodings.items()},
+            "best_plain": self.best_plain,
+            "speedup_best_plain": self.speedup_best_plain,
         }
+
+    def _decoding_dict(self, run: RunResult | str) -> dict[str, Any]:
+        if isinstance(run, str):
+            return {"error": run}
+        same = (
+            torch.equal(run.sequences, self.plain.sequences)
+            if run.sequences.shape == self.plain.sequences.shape
+            else False
+        )
+        return {**run.to_dict(), "identical_to_default": same}
 
 
 def pair_speedup(plain: RunResult, fast: RunResult) -> float:
@@ -106,6 +139,8 @@ def compare(
     plain_prefill_chunk_size: int | None = None,
     prompt_lookup_tokens: int | None = None,
     repeats: int = 1,
+    prefix: Prefix | None = None,
+    plain_decodings: Sequence[str] = (),
     **generate_kwargs,
 ) -> Comparison:
     """Measure plain ``generate()`` then TriForce with the same kwargs and seed; prefill excluded.
@@ -127,6 +162,10 @@ def compare(
             (a shared machine's speed drifts by 10-30% within minutes; interleaving exposes both to the same drift).
             Sampled pairs use seeds ``seed, seed + 1, ...``: a sampled text's speedup depends on the text (a
             passage level 1 is sure of runs in long rounds), so the median is taken over several texts.
+        prefix: start every call from a copy of this prefilled prompt (:mod:`.prefix`: one prefill for all the
+            calls; ``input_ids`` must be its prompt), with a warm-up from it too.
+        plain_decodings: also time these plain configurations (:mod:`.plain_baselines`; ``"dynamic"`` is the
+            plain run itself): ``Comparison.plain_decodings`` and ``best_plain``.
 
     Example:
         >>> result = compare(model, ids, TriForceConfig(retrieval_budget=512), max_new_tokens=128)  # doctest: +SKIP
@@ -135,29 +174,44 @@ def compare(
     enable(model)
     extra = {"assistant_model": assistant_model} if assistant_model is not None else {}
     chunk = {"prefill_chunk_size": plain_prefill_chunk_size} if plain_prefill_chunk_size else {}
-    if warmup:
+
+    def start() -> dict[str, Any]:  # each call's own copy of the prefilled prompt, if any
+        return {} if prefix is None else cache_kwargs(prefix.copy())
+
+    if warmup and prefix is not None:
+        short = {**generate_kwargs, "max_new_tokens": WARM_UP_TOKENS, "min_new_tokens": WARM_UP_TOKENS}
+        measure(model, input_ids, **start(), **short)
+        measure(model, input_ids, triforce_config=triforce_config, **start(), **extra, **short)
+    elif warmup:
         warm_up(model, input_ids, triforce_config, generate_kwargs, **extra)
     pairs = []
     greedy = not generate_kwargs.get("do_sample")  # its logits explain a difference (Comparison.divergence)
     for i in range(repeats):
         pair_seed = seed if greedy else seed + i  # sampled: each pair its own text
         logger.info("plain generate(): %d prompt tokens", input_ids.shape[1])
-        plain = measure(model, input_ids, seed=pair_seed, keep_logits=greedy, **chunk, **generate_kwargs)
+        plain = measure(model, input_ids, seed=pair_seed, keep_logits=greedy, **start(), **chunk, **generate_kwargs)
         logger.info("TriForce generate(): %d prompt tokens", input_ids.shape[1])
-        fast = measure(model, input_ids, seed=pair_seed, keep_logits=greedy, triforce_config=triforce_config, **extra,
-                       **generate_kwargs)  # fmt: skip
+        fast = measure(model, input_ids, seed=pair_seed, keep_logits=greedy, triforce_config=triforce_config,
+                       **start(), **extra, **generate_kwargs)  # fmt: skip
         pairs.append((plain, fast))
     plain, fast = median_pair(pairs)
     reference = None
     if reference_fast_linears:
         with small_batch_linears(model):
-            reference = measure(model, input_ids, seed=seed, **chunk, **generate_kwargs)
+            reference = measure(model, input_ids, seed=seed, **start(), **chunk, **generate_kwargs)
     lookup = None
     if prompt_lookup_tokens:
         logger.info("prompt-lookup generate(): %d prompt tokens", input_ids.shape[1])
-        lookup = measure(model, input_ids, seed=seed, prompt_lookup_num_tokens=prompt_lookup_tokens, **chunk,
-                         **generate_kwargs)  # fmt: skip
-    return Comparison(plain, fast, generate_kwargs, reference, lookup, pairs, dtype=model.dtype)
+        lookup = measure(model, input_ids, seed=seed, prompt_lookup_num_tokens=prompt_lookup_tokens, **start(),
+                         **chunk, **generate_kwargs)  # fmt: skip
+    others = [name for name in plain_decodings if name != "dynamic"]
+    decodings = {"dynamic": plain} if plain_decodings else {}
+    if others:
+        if prefix is None:
+            raise ValueError("plain_decodings other than 'dynamic' are timed from a prefix: pass prefix=Prefix(...).")
+        decodings.update(measure_plain_decodings(model, prefix, others, seed=seed, **generate_kwargs))
+    return Comparison(plain, fast, generate_kwargs, reference, lookup, pairs, dtype=model.dtype,
+                      plain_decodings=decodings)  # fmt: skip
 
 
 def median_pair(pairs: list[tuple[RunResult, RunResult]]) -> tuple[RunResult, RunResult]:

@@ -13,6 +13,7 @@ from ..common.results import write_json
 from ..common.schedule_table import schedule_section
 from ..models.bandwidth import device_bandwidth, modeled_speedup
 from .batch import batch_table, modeled_batch_table
+from .headline import headline_section
 from .rank_report import rank_section
 
 
@@ -44,6 +45,14 @@ def markdown_table(results: dict[str, Any]) -> str:
         return "\n".join(lines + batch_table(results)) + "\n"
     if "modeled_batch_rows" in results:
         return "\n".join(lines + modeled_batch_table(results)) + "\n"
+    lines += headline_section(results)
+    lines += [
+        "",
+        "## Every row",
+        "",
+        "Against `generate()`'s defaults (`DynamicCache`), with the drafts' acceptance.",
+        "",
+    ]
     lines += [
         "| prompt | T | drafter | budget | plain tok/s | TriForce tok/s | speedup | identical | "
         "level-0 acc. (round / per token) | level-1 acc. (round / per token) | tokens/forward | "

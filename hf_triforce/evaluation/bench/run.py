@@ -20,20 +20,27 @@ from ...errors import TriForceConfigError
 from ...generation import enable
 from ...hf.backend import preferred_attn_implementation
 from ...hf.model import attn_implementation, context_limit
+from ...hf.processors import answer_repetition_penalty, custom_processor_replaces_builtin
 from ...hf.sharding import local_shard, sharded_loading_kwargs
-from ..common.documents import DocumentQuestion, question_prompt, read_document
+from ..common.documents import DEFAULT_QUESTION, DocumentError, DocumentQuestion, question_prompt
 from ..common.generate_kwargs import generate_kwargs
 from ..common.loading import load_model
 from ..common.machine import machine_info
-from ..models.bandwidth import kv_bytes_per_token
+from ..common.prompt_set import BENCH_PROMPTS, BenchPrompt, prompt_record, user_prompt
+from ..common.prompt_set import bench_prompt as bench_prompt_named
+from ..common.repetition import DEFAULT_REPETITION_PENALTY, loops, repeated_fraction
+from ..models.bandwidth import device_bandwidth, kv_bytes_per_token
 from ..models.memory_fit import check_batch_fits, check_fits, longest_context
 from ..models.shapes import kv_heads, preset_config, random_model
 from .batch import modeled_batch_results, run_batch_benchmark
 from .comparison import compare
+from .plain_baselines import DEFAULT_PLAIN
+from .prefix import Prefix
 from .profile import profile_phases
 from .rank_figures import attach_rank_figures, gather_rank_figures, is_report_rank, rank_figures
 from .real_acceptance import real_acceptance
 from .report import modeled_speedups
+from .summary import attach_floors, summarize
 from .tp_launch import check_tensor_parallel, quiet_other_ranks, rank_device, torchrun_command
 
 logger = logging.getLogger(__name__)
@@ -41,7 +48,20 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class BenchOptions(DocumentQuestion):
-    """A sweep: every combination of prompt length, temperature, budget and drafter is measured."""
+    """A sweep: every combination of prompt, prompt length, temperature, budget and drafter is measured.
+
+    By default the prompts are the seven documents and questions of
+    :data:`~hf_triforce.evaluation.common.prompt_set.BENCH_PROMPTS` (one per genre); a ``document`` or a
+    ``question`` of the user's replaces them with that one prompt (the question defaulting to the demo's).
+    Every row times the plain decodings of ``plain`` (the fastest is "best plain") beside TriForce, each from a
+    copy of the prompt's one prefill (:mod:`.prefix`), with the demo's penalty on the answer's own repetitions
+    (``repetition_penalty``; None or 1.0 for none) given to every run alike.
+    """
+
+    question: str | None = None
+    prompts: list[str] | None = None  # names from BENCH_PROMPTS (None: all of them)
+    plain: list[str] = field(default_factory=lambda: list(DEFAULT_PLAIN))
+    repetition_penalty: float | None = DEFAULT_REPETITION_PENALTY
 
     prompt_tokens: list[int | str] = field(default_factory=lambda: [7000])  # "max": the longest that fits (CUDA)
     temperatures: list[float] = field(default_factory=lambda: [0.0, 0.6])
@@ -94,44 +114,72 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
     if options.tp > 1:
         quiet_other_ranks()
     prompt_lengths = _checked_prompt_lengths(options)
+    prompts = bench_prompts(options) if options.preset is None else [None]  # a random-weights shape: random ids
     model, tokenizer, assistant = load_bench_models(options, max(prompt_lengths))
-    document = read_document(options.document) if tokenizer is not None else None
     limit = context_limit(model)
-    grid = list(itertools.product(prompt_lengths, options.temperatures, options.budgets, options.drafters))
-    rows, own, warm, quiet = [], [], False, not is_report_rank()
-    for tokens, temperature, budget, drafter in tqdm(grid, desc="benchmark", unit="config", disable=quiet):
-        ids = bench_prompt(options, tokenizer, document, tokens, limit, model)
-        config = _config(options, budget, drafter)
-        kwargs = generate_kwargs(options.new_tokens, temperature, options.top_p, min_new_tokens=options.new_tokens)
-        extra = {"assistant_model": assistant} if assistant is not None and drafter in ("auto", "model") else {}
-        on_cpu = model.device.type == "cpu" and options.tp == 1  # the CPU linear patch is per process
-        result = compare(model, ids, config, warmup=not warm, seed=options.seed, reference_fast_linears=on_cpu,
-                         plain_prefill_chunk_size=options.prefill_chunk_size,
-                         prompt_lookup_tokens=options.prompt_lookup, repeats=options.repeats,
-                         **extra, **kwargs)  # fmt: skip
-        warm = True
-        row = {"prompt_tokens": ids.shape[1], "temperature": temperature, "budget": budget, "drafter": drafter}
-        row.update(result.to_dict(), config=config.to_dict(), weight_bytes=_weight_bytes(model))
-        row.update(shape=options.preset or "model", random_weights=options.preset is not None)
-        row["model_config"] = _shape_facts(model)
-        kv_per_token = kv_bytes_per_token(model.config.get_text_config(), model.dtype.itemsize)
-        row["kv_bytes_per_token"] = kv_per_token // options.tp  # a rank's share under tensor parallelism
-        if options.real_acceptance is not None:
-            spec = options.real_acceptance
-            row["real_acceptance"] = real_acceptance(spec, budget, row["prompt_tokens"], temperature).to_dict()
-        row["modeled_speedup"] = modeled_speedups(row)
-        if options.profile:
-            torch.manual_seed(options.seed)
-            row["profile"] = profile_phases(model, ids, triforce_config=config, **extra, **kwargs)
-        logger.info("%s: speedup %.2fx", row["prompt_tokens"], result.speedup)
-        rows.append(row)
-        if options.tp > 1:
-            own.append(rank_figures(result, ids.shape[1]))
+    rows, own, quiet = [], [], not is_report_rank()
+    for prompt, tokens in tqdm(list(itertools.product(prompts, prompt_lengths)), desc="prompts", disable=quiet):
+        ids = bench_prompt(options, tokenizer, prompt, tokens, limit, model)
+        prefix = Prefix(model, ids, options.new_tokens) if options.tp == 1 else None
+        for temperature, budget, drafter in itertools.product(options.temperatures, options.budgets, options.drafters):
+            row = _measure_row(options, model, assistant, ids, prefix, temperature, budget, drafter)
+            row.update(_answer_facts(prompt, row, prefix))
+            rows.append(row)
+            if options.tp > 1:
+                own.append(rank_figures(row.pop("_comparison"), ids.shape[1]))
+            row.pop("_comparison", None)
     results = {"title": "plain generate() vs TriForce", "command": command, "machine": machine_info(), "rows": rows}
+    attach_floors(rows, device_bandwidth(results["machine"]["cuda_device"]))
+    results["summary"] = summarize(rows)
     if options.tp > 1:
         results["command"] = torchrun_command(options.tp, command)
         attach_rank_figures(results, gather_rank_figures(own), kv_heads(model.config.get_text_config()))
     return results
+
+
+def _measure_row(options: BenchOptions, model, assistant, ids, prefix, temperature, budget, drafter) -> dict[str, Any]:
+    """One comparison (plain decodings, TriForce, prompt lookup) on ``ids``; its JSON-ready row."""
+    config = _config(options, budget, drafter)
+    kwargs = generate_kwargs(options.new_tokens, temperature, options.top_p, min_new_tokens=options.new_tokens)
+    if options.repetition_penalty not in (None, 1.0) and options.preset is None:
+        kwargs.update(answer_repetition_penalty(options.repetition_penalty, ids.shape[1]))
+    extra = {"assistant_model": assistant} if assistant is not None and drafter in ("auto", "model") else {}
+    on_cpu = model.device.type == "cpu" and options.tp == 1  # the CPU linear patch is per process
+    plain = options.plain if prefix is not None else ()
+    with custom_processor_replaces_builtin():
+        result = compare(model, ids, config, seed=options.seed, reference_fast_linears=on_cpu, repeats=options.repeats,
+                         plain_prefill_chunk_size=options.prefill_chunk_size, prefix=prefix, plain_decodings=plain,
+                         prompt_lookup_tokens=options.prompt_lookup, **extra, **kwargs)  # fmt: skip
+    row = {"prompt_tokens": ids.shape[1], "temperature": temperature, "budget": budget, "drafter": drafter}
+    row.update(result.to_dict(), config=config.to_dict(), weight_bytes=_weight_bytes(model))
+    row.update(shape=options.preset or "model", random_weights=options.preset is not None)
+    row["model_config"] = _shape_facts(model)
+    kv_per_token = kv_bytes_per_token(model.config.get_text_config(), model.dtype.itemsize)
+    row["kv_bytes_per_token"] = kv_per_token // options.tp  # a rank's share under tensor parallelism
+    if options.real_acceptance is not None:
+        spec = options.real_acceptance
+        row["real_acceptance"] = real_acceptance(spec, budget, row["prompt_tokens"], temperature).to_dict()
+    row["modeled_speedup"] = modeled_speedups(row)
+    if options.profile:
+        torch.manual_seed(options.seed)
+        row["profile"] = profile_phases(model, ids, triforce_config=config, **extra, **kwargs)
+    logger.info("%s: %.2fx best plain (%s), %.2fx default", ids.shape[1], result.speedup_best_plain,
+                result.best_plain, result.speedup)  # fmt: skip
+    row["_comparison"] = result
+    return row
+
+
+def _answer_facts(prompt: BenchPrompt | None, row: dict[str, Any], prefix: Prefix | None) -> dict[str, Any]:
+    """Which prompt a row asked, whether its answer loops (then it is left out of every summary), the prefill."""
+    comparison = row["_comparison"]
+    answers = [run.sequences[0, row["prompt_tokens"] :].tolist() for run in (comparison.plain, comparison.triforce)]
+    facts: dict[str, Any] = {"prompt": None if prompt is None else prompt_record(prompt)}
+    if prompt is not None:  # sampled, the two answers differ: the row loops if either does
+        facts["answer_repeated_fraction"] = max(repeated_fraction(a) for a in answers)
+        facts["loops"] = any(loops(a) for a in answers)
+    if prefix is not None:
+        facts["prefix_prefill_seconds"] = dict(prefix.prefill_seconds)
+    return facts
 
 
 def _batch_benchmark(options: BenchOptions, command: str) -> dict[str, Any]:
@@ -254,19 +302,42 @@ def load_bench_models(options: BenchOptions, longest_prompt: int):
     return model, tokenizer, assistant
 
 
-def bench_prompt(options: BenchOptions, tokenizer, document, tokens: int, limit, model) -> torch.LongTensor:
-    """``[1, tokens]`` prompt ids on ``model``'s device, as ``hf-triforce bench`` builds them: the chat prompt asking
-    ``options.question`` about ``document`` (at most ``limit`` tokens with the new ones), or seeded random ids when
-    ``tokenizer`` is None (a random-weights shape).
+def bench_prompts(options: BenchOptions) -> list[BenchPrompt]:
+    """The prompts ``options`` asks for: :data:`~hf_triforce.evaluation.common.prompt_set.BENCH_PROMPTS` (or those
+    named by ``options.prompts``), or one prompt of the user's ``document``/``question``.
+
+    Raises:
+        DocumentError: an unknown prompt name, or a user's document that cannot be read (before any model work).
 
     Example:
-        >>> ids = bench_prompt(BenchOptions(), tokenizer, read_document(None), 2048, 8192, model)  # doctest: +SKIP
+        >>> [p.name for p in bench_prompts(BenchOptions(prompts=["code", "table"]))]
+        ['code', 'table']
+    """
+    if options.document is not None or options.question is not None:
+        if options.prompts is not None:
+            raise DocumentError(
+                "--prompts chooses among the bench's own documents: drop it with --document/--question."
+            )
+        return [user_prompt(options.document, options.question or DEFAULT_QUESTION)]
+    names = options.prompts or [p.name for p in BENCH_PROMPTS]
+    return [bench_prompt_named(name) for name in names]
+
+
+def bench_prompt(
+    options: BenchOptions, tokenizer, prompt: BenchPrompt | None, tokens: int, limit, model
+) -> torch.LongTensor:
+    """``[1, n]`` prompt ids on ``model``'s device, as ``hf-triforce bench`` builds them: the chat prompt asking
+    ``prompt``'s question about its document's first ``tokens`` tokens (at most ``limit`` tokens with the new ones),
+    or seeded random ids of length ``tokens`` when ``tokenizer`` is None (a random-weights shape).
+
+    Example:
+        >>> ids = bench_prompt(BenchOptions(), tokenizer, BENCH_PROMPTS[0], 7000, 8192, model)  # doctest: +SKIP
     """
     if tokenizer is None:
         generator = torch.Generator().manual_seed(options.seed)
         ids = torch.randint(0, model.config.vocab_size, (1, tokens), generator=generator)
     else:
-        ids = question_prompt(tokenizer, document, options.question, tokens, limit, options.new_tokens)
+        ids = question_prompt(tokenizer, prompt.text(), prompt.question, tokens, limit, options.new_tokens)
     return ids.to(model.device)
 
 

@@ -25,14 +25,23 @@ from pathlib import Path
 from .documents import DocumentError, python_reference_text
 
 
-def _stdlib_file(relative: str) -> str:
+def stdlib_file(relative: str) -> str:
+    """The text of a file of this Python install's standard library, ``relative`` to its directory.
+
+    Raises:
+        DocumentError: the file is missing or unreadable.
+
+    Example:
+        >>> "argparse" in stdlib_file("argparse.py")
+        True
+    """
     path = Path(sysconfig.get_paths()["stdlib"]) / relative
     try:
         return path.read_text(encoding="utf-8")
     except OSError as err:
         raise DocumentError(
-            f"the haystack file {path} is missing from this Python install ({type(err).__name__}); use the "
-            "'reference' haystack, which every CPython ships in pydoc_data."
+            f"the file {path} is missing from this Python install ({type(err).__name__}); use a document "
+            "every CPython ships in pydoc_data (the 'reference' haystack, the 'reference' prompt)."
         ) from None
 
 
@@ -69,9 +78,9 @@ def html_text(page: str) -> str:
 
 HAYSTACKS: dict[str, Callable[[], str]] = {
     "reference": python_reference_text,
-    "code": lambda: _stdlib_file("argparse.py"),
-    "guide": lambda: html_text(_stdlib_file("idlelib/help.html")),
-    "changelog": lambda: _stdlib_file("idlelib/NEWS.txt"),
+    "code": lambda: stdlib_file("argparse.py"),
+    "guide": lambda: html_text(stdlib_file("idlelib/help.html")),
+    "changelog": lambda: stdlib_file("idlelib/NEWS.txt"),
 }
 """Haystack name -> a function returning its text."""
 

@@ -1,0 +1,215 @@
+"""The plain (non-speculative) decoding configurations a transformers user can choose, as ``generate()`` calls.
+
+The bench's baseline is the fastest of these on the device, "best plain" (``hf-triforce bench``). Each is a
+way of calling transformers, so the per-version details live here:
+
+* ``dynamic``: ``generate()`` as it comes (a ``DynamicCache``, no compilation);
+* ``static``: a ``StaticCache`` (``cache_implementation="static"``, or one the caller prefilled) with compilation
+  switched off (``disable_compile``: on CUDA ``generate()`` would otherwise compile a static cache's forward);
+* ``static_compiled``: the static cache with ``torch.compile`` through a ``CompileConfig`` (on the CPU forced on
+  with its ``_compile_all_devices`` flag, which ``generate()`` reads; mode ``"default"`` there, since
+  ``"reduce-overhead"`` means CUDA graphs);
+* ``sdpa_flash`` (CUDA): ``generate()`` inside ``sdpa_kernel(SDPBackend.FLASH_ATTENTION)`` (PyTorch's flash kernel
+  only: an error, not a silent fallback, where it cannot run);
+* ``flash_attention_2`` (CUDA, ``flash_attn`` installed): ``generate()`` after
+  ``model.set_attn_implementation("flash_attention_2")`` (restored after the call);
+* ``continuous_batching`` (CUDA): ``generate_batch()`` with the one request (transformers' paged-attention
+  serving loop).
+
+Example:
+    >>> [v.name for v in PLAIN_DECODINGS]
+    ['dynamic', 'static', 'static_compiled', 'sdpa_flash', 'flash_attention_2', 'continuous_batching']
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import Cache, CompileConfig, DynamicCache, GenerationConfig, StaticCache
+from transformers.utils import is_flash_attn_2_available
+
+from .versions import cache_kwargs
+
+
+class PlainDecodingUnavailable(RuntimeError):
+    """This plain decoding cannot run here (device, installed package, model); the message says why."""
+
+
+@dataclass(frozen=True)
+class PlainDecoding:
+    """One plain decoding configuration.
+
+    Attributes:
+        name: the bench's name for it.
+        description: what a user would write to get it.
+        cache: the kind of cache it decodes into: ``"dynamic"``, ``"static"``, or ``None`` for
+            ``generate_batch()``'s own paged cache.
+        compiled: ``torch.compile`` through ``generate()``'s ``compile_config``.
+        cuda_only: only measured on a CUDA device.
+    """
+
+    name: str
+    description: str
+    cache: str | None
+    compiled: bool = False
+    cuda_only: bool = False
+    _context: Callable[[Any], contextlib.AbstractContextManager] = lambda model: contextlib.nullcontext()
+
+    def check(self, model) -> None:
+        """Raise :class:`PlainDecodingUnavailable` where this configuration cannot run on ``model``."""
+        if self.cuda_only and model.device.type != "cuda":
+            raise PlainDecodingUnavailable(f"{self.name} is measured on CUDA only (the model is on {model.device}).")
+        if self.name == "flash_attention_2" and not is_flash_attn_2_available():
+            raise PlainDecodingUnavailable("flash_attention_2 needs the flash_attn package (pip install flash-attn).")
+        if self.compiled and model.device.type != "cuda" and not _can_force_compile():
+            raise PlainDecodingUnavailable("this transformers release has no CompileConfig._compile_all_devices.")
+
+    def generate_kwargs(self, model, cache: Cache | None) -> dict[str, Any]:
+        """The ``generate()`` arguments of this configuration for ``model``, decoding into ``cache`` (a prefilled
+        cache of kind :attr:`cache`, or None to let ``generate()`` build it)."""
+        kwargs: dict[str, Any] = {} if cache is None else cache_kwargs(cache)
+        if cache is None and self.cache == "static":
+            kwargs["cache_implementation"] = "static"
+        if self.compiled:
+            kwargs["compile_config"] = compile_config(model.device)
+        elif self.cache == "static":
+            kwargs["disable_compile"] = True  # on CUDA generate() compiles a static cache's forward by itself
+        return kwargs
+
+    @contextlib.contextmanager
+    def active(self, model) -> Iterator[None]:
+        """Around the call: the model switched into this configuration (and back afterwards)."""
+        self.check(model)
+        with self._context(model):
+            yield
+
+
+def _can_force_compile() -> bool:
+    return hasattr(CompileConfig(), "_compile_all_devices")
+
+
+def compile_config(device: torch.device) -> CompileConfig:
+    """A ``CompileConfig`` that ``generate()`` honours on ``device`` (on the CPU too).
+
+    Example:
+        >>> compile_config(torch.device("cpu")).mode
+        'default'
+    """
+    if device.type == "cuda":
+        return CompileConfig()
+    config = CompileConfig(mode="default")
+    config._compile_all_devices = True  # read by generate()'s auto-compile check; not a constructor argument
+    return config
+
+
+@contextlib.contextmanager
+def _sdpa_flash(model) -> Iterator[None]:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if model.config._attn_implementation != "sdpa":
+        raise PlainDecodingUnavailable(f"sdpa_flash needs an sdpa model, not {model.config._attn_implementation}.")
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        yield
+
+
+@contextlib.contextmanager
+def _attention(model, implementation: str) -> Iterator[None]:
+    before = model.config._attn_implementation
+    model.set_attn_implementation(implementation)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+
+
+PLAIN_DECODINGS: tuple[PlainDecoding, ...] = (
+    PlainDecoding("dynamic", "generate() (DynamicCache)", "dynamic"),
+    PlainDecoding("static", 'generate(cache_implementation="static", disable_compile=True)', "static"),
+    PlainDecoding(
+        "static_compiled",
+        'generate(cache_implementation="static", compile_config=CompileConfig(...))',
+        "static",
+        compiled=True,
+    ),  # fmt: skip
+    PlainDecoding(
+        "sdpa_flash",
+        "generate() under sdpa_kernel(SDPBackend.FLASH_ATTENTION)",
+        "dynamic",
+        cuda_only=True,
+        _context=_sdpa_flash,
+    ),  # fmt: skip
+    PlainDecoding(
+        "flash_attention_2",
+        'model.set_attn_implementation("flash_attention_2"); generate()',
+        "dynamic",
+        cuda_only=True,
+        _context=lambda model: _attention(model, "flash_attention_2"),
+    ),  # fmt: skip
+    PlainDecoding("continuous_batching", "generate_batch([prompt]) (paged attention)", None, cuda_only=True),
+)
+"""Every plain decoding configuration, in the order the bench measures them."""
+
+
+def prefilled_cache(model, prefix_ids: torch.LongTensor, kind: str, max_cache_len: int) -> Cache:
+    """A cache of ``kind`` (``"dynamic"`` or ``"static"``) holding ``prefix_ids`` ``[1, n]``, from one forward.
+
+    ``generate(input_ids, cache=copy)`` then prefills only the tokens after the prefix: what a user does to ask
+    several questions about one document, and what lets the bench time every decoding configuration on one prompt
+    without paying its prefill each time. A static cache holds ``max_cache_len`` positions (round it up, so
+    prompts of similar lengths share one compiled graph).
+
+    Example:
+        >>> cache = prefilled_cache(model, ids[:, :-1], "static", 8192)  # doctest: +SKIP
+        >>> model.generate(ids, max_new_tokens=64, **cache_kwargs(cache))  # doctest: +SKIP
+    """
+    if kind == "static":
+        cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
+    elif kind == "dynamic":
+        cache = DynamicCache(config=model.config)
+    else:
+        raise ValueError(f"kind={kind!r}: 'dynamic' or 'static'.")
+    positions = torch.arange(prefix_ids.shape[1], device=prefix_ids.device)
+    with torch.inference_mode():
+        model(input_ids=prefix_ids, use_cache=True, cache_position=positions, **cache_kwargs(cache))
+    return cache
+
+
+def plain_decoding(name: str) -> PlainDecoding:
+    """The configuration of :data:`PLAIN_DECODINGS` called ``name``.
+
+    Raises:
+        ValueError: no such configuration (the message lists the names).
+
+    Example:
+        >>> plain_decoding("static").cuda_only
+        False
+    """
+    for decoding in PLAIN_DECODINGS:
+        if decoding.name == name:
+            return decoding
+    raise ValueError(f"unknown plain decoding {name!r}: choose from {[d.name for d in PLAIN_DECODINGS]}.")
+
+
+def generate_batch_one(model, input_ids: torch.LongTensor, **generate_kwargs) -> tuple[torch.LongTensor, list[float]]:
+    """One request through ``model.generate_batch`` (continuous batching): ``([1, prompt + new] ids, token times)``.
+
+    ``generate_kwargs`` are the ``generate()`` arguments (``max_new_tokens``, ``do_sample``, ...); the token times
+    are the request's per-token timestamps in seconds (``record_timestamps=True``), for the decode rate.
+
+    Example:
+        >>> ids, times = generate_batch_one(model, prompt, max_new_tokens=64)  # doctest: +SKIP
+    """
+    kwargs = dict(generate_kwargs)
+    new_tokens = kwargs.pop("max_new_tokens")
+    kwargs.pop("streamer", None)
+    config = GenerationConfig(**{**model.generation_config.to_dict(), **kwargs})
+    outputs = model.generate_batch(
+        inputs=[input_ids[0].tolist()], generation_config=config, max_new_tokens=new_tokens, record_timestamps=True
+    )
+    (output,) = outputs.values()
+    new = torch.tensor(output.generated_tokens, dtype=input_ids.dtype, device=input_ids.device)[None]
+    return torch.cat([input_ids, new], dim=1), list(getattr(output, "timestamps", None) or [])
