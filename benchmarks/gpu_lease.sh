@@ -12,7 +12,7 @@
 # 7b/8b ones.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PIECES=${PIECES:-versions tests phase-calls 8b-rescore0:128k 8b:32k 8b:64k 8b:128k 7b:32k 7b:64k level0}
+PIECES=${PIECES:-versions best-plain tests phase-calls 8b-rescore0:128k 8b:32k 8b:64k 8b:128k 7b:32k 7b:64k level0}
 OUT=${OUT:-/tmp/gpu-out}
 WORK=${WORK:-/tmp/gpu-results}
 mkdir -p "$OUT" "$WORK"
@@ -23,7 +23,8 @@ for piece in $PIECES; do
     dir="$WORK/$step${contexts:+-$contexts}"
     mkdir -p "$dir"
     start=$(date +%s)
-    env OUT="$dir" STEPS="$step" ${contexts:+CONTEXTS_7B=$contexts CONTEXTS_8B=$contexts CONTEXTS_FP32=$contexts} \
+    env OUT="$dir" STEPS="$step" ${contexts:+CONTEXTS_7B=$contexts CONTEXTS_8B=$contexts CONTEXTS_FP32=$contexts \
+        CONTEXTS_BEST_7B=$contexts CONTEXTS_BEST_8B=$contexts} \
         bash benchmarks/gpu_run.sh
     echo "piece $piece: rc $? in $(( $(date +%s) - start )) s" | tee -a "$WORK/pieces.log"
     tar -cf "$OUT/gpu-results.tar" -C "$WORK" .

@@ -6,7 +6,11 @@
 #   DEVICE=cpu PRESET_7B=tiny PRESET_8B=tiny CONTEXTS_7B=1k CONTEXTS_8B=1k DRAFT_PRESET=tiny \
 #     BUDGET=128 DTYPE=float32 bash benchmarks/gpu_run.sh   # a smoke test of this script on a CPU
 #
-# Steps: versions; the gpu-marked tests (Triton kernels vs references, CUDA-graph capture/replay, bf16
+# Steps: versions; best-plain (issue 50: every plain generate() configuration a GPU user can choose -- the default
+# DynamicCache, the static cache with torch.compile, the sdpa flash backend, flash_attention_2 where installed,
+# generate_batch -- against TriForce, the 8B shape at 32K and 128K and the 7B shape at 32K and the longest that fits,
+# each ms/token beside the bandwidth floor, 64 new tokens: its own call of at most ~12 minutes, unmeasured until a
+# GPU is lent); the gpu-marked tests (Triton kernels vs references, CUDA-graph capture/replay, bf16
 # greedy losslessness); score-ab (the scoring kernels); selection-cost (one re-selection per rescore factor); phase-calls (each refresh timed, rescore_candidates 4 and 0); the llama2-7b MHA shape and the llama3.1-8b GQA shape at long context (plain
 # generate() vs TriForce, drafter none, T=0, budget 4K; per-level latencies, floors, modeled speedup with
 # real-text acceptance), the 8B shape again without Triton kernels; the 68M-class level-0 step with CUDA
@@ -29,23 +33,32 @@ CONTEXTS_8B=${CONTEXTS_8B:-32k,64k,128k}
 PREFILL_CHUNK=${PREFILL_CHUNK:-8192}
 CUDA_GRAPHS=${CUDA_GRAPHS:-auto}           # TriForceConfig.cuda_graphs for the level-0/1 steps; "off" if capture fails
 RESULTS=${OUT:-benchmarks/results}
-STEPS=${STEPS:-versions,tests,score-ab,selection-cost,7b,8b,8b-rescore0,phase-calls,8b-no-triton,level0,8b-fp32,8b-direct,8b-step-selection}
+STEPS=${STEPS:-versions,best-plain,tests,score-ab,selection-cost,7b,8b,8b-rescore0,phase-calls,8b-no-triton,level0,8b-fp32,8b-direct,8b-step-selection}
 CONTEXTS_FP32=${CONTEXTS_FP32:-32k}
+BEST_PLAIN=${BEST_PLAIN:-dynamic,static_compiled,sdpa_flash,flash_attention_2,continuous_batching}
+CONTEXTS_BEST_8B=${CONTEXTS_BEST_8B:-32k,128k}
+CONTEXTS_BEST_7B=${CONTEXTS_BEST_7B:-$([ "$big" = 1 ] && echo 32k,120000 || echo 32k,max)}
 mkdir -p "$RESULTS"
 LOG="$RESULTS/gpu-run.log"
 tag=$($PY -c "import torch; print(torch.cuda.get_device_name().split()[1].lower() if torch.cuda.is_available() else 'cpu')")
 
 run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; }
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
-bench() {  # bench NAME ARGS...: one JSON + .md per shape
+bench() {  # bench NAME ARGS...: one JSON + .md per shape (plain = generate()'s defaults unless ARGS say --plain)
     local name=$1; shift
     run $PY -m hf_triforce bench --device "$DEVICE" --dtype "$DTYPE" --temperatures 0 --budgets "$BUDGET" \
         --new-tokens 128 --prefill-chunk-size "$PREFILL_CHUNK" --output "$RESULTS/$name.json" \
-        --cuda-graphs "$CUDA_GRAPHS" "$@"
+        --cuda-graphs "$CUDA_GRAPHS" --plain dynamic "$@"
 }
 
 want versions && run bash -c "nvidia-smi || true; $PY -c 'import torch, transformers, triton; \
 print(torch.__version__, transformers.__version__, triton.__version__, torch.cuda.is_available())'"
+# Best plain against TriForce with the floors (the static uncompiled cache is left out: on CUDA generate() compiles a
+# static cache by itself, and the uncompiled one is the slowest choice there).
+want best-plain && bench "$tag-best-plain-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_BEST_8B" \
+    --drafters none --plain "$BEST_PLAIN" --new-tokens "${BEST_NEW_TOKENS:-64}"
+want best-plain && bench "$tag-best-plain-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_BEST_7B" \
+    --drafters none --plain "$BEST_PLAIN" --new-tokens "${BEST_NEW_TOKENS:-64}"
 want tests && run $PY -m pytest -q -p no:cacheprovider -m gpu tests
 # The chunk-scoring kernel against a candidate with 1/16 of its multiply-adds, and the key-scoring kernel
 # (rescore_candidates) against its torch reference (benchmarks/score_kernel_ab.py).

@@ -154,13 +154,16 @@ PLAIN_DECODINGS: tuple[PlainDecoding, ...] = (
 """Every plain decoding configuration, in the order the bench measures them."""
 
 
-def prefilled_cache(model, prefix_ids: torch.LongTensor, kind: str, max_cache_len: int) -> Cache:
+def prefilled_cache(
+    model, prefix_ids: torch.LongTensor, kind: str, max_cache_len: int, chunk_size: int | None = None
+) -> Cache:
     """A cache of ``kind`` (``"dynamic"`` or ``"static"``) holding ``prefix_ids`` ``[1, n]``, from one forward.
 
     ``generate(input_ids, cache=copy)`` then prefills only the tokens after the prefix: what a user does to ask
     several questions about one document, and what lets the bench time every decoding configuration on one prompt
     without paying its prefill each time. A static cache holds ``max_cache_len`` positions (round it up, so
-    prompts of similar lengths share one compiled graph).
+    prompts of similar lengths share one compiled graph). ``chunk_size``: prefill that many tokens per forward
+    (memory), all of them by default; only the last position's logits are computed.
 
     Example:
         >>> cache = prefilled_cache(model, ids[:, :-1], "static", 8192)  # doctest: +SKIP
@@ -172,9 +175,13 @@ def prefilled_cache(model, prefix_ids: torch.LongTensor, kind: str, max_cache_le
         cache = DynamicCache(config=model.config)
     else:
         raise ValueError(f"kind={kind!r}: 'dynamic' or 'static'.")
-    positions = torch.arange(prefix_ids.shape[1], device=prefix_ids.device)
+    n = prefix_ids.shape[1]
+    step = chunk_size or n
     with torch.inference_mode():
-        model(input_ids=prefix_ids, use_cache=True, cache_position=positions, **cache_kwargs(cache))
+        for start in range(0, n, step):
+            positions = torch.arange(start, min(start + step, n), device=prefix_ids.device)
+            model(input_ids=prefix_ids[:, positions], use_cache=True, cache_position=positions, logits_to_keep=1,
+                  **cache_kwargs(cache))  # fmt: skip
     return cache
 
 

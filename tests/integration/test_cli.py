@@ -22,6 +22,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from hf_triforce.cli import main
+from hf_triforce.evaluation.bench.plain_baselines import DEFAULT_PLAIN
 from hf_triforce.evaluation.common.documents import DocumentError, question_prompt, read_document
 from hf_triforce.evaluation.common.loading import ModelLoadError
 from hf_triforce.evaluation.models.bandwidth import modeled_speedup
@@ -242,6 +243,52 @@ def test_bench_writes_json_and_markdown(capsys, tmp_path, model_dir, document):
     page = out.with_suffix(".md").read_text()
     for heading in ("| prompt | T |", "## End to end, prompt lookup", "## Where the time goes", "### Operators per"):
         assert heading in page, page
+    for row in results["rows"]:  # every plain decoding a user can choose, timed or said why not
+        runs = row["plain_decodings"]
+        assert list(runs) == list(DEFAULT_PLAIN)
+        assert all(runs[n]["error"].startswith("not run") for n in ("sdpa_flash", "flash_attention_2",
+                                                                    "continuous_batching"))  # fmt: skip
+        ran = {n: r for n, r in runs.items() if "error" not in r}
+        assert set(ran) == {"dynamic", "static", "static_compiled"}
+        assert row["best_plain"] == min(ran, key=lambda n: ran[n]["decode_seconds_per_token"])
+        best = ran[row["best_plain"]]["decode_seconds_per_token"]
+        assert row["speedup_best_plain"] == pytest.approx(best / row["triforce"]["decode_seconds_per_token"])
+        assert row["prompt"]["name"] == "custom" and isinstance(row["loops"], bool)
+    assert results["rows"][0]["plain_decodings"]["static"]["identical_to_default"] is True
+    assert [s["temperature"] for s in results["summary"]] == [0.0, 0.7]
+    assert "## Median over prompts, against the fastest plain decoding" in page and "best plain**" in page
+
+
+def test_bench_runs_the_prompt_set_by_default(capsys, tmp_path, model_dir):
+    """Without --document/--question the rows are the bench's documents, each named, its answer checked."""
+    out = tmp_path / "set.json"
+    argv = ["bench", "--model", model_dir, "--prompts", "code,table", "--prompt-tokens", "200", "--temperatures", "0"]
+    assert (
+        main(argv + ["--budgets", "128", "--new-tokens", "8", "--plain", "dynamic,static", "--output", str(out)]) == 0
+    )
+    results = json.loads(out.read_text())
+    assert [r["prompt"]["name"] for r in results["rows"]] == ["code", "table"]
+    assert results["rows"][1]["prompt"]["source"] == "html.entities.html5"
+    assert all(set(r["plain_decodings"]) == {"dynamic", "static"} and "loops" in r for r in results["rows"])
+    (summary,) = results["summary"]
+    assert summary["prompts"] + len(summary["left_out"]) == 2
+    assert "| code | " in out.with_suffix(".md").read_text()
+
+
+def test_bench_prompt_errors_come_before_loading(capsys, tmp_path, document):
+    missing = str(tmp_path / "no-model")
+    one_line_error(capsys, ["bench", "--model", missing, "--plain", "dynamic,vllm"], "unknown plain decoding 'vllm'")
+    one_line_error(capsys, ["bench", "--model", missing, "--prompts", "poetry"], "unknown prompt 'poetry'")
+    argv = ["bench", "--model", missing, "--prompts", "code", "--document", document]
+    one_line_error(capsys, argv, "--prompts chooses among the bench's own documents")
+
+
+def test_demo_says_which_document_it_used(capsys, model_dir):
+    argv = ["demo", "--model", model_dir, "--prompt", "changelog", "--document-tokens", "200", "--temperatures", "0"]
+    assert main(argv + ["--max-new-tokens", "6", "--budget", "128"]) == 0
+    out = capsys.readouterr().out
+    assert "Document: idlelib/NEWS.txt (changelog; --prompt chooses another of: prose, reference" in out, out
+    assert "Question: Using only the release notes above" in out and "identical text: yes" in out
 
 
 def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
@@ -264,6 +311,7 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
     assert row["identical_output"] is True
     levels = row["triforce"]["triforce"]["levels"]
     assert levels["level0"]["drafted"] + levels["level0_to_level2"]["drafted"] > 0, "the draft preset was not used"
+    assert row["assisted_generation"]["new_tokens"] == 12  # transformers' assisted generation, the peer
     assert row["kv_bytes_per_token"] == 2 * 2 * 2 * 16 * 4  # K and V x layers x KV heads x head_dim x fp32
     assert "## Against the bandwidth model" in out.with_suffix(".md").read_text()
     page = out.with_suffix(".md").read_text()

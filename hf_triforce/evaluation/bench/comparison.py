@@ -38,6 +38,7 @@ class Comparison:
     pairs: list[tuple[RunResult, RunResult]] = field(default_factory=list)
     dtype: torch.dtype | None = None
     plain_decodings: dict[str, RunResult | str] = field(default_factory=dict)
+    assisted: RunResult | None = None
 
     @property
     def speedup(self) -> float:
@@ -97,6 +98,7 @@ class Comparison:
             "divergence": None if divergence is None else divergence.to_dict(),
             "plain_fast_linears": None if self.plain_fast_linears is None else self.plain_fast_linears.to_dict(),
             "prompt_lookup": None if self.prompt_lookup is None else self.prompt_lookup.to_dict(),
+            "assisted_generation": None if self.assisted is None else self.assisted.to_dict(),
             "peak_rss_bytes": peak_rss_bytes(),
             "repeats": [_pair_dict(plain, fast) for plain, fast in self.pairs] if len(self.pairs) > 1 else None,
             "plain_decodings": {name: self._decoding_dict(run) for name, run in self.plain_decodings.items()},
@@ -149,7 +151,8 @@ def compare(
         model: the target model; :func:`hf_triforce.enable` is applied to it.
         input_ids: ``[1, prompt]`` token ids.
         triforce_config: the TriForce configuration.
-        assistant_model: optional level-0 draft model.
+        assistant_model: optional level-0 draft model; transformers' assisted generation with it is timed too
+            (``Comparison.assisted``), as the peer a user with a draft model has.
         warmup: run both once on a short prefix first (one-time allocations, kernel selection).
         seed: sampling seed, the same for both runs.
         reference_fast_linears: also measure plain ``generate()`` with TriForce's CPU linear fast path
@@ -164,8 +167,8 @@ def compare(
             passage level 1 is sure of runs in long rounds), so the median is taken over several texts.
         prefix: start every call from a copy of this prefilled prompt (:mod:`.prefix`: one prefill for all the
             calls; ``input_ids`` must be its prompt), with a warm-up from it too.
-        plain_decodings: also time these plain configurations (:mod:`.plain_baselines`; ``"dynamic"`` is the
-            plain run itself): ``Comparison.plain_decodings`` and ``best_plain``.
+        plain_decodings: also time these plain configurations (:mod:`.plain_baselines`, from ``prefix`` when
+            given; ``"dynamic"`` is the plain run itself): ``Comparison.plain_decodings`` and ``best_plain``.
 
     Example:
         >>> result = compare(model, ids, TriForceConfig(retrieval_budget=512), max_new_tokens=128)  # doctest: +SKIP
@@ -204,14 +207,18 @@ def compare(
         logger.info("prompt-lookup generate(): %d prompt tokens", input_ids.shape[1])
         lookup = measure(model, input_ids, seed=seed, prompt_lookup_num_tokens=prompt_lookup_tokens, **start(),
                          **chunk, **generate_kwargs)  # fmt: skip
+    assisted = None
+    if assistant_model is not None:  # transformers' own speculation with the same draft model, as a peer
+        logger.info("assisted generate(): %d prompt tokens", input_ids.shape[1])
+        assisted = measure(model, input_ids, seed=seed, assistant_model=assistant_model, **start(), **chunk,
+                           **generate_kwargs)  # fmt: skip
     others = [name for name in plain_decodings if name != "dynamic"]
     decodings = {"dynamic": plain} if plain_decodings else {}
     if others:
-        if prefix is None:
-            raise ValueError("plain_decodings other than 'dynamic' are timed from a prefix: pass prefix=Prefix(...).")
-        decodings.update(measure_plain_decodings(model, prefix, others, seed=seed, **generate_kwargs))
+        fresh = {} if prefix is not None else chunk  # a fresh call prefills the whole prompt: chunked as plain's
+        decodings.update(measure_plain_decodings(model, input_ids, others, prefix, seed, **fresh, **generate_kwargs))
     return Comparison(plain, fast, generate_kwargs, reference, lookup, pairs, dtype=model.dtype,
-                      plain_decodings=decodings)  # fmt: skip
+                      plain_decodings=decodings, assisted=assisted)  # fmt: skip
 
 
 def median_pair(pairs: list[tuple[RunResult, RunResult]]) -> tuple[RunResult, RunResult]:

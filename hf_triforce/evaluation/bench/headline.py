@@ -13,7 +13,9 @@ ROW_NOTE = (
     "`generate()` as a transformers user can configure it without speculation (dynamic: the default "
     "`DynamicCache`; static: `cache_implementation='static'`; static compiled: the static cache with "
     "`torch.compile` through `CompileConfig`; on CUDA also the sdpa flash backend, `flash_attention_2` and "
-    "`generate_batch()`); best plain is the fastest of them, and 'vs best plain' is the headline ratio. "
+    "`generate_batch()`); best plain is the fastest of them, and 'vs best plain' is the headline ratio. Peers: "
+    "transformers' own speculation, prompt lookup (`prompt_lookup_num_tokens`) and, with a draft model, assisted "
+    "generation (`assistant_model`). "
     "'Loops': more than a quarter of the answer's 8-token spans occurred earlier in it; such a row is left out "
     "of the medians (n-gram drafting predicts a loop perfectly)."
 )
@@ -28,11 +30,32 @@ def headline_section(results: dict[str, Any]) -> list[str]:
     rows = results["rows"]
     names = _plain_names(rows)
     header = ["prompt", "tokens", "T"] + [n.replace("_", " ") for n in names]
-    header += ["best plain", "TriForce", "vs best plain", "vs default", "prompt lookup", "identical", "loops"]
+    assisted = any(r.get("assisted_generation") for r in rows)
+    header += ["best plain", "TriForce", "vs best plain", "vs default", "prompt lookup"]
+    header += (["assisted"] if assisted else []) + ["identical", "loops"]
     lines += ["", "## Per prompt (tokens/s)", "", "| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join(["---", "---:", "---:"] + ["---:"] * (len(header) - 3)) + "|")
-    lines += [_prompt_row(r, names) for r in rows]
-    return lines + ["", ROW_NOTE]
+    lines += [_prompt_row(r, names, assisted) for r in rows]
+    return lines + ["", ROW_NOTE] + floor_section(rows, names)
+
+
+def floor_section(rows: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """On a GPU of known bandwidth: every plain and TriForce ms/token beside one plain step's bandwidth floor."""
+    floored = [r for r in rows if r.get("floor")]
+    if not floored:
+        return []
+    header = ["prompt tokens", "T", "plain floor ms"] + [f"{n.replace('_', ' ')} ms" for n in names]
+    header += ["TriForce ms", "TriForce / floor"]
+    lines = ["", "## Against the plain decoding floor", "",
+             "Floor = one plain step at its bandwidth limit: (weights + the whole prompt's KV) / peak bandwidth. "
+             "TriForce / floor below 1.0 is faster than any plain decoding of the model could be.", "",
+             "| " + " | ".join(header) + " |", "|" + "|".join(["---:"] * len(header)) + "|"]  # fmt: skip
+    for r in floored:
+        f = r["floor"]
+        plain = [f"{f['plain_ms'][n]:.1f}" if n in f["plain_ms"] else "-" for n in names]
+        cells = [str(r["prompt_tokens"]), f"{r['temperature']:g}", f"{f['plain_floor_ms']:.1f}", *plain]
+        lines.append("| " + " | ".join([*cells, f"{f['triforce_ms']:.1f}", f"{f['triforce_fraction']:.2f}"]) + " |")
+    return lines
 
 
 def _summary_line(s: dict[str, Any]) -> str:
@@ -66,13 +89,15 @@ def _decoding_cell(r: dict[str, Any], name: str) -> str:
     return f"{d['tokens_per_second']:.2f}"
 
 
-def _prompt_row(r: dict[str, Any], names: list[str]) -> str:
+def _prompt_row(r: dict[str, Any], names: list[str], assisted: bool) -> str:
     name = (r.get("prompt") or {}).get("name", "random ids")
     best = r.get("best_plain", "dynamic")
     cells = [name, str(r["prompt_tokens"]), f"{r['temperature']:g}"] + [_decoding_cell(r, n) for n in names]
     cells += [best.replace("_", " "), f"{r['triforce']['tokens_per_second']:.2f}"]
     cells += [f"{r.get('speedup_best_plain', r['speedup']):.2f}x", f"{r['speedup']:.2f}x"]
-    cells += [tokens_per_second(r.get("prompt_lookup"), 2), identical_cell(r), _loops_cell(r)]
+    cells += [tokens_per_second(r.get("prompt_lookup"), 2)]
+    cells += ([tokens_per_second(r.get("assisted_generation"), 2)] if assisted else []) + [identical_cell(r)]
+    cells.append(_loops_cell(r))
     return "| " + " | ".join(cells) + " |"
 
 

@@ -27,22 +27,31 @@ DEFAULT_PLAIN = ("dynamic", "static", "static_compiled", "sdpa_flash", "flash_at
 
 
 def measure_plain_decodings(
-    model, prefix: Prefix, names: Sequence[str], seed: int = 0, warm_up: bool = True, **generate_kwargs
+    model,
+    input_ids: torch.LongTensor,
+    names: Sequence[str],
+    prefix: Prefix | None = None,
+    seed: int = 0,
+    warm_up: bool = True,
+    **generate_kwargs,
 ) -> dict[str, RunResult | str]:
-    """Time each plain decoding of ``names`` on ``prefix``'s prompt: name -> its run, or why it did not run.
+    """Time each plain decoding of ``names`` on ``input_ids``: name -> its run, or why it did not run.
 
     Args:
         model: the model (plain ``generate()``; TriForce is not involved).
-        prefix: the prompt and its prefilled caches.
+        input_ids: ``[1, prompt]`` token ids.
         names: names from :data:`~hf_triforce.hf.plain_decoding.PLAIN_DECODINGS`.
+        prefix: start each call from a copy of this prefilled prompt (the CPU bench: a 7K prefill costs ~45 s
+            there); None: fresh calls, ``generate()`` building each cache (a GPU, where copies of a long prompt's
+            cache would not fit beside the model).
         seed: ``torch.manual_seed`` before each call.
-        warm_up: first run each configuration untimed for :data:`~.timed_run.WARM_UP_TOKENS` tokens (a compiled
-            one compiles there: the prefix's static cache has the timed call's shape).
+        warm_up: first run each configuration untimed: :data:`~.timed_run.WARM_UP_TOKENS` tokens from a prefix
+            (a compiled one compiles there: the prefix's static cache has the timed call's shape), the whole call
+            without one (``generate()`` sizes a static cache by the call's length).
         generate_kwargs: the ``generate()`` arguments of every call.
 
     Example:
-        >>> runs = measure_plain_decodings(model, Prefix(model, ids, 128), ["dynamic", "static"],
-        ...                                max_new_tokens=128)  # doctest: +SKIP
+        >>> runs = measure_plain_decodings(model, ids, ["dynamic", "static"], max_new_tokens=128)  # doctest: +SKIP
         >>> best_plain(runs)  # doctest: +SKIP
         'static'
     """
@@ -51,8 +60,16 @@ def measure_plain_decodings(
         decoding = plain_decoding(name)
         try:
             if warm_up:
-                _run(model, prefix, decoding, seed, _warm_up_kwargs(decoding, generate_kwargs))
-            out[name] = _run(model, prefix, decoding, seed, generate_kwargs)
+                short = prefix is not None or decoding.cache is None
+                _run(
+                    model,
+                    input_ids,
+                    prefix,
+                    decoding,
+                    seed,
+                    _warm_up_kwargs(generate_kwargs) if short else generate_kwargs,
+                )
+            out[name] = _run(model, input_ids, prefix, decoding, seed, generate_kwargs)
         except PlainDecodingUnavailable as err:
             out[name] = f"not run: {err}"
         except Exception as err:  # noqa: BLE001 - a configuration that fails on this device is a result to report
@@ -73,16 +90,19 @@ def best_plain(runs: dict[str, RunResult | str]) -> str:
     return min(ran, key=lambda name: ran[name].decode_seconds_per_token)
 
 
-def _warm_up_kwargs(decoding: PlainDecoding, generate_kwargs: dict[str, Any]) -> dict[str, Any]:
+def _warm_up_kwargs(generate_kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**generate_kwargs, "max_new_tokens": WARM_UP_TOKENS, "min_new_tokens": WARM_UP_TOKENS}
 
 
-def _run(model, prefix: Prefix, decoding: PlainDecoding, seed: int, kwargs: dict[str, Any]) -> RunResult:
+def _run(
+    model, input_ids, prefix: Prefix | None, decoding: PlainDecoding, seed: int, kwargs: dict[str, Any]
+) -> RunResult:
     with decoding.active(model):
         if decoding.cache is None:
-            return _generate_batch(model, prefix.input_ids, seed, kwargs)
-        cache = prefix.copy(decoding.cache)
-        return measure(model, prefix.input_ids, seed=seed, **decoding.generate_kwargs(model, cache), **kwargs)
+            kwargs = {k: v for k, v in kwargs.items() if k != "prefill_chunk_size"}
+            return _generate_batch(model, input_ids, seed, kwargs)
+        cache = None if prefix is None else prefix.copy(decoding.cache)
+        return measure(model, input_ids, seed=seed, **decoding.generate_kwargs(model, cache), **kwargs)
 
 
 def _generate_batch(model, input_ids: torch.LongTensor, seed: int, kwargs: dict[str, Any]) -> RunResult:

@@ -33,12 +33,14 @@ class Prefix:
         model: the model the caches belong to.
         input_ids: ``[1, n]`` the whole prompt.
         new_tokens: tokens the calls generate (a static cache's room).
+        chunk_size: prefill this many tokens per forward (None: all at once).
         prefill_seconds: kind -> seconds its one prefill took.
     """
 
     model: object
     input_ids: torch.LongTensor
     new_tokens: int
+    chunk_size: int | None = None
     prefill_seconds: dict[str, float] = field(default_factory=dict)
     _caches: dict[str, Cache] = field(default_factory=dict)
 
@@ -53,6 +55,6 @@ class Prefix:
             length = self.input_ids.shape[1] + self.new_tokens
             room = STATIC_ROUNDING * math.ceil(length / STATIC_ROUNDING)
             start = time.perf_counter()
-            self._caches[kind] = prefilled_cache(self.model, self.input_ids[:, :-1], kind, room)
+            self._caches[kind] = prefilled_cache(self.model, self.input_ids[:, :-1], kind, room, self.chunk_size)
             self.prefill_seconds[kind] = time.perf_counter() - start
         return copy.deepcopy(self._caches[kind])

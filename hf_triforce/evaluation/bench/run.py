@@ -120,7 +120,7 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
     rows, own, quiet = [], [], not is_report_rank()
     for prompt, tokens in tqdm(list(itertools.product(prompts, prompt_lengths)), desc="prompts", disable=quiet):
         ids = bench_prompt(options, tokenizer, prompt, tokens, limit, model)
-        prefix = Prefix(model, ids, options.new_tokens) if options.tp == 1 else None
+        prefix = _prefix(options, model, ids)
         for temperature, budget, drafter in itertools.product(options.temperatures, options.budgets, options.drafters):
             row = _measure_row(options, model, assistant, ids, prefix, temperature, budget, drafter)
             row.update(_answer_facts(prompt, row, prefix))
@@ -145,7 +145,7 @@ def _measure_row(options: BenchOptions, model, assistant, ids, prefix, temperatu
         kwargs.update(answer_repetition_penalty(options.repetition_penalty, ids.shape[1]))
     extra = {"assistant_model": assistant} if assistant is not None and drafter in ("auto", "model") else {}
     on_cpu = model.device.type == "cpu" and options.tp == 1  # the CPU linear patch is per process
-    plain = options.plain if prefix is not None else ()
+    plain = options.plain if options.tp == 1 else ()
     with custom_processor_replaces_builtin():
         result = compare(model, ids, config, seed=options.seed, reference_fast_linears=on_cpu, repeats=options.repeats,
                          plain_prefill_chunk_size=options.prefill_chunk_size, prefix=prefix, plain_decodings=plain,
@@ -167,6 +167,14 @@ def _measure_row(options: BenchOptions, model, assistant, ids, prefix, temperatu
                 result.best_plain, result.speedup)  # fmt: skip
     row["_comparison"] = result
     return row
+
+
+def _prefix(options: BenchOptions, model, ids: torch.LongTensor) -> Prefix | None:
+    """The prompt prefilled once for every call of its rows on the CPU, where a 7K prefill costs ~45 s; on a GPU
+    (where copies of a 128K cache would not fit beside the model) and under tensor parallelism, fresh calls."""
+    if options.tp > 1 or model.device.type != "cpu":
+        return None
+    return Prefix(model, ids, options.new_tokens, chunk_size=options.prefill_chunk_size)
 
 
 def _answer_facts(prompt: BenchPrompt | None, row: dict[str, Any], prefix: Prefix | None) -> dict[str, Any]:

@@ -1,0 +1,75 @@
+"""The bench's headline figures: medians over prompts against best plain, loops left out, floors."""
+
+from __future__ import annotations
+
+import pytest
+
+from hf_triforce.evaluation.bench.headline import headline_section
+from hf_triforce.evaluation.bench.summary import attach_floors, summarize
+from hf_triforce.evaluation.common.repetition import loops
+
+pytestmark = pytest.mark.unit
+
+
+def row(name: str, temperature: float, plain_s: float, static_s: float, triforce_s: float, looping: bool = False):
+    plain = {"decode_seconds_per_token": plain_s, "tokens_per_second": 1 / plain_s}
+    static = {"decode_seconds_per_token": static_s, "tokens_per_second": 1 / static_s}
+    best = "static" if static_s < plain_s else "dynamic"
+    return {
+        "prompt": {"name": name}, "prompt_tokens": 7000, "temperature": temperature, "budget": 512,
+        "drafter": "ngram", "plain": plain, "triforce": {"decode_seconds_per_token": triforce_s,
+        "tokens_per_second": 1 / triforce_s}, "speedup": plain_s / triforce_s, "identical_output": True,
+        "plain_decodings": {"dynamic": plain, "static": static, "flash_attention_2": {"error": "not run: CUDA only"}},
+        "best_plain": best, "speedup_best_plain": min(plain_s, static_s) / triforce_s, "loops": looping,
+        "answer_repeated_fraction": 0.6 if looping else 0.0, "weight_bytes": 1000, "kv_bytes_per_token": 10,
+    }  # fmt: skip
+
+
+def test_medians_are_over_the_prompts_whose_answers_do_not_loop():
+    rows = [row("a", 0.0, 1.0, 0.8, 0.5), row("b", 0.0, 1.0, 1.2, 0.25), row("c", 0.0, 1.0, 0.9, 0.1, looping=True)]
+    rows += [row("a", 0.6, 1.0, 0.8, 0.4)]
+    (greedy, sampled) = summarize(rows)
+    assert greedy["prompts"] == 2 and greedy["left_out"] == ["c"]
+    assert greedy["median_speedup_best_plain"] == pytest.approx((0.8 / 0.5 + 1.0 / 0.25) / 2)
+    assert greedy["median_speedup_default"] == pytest.approx((2.0 + 4.0) / 2)
+    assert greedy["best_plain"] == ["static", "dynamic"] and greedy["identical"] == 2
+    assert sampled["temperature"] == 0.6 and sampled["identical"] is None and sampled["prompts"] == 1
+
+
+def test_every_answer_looping_leaves_no_median():
+    (entry,) = summarize([row("a", 0.0, 1.0, 1.0, 0.5, looping=True)])
+    assert entry["prompts"] == 0 and "median_speedup_best_plain" not in entry
+    assert "every answer looped (a)" in "\n".join(headline_section({"rows": [], "summary": [entry]}))
+
+
+def test_the_page_flags_loops_and_reports_configurations_that_did_not_run():
+    rows = [row("a", 0.0, 1.0, 0.8, 0.5), row("c", 0.0, 1.0, 0.9, 0.1, looping=True)]
+    lines = headline_section({"rows": rows, "summary": summarize(rows)})
+    page = "\n".join(lines)
+    assert "1.60x best plain" in page and "left out (answers loop): c" in page
+    a, c = (line for line in lines if line.startswith(("| a |", "| c |")))
+    assert "| static |" in a and "| n/a |" in a and "1.60x" in a and "no (0%)" in a
+    assert "**loops** (60%)" in c
+
+
+def test_floors_on_a_gpu_of_known_bandwidth_only():
+    rows = [row("a", 0.0, 1.0, 0.8, 0.5)]
+    attach_floors(rows, None)
+    assert "floor" not in rows[0]
+    attach_floors(rows, 1e6)  # 1 MB/s: weights 1000 B + 7000 tokens x 10 B = 71 ms
+    floor = rows[0]["floor"]
+    assert floor["plain_floor_ms"] == pytest.approx(71.0) and floor["triforce_fraction"] == pytest.approx(500 / 71)
+    assert set(floor["plain_ms"]) == {"dynamic", "static"}
+    assert summarize(rows)[0]["median_fraction_of_floor"] == pytest.approx(500 / 71)
+    page = "\n".join(headline_section({"rows": rows, "summary": summarize(rows)}))
+    assert (
+        "## Against the plain decoding floor" in page
+        and "| 7000 | 0 | 71.0 | 1000.0 | 800.0 | - | 500.0 | 7.04 |" in page
+    )
+    assert "TriForce at 7.04x the plain bandwidth floor" in page
+
+
+def test_an_answer_loops_when_more_than_a_quarter_of_its_spans_repeat():
+    assert not loops(list(range(100)))
+    assert loops(list(range(12)) * 3)
+    assert not loops(list(range(80)) + list(range(10)))  # one repeated passage: 3 of 83 spans
