@@ -204,8 +204,9 @@ class TriForceConfig:
             "help": "Run the level-1 (widths 1..gamma1+1) and level-0 (width 1) decoding steps on fixed-shape buffers "
             "replayed as CUDA graphs. 'auto': on when the model is on CUDA and supports it, else the dynamic-shape "
             "forwards; True: required (an error on a non-CUDA model); False: dynamic-shape forwards; 'eager': the "
-            "fixed-shape steps without graphs on any device (the CPU reference of the graph path). Off by default "
-            "until the graph path has been measured on a GPU (it is tested on the CPU in its 'eager' form only)."
+            "fixed-shape steps without graphs on any device (the CPU reference of the graph path). Off by default: "
+            "the graph path has run on H100/H200 GPUs with random weights only, so its end-to-end gain with real "
+            "acceptance is modeled, not measured on a real checkpoint."
         },
     )
 
