@@ -58,7 +58,7 @@ demo: venv
 	$(VPY) -m hf_triforce demo $(DEMO_ARGS)
 
 # The speed benchmark: the seven prompts of different genres, T=0 and T=0.6/top-p 0.9, best plain vs TriForce,
-# written under benchmarks/results/ (~50 min on 2 CPU cores).
+# written under benchmarks/results/ (~100 min on 2 CPU cores: 7 prompts x 2 temperatures x 6 configurations).
 BENCH_OUTPUT ?= benchmarks/results/cpu-smollm2-7k-natural.json
 bench: venv
 	$(VPY) -m hf_triforce bench --prompt-lookup 10 --output $(BENCH_OUTPUT) $(BENCH_ARGS)

@@ -166,7 +166,7 @@ def test_graphs_on_a_cpu_model_raise_before_any_forward(zoo, make_prompt):
 
 @pytest.mark.parametrize("setting", [False, "auto"])
 def test_default_cpu_path_is_dynamic(zoo, make_prompt, runners, setting):
-    """Graphs are opt-in (default False, unmeasured on a GPU so far); 'auto' on the CPU is dynamic too."""
+    """Graphs are opt-in (default False: measured on GPUs with random weights only); 'auto' on the CPU is dynamic."""
     model = zoo.target("llama_gqa")
     model.generate(make_prompt(100), max_new_tokens=8, triforce_config=TriForceConfig(**SMALL, cuda_graphs=setting))
     assert TriForceConfig().cuda_graphs is False and not runners

@@ -8,8 +8,8 @@ from ..common.divergence import identical_cell
 from ..common.formatting import tokens_per_second
 
 ROW_NOTE = (
-    "Tokens per second of decoding (prefill excluded; every run from a copy of the prompt's one prefill, forced to "
-    "the same number of new tokens, the same penalty on the answer's own repetitions). Plain columns: "
+    "Tokens per second of decoding (prefill excluded; {start}, forced to the same number of new tokens, the same "
+    "penalty on the answer's own repetitions). Plain columns: "
     "`generate()` as a transformers user can configure it without speculation (dynamic: the default "
     "`DynamicCache`; static: `cache_implementation='static'`; static compiled: the static cache with "
     "`torch.compile` through `CompileConfig`; on CUDA also the sdpa flash backend, `flash_attention_2` and "
@@ -22,8 +22,11 @@ ROW_NOTE = (
 
 
 def headline_section(results: dict[str, Any]) -> list[str]:
-    """Markdown lines: the medians of ``results["summary"]``, then the per-prompt table."""
-    summary = results.get("summary") or []
+    """Markdown lines: the medians of ``results["summary"]``, then the per-prompt table (nothing for results
+    recorded before the bench had summaries)."""
+    summary = results.get("summary")
+    if summary is None:
+        return []
     lines = ["## Median over prompts, against the fastest plain decoding", ""]
     for s in summary:
         lines.append(_summary_line(s))
@@ -36,7 +39,12 @@ def headline_section(results: dict[str, Any]) -> list[str]:
     lines += ["", "## Per prompt (tokens/s)", "", "| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join(["---", "---:", "---:"] + ["---:"] * (len(header) - 3)) + "|")
     lines += [_prompt_row(r, names, assisted) for r in rows]
-    return lines + ["", ROW_NOTE] + floor_section(rows, names)
+    start = (
+        "every run from a copy of the prompt's one prefill"
+        if any("prefix_prefill_seconds" in r for r in rows)
+        else ("every run a fresh call")
+    )
+    return lines + ["", ROW_NOTE.format(start=start)] + floor_section(rows, names)
 
 
 def floor_section(rows: list[dict[str, Any]], names: list[str]) -> list[str]:
@@ -65,11 +73,12 @@ def _summary_line(s: dict[str, Any]) -> str:
     left = f"; left out (answers loop): {', '.join(s['left_out'])}" if s["left_out"] else ""
     same = "" if s.get("identical") is None else f"; identical text {s['identical']}/{s['prompts']}"
     floor = s.get("median_fraction_of_floor")
+    plural = "s" if s["prompts"] != 1 else ""
     floor_text = "" if floor is None else f"; TriForce at {floor:.2f}x the plain bandwidth floor"
     return (
         f"- {where}: **{s['median_speedup_best_plain']:.2f}x best plain** ({s['median_speedup_default']:.2f}x the "
-        f"default), over {s['prompts']} prompts (TriForce {s['median_triforce_tokens_per_second']:.2f} tok/s, best "
-        f"plain {s['median_best_plain_tokens_per_second']:.2f}){same}{floor_text}{left}."
+        f"default), over {s['prompts']} prompt{plural} (TriForce {s['median_triforce_tokens_per_second']:.2f} tok/s, "
+        f"best plain {s['median_best_plain_tokens_per_second']:.2f}){same}{floor_text}{left}."
     )
 
 

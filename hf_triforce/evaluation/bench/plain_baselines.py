@@ -60,15 +60,7 @@ def measure_plain_decodings(
         decoding = plain_decoding(name)
         try:
             if warm_up:
-                short = prefix is not None or decoding.cache is None
-                _run(
-                    model,
-                    input_ids,
-                    prefix,
-                    decoding,
-                    seed,
-                    _warm_up_kwargs(generate_kwargs) if short else generate_kwargs,
-                )
+                _run(model, input_ids, prefix, decoding, seed, _warm_up_kwargs(decoding, prefix, generate_kwargs))
             out[name] = _run(model, input_ids, prefix, decoding, seed, generate_kwargs)
         except PlainDecodingUnavailable as err:
             out[name] = f"not run: {err}"
@@ -90,7 +82,10 @@ def best_plain(runs: dict[str, RunResult | str]) -> str:
     return min(ran, key=lambda name: ran[name].decode_seconds_per_token)
 
 
-def _warm_up_kwargs(generate_kwargs: dict[str, Any]) -> dict[str, Any]:
+def _warm_up_kwargs(decoding: PlainDecoding, prefix: Prefix | None, generate_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A short call, except a static cache that ``generate()`` sizes itself: then the timed call's length."""
+    if prefix is None and decoding.cache == "static":
+        return generate_kwargs
     return {**generate_kwargs, "max_new_tokens": WARM_UP_TOKENS, "min_new_tokens": WARM_UP_TOKENS}
 
 

@@ -23,9 +23,9 @@ def schedule_section(rows: list[dict[str, Any]]) -> list[str]:
         "",
         "## End to end, prompt lookup and the schedule",
         "",
-        "End to end = prefill + decoding of one call, in seconds (for rows timed from a copy of the prompt's one "
-        "prefill, the prefill here is the prompt's last token only, and the one prefill is in the JSON's "
-        "`prefix_prefill_seconds`). Prompt lookup is transformers' "
+        "End to end = prefill + decoding of one call, in seconds"
+        + (PREFIX_NOTE if any("prefix_prefill_seconds" in r for r in rows) else "")
+        + ". Prompt lookup is transformers' "
         "`prompt_lookup_num_tokens` on the same prompt (`--prompt-lookup N`). Rounds: how many rounds the schedule "
         "ran as level 0 -> 1 -> 2, level 0 -> 2 and plain one-token steps (`TriForceConfig.adaptive`).",
         "",
@@ -34,6 +34,12 @@ def schedule_section(rows: list[dict[str, Any]]) -> list[str]:
         "|---:|---:|---|---:|---:|---:|---:|---|---:|",
     ]
     return lines + [schedule_row(r) for r in rows]
+
+
+PREFIX_NOTE = (
+    " (timed from a copy of the prompt's one prefill: the prefill here is the prompt's last token only, the one "
+    "prefill is in the JSON's `prefix_prefill_seconds`)"
+)
 
 
 def schedule_row(r: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..bench.headline import headline_section
 from ..common.divergence import identical_cell
 from ..common.formatting import acceptances, phase_cell, phase_ms, tokens_per_second
 from ..common.machine import device_line
@@ -23,15 +24,27 @@ PHASES = (("level1", "level-1 step"), ("level2", "verification"), ("refresh", "r
 def write_bench(results: dict[str, Any], out: Path, stem: str) -> list[Path]:
     """``<stem>.md`` (tables), ``<stem>-speed.png`` and ``<stem>-phases.png`` for a bench result."""
     table = out / f"{stem}.md"
-    table.write_text(bench_tables(results))
+    headline = headline_section(results)
+    table.write_text(_page(results, headline))
     written = [
         table,
         _bench_speed_png(results, out / f"{stem}-speed.png"),
         _bench_phase_png(results, out / f"{stem}-phases.png"),
     ]
-    if len({r["prompt_tokens"] for r in results["rows"]}) > 1:  # a sweep over context length
+    if headline:  # the prompt set: each prompt's ratio to best plain, per temperature
+        written.append(_prompts_png(results, out / f"{stem}-prompts.png"))
+    lengths = [r["prompt_tokens"] for r in results["rows"]]
+    if max(lengths) > 1.1 * min(lengths):  # a sweep over context length (not prompts of about one length)
         written.append(write_plot(results, out / f"{stem}-context.png"))
     return written
+
+
+def _page(results: dict[str, Any], headline: list[str]) -> str:
+    """The tables, after the medians over prompts and the per-prompt table when the result has them."""
+    if not headline:
+        return bench_tables(results)
+    rows = bench_tables(results).split("\n", 2)[2]  # without its device line, which the page opens with
+    return "\n".join([device_line(results), "", *headline, "", "## Every row", "", rows])
 
 
 def bench_tables(results: dict[str, Any]) -> str:
@@ -82,6 +95,24 @@ def _bench_speed_png(results: dict[str, Any], path: Path) -> Path:
         ax.annotate(f"{r['speedup']:.2f}x", (i + 0.25, r["triforce"]["tokens_per_second"]), ha="center",
                     va="bottom", fontsize=9, fontweight="bold")  # fmt: skip
     ax.set(ylabel="decode tokens/s (prefill excluded)", title="Decode speed: plain generate() vs TriForce")
+    return save(fig, ax, path, results)
+
+
+def _prompts_png(results: dict[str, Any], path: Path) -> Path:
+    """Per prompt: TriForce's decode speed over best plain's, one bar per temperature; looping answers marked."""
+    plt = pyplot()
+    rows = results["rows"]
+    names = list(dict.fromkeys(r["prompt"]["name"] for r in rows))
+    temperatures = sorted({r["temperature"] for r in rows})
+    ratio = {(r["prompt"]["name"], r["temperature"]): r for r in rows}
+    series = [(f"T={t:g}", [ratio[(n, t)]["speedup_best_plain"] if (n, t) in ratio else float("nan") for n in names])
+              for t in temperatures]  # fmt: skip
+    labels = [n + (" (loops)" if any(ratio.get((n, t), {}).get("loops") for t in temperatures) else "") for n in names]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    grouped_bars(ax, labels, series)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    title = "TriForce decode speed / best plain decoding, per prompt (1.0: as fast)"
+    ax.set(ylabel="speedup vs best plain", title=title)
     return save(fig, ax, path, results)
 
 
