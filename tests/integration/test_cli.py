@@ -295,6 +295,7 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
     out, png = tmp_path / "preset.json", tmp_path / "preset.png"
     argv = ["bench", "--preset", "tiny", "--draft-preset", "tiny", "--drafters", "model", "--prompt-tokens", "1k"]
     argv += ["--temperatures", "0", "--budgets", "128", "--new-tokens", "12", "--output", str(out), "--plot", str(png)]
+    argv += ["--plain", "dynamic"]  # the plain configurations are the first bench test's subject (compiling is slow)
     assert main(argv + ["--attn-implementation", "eager", "--real-acceptance", "0.9", "--cuda-graphs", "eager"]) == 0
     row = json.loads(out.read_text())["rows"][0]
     assert row["real_acceptance"] == {"level1": 0.9, "source": "given on the command line"}
@@ -322,7 +323,17 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
 def test_bench_step_selection_passes_its_options_and_records_the_re_ranking(tmp_path):
     out = tmp_path / "step.json"
     argv = ["bench", "--preset", "tiny", "--prompt-tokens", "1k", "--temperatures", "0", "--budgets", "128"]
-    argv += ["--new-tokens", "12", "--drafters", "none", "--step-selection", "--level1-forward", "direct"]
+    argv += [
+        "--new-tokens",
+        "12",
+        "--drafters",
+        "none",
+        "--step-selection",
+        "--level1-forward",
+        "direct",
+        "--plain",
+        "dynamic",
+    ]
     assert main(argv + ["--cuda-graphs", "off", "--output", str(out)]) == 0
     row = json.loads(out.read_text())["rows"][0]
     assert row["config"]["step_selection"] is True and row["config"]["level1_forward"] == "direct"
@@ -335,7 +346,18 @@ def test_bench_step_selection_passes_its_options_and_records_the_re_ranking(tmp_
 def test_bench_repeats_interleaves_pairs_and_reports_the_median(capsys, tmp_path, model_dir, document):
     out = tmp_path / "repeats.json"
     argv = ["bench", "--model", model_dir, "--document", document, "--prompt-tokens", "200", "--temperatures", "0"]
-    argv += ["--budgets", "128", "--new-tokens", "8", "--repeats", "3", "--level1-weights", "full"]
+    argv += [
+        "--budgets",
+        "128",
+        "--new-tokens",
+        "8",
+        "--repeats",
+        "3",
+        "--level1-weights",
+        "full",
+        "--plain",
+        "dynamic",
+    ]
     assert main(argv + ["--output", str(out)]) == 0
     row = json.loads(out.read_text())["rows"][0]
     assert len(row["repeats"]) == 3 and row["identical_output"] is True
