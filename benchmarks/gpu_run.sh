@@ -61,12 +61,12 @@ want best-plain && bench "$tag-best-plain-$PRESET_7B" --preset "$PRESET_7B" --pr
     --drafters none --plain "$BEST_PLAIN" --new-tokens "${BEST_NEW_TOKENS:-64}"
 want tests && run $PY -m pytest -q -p no:cacheprovider -m gpu tests
 # The chunk-scoring kernel against a candidate with 1/16 of its multiply-adds, and the key-scoring kernel
-# (rescore_candidates) against its torch reference (benchmarks/score_kernel_ab.py).
-want score-ab && run env $([ "$DEVICE" = cpu ] && echo TRITON_INTERPRET=1) $PY benchmarks/score_kernel_ab.py \
+# (rescore_candidates) against its torch reference (benchmarks/experiments/score_kernel_ab.py).
+want score-ab && run env $([ "$DEVICE" = cpu ] && echo TRITON_INTERPRET=1) $PY benchmarks/experiments/score_kernel_ab.py \
     --device "$DEVICE" --output "$RESULTS/$tag-score-kernel-ab.json"  # on a CPU: the correctness check alone
-# One re-selection of every layer per rescore_candidates factor (benchmarks/selection_cost.py): the 8B shape at 128K
+# One re-selection of every layer per rescore_candidates factor (benchmarks/experiments/selection_cost.py): the 8B shape at 128K
 # on a GPU (17 GB of random keys and values), SmolLM2's at 7K on a CPU.
-want selection-cost && run $PY benchmarks/selection_cost.py --device "$DEVICE" --output "$RESULTS/$tag-selection-cost.json" \
+want selection-cost && run $PY benchmarks/experiments/selection_cost.py --device "$DEVICE" --output "$RESULTS/$tag-selection-cost.json" \
     $([ "$DEVICE" = cuda ] && echo --shape llama3.1-8b --tokens 131072 --repeats 10)
 want 7b && bench "$tag-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_7B" --drafters none
 want 8b && bench "$tag-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafters none
@@ -74,9 +74,9 @@ want 8b && bench "$tag-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTE
 # against the 8b run above (the default, rescore_candidates=4) is what ranking the nominees by their keys costs.
 want 8b-rescore0 && bench "$tag-$PRESET_8B-rescore0" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" \
     --drafters none --rescore-candidates 0
-# Every call of every phase at 128K, the default and rescore_candidates=0 (benchmarks/phase_calls.py): the spread of
+# Every call of every phase at 128K, the default and rescore_candidates=0 (benchmarks/experiments/phase_calls.py): the spread of
 # the refreshes that a phase's mean hides (the H100 run of 2026-11-28: median 6.1 ms, mean 14.9).
-want phase-calls && run $PY benchmarks/phase_calls.py --preset "$PRESET_8B" --contexts "${PHASE_CONTEXTS:-131072}" --modes default,mean \
+want phase-calls && run $PY benchmarks/experiments/phase_calls.py --preset "$PRESET_8B" --contexts "${PHASE_CONTEXTS:-131072}" --modes default,mean \
     --budget "$BUDGET" --device "$DEVICE" --dtype "$DTYPE" --output "$RESULTS/$tag-phase-calls.json"
 # The same without any Triton kernel (retrieval scoring/gather, split-KV verification): what they are worth.
 # Its markdown is dropped (the device returns 8 files at most): hf_triforce.evaluation.bench.report.markdown_table rebuilds it.

@@ -25,29 +25,39 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from pathlib import Path
+from pydoc_data.topics import topics  # the Python language reference, shipped with CPython: a long offline text
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 import hf_triforce
 from hf_triforce import TriForceConfig, UnsupportedModelError
-from hf_triforce.evaluation.common.documents import question_prompt, read_document
-from hf_triforce.evaluation.common.smollm2 import load_smollm2
 
 SMALL = os.environ.get("HF_TRIFORCE_EXAMPLE_SMALL") == "1"
 DOCUMENT_TOKENS = 600 if SMALL else 3000
 NEW_TOKENS = 24 if SMALL else 96
 QUESTION = "Using only the document above: when is an AssertionError raised?"
+# The embedded SmolLM2-135M-Instruct: `make venv` converts it once into this directory (docs/installation.md).
+EMBEDDED = Path(os.environ.get("HF_TRIFORCE_CACHE", "~/.cache/hf_triforce")).expanduser() / "smollm2-135m-instruct"
 
 logger = logging.getLogger("own_draft_model")
 
 
-def load(path: str | None):
-    """``(model, tokenizer)`` from a local ``save_pretrained`` directory, or the embedded SmolLM2."""
-    if path is None:
-        return load_smollm2()
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
+def load(path: str):
+    """The model (float32, eval mode) and its tokenizer, from a ``save_pretrained`` directory or a hub name."""
+    if path == str(EMBEDDED) and not EMBEDDED.is_dir():
+        raise SystemExit(f"no model in {EMBEDDED}: `make venv` converts the embedded SmolLM2 there; or pass --target")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     return model.eval(), AutoTokenizer.from_pretrained(path)
+
+
+def question_ids(tokenizer, document: str, question: str, tokens: int) -> torch.Tensor:
+    """``[1, n]`` chat-template token ids asking ``question`` about the first ``tokens`` tokens of ``document``."""
+    cut = tokenizer.decode(tokenizer(document[: 8 * tokens], add_special_tokens=False).input_ids[:tokens])
+    messages = [{"role": "user", "content": f"{cut}\n\nQuestion: {question}"}]
+    chat = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    return chat["input_ids"]
 
 
 def mismatched_draft(vocab_size: int) -> LlamaForCausalLM:
@@ -59,15 +69,16 @@ def mismatched_draft(vocab_size: int) -> LlamaForCausalLM:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--target", default=None, help="target model directory (default: embedded SmolLM2)")
+    parser.add_argument("--target", default=str(EMBEDDED), help="target model directory (default: SmolLM2)")
     parser.add_argument("--draft", default=None, help="draft model directory sharing the target's tokenizer")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     model, tokenizer = load(args.target)
-    draft, _ = load(args.draft)  # default: a second SmolLM2-135M instance stands in for a small draft model
+    draft, _ = load(args.draft or str(EMBEDDED))  # default: a second SmolLM2-135M stands in for a small draft
     hf_triforce.enable(model)  # the target only; the draft model is used as-is
-    input_ids = question_prompt(tokenizer, read_document(None), QUESTION, DOCUMENT_TOKENS)
+    document = "\n\n".join(topics[key] for key in sorted(topics))
+    input_ids = question_ids(tokenizer, document, QUESTION, DOCUMENT_TOKENS)
     logger.info("prompt: %d tokens; draft model: %s", input_ids.shape[1], args.draft or "SmolLM2-135M (stand-in)")
     config = TriForceConfig(retrieval_budget=256, drafter="model", gamma1=2, draft_cache_budget=256, draft_sinks=16)
     kwargs = dict(max_new_tokens=NEW_TOKENS, do_sample=False)

@@ -2,7 +2,8 @@
 
 TriForce calls the streamer once per verified run of tokens (plain ``generate()`` calls it once per
 token), so text arrives in bursts. ``TextIteratorStreamer`` hands the text to another thread, the usual
-pattern for a web server; a small subclass counts how many bursts arrived.
+pattern for a web server; a small subclass counts how many bursts arrived. ``--model`` takes any other supported
+causal LM with a chat template (default: the embedded SmolLM2-135M-Instruct).
 
 Run:
     .venv/bin/python examples/streaming.py                               # ~25 s on 2 CPU cores
@@ -14,24 +15,43 @@ Prints (promised output): the answer as it streams, then
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import threading
+from pathlib import Path
+from pydoc_data.topics import topics  # the Python language reference, shipped with CPython: a long offline text
 
 import torch
-from transformers import TextIteratorStreamer
+from transformers import AutoModelForCausalLM, AutoTokenizer, TextIteratorStreamer
 
 import hf_triforce
 from hf_triforce import TriForceConfig
-from hf_triforce.evaluation.common.documents import question_prompt, read_document
-from hf_triforce.evaluation.common.smollm2 import load_smollm2
 
 SMALL = os.environ.get("HF_TRIFORCE_EXAMPLE_SMALL") == "1"
 DOCUMENT_TOKENS = 600 if SMALL else 3000
 NEW_TOKENS = 24 if SMALL else 128
 QUESTION = "Summarize what the document says about the assert statement."
+# The embedded SmolLM2-135M-Instruct: `make venv` converts it once into this directory (docs/installation.md).
+EMBEDDED = Path(os.environ.get("HF_TRIFORCE_CACHE", "~/.cache/hf_triforce")).expanduser() / "smollm2-135m-instruct"
 
 logger = logging.getLogger("streaming")
+
+
+def load(path: str):
+    """The model (float32, eval mode) and its tokenizer, from a ``save_pretrained`` directory or a hub name."""
+    if path == str(EMBEDDED) and not EMBEDDED.is_dir():
+        raise SystemExit(f"no model in {EMBEDDED}: `make venv` converts the embedded SmolLM2 there; or pass --model")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return model.eval(), AutoTokenizer.from_pretrained(path)
+
+
+def question_ids(tokenizer, document: str, question: str, tokens: int) -> torch.Tensor:
+    """``[1, n]`` chat-template token ids asking ``question`` about the first ``tokens`` tokens of ``document``."""
+    cut = tokenizer.decode(tokenizer(document[: 8 * tokens], add_special_tokens=False).input_ids[:tokens])
+    messages = [{"role": "user", "content": f"{cut}\n\nQuestion: {question}"}]
+    chat = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    return chat["input_ids"]
 
 
 class CountingStreamer(TextIteratorStreamer):
@@ -50,10 +70,14 @@ class CountingStreamer(TextIteratorStreamer):
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--model", default=str(EMBEDDED), help="model directory or hub name (default: SmolLM2)")
+    args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load(args.model)
     hf_triforce.enable(model)
-    input_ids = question_prompt(tokenizer, read_document(None), QUESTION, DOCUMENT_TOKENS)
+    document = "\n\n".join(topics[key] for key in sorted(topics))
+    input_ids = question_ids(tokenizer, document, QUESTION, DOCUMENT_TOKENS)
     logger.info("prompt: %d tokens; streaming from a generate() thread", input_ids.shape[1])
     streamer = CountingStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=300)
     kwargs = dict(max_new_tokens=NEW_TOKENS, do_sample=False, streamer=streamer,

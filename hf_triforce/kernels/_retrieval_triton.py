@@ -49,7 +49,7 @@ def score_chunks_kernel(
     ``[BLOCK_C, BLOCK_D]`` summary tile is multiplied by that row and summed: one multiply-add per summary element,
     so the summaries are read at memory speed. (Until 2026-11-28 a float32 ``tl.dot`` with the query repeated over
     16 columns did it: 16 times the multiply-adds, on CUDA cores, 8x slower on an H100,
-    ``benchmarks/score_kernel_ab.py``.)
+    ``benchmarks/experiments/score_kernel_ab.py``.)
     """
     pid_bh = tl.program_id(0)
     pid_c = tl.program_id(1)
@@ -140,7 +140,8 @@ def score_chunk_keys_kernel(
     ``[BLOCK_F, BLOCK_D]`` tile of the chunks' ``t``-th tokens, read where they lie (no gather), times each query
     head's row, summed per row (one multiply-add per key element and query head), and an elementwise
     ``tl.maximum``. (Until 2026-11-28 a float32 ``tl.dot`` per token did it, with the group padded to 16 columns:
-    0.75 ms a layer of the 8B shape on an H100, slower than the torch reference; ``benchmarks/score_kernel_ab.py``.)
+    0.75 ms a layer of the 8B shape on an H100, slower than the torch reference;
+    ``benchmarks/experiments/score_kernel_ab.py``.)
     """
     pid_bh = tl.program_id(0)
     pid_f = tl.program_id(1)

@@ -89,7 +89,8 @@ def haystack_task(ids: list[int], name: str, index: int, count: int, prompt_toke
 
     The possible starts (the first token to the last that leaves ``prompt_tokens``) are cut into ``count`` equal
     parts and slice ``index`` starts in the middle of part ``index``: never at either end, where the benchmarks'
-    genre slices (``benchmarks/step_selection_ab.py``), which took part in choosing the default policy, start.
+    genre slices (``benchmarks/experiments/step_selection_ab.py``), which took part in choosing the default policy,
+    start.
 
     Raises:
         DocumentError: the haystack is shorter than the prompt.

@@ -102,7 +102,7 @@ class ViewPolicy:
             raise ValueError(
                 "ViewPolicy replays one selection per refresh; it does not model TriForceConfig(step_selection=True) "
                 "(each layer re-ranking inside level 1's forward): measure that with the real generate() call "
-                "(benchmarks/step_selection_ab.py), or pass step_selection=False."
+                "(benchmarks/experiments/step_selection_ab.py), or pass step_selection=False."
             )
         knobs = {name: getattr(config, name) for name in CONFIG_KNOBS}  # an 'auto' window follows ``budget``
         return cls(budget=config.retrieval_budget if budget is None else budget, **knobs)

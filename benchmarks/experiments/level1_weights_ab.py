@@ -6,7 +6,7 @@ Each round runs every mode in turn, so all of them see the same drift of a share
 and not recorded. Modes: ``plain``, or ``WEIGHTS[:key=value;...]`` (``TriForceConfig(retrieval_budget=512,
 level1_weights=WEIGHTS, key=value ...)``), optionally suffixed ``fresh`` (no prefilled cache: the call prefills).
 
-Run: ``.venv/bin/python benchmarks/level1_weights_ab.py --temperatures 0,0.6 --rounds 3
+Run: ``.venv/bin/python benchmarks/experiments/level1_weights_ab.py --temperatures 0,0.6 --rounds 3
 --output benchmarks/results/level1-weights-ab-7k.json`` (about 10 minutes on 2 CPU threads). Level 1's forward,
 ``int8:level1_forward=transformers`` against ``int8:level1_forward=direct``: ``--modes
 plain,int8:level1_forward=transformers,int8:level1_forward=direct --output

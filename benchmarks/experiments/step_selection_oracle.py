@@ -39,7 +39,7 @@ chunks of 8; the answer's own tokens are always visible):
 
 ``--rules`` runs a subset (``full`` is always run).
 
-Run: ``.venv/bin/python benchmarks/step_selection_oracle.py --split tune --output benchmarks/results/X.json``
+Run: ``.venv/bin/python benchmarks/experiments/step_selection_oracle.py --split tune --output X.json``
 (about 15 minutes on 2 CPU threads); ``--report X.json [Y.json ...]`` prints the markdown of one or more runs.
 """
 
@@ -309,7 +309,7 @@ def report(paths: list[str]) -> str:
 
 
 def _command() -> str:
-    return "benchmarks/step_selection_oracle.py " + " ".join(sys.argv[1:])
+    return "benchmarks/experiments/step_selection_oracle.py " + " ".join(sys.argv[1:])
 
 
 def main() -> None:

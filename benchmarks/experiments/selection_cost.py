@@ -9,8 +9,8 @@ a GPU).
 
 Run::
 
-    python benchmarks/selection_cost.py --threads 1 --output benchmarks/results/cpu-selection-cost.json
-    python benchmarks/selection_cost.py --device cuda --shape llama3.1-8b --tokens 131072 --output X.json
+    python benchmarks/experiments/selection_cost.py --threads 1 --output benchmarks/results/cpu-selection-cost.json
+    python benchmarks/experiments/selection_cost.py --device cuda --shape llama3.1-8b --tokens 131072 --output X.json
 
 ``--report X.json`` prints the markdown of a run.
 """
@@ -108,7 +108,7 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
     rows = run(args.shape, args.tokens, args.device, args.repeats)
-    command = "benchmarks/selection_cost.py " + shlex.join(sys.argv[1:])
+    command = "benchmarks/experiments/selection_cost.py " + shlex.join(sys.argv[1:])
     rec = {"shape": args.shape, "tokens": args.tokens, "machine": machine_info(), "command": command, "rows": rows}
     json.dump(rec, open(args.output, "w"), indent=1)
     print(report(args.output))

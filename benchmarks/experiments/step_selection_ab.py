@@ -21,7 +21,7 @@ manual, code, a how-to guide, release notes; spread evenly through each), both r
 tokens; StreamingLLM's view but for that chunk): the issue asks retrieval never to fall below StreamingLLM on natural
 text.
 
-Run: ``.venv/bin/python benchmarks/step_selection_ab.py --split heldout --natural 3 --output
+Run: ``.venv/bin/python benchmarks/experiments/step_selection_ab.py --split heldout --natural 3 --output
 benchmarks/results/X.json`` (about 35 minutes on 2 CPU threads; ``--split '' --natural 3`` for the natural
 prompts alone; ``--split '' --genres 2 --new-tokens 128`` for the genres, per prompt; ``--only reference#0,guide#0``
 runs those prompts alone; ``--drafter auto`` runs the whole hierarchy with the default level 0 instead of level 1
@@ -238,7 +238,7 @@ def _rate(c) -> float:
 
 
 def _command() -> str:
-    return "benchmarks/step_selection_ab.py " + shlex.join(sys.argv[1:])
+    return "benchmarks/experiments/step_selection_ab.py " + shlex.join(sys.argv[1:])
 
 
 def main() -> None:

@@ -17,11 +17,11 @@ re-scoring adds to a refresh).
 
 Run on a GPU (about a minute; ``STEPS=score-ab bash benchmarks/gpu_run.sh`` does it)::
 
-    python benchmarks/score_kernel_ab.py --output $OUT/score-kernel-ab.json
+    python benchmarks/experiments/score_kernel_ab.py --output $OUT/score-kernel-ab.json
 
 On the CPU, the correctness check alone under Triton's interpreter (small shapes, no timing)::
 
-    TRITON_INTERPRET=1 python benchmarks/score_kernel_ab.py --device cpu
+    TRITON_INTERPRET=1 python benchmarks/experiments/score_kernel_ab.py --device cpu
 """
 
 from __future__ import annotations

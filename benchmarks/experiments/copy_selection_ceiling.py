@@ -34,7 +34,7 @@ Rules (all with the package's ``select_token_indices``: sink chunk, recent windo
 slices of each haystack (``step_selection_ab.tasks``; ``--split ''`` for natural text alone), reported pooled and
 per prompt; ``--budgets`` picks the view budgets (tokens).
 
-Run: ``.venv/bin/python benchmarks/copy_selection_ceiling.py --split tune --output benchmarks/results/X.json``
+Run: ``.venv/bin/python benchmarks/experiments/copy_selection_ceiling.py --split tune --output X.json``
 (about 25 minutes per 10 rules on 2 CPU threads); ``--report X.json [Y.json ...]`` rewrites the markdown table of
 recorded runs.
 """
@@ -418,7 +418,7 @@ def report(paths: list[str]) -> str:
         "Each task (4 passage kinds x 5 depths, 6K-token prompts) is prefilled once and level 1 replayed along the "
         "full model's own answer (64 tokens, rounds of gamma2 = 6, re-selection every 4 cached tokens) with each "
         "rule; per-token acceptance = accepted / (accepted + rejections), pooled over the kinds of a depth. "
-        "Rules: see the docstring of benchmarks/copy_selection_ceiling.py (`base-sum-w1` is the package's "
+        "Rules: see the docstring of benchmarks/experiments/copy_selection_ceiling.py (`base-sum-w1` is the package's "
         "selection with rescore_candidates=0, `two-stage-x4-peak` with rescore_candidates=4).",
         "",
     ]
@@ -472,7 +472,7 @@ def _against_streaming(cell: dict, names: list[str], rules: list[str]) -> list[s
 
 
 def _command() -> str:
-    return "benchmarks/copy_selection_ceiling.py " + shlex.join(sys.argv[1:])
+    return "benchmarks/experiments/copy_selection_ceiling.py " + shlex.join(sys.argv[1:])
 
 
 def _rate(pair):

@@ -13,15 +13,16 @@ every round with a rejection (:func:`refresh_rows`; the tables add the refreshes
 
 Run (1 CPU thread each, about 35 minutes apiece on this machine):
 
-    python benchmarks/recent_window_ab.py --natural 12 --output natural12.json
-    python benchmarks/recent_window_ab.py --copy tune --context 6144 --budgets 1/16,1/8 --temps 0 --natural 3 \\
-        --output tune.json
-    python benchmarks/recent_window_ab.py --natural 12 --context 6144 --budgets 1/16,1/8 --temps 0 --output n6k.json
-    python benchmarks/recent_window_ab.py --natural 12 --context 6144 --budgets 1/16 --temps 0 \\
+    python benchmarks/experiments/recent_window_ab.py --natural 12 --output natural12.json
+    python benchmarks/experiments/recent_window_ab.py --copy tune --context 6144 --budgets 1/16,1/8 --temps 0 \\
+        --natural 3 --output tune.json
+    python benchmarks/experiments/recent_window_ab.py --natural 12 --context 6144 --budgets 1/16,1/8 --temps 0 \\
+        --output n6k.json
+    python benchmarks/experiments/recent_window_ab.py --natural 12 --context 6144 --budgets 1/16 --temps 0 \\
         --variants ceiling --output ceiling.json  # or --variants rescore
-    python benchmarks/recent_window_ab.py --copy heldout --context 6144 --budgets 1/16,1/8 --temps 0 --natural 0 \
-        --variants refresh --output refresh-heldout.json
-    python benchmarks/recent_window_ab.py --report tune.json > tune.md
+    python benchmarks/experiments/recent_window_ab.py --copy heldout --context 6144 --budgets 1/16,1/8 --temps 0 \\
+        --natural 0 --variants refresh --output refresh-heldout.json
+    python benchmarks/experiments/recent_window_ab.py --report tune.json > tune.md
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def report(results: dict) -> str:
     scoring = len({k[:2] for k in keys}) > 1 or any(k[0] for k in keys)  # more than the windows varied
     what = "Chunk selection against StreamingLLM" if scoring else "Recent window against the budget"
     what = "Re-selection schedule" if len({k[3:] for k in keys}) > 1 else what
-    lines = [f"# {what} (benchmarks/recent_window_ab.py)", "", f"{device_line(results)}", "",
+    lines = [f"# {what} (benchmarks/experiments/recent_window_ab.py)", "", f"{device_line(results)}", "",
              f"Command: `{results['command']}`", ""]  # fmt: skip
     if any(r["task_kind"] == "natural" for r in views):
         lines += _natural(views, o)

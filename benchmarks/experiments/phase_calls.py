@@ -10,8 +10,9 @@ model, after the bench's warm-up, and reports per phase the calls, the first cal
 
 Run (a GPU, about 2 minutes at 32K and 128K for the 8B shape)::
 
-    python benchmarks/phase_calls.py --preset llama3.1-8b --contexts 32768,131072 --output $OUT/phase-calls.json
-    python benchmarks/phase_calls.py --report benchmarks/results/h200-phase-calls.json
+    python benchmarks/experiments/phase_calls.py --preset llama3.1-8b --contexts 32768,131072 \
+        --output $OUT/phase-calls.json
+    python benchmarks/experiments/phase_calls.py --report benchmarks/results/h200-phase-calls.json
 
 On the CPU: ``--preset tiny --device cpu --dtype float32 --budget 128 --contexts 1024``.
 """
