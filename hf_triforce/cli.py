@@ -127,12 +127,13 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--step-selection", action="store_true",
-        help="TriForceConfig.step_selection=True: level 1 re-ranks its chunks at every forward (needs level 1's "
-        "direct forward: on CUDA also --cuda-graphs off)",
+        help="deprecated, removed in hf_triforce 0.3 (warns): TriForceConfig.step_selection=True: level 1 re-ranks "
+        "its chunks at every forward (needs level 1's direct forward: on CUDA also --cuda-graphs off)",
     )  # fmt: skip
     p.add_argument(
         "--level1-forward", default=None, choices=("auto", "direct", "transformers"),
-        help="TriForceConfig.level1_forward (default: the config's)",
+        help="deprecated, removed in hf_triforce 0.3 (warns unless auto): TriForceConfig.level1_forward (default: "
+        "the config's, auto)",
     )  # fmt: skip
     p.add_argument(
         "--repeats", type=int, default=1, metavar="N",

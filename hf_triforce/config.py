@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import os
+import sys
+import warnings
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from .errors import TriForceConfigError
@@ -11,6 +14,8 @@ DRAFTERS = ("auto", "model", "suffix", "ngram", "none")
 LEVEL1_WEIGHTS = ("auto", "full", "int8", "int4")
 LEVEL1_FORWARDS = ("auto", "direct", "transformers")
 CUDA_GRAPH_MODES = (True, False, "auto", "eager")
+REMOVED_IN = "0.3"
+"""The release that removes the deprecated fields (``metadata["deprecated"]``: what replaces each)."""
 
 
 @dataclass
@@ -22,6 +27,10 @@ class TriForceConfig:
     sparse view of its KV cache) verifies them and yields ``gamma2`` tokens; level 2 (the target with
     its full cache) verifies those. Every level uses exact speculative sampling, so the output is
     exactly what plain ``generate()`` would produce (greedy) or distributed exactly like it (sampling).
+
+    Ten fields are deprecated and removed in hf_triforce 0.3 (:meth:`deprecated_fields`; the tuning guide gives each
+    one's measured reason): until then each still takes effect, and setting one to a value other than its default
+    emits a ``FutureWarning`` that says what replaces it.
 
     Example:
         >>> cfg = TriForceConfig(retrieval_budget=512, chunk_size=8, gamma2=6)
@@ -53,11 +62,14 @@ class TriForceConfig:
     lookahead_chunks: int = field(
         default=1,
         metadata={
-            "help": "Chunks after each top-scoring chunk that the selection also keeps (each chunk competes with the "
-            "best score of itself and the lookahead_chunks chunks before it). Text being copied is read forward, so "
-            "the drafts of a round need the chunk after the one the query attends to now. 1 was chosen on the tune "
-            "split of the copy tasks (benchmarks/results/eval-copy-tune.md) and is reported on the held-out split "
-            "(eval-copy-heldout.md); 0 is TriForce's plain top-k."
+            "help": "Deprecated (removed in 0.3): the selection always keeps one look-ahead chunk, the default. No "
+            "recorded setting gains from another value: on the tune split of the copy tasks 1 lifted the worst depth "
+            "from 0.919 (0, TriForce's plain top-k) to 0.950 at budget 1/8 and 2 and 3 were no better "
+            "(benchmarks/results/eval-copy-tune.md); the held-out split confirmed it (eval-copy-heldout.md). Chunks "
+            "after each top-scoring chunk that the selection also keeps (each chunk competes with the best score of "
+            "itself and the lookahead_chunks chunks before it): a copy is read forward, so a round's drafts need the "
+            "chunk after the one the query attends to now.",
+            "deprecated": "the selection always keeps one look-ahead chunk (the default, 1)",
         },
     )
     rescore_candidates: int = field(
@@ -78,15 +90,23 @@ class TriForceConfig:
     step_selection: bool = field(
         default=False,
         metadata={
-            "help": "Inside every level-1 forward, each of the later half of the layers ranks chunks by their keys "
-            "(the chunk's largest logit) with the query it has just computed, before it attends, and the view swaps "
-            "in the chunks that changed (hf_triforce.caches.chunk_swap). The chunks it ranks are the 4 k that each "
-            "refresh nominates by ranking every chunk with the queries of the tokens the last verification accepted. "
-            "A selection made once per refresh with the newest token's query goes stale within a round. Held-out "
-            "copy tasks, worst depth: 0.981 at budget 1/16 and 1/8 (defaults 0.872 and 0.907), at 15 ms of "
-            "selection per 19 ms level-1 forward on a 2-core CPU (slower decoding): "
-            "benchmarks/results/step-selection-heldout.md (docs: Benchmarks, step_selection). True needs level 1's "
-            "direct forward (one sequence, dynamic steps) and is refused elsewhere."
+            "help": "Deprecated (removed in 0.3): leave it False. It buys level-1 acceptance, not speed, and the "
+            "default selection (rescore_candidates=4) meets the held-out copy targets without it: decoding 20.6 and "
+            "18.9 tokens/s against the defaults' 23.3 and 23.9 at budgets 1/16 and 1/8 on a 2-core CPU "
+            "(benchmarks/results/step-selection-heldout.md); with the default n-gram level 0, -12 % and +12 % end to "
+            "end (step-selection-heldout-e2e.md); on a GPU its re-ranking (13.9-16.4 ms per forward, "
+            "h200-*-step-selection.json) needs the eager direct level-1 step instead of the CUDA-graph one. Inside "
+            "every level-1 forward, each of the later half of the layers ranks chunks by their keys (the chunk's "
+            "largest logit) with the query it has just computed, before it attends, and the view swaps in the chunks "
+            "that changed (hf_triforce.caches.chunk_swap). The chunks it ranks are the 4 k that each refresh "
+            "nominates by ranking every chunk with the queries of the tokens the last verification accepted. A "
+            "selection made once per refresh with the newest token's query goes stale within a round. Held-out copy "
+            "tasks, worst depth: 0.981 at budget 1/16 and 1/8 (defaults 0.872 and 0.907), at 15 ms of selection per "
+            "19 ms level-1 forward on a 2-core CPU (slower decoding): benchmarks/results/step-selection-heldout.md "
+            "(docs: Benchmark history, step_selection). True needs level 1's direct forward (one sequence, dynamic "
+            "steps) and is refused elsewhere.",
+            "deprecated": "leave it False: the default selection (rescore_candidates=4) meets the level-1 targets, "
+            "and no recorded run decoded faster with it",
         },
     )
     level1_weights: str = field(
@@ -105,12 +125,18 @@ class TriForceConfig:
     level1_forward: str = field(
         default="auto",
         metadata={
-            "help": "How level 1's forwards run. 'direct': plain torch calls over the model's weights "
-            "(hf_triforce.hf.direct_forward; Llama, Mistral, Qwen2, Qwen3 and Phi-3 layouts; with the int8 copy, fused "
-            "q|k|v and gate|up products), skipping transformers' per-module overhead (SmolLM2 on 2 CPU cores, int8: "
-            "29 -> 20 ms a step); the dynamic-shape path only (cuda_graphs=False or 'auto' off CUDA). 'transformers': "
-            "the model's own forward. 'auto': 'direct' on the CPU where it runs, else 'transformers'. Level 1 only "
-            "drafts, so the output is unchanged either way."
+            "help": "Deprecated (removed in 0.3): 'auto' decides this. Only A/B runs and step_selection's GPU "
+            "baseline set another value; 'auto' already takes the faster one where both were measured "
+            "(benchmarks/results/level1-forward-ab-7k.json: direct won 4 rounds of 6 and tied 2 on a 2-core CPU), and "
+            "on a GPU the CUDA-graph step (cuda_graphs) is the fast path (12.5 ms against 36.8-40.1 ms for the eager "
+            "direct step, h100-llama3.1-8b*.json). How level 1's forwards run. 'direct': plain torch calls over the "
+            "model's weights (hf_triforce.hf.direct_forward; Llama, Mistral, Qwen2, Qwen3 and Phi-3 layouts; with the "
+            "int8 copy, fused q|k|v and gate|up products), skipping transformers' per-module overhead (SmolLM2 on 2 "
+            "CPU cores, int8: 29 -> 20 ms a step); the dynamic-shape path only (cuda_graphs=False or 'auto' off "
+            "CUDA). 'transformers': the model's own forward. 'auto': 'direct' on the CPU where it runs, else "
+            "'transformers'. Level 1 only drafts, so the output is unchanged either way.",
+            "deprecated": "'auto' decides this (level 1's direct forward on the CPU where it runs, else transformers' "
+            "forward); on a GPU set cuda_graphs",
         },
     )
     gamma1: int = field(
@@ -136,19 +162,29 @@ class TriForceConfig:
     confidence_stops: bool = field(
         default=True,
         metadata={
-            "help": "With adaptive, a single sequence's level-1 round drafts up to gamma2 tokens and stops where "
-            "level 1's confidence in its drafts says one more token does not pay (hf_triforce.hierarchy.planner; "
-            "SmolLM2 at 7K tokens, T=0.6, means over 12 sampled texts: 2-9% more tokens per second, inside the "
-            "text-to-text spread; T=0 unchanged). False: each round drafts the length "
-            "planned at its start. Batches and tensor-parallel models always use the planned length. Lossless "
-            "either way."
+            "help": "Deprecated (removed in 0.3): adaptive decides this. No recorded setting is faster with False: "
+            "2.02x against 2.05x plain generate() with it, over 12 sampled texts at 7K tokens "
+            "(benchmarks/results/confidence-stops-ab-7k.json), T=0 equal within the noise. With adaptive, a single "
+            "sequence's level-1 round drafts up to gamma2 tokens and stops where level 1's confidence in its drafts "
+            "says one more token does not pay (hf_triforce.hierarchy.planner; SmolLM2 at 7K tokens, T=0.6, means over "
+            "12 sampled texts: 2-9% more tokens per second, inside the text-to-text spread; T=0 unchanged). False: "
+            "each round drafts the length planned at its start. Batches and tensor-parallel models always use the "
+            "planned length. Lossless either way.",
+            "deprecated": "adaptive decides this (a single sequence's level-1 round stops by level 1's confidence; "
+            "adaptive=False drafts gamma2 every round)",
         },
     )
     draft_cache_budget: int = field(
         default=256, metadata={"help": "Tokens in the level-0 draft model's StreamingLLM cache (sinks + window)."}
     )
     draft_sinks: int = field(
-        default=16, metadata={"help": "Attention-sink tokens kept at the start of the draft cache."}
+        default=16,
+        metadata={
+            "help": "Deprecated (removed in 0.3): the draft cache keeps 16 sinks. No recorded run varied it "
+            "(benchmarks/results/eval-copy-tune.md lists it as not measured; make tuning does not sweep it). "
+            "Attention-sink tokens kept at the start of the level-0 draft model's StreamingLLM cache.",
+            "deprecated": "the level-0 draft cache keeps 16 sink tokens within draft_cache_budget",
+        },
     )
     refresh_every: int = field(
         default=4,
@@ -162,11 +198,15 @@ class TriForceConfig:
     refresh_below_acceptance: float | None = field(
         default=None,
         metadata={
-            "help": "Also re-select when a round's level-1 acceptance rate (accepted / drafted by level 1) "
-            "falls below this value. None disables it. 1.0 re-selects after every round with a rejection: with "
-            "refresh_every=8, a third fewer refreshes than the defaults at the same worst-depth acceptance on "
-            "held-out copy tasks (T=0), a little lower on natural text when sampling "
-            "(benchmarks/results/refresh-on-rejection.md)."
+            "help": "Deprecated (removed in 0.3): use refresh_every. 0.5 and 0.8 added nothing on top of the default "
+            "refresh_every=4 (benchmarks/results/eval-copy-tune.md); 1.0 with refresh_every=8 makes a third fewer "
+            "refreshes but loses on natural text when sampling (refresh-on-rejection-natural12-4k.json), and no "
+            "end-to-end run has measured it faster. Also re-select when a round's level-1 acceptance rate (accepted / "
+            "drafted by level 1) falls below this value. None disables it. 1.0 re-selects after every round with a "
+            "rejection: with refresh_every=8, a third fewer refreshes than the defaults at the same worst-depth "
+            "acceptance on held-out copy tasks (T=0), a little lower on natural text when sampling "
+            "(benchmarks/results/refresh-on-rejection.md).",
+            "deprecated": "use refresh_every (a re-selection every refresh_every new tokens)",
         },
     )
     drafter: str = field(
@@ -178,17 +218,45 @@ class TriForceConfig:
             "self-drafting verified by the full cache)."
         },
     )
-    ngram_max: int = field(default=3, metadata={"help": "Longest n-gram matched by the n-gram drafter."})
-    ngram_min: int = field(default=1, metadata={"help": "Shortest n-gram matched by the n-gram drafter."})
+    ngram_max: int = field(
+        default=3,
+        metadata={
+            "help": "Deprecated (removed in 0.3): the n-gram drafter matches the last 3 down to 1 tokens; for longer "
+            "matches use drafter='suffix'. No recorded run varied it (benchmarks/results/eval-copy-tune.md lists it "
+            "as not measured; make tuning does not sweep it). Longest n-gram matched by the n-gram drafter.",
+            "deprecated": "the n-gram drafter matches the last 3 down to 1 tokens; for longer matches use "
+            "drafter='suffix'",
+        },
+    )
+    ngram_min: int = field(
+        default=1,
+        metadata={
+            "help": "Deprecated (removed in 0.3): the n-gram drafter matches down to 1 token; adaptive drops a "
+            "drafter that does not pay. No recorded run varied it (benchmarks/results/eval-copy-tune.md lists it as "
+            "not measured). Shortest n-gram matched by the n-gram drafter.",
+            "deprecated": "the n-gram drafter matches down to 1 token, and adaptive drops level 0 where it does not "
+            "pay",
+        },
+    )
     suffix_min_match: int = field(
-        default=1, metadata={"help": "Shortest match of the sequence's end that the suffix drafter drafts from."}
+        default=1,
+        metadata={
+            "help": "Deprecated (removed in 0.3): the suffix drafter drafts from any match; adaptive drops a drafter "
+            "that does not pay. No recorded run varied it. Shortest match of the sequence's end that the suffix "
+            "drafter drafts from.",
+            "deprecated": "the suffix drafter drafts from any match, and adaptive drops level 0 where it does not pay",
+        },
     )
     draft_acceptance_floor: float = field(
         default=0.15,
         metadata={
-            "help": "Pause level-0 drafting while its running acceptance rate (accepted / drafted, exponentially "
-            "averaged) is below this value, probing again every 8 level-1 steps: a rejected draft still costs "
-            "level 1 a wider forward. 0 always drafts."
+            "help": "Deprecated (removed in 0.3): adaptive decides whether level 0 drafts. 0, 0.15 and 0.5 gave "
+            "speeds within the noise of each other in both recorded sweeps "
+            "(benchmarks/results/cpu-smollm2-tuning.json and cpu-smollm2-tuning-defaults.json: 1.45x / 1.51x / "
+            "1.40x). Pause level-0 drafting while its running acceptance rate (accepted / drafted, exponentially "
+            "averaged) is below this value, probing again every 8 level-1 steps: a rejected draft still costs level 1 "
+            "a wider forward. 0 always drafts.",
+            "deprecated": "adaptive decides whether level 0 drafts (the gate keeps its 0.15 floor)",
         },
     )
     prefill_chunk_size: int | None = field(
@@ -244,6 +312,35 @@ class TriForceConfig:
         r = self.refresh_below_acceptance
         if r is not None and not 0.0 <= r <= 1.0:
             raise TriForceConfigError(f"refresh_below_acceptance={r} must be None or in [0, 1].")
+        self._warn_deprecated()
+
+    def _warn_deprecated(self) -> None:
+        """One ``FutureWarning`` per deprecated field (``metadata["deprecated"]``) set to a value other than its
+        default; the field still takes effect until it is removed (:data:`REMOVED_IN`)."""
+        for f in fields(self):
+            instead = f.metadata.get("deprecated")
+            if instead is None or f.default is MISSING:
+                continue
+            value = getattr(self, f.name)
+            if value == f.default:
+                continue
+            warnings.warn(
+                f"{f.name}={value!r}: TriForceConfig.{f.name} is deprecated and is removed in hf_triforce "
+                f"{REMOVED_IN}; {instead}. It still takes effect until then.",
+                FutureWarning,
+                stacklevel=_caller_stacklevel(),
+            )
+
+    @classmethod
+    def deprecated_fields(cls) -> dict[str, str]:
+        """``{field: what replaces it}`` for the fields removed in hf_triforce 0.3 (setting one to a value other than
+        its default warns, and still takes effect until then).
+
+        Example:
+            >>> "step_selection" in TriForceConfig.deprecated_fields(), "gamma2" in TriForceConfig.deprecated_fields()
+            (True, False)
+        """
+        return {f.name: f.metadata["deprecated"] for f in fields(cls) if "deprecated" in f.metadata}
 
     def _check_positive(self, *names: str) -> None:
         for name in names:
@@ -346,9 +443,26 @@ class TriForceConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TriForceConfig:
-        """Build a config from ``to_dict()`` output; unknown keys raise ``TriForceConfigError``."""
+        """Build a config from ``to_dict()`` output; unknown keys raise ``TriForceConfigError``. A deprecated field
+        at a value other than its default warns, as in the constructor."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise TriForceConfigError(f"Unknown TriForceConfig keys {unknown}; valid keys are {sorted(known)}.")
         return cls(**data)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside hf_triforce and the dataclass machinery (the generated
+    ``__init__``, ``dataclasses.replace``): the user's line that set the deprecated field."""
+    frame, level = sys._getframe(1), 1  # the frame that calls warnings.warn is level 1
+    while frame is not None:
+        name = frame.f_code.co_filename
+        inside = name.startswith(_PACKAGE_DIR) or name == "<string>" or name.endswith(f"{os.sep}dataclasses.py")
+        if not inside:
+            return level
+        frame, level = frame.f_back, level + 1
+    return 1

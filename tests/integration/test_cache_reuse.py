@@ -21,7 +21,11 @@ import hf_triforce
 from hf_triforce import RetrievalCache, TriForceConfig, UnsupportedGenerationError
 from hf_triforce.hf.versions import CACHE_ARG, cache_kwargs, output_cache
 
-pytestmark = pytest.mark.integration
+# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
+]
 
 CFG = dict(
     retrieval_budget=64, recent_window=16, chunk_size=8, gamma1=2, gamma2=4, draft_cache_budget=48, draft_sinks=4,

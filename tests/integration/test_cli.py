@@ -334,7 +334,8 @@ def test_bench_step_selection_passes_its_options_and_records_the_re_ranking(tmp_
         "--plain",
         "dynamic",
     ]
-    assert main(argv + ["--cuda-graphs", "off", "--output", str(out)]) == 0
+    with pytest.warns(FutureWarning, match="step_selection|level1_forward"):  # both deprecated, removed in 0.3
+        assert main(argv + ["--cuda-graphs", "off", "--output", str(out)]) == 0
     row = json.loads(out.read_text())["rows"][0]
     assert row["config"]["step_selection"] is True and row["config"]["level1_forward"] == "direct"
     stats = row["triforce"]["triforce"]

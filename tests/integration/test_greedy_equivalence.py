@@ -28,7 +28,15 @@ import hf_triforce
 from hf_triforce import TriForceConfig
 from tests.support.speculation import LEVELS, NOTHING, Ran
 
-pytestmark = pytest.mark.integration
+# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:refresh_below_acceptance:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:draft_acceptance_floor:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:lookahead_chunks:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:ngram_max:FutureWarning"),
+]
 
 # chunk 8, budget 64, recent 16: the boundaries the prompt lengths below straddle. A fixed schedule: every round
 # runs level 0 -> 1 -> 2 (the planner's timing-driven choice is tested on its own).

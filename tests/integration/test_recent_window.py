@@ -14,7 +14,11 @@ from hf_triforce import TriForceConfig
 from hf_triforce.caches.retrieval import RetrievalCache
 from hf_triforce.hierarchy import level1
 
-pytestmark = pytest.mark.integration
+# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:step_selection:FutureWarning"),
+]
 
 BASE = dict(chunk_size=8, retrieval_budget=96, gamma1=2, gamma2=4, refresh_every=4, adaptive=False)
 
