@@ -6,6 +6,11 @@ Example:
     >>> hf_triforce.enable(model)  # doctest: +SKIP
     >>> out = model.generate(input_ids, max_new_tokens=64, triforce_config=TriForceConfig())  # doctest: +SKIP
     >>> hf_triforce.last_stats(model).to_dict()  # doctest: +SKIP
+
+Without ``enable``, transformers' own convention for decoding methods works too:
+
+    >>> out = model.generate(input_ids, custom_generate=hf_triforce.triforce_generate,
+    ...                      triforce_config=TriForceConfig(), max_new_tokens=64)  # doctest: +SKIP
 """
 
 import warnings
@@ -19,13 +24,14 @@ from .errors import (
     UnsupportedGenerationError,
     UnsupportedModelError,
 )
-from .generation import disable, enable, is_enabled, last_stats
+from .generation import CUSTOM_GENERATE_DIR, disable, enable, is_enabled, last_stats, triforce_generate
 from .hf.model import SUPPORTED_MODEL_TYPES
 from .stats import TriForceStats
 
 __version__ = "0.2.0.dev0"
 
 __all__ = [
+    "CUSTOM_GENERATE_DIR",
     "SUPPORTED_MODEL_TYPES",
     "RetrievalCache",
     "RetrievalView",
@@ -41,6 +47,7 @@ __all__ = [
     "enable",
     "is_enabled",
     "last_stats",
+    "triforce_generate",
 ]
 
 

@@ -32,7 +32,8 @@ class SlotMask:
     """Which of a batched cache's ``L`` slots hold real tokens, per row, and each row's next position.
 
     Args:
-        valid: ``[B, L]`` bool, ``True`` where a slot holds a real token (the prompt's attention mask).
+        valid: ``[B, L]`` bool, ``True`` where a slot holds a real token (the prompt's attention mask: padding
+            anywhere but after a row's last token).
 
     Example:
         >>> slots = SlotMask(torch.tensor([[0, 1, 1], [1, 1, 1]], dtype=torch.bool))
@@ -47,6 +48,15 @@ class SlotMask:
     def __init__(self, valid: torch.Tensor) -> None:
         self.valid = valid.bool()
         self.positions = self.valid.sum(dim=1)
+        self.prompt_length = self.valid.shape[1]
+
+    def plain_index(self) -> torch.Tensor:
+        """``[B, L]`` each slot's index in the row as plain ``generate()`` lays it out (what its sliding windows count):
+        the prompt's slots as they are (padding included), then the row's new tokens one after another, holes not
+        counted (a hole's index repeats its left neighbour's; it is never attended to)."""
+        counted = self.valid.clone()
+        counted[:, : self.prompt_length] = True
+        return counted.long().cumsum(-1) - 1
 
     @property
     def length(self) -> int:
@@ -101,6 +111,11 @@ class ViewSlots:
     def __init__(self, gathered: list[torch.Tensor], tail: torch.Tensor) -> None:
         self.gathered, self.tail = gathered, tail.bool()
 
+    def in_window(self, window: int | None, q_len: int) -> None:
+        """No window: a level-1 view's slots are compacted, its sliding layers attend to the whole view (level 1 only
+        drafts; see :mod:`hf_triforce.caches.view`)."""
+        return None
+
     def for_layer(self, layer_idx: int) -> torch.Tensor:
         """``[B, H_kv, S + T]`` validity of layer ``layer_idx``'s keys."""
         gathered = self.gathered[layer_idx]
@@ -129,3 +144,18 @@ class CacheSlots:
 
     def for_layer(self, layer_idx: int) -> torch.Tensor:
         return self.slots.valid[:, None]
+
+    def in_window(self, window: int | None, q_len: int) -> torch.Tensor | None:
+        """``[B, 1, q, L]``: the keys within the sliding ``window`` of each of the last ``q_len`` slots' queries, by
+        :meth:`SlotMask.plain_index` (``key > query - window``, as transformers' sliding masks count), or ``None``
+        without a window.
+
+        Example:
+            >>> slots = SlotMask(torch.tensor([[0, 1, 1, 1, 1]]))
+            >>> CacheSlots(slots).in_window(2, 1)[0, 0].int().tolist()  # the last slot's query sees 2 keys
+            [[0, 0, 0, 1, 1]]
+        """
+        if window is None or window >= self.slots.length:  # every slot's index is below the slot count
+            return None
+        index = self.slots.plain_index()
+        return (index[:, None, :] > index[:, -q_len:, None] - window)[:, None]

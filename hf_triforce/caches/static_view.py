@@ -22,6 +22,7 @@ import torch
 
 from .base import BufferedCache, BufferedLayer
 from .retrieval import RetrievalCache
+from .slots import SlotMask
 from .static_buffer import SlotWrites, StaticKVBuffer, StepSlots
 from .view import SparseViewMixin, gather_selection
 
@@ -89,3 +90,73 @@ class StaticRetrievalView(SparseViewMixin, BufferedCache):
         for view_layer, layer, idx in zip(self.layers, self.source.layers, indices, strict=True):
             view_layer.static_length = gather_selection(view_layer.buffer, layer.buffer.keys, layer.buffer.values, idx)
         self.source_length = self.source.get_seq_length()
+
+
+class StaticViewSlots:
+    """Which slots of a batched :class:`StaticRetrievalView` each row may attend to, per layer and KV head, in one
+    ``[layers, B, H_kv, capacity]`` bool tensor allocated once (CUDA graphs read it at a fixed address).
+
+    The fixed-capacity counterpart of :class:`~hf_triforce.caches.slots.ViewSlots`: the gathered slots take their
+    source's validity (a row's padding and holes are never attended), the full cache's tokens since the selection take
+    the source's, a step's own slots are valid while it runs, and a row's rejected drafts leave again; unwritten slots
+    are never valid. Kept current outside the steps (:meth:`refresh`, :meth:`sync`, :meth:`append`, :meth:`keep`);
+    the step runner sets :attr:`query_slots` (its queries' own slots) before each forward.
+
+    Args:
+        view: the batched static view.
+        slots: the full cache's :class:`~hf_triforce.caches.slots.SlotMask`.
+
+    Example:
+        >>> source = RetrievalCache(num_layers=1, chunk_size=4, capacity=32)
+        >>> _ = source.update(torch.randn(2, 1, 12, 8), torch.randn(2, 1, 12, 8), layer_idx=0)
+        >>> view = StaticRetrievalView(source, capacity=16)
+        >>> slots = StaticViewSlots(view, SlotMask(torch.tensor([[0] * 4 + [1] * 8, [1] * 12])))
+        >>> view.refresh([torch.arange(12).expand(2, 1, 12)]); slots.refresh([torch.arange(12).expand(2, 1, 12)])
+        >>> slots.for_layer(0)[:, 0, :13].int().tolist()  # row 0's first 4 slots are padding; slot 12 unwritten
+        [[0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0]]
+    """
+
+    def __init__(self, view: StaticRetrievalView, slots: SlotMask) -> None:
+        self.view, self.slots = view, slots
+        self.valid: torch.Tensor | None = None
+        self.query_slots: torch.Tensor | None = None
+
+    def for_layer(self, layer_idx: int) -> torch.Tensor:
+        """``[B, H_kv, capacity]`` validity of layer ``layer_idx``'s slots (a view of the fixed tensor)."""
+        return self.valid[layer_idx]
+
+    def in_window(self, window: int | None, q_len: int) -> None:
+        """No window: level 1's view is compacted and only drafts (see :class:`~hf_triforce.caches.slots.ViewSlots`)."""
+        return None
+
+    def refresh(self, indices: list[torch.Tensor]) -> None:
+        """After the view gathered the tokens at per-layer ``indices`` ``[B, H_kv, S]``: those slots take their
+        source's validity, every later slot is invalid."""
+        valid = self.slots.valid
+        if self.valid is None:
+            shape = (len(indices), *indices[0].shape[:2], self.view.capacity)
+            self.valid = torch.zeros(shape, dtype=torch.bool, device=valid.device)
+        self.valid.zero_()
+        for layer, idx in enumerate(indices):
+            self.valid[layer, :, :, : idx.shape[-1]] = valid[:, None].expand(-1, idx.shape[1], -1).gather(-1, idx)
+
+    def sync(self) -> None:
+        """After the view copied in the full cache's tokens since the selection: they take the source's validity,
+        the slots after them are invalid."""
+        start = self.view.layers[0].static_length
+        tail = self.slots.valid[:, self.view.source_length :]
+        self.valid[..., start:] = False
+        self.valid[..., start : start + tail.shape[1]] = tail[None, :, None, :]
+
+    def append(self, width: int) -> None:
+        """A step writes the ``width`` slots after the visible ones: valid in every row while it runs."""
+        start = self.view.visible_length
+        self.valid[..., start : start + width] = True
+
+    def keep(self, kept: list[int], width: int) -> int:
+        """Of the step's last ``width`` slots, row ``b`` keeps its first ``kept[b]``; returns the (non-positive) count
+        of slots no row kept, for the view's ``crop``."""
+        start = self.view.visible_length - width
+        for b, n in enumerate(kept):
+            self.valid[:, b, :, start + n : start + width] = False
+        return -(width - max(kept))

@@ -3,10 +3,23 @@
 * :mod:`.enable`: ``enable``/``disable``/``last_stats`` (the public switches) and :mod:`.state`, the one state
   object per enabled model;
 * :mod:`.call`: the ``custom_generate`` entry point: checks (:mod:`.validate`) and wiring of the three levels;
-* :mod:`.loop`: the prefill and the rounds (level-1 drafting, level-2 verification, stopping).
+* :mod:`.loop`: the prefill and the rounds (level-1 drafting, level-2 verification, stopping), one loop for one
+  sequence or a batch;
+* :mod:`.custom`: the same call through transformers' ``generate(custom_generate=...)`` convention, without
+  ``enable``.
 """
 
+from .custom import CUSTOM_GENERATE_DIR, hub_generate, triforce_generate
 from .enable import disable, enable, is_enabled, last_stats
 from .state import TriForceState
 
-__all__ = ["TriForceState", "disable", "enable", "is_enabled", "last_stats"]
+__all__ = [
+    "CUSTOM_GENERATE_DIR",
+    "TriForceState",
+    "disable",
+    "enable",
+    "hub_generate",
+    "is_enabled",
+    "last_stats",
+    "triforce_generate",
+]

@@ -12,12 +12,11 @@ from ..caches.streaming import StreamingLLMCache
 from ..config import TriForceConfig
 from ..hf.caches import callers_cache
 from ..hf.distributed import RankConsensus, check_same_random_state
-from ..hf.generate import decoder_only_output, eos_token_ids
+from ..hf.generate import decoder_only_output
 from ..hf.linears import small_batch_linears
 from ..hf.model import layer_rotary, num_layers
 from ..hierarchy import (
     Drafter,
-    Level1Drafter,
     ModelDrafter,
     NGramDrafter,
     SuffixDrafter,
@@ -26,7 +25,6 @@ from ..hierarchy import (
     step_selection,
 )
 from ..stats import TriForceStats
-from .batch_loop import BatchTriForceRun
 from .loop import TriForceRun
 from .reuse import hand_back, start_cache
 from .state import state_of
@@ -89,39 +87,42 @@ def triforce_decode(
 ):
     """TriForce decoding with the call's logits processors and stopping criteria (``custom_generate``).
 
-    Greedy output equals plain ``generate()``; sampled output has exactly its distribution.
+    Greedy output equals plain ``generate()``; sampled output has exactly its distribution. One loop serves one
+    sequence and a batch (several rows, or a left-padded ``attention_mask``): each row equals plain batched
+    ``generate()`` (:class:`~hf_triforce.generation.loop.TriForceRun`).
 
     A cache the caller passed (``cache=`` or ``past_key_values=``) holding a prefix of ``input_ids`` is reused:
     only the rest is prefilled, and the caller's cache ends holding ``sequences`` minus the last token, as after
     plain ``generate()`` (see :mod:`~hf_triforce.generation.reuse`).
-
-    A batch (several rows, or a left-padded ``attention_mask``) runs the batched loop
-    (:class:`~hf_triforce.generation.batch_loop.BatchTriForceRun`): each row equals plain batched ``generate()``.
 
     Returns:
         ``[B, prompt + new]`` token ids, or a ``GenerateDecoderOnlyOutput`` when
         ``return_dict_in_generate=True`` (``sequences``, the cache, and ``scores``/``logits`` when requested).
     """
     validate_generation(input_ids, generation_config, model_kwargs, model.config)
-    if is_batched(input_ids, model_kwargs):
-        return _batch_decode(
-            model, input_ids, logits_processor, stopping_criteria, generation_config, triforce_config, drafter_kind,
-            streamer or triforce_streamer, model_kwargs, assistant_model,
-        )  # fmt: skip
+    streamer = streamer or triforce_streamer
+    batched = is_batched(input_ids, model_kwargs)
+    consensus = RankConsensus.for_model(model)
+    mask = None
+    if batched:
+        mask = validate_batch(
+            model, input_ids, generation_config, model_kwargs, triforce_config, streamer, stopping_criteria
+        )
     if generation_config.do_sample:  # tensor-parallel ranks must draw alike (a no-op on one process)
-        check_same_random_state(RankConsensus.for_model(model))
+        check_same_random_state(consensus)
     stats = TriForceStats()
     with stats.phases.measure("reuse"):
         start = start_cache(
-            model, triforce_config, input_ids, generation_config.max_length, callers_cache(model_kwargs)
+            model, triforce_config, input_ids, generation_config.max_length, callers_cache(model_kwargs), batched
         )
+    do_sample, rows = bool(generation_config.do_sample), input_ids.shape[0]
+    drafters = _drafters(triforce_config, drafter_kind, assistant_model, logits_processor, do_sample, rows)
     run = TriForceRun(
-        model, input_ids, logits_processor, stopping_criteria, generation_config, triforce_config, start.cache,
-        start.reused, stats,
+        model, input_ids, mask, logits_processor, stopping_criteria, generation_config, triforce_config, start.cache,
+        start.reused, stats, drafters, batched, runner_slot=state_of(model),
     )  # fmt: skip
-    run.level1 = _level1(run, _level0(run, drafter_kind, assistant_model))
     with small_batch_linears(model, assistant_model):
-        sequences = run.decode(streamer or triforce_streamer)
+        sequences = run.decode(streamer)
     with stats.phases.measure("reuse"):
         returned = hand_back(start)
     state_of(model).finish_call(stats)
@@ -130,64 +131,22 @@ def triforce_decode(
     return decoder_only_output(sequences, run.scores, run.raw_logits, returned)
 
 
-def _batch_decode(
-    model,
-    input_ids,
-    logits_processor,
-    stopping_criteria,
-    generation_config,
-    config,
-    drafter_kind,
-    streamer,
-    model_kwargs,
-    assistant_model=None,
-):
-    """A batch (or a left-padded row): :class:`~hf_triforce.generation.batch_loop.BatchTriForceRun`, one level-0
-    drafter per row (with ``drafter="model"``, its own StreamingLLM cache of the draft model)."""
-    tensor_parallel = RankConsensus.for_model(model).active
-    mask = validate_batch(
-        model, input_ids, generation_config, model_kwargs, config, streamer, callers_cache(model_kwargs),
-        tensor_parallel, stopping_criteria,
-    )  # fmt: skip
-    stats = TriForceStats()
-    do_sample = bool(generation_config.do_sample)
-    drafters = [
-        _model_drafter(config, assistant_model, logits_processor, do_sample)
-        if drafter_kind == "model"
-        else _row_drafter(config, drafter_kind)
-        for _ in range(input_ids.shape[0])
-    ]
-    run = BatchTriForceRun(
-        model, input_ids, mask, logits_processor, stopping_criteria, generation_config, config,
-        None if drafter_kind == "none" else drafters, stats,
-    )  # fmt: skip
-    with small_batch_linears(model, assistant_model):
-        sequences = run.decode()
+def _drafters(
+    config: TriForceConfig, drafter_kind: str, assistant_model, logits_processor, do_sample: bool, rows: int
+) -> list[Drafter] | None:
+    """One level-0 drafter per row of ``drafter_kind``: ``"suffix"``, ``"ngram"``, ``"model"`` (each with its own
+    StreamingLLM cache of the draft model), or ``None`` for ``"none"`` (two levels)."""
+    if drafter_kind == "none":
+        return None
     if drafter_kind == "model":
-        stats.draft_cache_bytes = sum(d.cache.kv_nbytes() for d in drafters)
-    state_of(model).finish_call(stats)
-    if not generation_config.return_dict_in_generate:
-        return sequences
-    return decoder_only_output(sequences, None, None, None)
+        return [_model_drafter(config, assistant_model, logits_processor, do_sample) for _ in range(rows)]
+    return [_row_drafter(config, drafter_kind) for _ in range(rows)]
 
 
-def _row_drafter(config: TriForceConfig, drafter_kind: str) -> Drafter | None:
+def _row_drafter(config: TriForceConfig, drafter_kind: str) -> Drafter:
     if drafter_kind == "ngram":
         return NGramDrafter(config.ngram_max, config.ngram_min)
-    if drafter_kind == "suffix":
-        return SuffixDrafter(config.suffix_min_match)
-    return None
-
-
-def _level0(run: TriForceRun, drafter_kind: str, assistant_model) -> Drafter | None:
-    """The level-0 drafter of ``drafter_kind``: ``"suffix"``, ``"ngram"``, ``"model"`` (with its StreamingLLM
-    cache) or ``"none"``."""
-    cfg = run.config
-    if drafter_kind != "model":
-        return _row_drafter(cfg, drafter_kind)
-    drafter = _model_drafter(cfg, assistant_model, run.logits_processor, bool(run.generation_config.do_sample))
-    run.draft_cache = drafter.cache
-    return drafter
+    return SuffixDrafter(config.suffix_min_match)
 
 
 def _model_drafter(cfg: TriForceConfig, assistant_model, logits_processor, do_sample: bool) -> ModelDrafter:
@@ -197,12 +156,3 @@ def _model_drafter(cfg: TriForceConfig, assistant_model, logits_processor, do_sa
         num_layers(assistant_model), cfg.draft_cache_budget, cfg.draft_sinks, freqs, cfg.draft_evict_batch, interleaved
     )
     return ModelDrafter(assistant_model, cache, logits_processor, do_sample)
-
-
-def _level1(run: TriForceRun, drafter: Drafter | None) -> Level1Drafter:
-    gc = run.generation_config
-    eos_ids = eos_token_ids(gc)
-    return Level1Drafter(
-        run.model, run.cache, run.config, run.logits_processor, bool(gc.do_sample), drafter, gc.max_length, eos_ids,
-        run.stats, runner_slot=state_of(run.model),
-    )  # fmt: skip

@@ -34,10 +34,14 @@ def enable(model: torch.nn.Module) -> torch.nn.Module:
         >>> out = model.generate(input_ids, max_new_tokens=64, triforce_config=TriForceConfig())  # doctest: +SKIP
     """
     check_model_supported(model)
-    if state_of(model) is not None:
+    state = state_of(model)
+    if state is not None and state.enabled:
         return model
     wrap_generate(model, prepare_triforce_call)
-    attach_state(model)
+    if state is None:
+        attach_state(model)
+    else:  # statistics of earlier generate(custom_generate=...) calls are kept
+        state.enabled = True
     return model
 
 
@@ -47,8 +51,10 @@ def disable(model: torch.nn.Module) -> torch.nn.Module:
     Example:
         >>> hf_triforce.disable(model)  # doctest: +SKIP
     """
-    if state_of(model) is not None:
-        unwrap_generate(model)
+    state = state_of(model)
+    if state is not None:
+        if state.enabled:
+            unwrap_generate(model)
         detach_state(model)
     drop_int8_copy(model)  # level 1's int8 weight copy
     drop_direct_decoder(model)  # level 1's direct forward (and its own int8 copy)
@@ -62,7 +68,8 @@ def is_enabled(model: torch.nn.Module) -> bool:
         >>> hf_triforce.is_enabled(model)  # doctest: +SKIP
         True
     """
-    return state_of(model) is not None
+    state = state_of(model)
+    return state is not None and state.enabled
 
 
 def last_stats(model: torch.nn.Module) -> TriForceStats:

@@ -1,55 +1,103 @@
-"""One TriForce call's decoding loop: the prefill, then rounds of level-1 drafting and full-cache verification."""
+"""One TriForce call's decoding loop: the prefill, then rounds of level-1 drafting and full-cache verification.
+
+One loop serves every call: a single sequence is a batch of one. Every row has its own tokens, its own retrieval
+view (selected from its own queries), its own level-0 drafter and its own statistics; the forwards are shared.
+
+Rows accept different numbers of tokens each round: the full cache keeps one slot count for all rows, and a row that
+accepted fewer than the widest row leaves holes that are masked from then on (:mod:`hf_triforce.caches.slots`), so
+no row loses a token it accepted. A call whose rows can carry padding or holes (several rows, or a left-padded one)
+attends through those slots (:func:`~hf_triforce.hf.attention.slot_attention`); one unpadded row never has either
+and attends causally, through transformers' own attention. A row that stops (EOS, a stop string, its length limit)
+stops exactly where plain ``generate()`` stops it and leaves the batch: its slots are dropped from the caches and it
+costs no forward afterwards. The output is right-padded with ``pad_token_id``, as plain batched ``generate()`` pads
+rows that finished early.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from dataclasses import dataclass, field
 
 import torch
 from tqdm.auto import tqdm
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from ..caches.retrieval import RetrievalCache
-from ..caches.streaming import StreamingLLMCache
+from ..caches.slots import CacheSlots, SlotMask
 from ..config import TriForceConfig
-from ..hf.attention import capturing_queries
+from ..hf.attention import capturing_queries, slot_attention
+from ..hf.generate import eos_token_ids, pad_token_id
+from ..hf.processors import for_row
 from ..hf.progress import prefill_progress, show_progress
 from ..hf.versions import cache_kwargs
-from ..hierarchy import Level1Drafter
-from ..hierarchy.judge import judge_row
+from ..hierarchy import Drafter, Level1Drafter, ModelDrafter
+from ..hierarchy.judge import Drafts, judge_rows
+from ..hierarchy.level1 import RowDraft, padded_tokens
+from ..hierarchy.static_steps import RunnerSlot
 from ..stats import TriForceStats
 
 
+@dataclass
+class Row:
+    """One row of a call: its tokens so far (``ids`` ``[n]``, as plain ``generate()`` lays them out: padding
+    included), its prompt's real tokens (``None``: the prompt has no padding), its logits processors (the call's,
+    with this row's batch index), state and statistics."""
+
+    index: int
+    ids: torch.Tensor
+    real_prompt: torch.Tensor | None = None
+    processors: LogitsProcessorList = field(default_factory=LogitsProcessorList)
+    stats: TriForceStats = field(default_factory=TriForceStats)
+    done: bool = False
+    prompt_length: int = 0
+
+    def real_ids(self) -> torch.Tensor:
+        """``[m]`` the row's tokens without its padding: what its level-0 drafter reads."""
+        if self.real_prompt is None:
+            return self.ids
+        return torch.cat([self.real_prompt, self.ids[self.prompt_length :]])
+
+
 class TriForceRun:
-    """State of one TriForce ``generate()`` call: the full cache, the sequence, and level 2 (the verification).
+    """State of one TriForce ``generate()`` call: the full cache, the rows, level 1 and level 2 (the verification).
 
     Level 2 is the target with its full :class:`~hf_triforce.caches.retrieval.RetrievalCache`: each round it
-    verifies the ``level1`` drafter's tokens in one forward with the call's logits processors (token matching,
-    or exact speculative sampling against level 1's scores), appends the accepted tokens one at a time so the
-    call's stopping criteria stop it exactly where plain ``generate()`` stops, and crops the rejected ones.
+    verifies every row's level-1 (or level-0) drafts in one forward with the call's logits processors (token
+    matching, or exact speculative sampling against the drafts' scores), appends each row's accepted tokens one at a
+    time so the call's stopping criteria stop it exactly where plain ``generate()`` stops, and crops what no row
+    kept.
 
     Args:
         model: the target model.
-        input_ids: ``[1, prompt]`` prompt ids.
-        logits_processor: the call's processors.
-        stopping_criteria: the call's stopping criteria.
+        input_ids: ``[B, prompt]`` prompt ids, left-padded.
+        attention_mask: ``[B, prompt]`` the prompts' mask (0 on the left padding), or ``None`` (no padding).
+        logits_processor: the call's processors, applied to each row with that row's tokens.
+        stopping_criteria: the call's stopping criteria, applied to each row.
         generation_config: the call's generation config.
         config: the :class:`~hf_triforce.config.TriForceConfig`.
-        cache: the full cache, holding the first ``reused`` tokens of ``input_ids`` already.
+        cache: the full cache, holding the first ``reused`` tokens of every row already.
         reused: tokens of ``input_ids`` already in ``cache`` (a caller's prefix, see
             :mod:`~hf_triforce.generation.reuse`); only the rest is prefilled.
-        stats: the :class:`~hf_triforce.stats.TriForceStats` to fill (a new one by default).
+        stats: the :class:`~hf_triforce.stats.TriForceStats` to fill (totals; ``stats.rows`` per row when
+            ``batched``).
+        drafters: one level-0 drafter per row, or ``None`` (two levels).
+        batched: the call is a batch (several rows, or a padded one): rows may carry padding and holes, and each
+            row's statistics are kept (``stats.rows``). ``False``: one unpadded row.
+        runner_slot: where a static level-1 runner is kept between calls (the model's state), or ``None``.
 
     Example:
         >>> cache = RetrievalCache(num_layers=30, chunk_size=8)  # doctest: +SKIP
-        >>> run = TriForceRun(model, ids, processors, criteria, gen_config, TriForceConfig(), cache)  # doctest: +SKIP
-        >>> run.level1 = Level1Drafter(model, run.cache, run.config, processors, False)  # doctest: +SKIP
-        >>> sequences = run.decode(streamer=None)  # [1, prompt + new]  # doctest: +SKIP
+        >>> cfg = TriForceConfig()
+        >>> run = TriForceRun(model, ids, None, processors, criteria, gen_config, cfg, cache)  # doctest: +SKIP
+        >>> sequences = run.decode(streamer=None)  # [B, prompt + new]  # doctest: +SKIP
     """
 
     def __init__(
         self,
         model,
         input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None,
         logits_processor: LogitsProcessorList,
         stopping_criteria: StoppingCriteriaList,
         generation_config: GenerationConfig,
@@ -57,110 +105,187 @@ class TriForceRun:
         cache: RetrievalCache,
         reused: int = 0,
         stats: TriForceStats | None = None,
+        drafters: list[Drafter] | None = None,
+        batched: bool = False,
+        runner_slot: RunnerSlot | None = None,
     ) -> None:
-        self.model, self.input_ids = model, input_ids
+        self.model, self.input_ids, self.config = model, input_ids, config
         self.logits_processor, self.stopping_criteria = logits_processor, stopping_criteria
-        self.generation_config, self.config = generation_config, config
-        self.do_sample = bool(generation_config.do_sample)
-        self.cache, self.reused = cache, reused
+        self.generation_config, self.do_sample = generation_config, bool(generation_config.do_sample)
+        self.cache, self.reused, self.batched, self.drafters = cache, reused, batched, drafters
         self.stats = stats if stats is not None else TriForceStats()
         self.stats.reused_tokens = reused
+        mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        self.rows = [self._row(b, input_ids[b], mask[b], logits_processor) for b in range(input_ids.shape[0])]
+        self.stats.rows = [row.stats for row in self.rows] if batched else None
+        self.active = list(self.rows)
+        self.slots = SlotMask(mask)
         gc = generation_config
         self.scores = () if gc.return_dict_in_generate and gc.output_scores else None
         self.raw_logits = () if gc.return_dict_in_generate and gc.output_logits else None
-        self.level1: Level1Drafter | None = None
-        self.draft_cache: StreamingLLMCache | None = None
-        self.done = False
+        self.level1 = Level1Drafter(
+            model, cache, self.slots, config, self.do_sample, drafters, self.stats,
+            self.stats.rows, eos_token_ids(gc), masked=batched, runner_slot=runner_slot,
+        )  # fmt: skip
 
-    def decode(self, streamer) -> torch.LongTensor:
+    def _row(self, b: int, ids: torch.Tensor, mask: torch.Tensor, logits_processor: LogitsProcessorList) -> Row:
+        if not self.batched:
+            return Row(b, ids, processors=logits_processor)
+        real = None if bool(mask.all()) else ids[mask]
+        return Row(b, ids, real, for_row(logits_processor, b), prompt_length=ids.shape[0])
+
+    def decode(self, streamer=None) -> torch.LongTensor:
+        """Run the call; returns ``[B, prompt + new]`` ids, rows that stopped early right-padded with the pad id."""
         start = time.perf_counter()
-        prompt_length = self.input_ids.shape[1]
-        self._prefill(streamer)
+        with self.stats.phases.measure("prefill"):
+            logits = self._prefill_forward()
+        self.level1.observe_prefill()
+        self._first_tokens(logits, streamer)
         self.stats.prefill_seconds = time.perf_counter() - start
-        while not self.done:
+        self._drop_finished()
+        while self.active:
             self._round(streamer)
         if streamer is not None:
             streamer.end()
         self.stats.seconds = time.perf_counter() - start
-        self.stats.full_cache_bytes = self.cache.kv_nbytes()
-        if self.draft_cache is not None:
-            self.stats.draft_cache_bytes = self.draft_cache.kv_nbytes()
-        self.stats.new_tokens = self.input_ids.shape[1] - prompt_length
-        return self.input_ids
+        self._final_stats()
+        return self._sequences()
 
-    def _forward(self, tokens: torch.Tensor, keep: int):
-        """Full-cache forward over ``tokens`` ``[1, q]``; returns float32 logits ``[1, keep, V]``."""
-        start = self.cache.get_seq_length()
-        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)[None]
-        with capturing_queries(self.model, self.level1.capture, keep) as capture_kwargs:
-            out = self.model(
-                input_ids=tokens,
-                position_ids=positions,
-                use_cache=True,
-                logits_to_keep=keep,
-                **cache_kwargs(self.cache),
-                **capture_kwargs,
-            )
-        return out.logits[:, -keep:].float()
-
-    def _prefill(self, streamer) -> None:
-        with self.stats.phases.measure("prefill"):
-            logits = self._prefill_forward()
-        self.level1.observe_prefill()
-        raw = logits[:, -1]
-        scores = self.logits_processor(self.input_ids, raw.clone())
-        token = torch.multinomial(scores.softmax(-1), 1)[0] if self.do_sample else scores.argmax(-1)
-        self._append(token, scores[None], raw[None], streamer)
+    # -- the prefill -----------------------------------------------------------------------------------------
 
     def _prefill_forward(self) -> torch.Tensor:
-        """Forward(s) of the uncached prompt tokens into the full cache (a progress bar for long ones); last logits
-        ``[1, 1, V]``."""
-        new = self.input_ids[:, self.reused :]
-        step = self.config.prefill_chunk_size or new.shape[1]
-        starts = range(0, new.shape[1], step)
+        """Forward(s) of the uncached prompt tokens into the full cache (a progress bar for long ones); the last
+        position's float32 logits ``[B, V]``."""
+        length = self.input_ids.shape[1] - self.reused
+        step = self.config.prefill_chunk_size or length
+        starts = range(self.reused, self.input_ids.shape[1], step)
         if len(starts) == 1:
-            with prefill_progress(self.model, new.shape[1]):
-                return self._forward(new, keep=1)
-        for start in tqdm(
-            starts, desc="TriForce prefill", unit="chunk", leave=False, disable=not show_progress(new.shape[1])
-        ):
-            logits = self._forward(new[:, start : start + step], keep=1)
+            with prefill_progress(self.model, length):
+                return self._prefill_chunk(self.reused, self.input_ids.shape[1])
+        bar = tqdm(starts, desc="TriForce prefill", unit="chunk", leave=False, disable=not show_progress(length))
+        for first in bar:
+            logits = self._prefill_chunk(first, min(first + step, self.input_ids.shape[1]))
         return logits
 
+    def _prefill_chunk(self, first: int, end: int) -> torch.Tensor:
+        """The prompt's tokens ``first .. end`` of every row into the full cache, positions numbered as plain
+        ``generate()`` numbers a left-padded row; the last position's float32 logits ``[B, V]``."""
+        masking = {}
+        if self.batched:
+            valid = self.slots.valid[:, :end]
+            positions = (valid.long().cumsum(-1) - 1).masked_fill(~valid, 1)[:, first:]
+            masking["attention_mask"] = valid.long()
+        else:
+            positions = torch.arange(first, end, device=self.input_ids.device)[None]
+        with capturing_queries(self.model, self.level1.capture, 1):
+            out = self.model(
+                input_ids=self.input_ids[:, first:end], position_ids=positions, use_cache=True, logits_to_keep=1,
+                **cache_kwargs(self.cache), **masking,
+            )  # fmt: skip
+        return out.logits[:, -1].float()
+
+    def _first_tokens(self, raw: torch.Tensor, streamer) -> None:
+        """Every row's first new token from the prefill's logits ``[B, V]``, chosen as plain ``generate()`` chooses
+        it (the call's processors over the whole batch, then argmax or one draw per row)."""
+        scores = self.logits_processor(self.input_ids, raw.clone())
+        tokens = torch.multinomial(scores.softmax(-1), 1)[:, 0] if self.do_sample else scores.argmax(-1)
+        for b, row in enumerate(self.active):
+            self._append(row, tokens[b : b + 1], scores[b : b + 1], raw[b : b + 1], streamer)
+
+    # -- a round ---------------------------------------------------------------------------------------------
+
     def _round(self, streamer) -> None:
-        cur = self.input_ids.shape[1]
-        candidates, candidate_scores = self.level1.draft(self.input_ids)
-        drafts = candidates[0, cur:]
-        g = drafts.shape[0]
+        plan = self.level1.plan_round()
+        max_length = self.generation_config.max_length
+        budgets = [min(plan.gamma2, max_length - row.ids.shape[0] - 1) for row in self.active]
+        drafts = self.level1.draft(plan, self.active, budgets)
+        width = max(d.tokens.shape[0] for d in drafts) + 1
+        rows = zip(self.active, drafts, strict=True)
+        inputs = torch.stack([padded_tokens(torch.cat([r.ids[-1:], d.tokens]), width) for r, d in rows])
         start = time.perf_counter()
         with self.stats.phases.measure("level2"):
-            raw = self._forward(candidates[:, cur - 1 :], keep=g + 1)
+            raw = self._forward(inputs)
         seconds = time.perf_counter() - start
-        q = candidate_scores[0].softmax(-1) if self.do_sample and candidate_scores is not None else None
-        n_matches, next_token, row_scores = judge_row(
-            self.logits_processor, self.do_sample, self.input_ids[0], drafts, q, raw[0]
-        )
-        scores = row_scores[None]
-        valid = torch.cat([drafts[:n_matches], drafts.new_tensor([next_token])])
-        appended = self._append(valid, scores[:, : n_matches + 1], raw[:, : n_matches + 1], streamer)
-        self.cache.crop(-(g + 1 - appended))
+        kept, accepted = [], []
+        verdicts = self._judge(drafts, raw)
+        for b, (row, draft, (n, token, scores)) in enumerate(zip(self.active, drafts, verdicts, strict=True)):
+            tokens = torch.cat([draft.tokens[:n], draft.tokens.new_tensor([token])])
+            kept.append(self._append(row, tokens, scores[: n + 1], raw[b, : n + 1], streamer))
+            accepted.append(n)
+            row.stats.target_forwards += 1
+            row.stats.decoded_tokens += kept[-1]
+        self.cache.crop(self.slots.keep(torch.tensor(kept), width))
         self.stats.target_forwards += 1
-        self.stats.decoded_tokens += appended
-        self.level1.observe_verification(n_matches, seconds)
+        self.stats.decoded_tokens += sum(kept)
+        self.level1.observe_verification(plan, [d.tokens.shape[0] for d in drafts], accepted, seconds)
+        self._drop_finished()
 
-    def _append(self, tokens: torch.Tensor, scores: torch.Tensor, raw: torch.Tensor, streamer) -> int:
-        """Append tokens one at a time, stopping exactly where plain ``generate()`` would; returns the count."""
-        appended = 0
+    def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Full-cache forward over ``inputs`` ``[B, q]`` at each row's next positions; float32 logits ``[B, q, V]``."""
+        q = inputs.shape[1]
+        positions = self.slots.append(q)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(capturing_queries(self.model, self.level1.capture, q))
+            if self.batched:  # padding and holes: each row attends to its own real slots
+                stack.enter_context(slot_attention(self.model, CacheSlots(self.slots)))
+            out = self.model(
+                input_ids=inputs, position_ids=positions, use_cache=True, logits_to_keep=q, **cache_kwargs(self.cache)
+            )
+        return out.logits[:, -q:].float()
+
+    def _judge(self, drafts: list[RowDraft], raw: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:
+        """Every active row's verdict on its drafts against its ``[q, V]`` share of ``raw`` ``[B, q, V]``."""
+        rows = []
+        for b, (row, draft) in enumerate(zip(self.active, drafts, strict=True)):
+            q = draft.scores.softmax(-1) if self.do_sample and draft.scores is not None else None
+            rows.append(Drafts(row.ids, draft.tokens, q, raw[b]))
+        return judge_rows([row.processors for row in self.active], self.do_sample, rows)
+
+    def _append(self, row: Row, tokens: torch.Tensor, scores: torch.Tensor, raw: torch.Tensor, streamer) -> int:
+        """Append ``tokens`` ``[n]`` (processed ``scores`` and ``raw`` logits ``[n, V]``) to ``row`` one at a time,
+        stopping exactly where plain ``generate()`` would; returns how many were appended."""
+        appended = tokens.shape[0]
         for i in range(tokens.shape[0]):
-            self.input_ids = torch.cat([self.input_ids, tokens[None, i : i + 1]], dim=1)
-            appended += 1
+            row.ids = torch.cat([row.ids, tokens[i : i + 1]])
             if self.scores is not None:
-                self.scores += (scores[:, i],)
+                self.scores += (scores[i : i + 1],)
             if self.raw_logits is not None:
-                self.raw_logits += (raw[:, i],)
-            if bool(self.stopping_criteria(self.input_ids, self.scores).any()):
-                self.done = True
+                self.raw_logits += (raw[i : i + 1],)
+            if bool(self.stopping_criteria(row.ids[None], self.scores).any()):
+                row.done, appended = True, i + 1
                 break
         if streamer is not None:
             streamer.put(tokens[:appended].cpu())
         return appended
+
+    def _drop_finished(self) -> None:
+        """Rows that stopped leave the batch: their slots leave the caches, they cost nothing from now on."""
+        kept = [i for i, row in enumerate(self.active) if not row.done]
+        if len(kept) == len(self.active):
+            return
+        self.active = [self.active[i] for i in kept]
+        if not kept:
+            return
+        rows = torch.tensor(kept, device=self.slots.valid.device)
+        self.cache.keep_rows(rows)
+        self.slots.keep_rows(rows)
+        self.level1.keep_rows(rows, kept)
+
+    # -- the end ---------------------------------------------------------------------------------------------
+
+    def _final_stats(self) -> None:
+        self.stats.full_cache_bytes = self.cache.kv_nbytes()
+        models = [d for d in self.drafters or () if isinstance(d, ModelDrafter)]
+        if models:
+            self.stats.draft_cache_bytes = sum(d.cache.kv_nbytes() for d in models)
+        for row in self.rows:
+            row.stats.new_tokens = row.ids.shape[0] - self.input_ids.shape[1]
+        self.stats.new_tokens = sum(row.stats.new_tokens for row in self.rows)
+
+    def _sequences(self) -> torch.LongTensor:
+        longest = max(row.ids.shape[0] for row in self.rows)
+        pad = pad_token_id(self.generation_config)
+        out = self.input_ids.new_full((len(self.rows), longest), 0 if pad is None else int(pad))
+        for row in self.rows:
+            out[row.index, : row.ids.shape[0]] = row.ids
+        return out

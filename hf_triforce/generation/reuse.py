@@ -52,9 +52,20 @@ class StartingCache:
 
 
 def start_cache(
-    model: torch.nn.Module, config: TriForceConfig, input_ids: torch.LongTensor, max_length: int, callers: Any | None
+    model: torch.nn.Module,
+    config: TriForceConfig,
+    input_ids: torch.LongTensor,
+    max_length: int,
+    callers: Any | None,
+    batched: bool = False,
 ) -> StartingCache:
-    """The full cache for a call over ``input_ids`` ``[1, n]``, starting from the caller's cache when given.
+    """The full cache for a call over ``input_ids`` ``[B, n]``, starting from the caller's cache when given.
+
+    A batched call (``batched``: several rows, or a padded one) copies the caller's cache, which holds one row per
+    row of ``input_ids`` (each row's own prefix, padded as its ``attention_mask`` says) or a single row (a prefix every
+    row shares: copied into each). It leaves the caller's object as it was: plain batched ``generate()`` would append
+    to it, rows that stopped early included (the keys and values of the padding it feeds them), which TriForce never
+    computes; the output carries no cache.
 
     Raises:
         UnsupportedGenerationError: a cache TriForce cannot start from (another kind, another model, more tokens
@@ -68,8 +79,14 @@ def start_cache(
     capacity = config.full_cache_capacity(max_length)
     if callers is None:
         cache = RetrievalCache(num_layers(model), config.chunk_size, capacity)
-        return StartingCache(cache, 0, None, cache)
-    reused = _check_callers_cache(model, callers, input_ids.shape[1])
+        return StartingCache(cache, 0, None, None if batched else cache)
+    reused = _check_callers_cache(model, callers, input_ids.shape)
+    if batched:
+        cache = RetrievalCache(num_layers(model), config.chunk_size, capacity)
+        for i, (keys, values) in enumerate(_key_values(callers)):
+            rows = input_ids.shape[0]
+            cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), i)
+        return StartingCache(cache, reused, None, None)
     if isinstance(callers, RetrievalCache) and callers.chunk_size == config.chunk_size:
         for layer in callers.layers:
             if layer.is_initialized:
@@ -101,8 +118,10 @@ def _key_values(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(k, v) for k, v in pairs if k is not None]
 
 
-def _check_callers_cache(model: torch.nn.Module, cache: Any, input_length: int) -> int:
-    """Tokens in the caller's ``cache``; raises unless a call over ``input_length`` tokens can start from it."""
+def _check_callers_cache(model: torch.nn.Module, cache: Any, input_shape: torch.Size) -> int:
+    """Tokens in the caller's ``cache``; raises unless a call over ``input_shape`` ``(rows, tokens)`` can start from
+    it."""
+    rows, input_length = input_shape
     if not (isinstance(cache, RetrievalCache) or plain_kv_layers(cache)):
         raise UnsupportedGenerationError(
             f"TriForce cannot start from a {describe(cache)}: it needs the plain key/value tensors of every cached "
@@ -114,7 +133,7 @@ def _check_callers_cache(model: torch.nn.Module, cache: Any, input_length: int) 
     pairs = _key_values(cache)
     cached = cache.get_seq_length() if pairs else 0
     if pairs:
-        _check_same_model(model, cache, pairs)
+        _check_same_model(model, cache, pairs, rows)
     if cached > input_length - 1:
         raise UnsupportedGenerationError(
             f"The cache holds {cached} tokens but input_ids has {input_length}: as in plain generate(), the cached "
@@ -124,7 +143,9 @@ def _check_callers_cache(model: torch.nn.Module, cache: Any, input_length: int) 
     return cached
 
 
-def _check_same_model(model: torch.nn.Module, cache: Any, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+def _check_same_model(
+    model: torch.nn.Module, cache: Any, pairs: list[tuple[torch.Tensor, torch.Tensor]], rows: int
+) -> None:
     layers, (kv_heads, head_dim) = num_layers(model), kv_shape(model)
     parameter = next(model.parameters())
     problems = []
@@ -133,8 +154,10 @@ def _check_same_model(model: torch.nn.Module, cache: Any, pairs: list[tuple[torc
     shapes = {tuple(k.shape[1::2]) for k, _ in pairs}
     if shapes != {(kv_heads, head_dim)}:
         problems.append(f"(KV heads, head dim) {sorted(shapes)}, the model has {(kv_heads, head_dim)}")
-    if {k.shape[0] for k, _ in pairs} != {1}:
-        problems.append(f"a batch of {pairs[0][0].shape[0]} sequences, the call has one")
+    batches = {k.shape[0] for k, _ in pairs}
+    if len(batches) != 1 or not batches <= {1, rows}:
+        problems.append(f"a batch of {sorted(batches)} sequences, the call has {rows} (the cache holds one row per row "
+                        "of input_ids, or one row every row shares)")  # fmt: skip
     if len({k.shape[2] for k, _ in pairs}) != 1:
         problems.append("layers of different lengths")
     if is_dispatched(model):  # accelerate: keys live on each layer's execution device, weights maybe on meta

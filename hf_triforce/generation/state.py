@@ -25,6 +25,9 @@ class TriForceState:
             never recorded, and an earlier call's are gone.
         level1_runner: the static level-1 runner kept for the next call with the same shapes and weights
             (``(key, runner)``; see :func:`hf_triforce.hierarchy.static_steps.kept_runner`), or ``None``.
+        enabled: :func:`hf_triforce.enable` routes the model's ``generate(..., triforce_config=...)``; ``False``: the
+            state only keeps the statistics of ``generate(custom_generate=...)`` calls
+            (:mod:`hf_triforce.generation.custom`).
 
     Example:
         >>> state = attach_state(model); state_of(model) is state  # doctest: +SKIP
@@ -34,6 +37,7 @@ class TriForceState:
     last_stats: TriForceStats | None = None
     last_call_failed: bool = False
     level1_runner: tuple[tuple, Any] | None = None
+    enabled: bool = True
 
     def begin_call(self) -> None:
         """A TriForce call starts: the previous call's statistics are dropped, so nothing can read them as this
@@ -50,9 +54,9 @@ def state_of(model: torch.nn.Module) -> TriForceState | None:
     return model.__dict__.get(STATE_ATTR)
 
 
-def attach_state(model: torch.nn.Module) -> TriForceState:
+def attach_state(model: torch.nn.Module, enabled: bool = True) -> TriForceState:
     """Give ``model`` a fresh :class:`TriForceState` (replacing any) and return it."""
-    state = TriForceState()
+    state = TriForceState(enabled=enabled)
     model.__dict__[STATE_ATTR] = state
     return state
 

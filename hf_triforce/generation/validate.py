@@ -9,7 +9,7 @@ from transformers import GenerationConfig
 
 from ..config import TriForceConfig
 from ..errors import TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError
-from ..hf.model import check_model_supported, vocab_size
+from ..hf.model import batched_attention_problem, check_model_supported, vocab_size
 
 logger = logging.getLogger(__name__)
 
@@ -106,39 +106,38 @@ def validate_batch(
     model_kwargs: dict,
     config: TriForceConfig,
     streamer,
-    callers_cache,
-    tensor_parallel: bool,
     stopping_criteria=(),
 ) -> torch.Tensor:
-    """Raise :class:`UnsupportedGenerationError` for what a batched TriForce call cannot serve; returns the
-    ``[B, n]`` attention mask (all ones when none was given)."""
+    """Raise :class:`UnsupportedGenerationError` for what a batched TriForce call (several rows, or a padded one)
+    cannot serve; returns the ``[B, n]`` attention mask (all ones when none was given). Each refusal says why."""
     gc = generation_config
     mask = model_kwargs.get("attention_mask")
     mask = torch.ones_like(input_ids) if mask is None else mask
-    text_config = model.config.get_text_config()
+    rows = input_ids.shape[0]
+    scored = bool(gc.return_dict_in_generate and (gc.output_scores or gc.output_logits))
     problems = {
-        "right padding (pad batches on the left: tokenizer.padding_side = 'left')": _right_padded(mask),
-        "a row with no token (an all-zero attention_mask row)": bool((mask.sum(dim=1) == 0).any()),
-        "a streamer": streamer is not None,
-        "output_scores / output_logits": bool(gc.return_dict_in_generate and (gc.output_scores or gc.output_logits)),
-        "a cache passed in (cache= / past_key_values=)": callers_cache is not None,
-        f"cuda_graphs={config.cuda_graphs!r} (use False or 'auto')": config.cuda_graphs in (True, "eager"),
-        "a tensor-parallel model": tensor_parallel,
-        "level1_weights='int4' (run by the single-sequence direct forward; use 'int8' or 'auto')": (
-            config.level1_weights == "int4"
+        "a row whose last token is padding (pad batches on the left: tokenizer.padding_side = 'left')": bool(
+            (mask[:, -1] == 0).any()
         ),
+        "a row with no token (an all-zero attention_mask row)": bool((mask.sum(dim=1) == 0).any()),
+        "a streamer with several rows (transformers' streamers take one row)": streamer is not None and rows > 1,
+        "output_scores / output_logits with several rows (plain generate() scores the padding of rows that finished "
+        "early, which TriForce never computes)": scored and rows > 1,
         "step_selection=True (run by the single-sequence direct forward; use False)": (config.step_selection is True),
+        "level1_forward='direct' (the direct forward serves one unpadded sequence; use 'auto')": (
+            config.level1_forward == "direct"
+        ),
         "stop strings or stopping criteria without an eos_token_id (plain generate() then keeps decoding the rows "
         "they stop instead of padding them; pass eos_token_id=)": _stops_without_eos(stopping_criteria),
-        "a sliding window shorter than max_length": (getattr(text_config, "sliding_window", None) or gc.max_length)
-        < gc.max_length
-        and getattr(text_config, "use_sliding_window", True) is not False,
     }
+    attention = batched_attention_problem(model)
+    if attention is not None:
+        problems[attention] = True
     bad = [name for name, hit in problems.items() if hit]
     if bad:
         raise UnsupportedGenerationError(
-            f"Batched TriForce generation (batch size {input_ids.shape[0]}, or a padded attention_mask) does not "
-            f"support {', '.join(bad)}. Change these options, or pass one unpadded sequence per call."
+            f"Batched TriForce generation (batch size {rows}, or a padded attention_mask) does not support "
+            f"{', '.join(bad)}. Change these options, or pass one unpadded sequence per call."
         )
     return mask
 
@@ -148,11 +147,6 @@ def _stops_without_eos(stopping_criteria) -> bool:
     names = {type(c).__name__ for c in stopping_criteria}
     has_eos = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
     return not has_eos and bool(names - {"MaxLengthCriteria", "MaxTimeCriteria"})
-
-
-def _right_padded(mask: torch.Tensor) -> bool:
-    """Whether a real token follows padding in some row (left padding is all zeros then all ones)."""
-    return bool((mask[:, 1:] < mask[:, :-1]).any())
 
 
 def check_cache_implementation(model, generate_kwargs: dict) -> None:

@@ -25,7 +25,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ..errors import UnsupportedModelError
-from ..kernels.attention import gqa_sdpa_attention, masked_gqa_attention
+from ..kernels.attention import gqa_sdpa_attention, masked_gqa_attention, slot_attention_mask
 from ..kernels.dispatch import triton_enabled
 from ..kernels.verification import MAX_ROWS, verify_attention
 
@@ -86,9 +86,7 @@ def _make_capturing_attention(base: str) -> Callable:
             capture.store(module.layer_idx, query)
         slots = _ACTIVE_SLOTS.get()
         if slots is not None:  # a batch: padding and holes come from the slots, not transformers' mask
-            if not _plain_attention(kwargs):
-                raise UnsupportedModelError("Batched TriForce serves attention without position bias or softcaps.")
-            return masked_gqa_attention(query, key, value, slots.for_layer(module.layer_idx), kwargs.get("scaling"))
+            return _slot_attention(base, slots, module, query, key, value, **kwargs)
         if _use_split_kv(base, query, key, attention_mask, kwargs):
             return verify_attention(query, key, value, kwargs.get("scaling")).transpose(1, 2).contiguous(), None
         if _use_grouped_sdpa(base, query, key, attention_mask, kwargs):
@@ -99,6 +97,26 @@ def _make_capturing_attention(base: str) -> Callable:
             return _base_attention(base, module)(module, query, key, value, attention_mask, **kwargs)
 
     return attention
+
+
+def _slot_attention(base: str, slots: Any, module, query, key, value, **kwargs):
+    """Attention of a batch's queries over the slots ``slots`` marks valid (and, in a sliding-window layer of the full
+    cache, within each query's window as plain ``generate()`` counts it): plain attention through
+    :func:`~hf_triforce.kernels.attention.masked_gqa_attention` (each key read once per KV head); anything else
+    (soft-capping, learned sinks, a window) through the model's own implementation, given the slots as its mask."""
+    valid = slots.for_layer(module.layer_idx)
+    in_window = slots.in_window(kwargs.get("sliding_window"), query.shape[2])
+    query_slots = getattr(slots, "query_slots", None)  # fixed-capacity storage: the step's own slots
+    if _plain_attention(kwargs) and in_window is None:
+        return masked_gqa_attention(query, key, value, valid, kwargs.get("scaling"), query_slots)
+    mask = slot_attention_mask(valid, query.shape[2], in_window, query_slots)
+    mask = mask.repeat_interleave(query.shape[1] // mask.shape[1], dim=1)  # per KV head -> per query head
+    if base == "eager":
+        mask = torch.where(mask, 0.0, torch.finfo(query.dtype).min).to(query.dtype)
+    elif base != "sdpa":
+        raise UnsupportedModelError(f"Batched TriForce attends through sdpa or eager attention, not {base!r}.")
+    with _attn_implementation_as(module.config, base):
+        return _base_attention(base, module)(module, query, key, value, mask, **kwargs)
 
 
 @contextlib.contextmanager
@@ -146,7 +164,10 @@ _CAPTURE_NAMES: dict[str, str] = {}
 
 
 def _capture_name(base: str) -> str:
-    """Register (once) and return the neutral name of the capturing wrapper around ``base``."""
+    """Register (once) and return the neutral name of the capturing wrapper around ``base`` (``base`` itself when it
+    is such a wrapper already: the blocks nest, and the wrapper serves them all)."""
+    if base in _CAPTURE_NAMES.values():
+        return base
     if base not in _CAPTURE_NAMES:
         # Neutral names: transformers special-cases implementation names containing "sdpa" or "flash".
         name = f"{_CAPTURE_PREFIX}{len(_CAPTURE_NAMES)}"
@@ -184,9 +205,11 @@ def slot_attention(model: torch.nn.Module, slots: Any) -> Iterator[dict[str, Any
     """Within the block, the model's forwards attend only to the key slots ``slots`` marks valid (yields the kwargs
     to give them: none, as for :func:`capturing_queries`).
 
-    ``slots.for_layer(layer_idx)`` gives ``[B, 1 or H_kv, L]`` bool validity of the layer's keys (a batch's left
-    padding and the holes its ragged acceptance leaves, see :mod:`hf_triforce.caches.slots`); the attention is
-    :func:`~hf_triforce.kernels.attention.masked_gqa_attention`, whatever mask transformers built.
+    ``slots.for_layer(layer_idx)`` gives ``[B, 1 or H_kv, L]`` bool validity of the layer's keys (a batch's
+    padding and the holes its ragged acceptance leaves, see :mod:`hf_triforce.caches.slots`) and
+    ``slots.in_window(window, q)`` the ``[B, 1, q, L]`` keys within a sliding window (``None``: no window applies);
+    the attention is :func:`~hf_triforce.kernels.attention.masked_gqa_attention`, or the model's own sdpa or eager
+    attention with that mask where it soft-caps, has learned sinks or a window, whatever mask transformers built.
     """
     with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
         with _active(_ACTIVE_SLOTS, slots):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -43,12 +44,59 @@ def wrap_generate(model: torch.nn.Module, handler: Handler) -> None:
         triforce_config = triforce_config or getattr(model.generation_config, "triforce_config", None)
         if triforce_config is None:
             return plain_generate(*args, **kwargs)
-        _move_stop_strings(model, kwargs)
-        kwargs["custom_generate"] = handler(model, triforce_config, kwargs)
-        return plain_generate(*args, **kwargs)
+        return plain_generate(*args, **routed_kwargs(model, handler, triforce_config, kwargs))
 
     model.generate = generate
     model.generation_config.triforce_config = None
+
+
+def routed_kwargs(model: torch.nn.Module, handler: Handler, triforce_config: Any, kwargs: dict[str, Any]) -> dict:
+    """``generate()``'s ``kwargs`` for a TriForce call: stop strings turned into their criterion, and
+    ``custom_generate`` set to ``handler(model, triforce_config, kwargs)`` (which may edit the kwargs).
+
+    Example:
+        >>> kwargs = routed_kwargs(model, handler, TriForceConfig(), {"max_new_tokens": 8})  # doctest: +SKIP
+        >>> type(model).generate(model, ids, **kwargs)  # doctest: +SKIP
+    """
+    if kwargs.get("custom_generate") is not None:
+        raise ValueError(
+            "generate() got both triforce_config (TriForce's decoding) and custom_generate (another decoding method): "
+            "pass one of them."
+        )
+    _move_stop_strings(model, kwargs)
+    kwargs["custom_generate"] = handler(model, triforce_config, kwargs)
+    return kwargs
+
+
+def dropped_generate_arguments(depth: int = 2) -> dict[str, Any]:
+    """``generate()``'s own ``streamer`` and ``assistant_model`` when it runs a ``custom_generate`` callable, which it
+    does not pass them to (transformers 5.17-5.24 hand a callable only its own extra parameters); read from the
+    ``generate()`` call ``depth`` frames up (the callable's caller), else ``{}`` (the callable was called otherwise).
+
+    Example:
+        >>> dropped_generate_arguments()  # not inside generate()
+        {}
+    """
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:  # the call stack is not that deep
+        return {}
+    if frame.f_code.co_name != "generate" or frame.f_globals.get("__name__") != _GENERATE_MODULE:
+        return {}
+    found = {name: frame.f_locals.get(name) for name in ("streamer", "assistant_model")}
+    return {name: value for name, value in found.items() if value is not None}
+
+
+_GENERATE_MODULE = "transformers.generation.utils"
+
+
+def class_generate(model: torch.nn.Module, *args, **kwargs):
+    """The model class's own ``generate()`` (not a wrapper :func:`wrap_generate` put on the instance).
+
+    Example:
+        >>> class_generate(model, ids, max_new_tokens=8)  # doctest: +SKIP
+    """
+    return type(model).generate(model, *args, **kwargs)
 
 
 def unwrap_generate(model: torch.nn.Module) -> None:

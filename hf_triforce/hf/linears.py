@@ -1,9 +1,10 @@
-"""Patches of a model's ``nn.Linear`` layers: the CPU few-row path, and level 1's int8 weight copy.
+"""Patches of a model's ``nn.Linear`` layers: the CPU few-row path, and level 1's low-bit weight copies.
 
 :func:`small_batch_linears` runs the layers through ``kernels.linear.linear_forward`` for a whole call;
-:func:`int8_linears` runs them with an int8 copy of their weights (``kernels.int8_linear``) for the level-1
-forwards only. Patching leaves alone the layers that transformers' integrations own: layers wrapped by
-accelerate hooks (``_hf_hook``: offload, device maps) and subclasses of ``nn.Linear`` (quantized layers).
+:func:`low_bit_linears` runs them with an int8 (``kernels.int8_linear``) or int4 (``kernels.int4_linear``) copy of
+their weights for the level-1 forwards only. Patching leaves alone the layers that transformers' integrations own:
+layers wrapped by accelerate hooks (``_hf_hook``: offload, device maps) and subclasses of ``nn.Linear`` (quantized
+layers).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TypeVar
 import torch
 
 from ..errors import UnsupportedDeviceError
-from ..kernels.int4_linear import int4_kernel_available
+from ..kernels.int4_linear import Int4Weight, int4_kernel_available, int4_kernel_supports, int4_linear, quantize_int4
 from ..kernels.int8_linear import (
     Int8Weight,
     int8_kernel_available,
@@ -35,8 +36,10 @@ from .model import is_dispatched
 logger = logging.getLogger(__name__)
 
 Int8Copy = dict[torch.nn.Linear, Int8Weight]
+LowBitCopy = dict[torch.nn.Linear, Int8Weight | Int4Weight]
 T = TypeVar("T")
 _INT8_COPIES: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple, Int8Copy]] = weakref.WeakKeyDictionary()
+_INT4_COPIES: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple, LowBitCopy]] = weakref.WeakKeyDictionary()
 
 
 def _plain_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
@@ -95,8 +98,8 @@ def resolve_level1_weights(choice: str, model: torch.nn.Module, direct: bool = F
 
     ``"auto"`` is ``"int4"`` for the direct forward where the int4 kernel exists, else ``"int8"``, where
     :func:`int8_level1_problem` finds no problem; else ``"full"``. An explicit ``"int8"`` or ``"int4"`` that cannot
-    run raises :class:`~hf_triforce.errors.UnsupportedDeviceError` (before any work); ``"int4"`` also needs the
-    direct forward, which the call checks with the forward it resolves.
+    run raises :class:`~hf_triforce.errors.UnsupportedDeviceError` (before any work). Either forward runs either copy
+    (the direct forward its stacked projections, transformers' forward :func:`low_bit_linears`).
 
     Example:
         >>> resolve_level1_weights("full", torch.nn.Linear(4, 4)), resolve_level1_weights("auto", torch.nn.Linear(4, 4))
@@ -121,17 +124,6 @@ def resolve_level1_weights(choice: str, model: torch.nn.Module, direct: bool = F
     return "full"
 
 
-def level1_int8_copy(choice: str, model: torch.nn.Module) -> Int8Copy | None:
-    """The int8 copy level 1 drafts with for ``TriForceConfig.level1_weights == choice``, or ``None`` for the
-    model's own weights (:func:`resolve_level1_weights`, then :func:`int8_weight_copy`).
-
-    Example:
-        >>> level1_int8_copy("full", torch.nn.Linear(16, 4)) is None
-        True
-    """
-    return int8_weight_copy(model) if resolve_level1_weights(choice, model) == "int8" else None
-
-
 def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
     """The int8 copy of ``model``'s plain ``nn.Linear`` weights, made at the first call and kept beside the model.
 
@@ -147,14 +139,39 @@ def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
     """
     layers = [m for m in _plain_layers(model) if int8_kernel_supports(m.weight)]
     key = tuple(weight_fingerprint(m.weight) for m in layers)
-    return kept_beside(_INT8_COPIES, model, key, lambda: _quantized(layers))
+    return kept_beside(_INT8_COPIES, model, key, lambda: _quantized(layers, "int8", lambda m: quantize_int8(m.weight)))
 
 
-def _quantized(layers: list[torch.nn.Linear]) -> Int8Copy:
+def int4_weight_copy(model: torch.nn.Module) -> LowBitCopy:
+    """An int4 copy of ``model``'s plain ``nn.Linear`` projections (groups of 32 inputs; the int8 copy where the int4
+    kernel does not serve the shape) and an int8 copy of its output embeddings (level 1 samples from its logits, as
+    the direct forward's int4 weights do), made at the first call and kept beside the model: what level 1's
+    ``level1_weights="int4"`` runs through transformers' forward.
+
+    Example:
+        >>> model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 16))
+        >>> copy = int4_weight_copy(model)
+        >>> [type(w).__name__ for w in copy.values()], int4_weight_copy(model) is copy  # doctest: +SKIP
+        (['Int4Weight', 'Int4Weight'], True)
+    """
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    layers = [m for m in _plain_layers(model) if int8_kernel_supports(m.weight)]
+    key = tuple(weight_fingerprint(m.weight) for m in layers)
+    return kept_beside(_INT4_COPIES, model, key, lambda: _quantized(layers, "int4", lambda m: _int4_or_int8(m, head)))
+
+
+def _int4_or_int8(layer: torch.nn.Linear, head: torch.nn.Module | None) -> Int8Weight | Int4Weight:
+    if layer is not head and int4_kernel_supports(layer.weight):
+        return quantize_int4(layer.weight)
+    return quantize_int8(layer.weight)
+
+
+def _quantized(layers: list[torch.nn.Linear], name: str, quantize: Callable) -> LowBitCopy:
+    """``{layer: quantize(layer)}``, timed and logged as level 1's ``name`` weight copy."""
     start = time.perf_counter()
-    copy = {m: quantize_int8(m.weight) for m in layers}
+    copy = {m: quantize(m) for m in layers}
     mib = sum(w.nbytes() for w in copy.values()) / 2**20
-    logger.info("made level 1's int8 weight copy (%.0f MiB) in %.2fs", mib, time.perf_counter() - start)
+    logger.info("made level 1's %s weight copy (%.0f MiB) in %.2fs", name, mib, time.perf_counter() - start)
     return copy
 
 
@@ -189,9 +206,12 @@ def drop_int8_copy(model: torch.nn.Module) -> None:
         False
     """
     _INT8_COPIES.pop(model, None)
+    _INT4_COPIES.pop(model, None)
 
 
-def _int8_forward(layer: torch.nn.Linear, weight: Int8Weight, own, x: torch.Tensor) -> torch.Tensor:
+def _low_bit_forward(layer: torch.nn.Linear, weight: Int8Weight | Int4Weight, own, x: torch.Tensor) -> torch.Tensor:
+    if isinstance(weight, Int4Weight):
+        return int4_linear(x, weight, layer.bias)
     if use_int8_linear(x):
         return int8_linear(x, weight, layer.bias)
     return own(x) if own is not None else torch.nn.functional.linear(x, layer.weight, layer.bias)
@@ -205,16 +225,17 @@ def weight_fingerprint(weight: torch.Tensor) -> tuple[int, int]:
 
 
 @contextlib.contextmanager
-def int8_linears(copy: Int8Copy | None) -> Iterator[None]:
-    """Within the block, the layers of ``copy`` (:func:`int8_weight_copy`) multiply by their int8 weights.
+def low_bit_linears(copy: LowBitCopy | None) -> Iterator[None]:
+    """Within the block, the layers of ``copy`` (:func:`int8_weight_copy`, :func:`int4_weight_copy`) multiply by their
+    int8 or int4 weights.
 
-    A forward of more rows than the kernel serves faster (``kernels.int8_linear.MAX_ROWS``: a wide batch) uses
-    the layer's own weights. An instance ``forward`` set before (:func:`small_batch_linears`) is used for those
-    and restored afterwards. ``None``: no change.
+    An int8 layer's forward of more rows than its kernel serves faster (``kernels.int8_linear.MAX_ROWS``: a wide
+    batch) uses the layer's own weights. An instance ``forward`` set before (:func:`small_batch_linears`) is used for
+    those and restored afterwards. ``None``: no change.
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8))
-        >>> with torch.no_grad(), int8_linears(int8_weight_copy(model)):
+        >>> with torch.no_grad(), low_bit_linears(int8_weight_copy(model)):
         ...     model(torch.randn(2, 16)).shape
         torch.Size([2, 8])
     """
@@ -223,7 +244,7 @@ def int8_linears(copy: Int8Copy | None) -> Iterator[None]:
         return
     saved = {layer: vars(layer).get("forward") for layer in copy}
     for layer, weight in copy.items():
-        layer.forward = functools.partial(_int8_forward, layer, weight, saved[layer])
+        layer.forward = functools.partial(_low_bit_forward, layer, weight, saved[layer])
     try:
         yield
     finally:

@@ -204,6 +204,38 @@ def attn_implementation(model: torch.nn.Module) -> str:
     return model.config._attn_implementation
 
 
+def batched_attention_problem(model: torch.nn.Module) -> str | None:
+    """Why a batched TriForce call cannot attend over ``model``'s slots (``None``: it can).
+
+    A batch's padding and holes are masked per slot. Plain attention runs through
+    :func:`~hf_triforce.kernels.attention.masked_gqa_attention`; a layer that soft-caps its logits, has learned
+    attention sinks or a sliding window runs the model's own attention with the slots as its mask, which sdpa and
+    eager take and flash attention (no mask tensor) does not.
+
+    Example:
+        >>> batched_attention_problem(torch.nn.Linear(2, 2)) is None
+        True
+    """
+    config = getattr(model, "config", None)
+    if config is None or attn_implementation(model) in ("sdpa", "eager"):
+        return None
+    text = config.get_text_config()
+    needs = []
+    if "sliding_attention" in cache_layer_types(text):
+        needs.append("sliding windows")
+    if getattr(text, "attn_logit_softcapping", None):
+        needs.append("soft-capped attention logits")
+    if any(hasattr(m, "sinks") for m in model.modules()):
+        needs.append("learned attention sinks")
+    if not needs:
+        return None
+    return (
+        f"{' and '.join(needs)} under attn_implementation={attn_implementation(model)!r} (a batch's padding and "
+        "holes are masked per slot, and this implementation takes no mask tensor; load the model with "
+        "attn_implementation='sdpa')"
+    )
+
+
 def rope_types(model: torch.nn.Module) -> list[str]:
     """The RoPE type(s) of the model's rotary embedding (``["default"]`` when it names none)."""
     rotary = getattr(getattr(model, "model", model), "rotary_emb", None)

@@ -2,8 +2,9 @@
 
 * :mod:`.drafter`: the level-0 ``Drafter`` protocol; :mod:`.suffix`, :mod:`.ngram` and :mod:`.model_drafter`
   implement it;
-* :mod:`.level1`: :class:`Level1Drafter`, the target's weights over a retrieval view, verifying level 0;
-  :mod:`.batch_level1`: the same for every row of a batch;
+* :mod:`.level1`: :class:`Level1Drafter`, the target's weights over a retrieval view, verifying level 0, for every
+  row of a call (one sequence is a batch of one); :mod:`.level1_steps`: how its forwards run (transformers' forward,
+  the direct forward, fixed shapes and CUDA graphs), one strategy per call;
 * :mod:`.judge`: one sequence's verdict on its drafts (processed scores, then the exact rule), at any level;
 * :mod:`.schedule`: when level 0 drafts and when level 1 re-selects;
 * :mod:`.static_steps`: fixed-shape decoding steps (CUDA graphs) for levels 0 and 1.

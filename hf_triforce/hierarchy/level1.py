@@ -1,48 +1,39 @@
 """Level 1 of the hierarchy: the target's weights over a retrieval view draft tokens for the full cache.
 
 Level 1 runs the *target* model over a sparse view of its own KV cache (a ``retrieval_budget``-token
-:class:`~hf_triforce.caches.view.RetrievalView`). Each round it produces up to ``gamma2`` tokens: with a level-0
-drafter it verifies ``gamma1``-token drafts exactly (token matching, or speculative sampling with residual
-resampling), so every level-1 token is distributed exactly as level 1's own ``p_hat``; without one, it decodes
-one token per step. It returns those tokens with their processed ``p_hat`` scores, which is the ``q`` that the
-full cache (level 2) verifies against.
+:class:`~hf_triforce.caches.view.RetrievalView`), for every row of a call at once (one sequence is a batch of one).
+Each round it produces up to ``gamma2`` tokens per row: with a level-0 drafter it verifies ``gamma1``-token drafts
+exactly (token matching, or speculative sampling with residual resampling), so every level-1 token is distributed
+exactly as level 1's own ``p_hat``; without one, it decodes one token per step. It returns those tokens with their
+processed ``p_hat`` scores, which is the ``q`` that the full cache (level 2) verifies against. How its forwards run
+is a strategy chosen once per call (:mod:`~hf_triforce.hierarchy.level1_steps`).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 
 import torch
-from transformers import LogitsProcessorList
 
-from ..caches.chunk_swap import HOLD, ChunkSwapper, nominate
+from ..caches.chunk_swap import nominate
 from ..caches.retrieval import RetrievalCache
-from ..caches.selection import EVERY_CHUNK
-from ..caches.static_view import StaticRetrievalView
-from ..caches.view import RetrievalView
+from ..caches.slots import SlotMask
 from ..config import TriForceConfig
 from ..errors import UnsupportedDeviceError
-from ..hf.attention import QueryCapture, view_attention
+from ..hf.attention import QueryCapture
 from ..hf.direct_forward import direct_decoder, resolve_level1_forward
 from ..hf.distributed import RankConsensus
-from ..hf.linears import int8_linears, int8_weight_copy, resolve_level1_weights
-from ..hf.versions import cache_kwargs
+from ..hf.linears import int4_weight_copy, int8_weight_copy, resolve_level1_weights
 from ..stats import TriForceStats
 from .drafter import Drafter
-from .judge import judge_row
+from .judge import Drafts, judge_rows
+from .level1_steps import DirectSteps, ModelSteps, StaticSteps
 from .model_drafter import ModelDrafter
 from .planner import Plan, Planner
 from .schedule import RefreshRule
-from .static_steps import (
-    RunnerSlot,
-    StaticStepRunner,
-    StepMode,
-    keep_runner,
-    kept_runner,
-    planned_step_mode,
-    resolve_step_mode,
-)
+from .static_steps import RunnerSlot, StepMode, planned_step_mode, resolve_step_mode
 
 
 def runs_direct_forward(config: TriForceConfig, model: torch.nn.Module, step_mode: StepMode | None = None) -> bool:
@@ -76,21 +67,14 @@ def runs_direct_forward(config: TriForceConfig, model: torch.nn.Module, step_mod
 
 def level1_weights(config: TriForceConfig, model: torch.nn.Module, direct: bool) -> str:
     """The weights level 1 drafts with (:func:`~hf_triforce.hf.linears.resolve_level1_weights`) when it runs its
-    direct forward (``direct``) or transformers' forward; raises
-    :class:`~hf_triforce.errors.UnsupportedDeviceError` where they cannot run (``"int4"`` needs the direct forward).
+    direct forward (``direct``) or transformers' forward; raises :class:`~hf_triforce.errors.UnsupportedDeviceError`
+    where they cannot run.
 
     Example:
         >>> level1_weights(TriForceConfig(), torch.nn.Linear(16, 4), direct=False)
         'int8'
     """
-    weights = resolve_level1_weights(config.level1_weights, model, direct=direct)
-    if weights == "int4" and not direct:
-        raise UnsupportedDeviceError(
-            "TriForceConfig(level1_weights='int4') runs through level 1's direct forward (one sequence, dynamic "
-            f"steps), and level 1 runs transformers' forward here (level1_forward={config.level1_forward!r}, "
-            f"cuda_graphs={config.cuda_graphs!r}): use level1_weights='int8' or 'auto'."
-        )
-    return weights
+    return resolve_level1_weights(config.level1_weights, model, direct=direct)
 
 
 def step_selection(config: TriForceConfig, direct: bool) -> bool:
@@ -100,7 +84,11 @@ def step_selection(config: TriForceConfig, direct: bool) -> bool:
     ``True`` without the direct forward (the re-ranking runs inside it, between a layer's query and its attention).
 
     Example:
-        >>> step_selection(TriForceConfig(), direct=True), step_selection(TriForceConfig(step_selection=True), True)
+        >>> import warnings
+        >>> with warnings.catch_warnings():  # step_selection is deprecated (removed in 0.3)
+        ...     warnings.simplefilter("ignore", FutureWarning)
+        ...     on = TriForceConfig(step_selection=True)
+        >>> step_selection(TriForceConfig(), direct=True), step_selection(on, True)
         (False, True)
     """
     if config.step_selection is True and not direct:
@@ -112,137 +100,188 @@ def step_selection(config: TriForceConfig, direct: bool) -> bool:
     return config.step_selection
 
 
-def swaps_without_waiting(model: torch.nn.Module) -> bool:
-    """Whether level 1's :class:`ChunkSwapper` re-ranks in fixed shapes, never waiting for the device
-    (``sync_free``): on CUDA, where waiting inside a layer stalls the queued forward.
+def level1_steps(
+    model: torch.nn.Module,
+    cache: RetrievalCache,
+    config: TriForceConfig,
+    masked_slots: SlotMask | None,
+    stats: TriForceStats,
+    runner_slot: RunnerSlot | None = None,
+) -> ModelSteps:
+    """The storage/step strategy level 1 runs for this call (:mod:`~hf_triforce.hierarchy.level1_steps`), its
+    forward and weights recorded in ``stats``.
+
+    Static steps where ``config.cuda_graphs`` resolves to them; else, for one unpadded row (``masked_slots=None``),
+    the direct forward where it runs; else transformers' forward. Rows with padding or holes (``masked_slots``)
+    attend through their slots on either storage.
 
     Example:
-        >>> swaps_without_waiting(torch.nn.Linear(2, 2))
-        False
+        >>> steps = level1_steps(model, cache, TriForceConfig(), None, TriForceStats())  # doctest: +SKIP
+        >>> type(steps).__name__  # a CPU model of a Llama-family layout  # doctest: +SKIP
+        'DirectSteps'
     """
-    return next(model.parameters()).device.type == "cuda"
+    mode = resolve_step_mode(config.cuda_graphs, model, "target model")
+    direct = masked_slots is None and runs_direct_forward(config, model, mode)
+    weights = level1_weights(config, model, direct)
+    stats.step_selection = step_selection(config, direct)
+    stats.level1_weights, stats.level1_forward = weights, "direct" if direct else "transformers"
+    if direct:
+        return DirectSteps(model, cache, config, direct_decoder(model, weights), stats)
+    low_bit = {"int8": int8_weight_copy, "int4": int4_weight_copy}.get(weights)
+    copy = None if low_bit is None else low_bit(model)
+    if mode != "dynamic":
+        return StaticSteps(model, cache, config, masked_slots, copy, mode, runner_slot)
+    return ModelSteps(model, cache, config, masked_slots, copy)
+
+
+@dataclass
+class RowDraft:
+    """One row's drafts for the full cache: tokens ``[g]`` and the scores ``[g, V]`` they came from (``None``:
+    a deterministic level-0 drafter, a one-hot ``q``)."""
+
+    tokens: torch.Tensor
+    scores: torch.Tensor | None = None
+    steps: list[torch.Tensor] = field(default_factory=list)
 
 
 class Level1Drafter:
-    """Drafts level-1 tokens (with their processed scores) for the full-cache verification.
+    """Drafts level-1 tokens (with their processed scores) for the full-cache verification, for every row of a call.
+
+    One sequence is a batch of one. One forward serves every row; what differs per row is kept per row: its tokens,
+    its level-0 drafter, its view's chunks (selected from its own query; a view is ``[B, H_kv, S, D]``) and its
+    statistics. Rows draft different numbers of tokens: a forward is as wide as the widest row, and a row's padding
+    slots are never judged. Every row's tokens are verified exactly (token matching, or speculative sampling with
+    residual resampling), so each row's level-1 tokens are distributed exactly as its level-1 ``p_hat``.
 
     Driven by :mod:`hf_triforce.generation`: :meth:`observe_prefill` after the prefill, then per round
-    :meth:`draft` before the full-cache verification and :meth:`observe_verification` after it. The full
-    cache's verification forwards run inside :func:`~hf_triforce.hf.attention.capturing_queries` with
-    :attr:`capture`, which keeps the queries each re-selection scores the chunks with.
+    :meth:`plan_round`, :meth:`draft` before the full-cache verification and :meth:`observe_verification` after it
+    (:meth:`keep_rows` when rows leave). The full cache's forwards run inside
+    :func:`~hf_triforce.hf.attention.capturing_queries` with :attr:`capture`, which keeps the queries each
+    re-selection scores the chunks with. How level 1's forwards run (transformers' forward, the direct forward, fixed
+    shapes and CUDA graphs) is the call's :func:`level1_steps` strategy.
 
     Args:
         model: the target model.
-        cache: the target's :class:`~hf_triforce.caches.retrieval.RetrievalCache` (every token but the last of
-            the sequence).
+        cache: the target's :class:`~hf_triforce.caches.retrieval.RetrievalCache` (every token but the last of each
+            row).
+        slots: the full cache's :class:`~hf_triforce.caches.slots.SlotMask` (real tokens and next position per row).
         config: the :class:`~hf_triforce.config.TriForceConfig`.
-        logits_processor: the ``generate()`` call's processors, used at every level.
         do_sample: sampling (exact speculative sampling) or greedy (token matching).
-        drafter: a level-0 :class:`~hf_triforce.hierarchy.drafter.Drafter`, or ``None`` (two levels).
-        max_length: the call's ``max_length``; drafts never run past it.
-        eos_token_ids: token ids that end generation (drafting stops after one).
-        stats: a :class:`~hf_triforce.stats.TriForceStats` to update.
+        drafters: one level-0 :class:`~hf_triforce.hierarchy.drafter.Drafter` per row, or ``None`` (two levels).
+        stats: the call's :class:`~hf_triforce.stats.TriForceStats` (the totals).
+        row_stats: one :class:`~hf_triforce.stats.TriForceStats` per row (each row's own counts), or ``None``.
+        eos_token_ids: token ids that end a row (its drafting stops after one).
+        masked: rows carry padding or holes (a batch, a left-padded row): attention goes through the slots.
         runner_slot: where a static level-1 runner is kept between calls (the model's state), or ``None``.
 
-    With ``config.cuda_graphs`` resolving to a static mode (see
-    :func:`~hf_triforce.hierarchy.static_steps.resolve_step_mode`), level 1 runs over a
-    :class:`~hf_triforce.caches.static_view.StaticRetrievalView` through a
-    :class:`~hf_triforce.hierarchy.static_steps.StaticStepRunner` (CUDA graphs per width ``1 .. gamma1 + 1``, or
-    the same static forward eagerly), and a :class:`~hf_triforce.hierarchy.model_drafter.ModelDrafter` is
-    switched to static steps too; the default on the CPU is the dynamic-shape path.
-
     Example:
-        >>> level1 = Level1Drafter(model, cache, TriForceConfig(), LogitsProcessorList(), False)  # doctest: +SKIP
-        >>> level1.observe_prefill()  # doctest: +SKIP
-        >>> candidates, scores = level1.draft(input_ids)  # [1, cur + g], [1, g, V]  # doctest: +SKIP
+        >>> level1 = Level1Drafter(model, cache, slots, TriForceConfig(), False, None, stats)  # doctest: +SKIP
+        >>> level1.observe_prefill(); plan = level1.plan_round()  # doctest: +SKIP
+        >>> drafts = level1.draft(plan, rows, budgets=[6])  # one RowDraft per row  # doctest: +SKIP
     """
 
     def __init__(
         self,
         model,
         cache: RetrievalCache,
+        slots: SlotMask,
         config: TriForceConfig,
-        logits_processor: LogitsProcessorList,
         do_sample: bool,
-        drafter: Drafter | None = None,
-        max_length: int = 2**31,
+        drafters: list[Drafter] | None,
+        stats: TriForceStats,
+        row_stats: list[TriForceStats] | None = None,
         eos_token_ids: list[int] | None = None,
-        stats: TriForceStats | None = None,
+        masked: bool = False,
         runner_slot: RunnerSlot | None = None,
     ) -> None:
-        self.model, self.cache, self.config = model, cache, config
-        self.logits_processor, self.do_sample, self.drafter = logits_processor, do_sample, drafter
-        self.max_length = max_length
+        self.model, self.cache, self.slots, self.config = model, cache, slots, config
+        self.do_sample, self.drafters = do_sample, drafters
+        self.stats, self.row_stats = stats, row_stats
         self.eos_token_ids = set(eos_token_ids or [])
-        self.stats = stats if stats is not None else TriForceStats()
-        self.runner_slot = runner_slot
         self.capture = QueryCapture()
-        self.view: RetrievalView | StaticRetrievalView | None = None
+        rows = slots.valid.shape[0]
         consensus = RankConsensus.for_model(model)  # one sequence: its rounds may stop by confidence (not under TP)
-        self.planner = Planner(config, has_drafter=drafter is not None, consensus=consensus, one_sequence=True)
-        self._confidences: list[float] = []  # level 1's probability of each token of the round's drafts
+        self.planner = Planner(config, has_drafter=drafters is not None, consensus=consensus, one_sequence=rows == 1)
+        self.refresh = RefreshRule(config)
+        self.steps = level1_steps(model, cache, config, slots if masked else None, stats, runner_slot)
+        for row in row_stats or ():
+            row.level1_weights, row.level1_forward = stats.level1_weights, stats.level1_forward
+        self._queries: list[torch.Tensor] | None = None
+        self._confidences: list[float] = []  # level 1's probability of each token of the round's drafts (one row)
         self._survival = 1.0  # the estimated chance that all of the round's drafts so far are accepted
         self._round: tuple[float, int] | None = None  # the last round's start and tokens, timed at the next start
-        self.plan: Plan | None = None
-        self.refresh = RefreshRule(config)
-        self._queries: list[torch.Tensor] | None = None
-        self._last_drafted = 0
-        self.step_mode = resolve_step_mode(config.cuda_graphs, model, "target model")
-        self.runner: StaticStepRunner | None = None
-        direct = runs_direct_forward(config, model, self.step_mode)
-        weights = level1_weights(config, model, direct)
-        self.direct = direct_decoder(model, weights) if direct else None
-        self.step_selection = step_selection(config, direct)
-        self.swapper: ChunkSwapper | None = None
-        self._reselect_seconds, self._swapped = 0.0, 0  # the re-rankings of the level-1 forward in progress
-        self.stats.step_selection = self.step_selection
-        self.int8 = int8_weight_copy(model) if weights == "int8" and self.direct is None else None
-        self.stats.level1_weights = weights
-        self.stats.level1_forward = "transformers" if self.direct is None else "direct"
-        if isinstance(drafter, ModelDrafter):
-            draft_mode = resolve_step_mode(config.cuda_graphs, drafter.model, "draft model")
-            drafter.use_static_steps(draft_mode, strict=config.cuda_graphs is True)
+        if drafters is not None:
+            for drafter in drafters:
+                if isinstance(drafter, ModelDrafter):
+                    draft_mode = resolve_step_mode(config.cuda_graphs, drafter.model, "draft model")
+                    drafter.use_static_steps(draft_mode, strict=config.cuda_graphs is True)
 
-    def draft(self, input_ids: torch.LongTensor) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
-        """Candidates ``[1, cur + g]`` for the full cache and the scores ``[1, g, V]`` they were drafted from.
+    # -- the round -------------------------------------------------------------------------------------------
 
-        The round's :class:`~hf_triforce.hierarchy.planner.Plan` decides who drafts: level 1 (over the retrieval
-        view, verifying level 0; its processed scores are returned), level 0 alone (its probabilities' logs, or
-        ``None`` for a deterministic drafter), or nobody (``g = 0``: ``input_ids`` and ``None``, the verification is
-        a plain decoding step). ``g <= gamma2`` (``gamma1 + gamma2`` for level 0 alone), and never past
-        ``max_length``.
-        """
+    def plan_round(self) -> Plan:
+        """The schedule of the next round (one for every row, from the pooled acceptance and step costs)."""
         self._time_round()
-        self.plan = self.planner.plan_round()
-        budget = min(self.plan.gamma2, self.max_length - input_ids.shape[1] - 1)
-        self._last_drafted = 0
-        self.stats.rounds[self.plan.kind] = self.stats.rounds.get(self.plan.kind, 0) + 1
-        if budget <= 0 or self.plan.kind == "plain":
-            return input_ids, None
-        if self.drafter is not None:
-            with self.stats.phases.measure("level0"):
-                self.drafter.commit(input_ids[0])
-        if self.plan.kind == "level0":
-            tokens, scores = self._level0_draft(input_ids[0], budget)
-        else:
-            self._prepare_view()
-            tokens, scores = self._draft(input_ids[0], budget)
-        self._last_drafted = tokens.shape[0]
-        return torch.cat([input_ids, tokens[None]], dim=1), None if scores is None else scores[None]
+        plan = self.planner.plan_round()
+        self.stats.rounds[plan.kind] = self.stats.rounds.get(plan.kind, 0) + 1
+        return plan
 
-    def observe_verification(self, num_matches: int, seconds: float = 0.0) -> None:
-        """Record the verdict of the round's verification (``num_matches`` drafts accepted, the forward took
-        ``seconds``) and keep the query of the newest cached token for the next selection (with step selection,
-        those of every token it accepted: the chunks any of them ranks high are nominated)."""
-        drafted, accepted = self._last_drafted, int(num_matches)
-        self._round = (self._round[0], accepted + 1)
-        self._queries = self.capture.upto(accepted) if self.step_selection else self.capture.at(accepted)
-        self.planner.observe_level2(self.plan, drafted, accepted, seconds, self._confidences)
-        if self.plan.kind == "levels":
-            self.stats.level1.record(drafted, accepted)
-            self.refresh.observe(drafted, accepted)
-        elif self.plan.kind == "level0":
-            self.stats.level0_to_level2.record(drafted, accepted)
+    def draft(self, plan: Plan, rows: list, budgets: list[int]) -> list[RowDraft]:
+        """Each row's drafts for level 2 under ``plan``: at most ``budgets[b]`` tokens for row ``b``.
+
+        ``rows[b]`` has ``ids`` (``[n]``, its tokens so far as plain ``generate()`` lays them out, padding included),
+        ``real_ids()`` (its tokens without padding: what level 0 drafts from) and ``processors`` (its logits
+        processors). Who drafts is the plan's: level 1 (over the retrieval view,
+        verifying level 0; its processed scores are returned), level 0 alone (the log of its probabilities, or
+        ``None`` for a deterministic drafter), or nobody (no tokens: the verification is a plain decoding step).
+        """
+        if plan.kind == "plain" or max(budgets, default=0) <= 0:
+            return [RowDraft(row.ids[:0]) for row in rows]
+        if self.drafters is not None:
+            with self.stats.phases.measure("level0"):
+                for drafter, row in zip(self.drafters, rows, strict=True):
+                    drafter.commit(row.real_ids())
+        if plan.kind == "level0":
+            return self._level0_drafts(rows, budgets)
+        self._prepare_view()
+        return self._level1_drafts(rows, budgets)
+
+    def observe_prefill(self) -> None:
+        """Keep each row's last prompt query (captured during the prefill) for the first selection."""
+        self._queries = self.capture.at(-1)
+
+    def observe_verification(self, plan: Plan, drafted: list[int], accepted: list[int], seconds: float) -> None:
+        """Record row ``b``'s verdict (``accepted[b]`` of ``drafted[b]``; the forward took ``seconds``) and keep the
+        query of its newest cached token (position ``accepted[b]`` of the verification's inputs) for the next
+        selection (with step selection, those of every token it accepted: the chunks any of them ranks high are
+        nominated)."""
+        self._round = (self._round[0], sum(accepted) + len(accepted))
+        self._queries = self._accepted_queries(accepted)
+        confidences = self._confidences if len(accepted) == 1 else None
+        level = {"levels": "level1", "level0": "level0_to_level2"}.get(plan.kind)
+        for b, (d, a) in enumerate(zip(drafted, accepted, strict=True)):
+            self.planner.observe_level2(plan, d, a, seconds, confidences)
+            if level is not None and d:
+                self._record(b, level, d, a)
+                if plan.kind == "levels":
+                    self.refresh.observe(d, a)
+
+    def keep_rows(self, rows: torch.Tensor, kept: list[int]) -> None:
+        """Only the rows at ``rows`` remain (``kept``: the same as a list); the view is re-selected next round."""
+        self._queries = [q[rows] for q in self._queries]
+        if self.drafters is not None:
+            self.drafters = [self.drafters[i] for i in kept]
+        if self.row_stats is not None:
+            self.row_stats = [self.row_stats[i] for i in kept]
+        self.steps.forget()
+
+    def _accepted_queries(self, accepted: list[int]) -> list[torch.Tensor]:
+        if self.stats.step_selection:  # one row
+            return self.capture.upto(accepted[0])
+        if len(accepted) == 1:
+            return self.capture.at(accepted[0])
+        index = torch.tensor(accepted, device=self.capture.queries[0].device)
+        rows = torch.arange(index.shape[0], device=index.device)
+        return [self.capture.queries[i][rows, :, index] for i in sorted(self.capture.queries)]
 
     def _time_round(self) -> None:
         """A round starts: the planner learns how long the last one took, from its start to this one's."""
@@ -251,168 +290,132 @@ class Level1Drafter:
             self.planner.observe_round(self._round[1], now - self._round[0])
         self._round = (now, 0)
 
-    def observe_prefill(self) -> None:
-        """Keep the last prompt token's query (captured during the prefill) for the first selection."""
-        self._queries = self.capture.at(-1)
+    def _record(self, b: int, level: str, drafted: int, accepted: int) -> None:
+        """Count row ``b``'s verdict at ``level`` in the call's totals and in the row's own statistics."""
+        getattr(self.stats, level).record(drafted, accepted)
+        if self.row_stats is not None:
+            getattr(self.row_stats[b], level).record(drafted, accepted)
+
+    # -- level 0 -> level 2 ----------------------------------------------------------------------------------
+
+    def _level0_drafts(self, rows: list, budgets: list[int]) -> list[RowDraft]:
+        drafts = []
+        with self.stats.phases.measure("level0"):
+            for drafter, row, budget in zip(self.drafters, rows, budgets, strict=True):
+                start = time.perf_counter()
+                tokens, probs = drafter.propose(row.real_ids(), budget) if budget > 0 else (row.ids[:0], None)
+                self.planner.observe_level0(budget, time.perf_counter() - start)
+                drafts.append(RowDraft(tokens, None if probs is None else probs.log()))
+        return drafts
+
+    # -- level 1 ---------------------------------------------------------------------------------------------
 
     def _prepare_view(self) -> None:
-        if not self.refresh.due(None if self.view is None else self.view.tail_length()):
-            self.view.sync()
+        if not self.refresh.due(self.steps.tail_length()):
+            self.steps.sync()
             return
-        cfg = self.config
         start = time.perf_counter()
         with self.stats.phases.measure("refresh"):
-            if self._ranks_steps():
-                indices, nominees = nominate(
-                    self.cache, self._queries, cfg.retrieval_budget, cfg.recent_tokens, cfg.lookahead_chunks
-                )
-            else:
-                indices, nominees = self.cache.select(
-                    self._queries, cfg.retrieval_budget, cfg.recent_tokens, cfg.lookahead_chunks,
-                    rescore_candidates=cfg.rescore_candidates,
-                ), None  # fmt: skip
-            self.view = self._new_view(indices)
-            self.swapper = None if nominees is None else self._swapper(indices, nominees)
+            self.steps.select(*self._selection())
         self.planner.observe_refresh(time.perf_counter() - start)
         self.refresh.selected()
         self.stats.retrieval_refreshes += 1
-        self.stats.view_bytes = max(self.stats.view_bytes, self.view.kv_nbytes())
+        self.stats.view_bytes = max(self.stats.view_bytes, self.steps.view.kv_nbytes())
 
-    def _ranks_steps(self) -> bool:
-        """Whether level-1 forwards re-rank the view's chunks: with step selection, once the cache holds more than
-        the budget (until then the view holds every token)."""
-        return self.step_selection and self.cache.get_seq_length() > self.config.retrieval_budget
-
-    def _swapper(self, indices: list[torch.Tensor], nominees: list[torch.Tensor]) -> ChunkSwapper:
-        """A :class:`ChunkSwapper` for the new view: each step ranks the refresh's nominees by their keys (a chunk's
-        mean key loses what one of its tokens holds), and a held chunk stays while it ranks within the top
-        ``(1 + HOLD) k`` (fewer copies, the same acceptance); on CUDA without waiting for the device."""
+    def _selection(self) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        """Per-layer token indices of the new view, and (with step selection, once the cache holds more than the
+        budget: until then the view holds every token) the chunks each level-1 forward re-ranks."""
         cfg = self.config
-        settings = (cfg.retrieval_budget, cfg.recent_tokens, cfg.lookahead_chunks, EVERY_CHUNK)
-        sync_free = swaps_without_waiting(self.model)
-        return ChunkSwapper(self.view, indices, *settings, hold=HOLD, nominees=nominees, sync_free=sync_free)
+        settings = (cfg.retrieval_budget, cfg.recent_tokens, cfg.lookahead_chunks)
+        if self.stats.step_selection and self.cache.get_seq_length() > cfg.retrieval_budget:
+            return nominate(self.cache, self._queries, *settings)
+        slots = self.steps.slots  # rows with padding or holes: chunks of those only are never preferred
+        return self.cache.select(self._queries, *settings, slots, cfg.rescore_candidates), None
 
-    def _reselect_layer(self, layer: int, query: torch.Tensor) -> None:
-        """Inside a level-1 forward, before layer ``layer``'s attention: re-rank its chunks with its own post-RoPE
-        queries ``[1, H_q, q, D]`` (all ``q`` of them: a chunk counts if any of them needs it)."""
-        start = time.perf_counter()
-        self._swapped += self.swapper.reselect_layer(layer, query.reshape(1, -1, query.shape[-1]))
-        self._reselect_seconds += time.perf_counter() - start
-
-    def _direct_logits(self, inputs: torch.Tensor, position: int) -> torch.Tensor:
-        """Level 1's direct forward; with step selection, each layer re-ranks its chunks first (the ``reselect``
-        phase: one call per forward, summed over its layers; on CUDA the time to queue it, the forward waits for
-        nothing)."""
-        if self.swapper is None:
-            return self.direct.logits(inputs, position, self.view)
-        self._reselect_seconds, self._swapped = 0.0, 0
-        logits = self.direct.logits(inputs, position, self.view, self._reselect_layer)
-        self.stats.phases.add("reselect", self._reselect_seconds)
-        self.stats.chunks_swapped += int(self._swapped)  # the forward is queued: reading it waits only as the logits do
-        return logits
-
-    def _new_view(self, indices: list[torch.Tensor]) -> RetrievalView | StaticRetrievalView:
-        """A fresh dynamic view, or the one static view (and its step runner) rewritten in place."""
-        if self.step_mode == "dynamic":
-            return self.cache.sparse_view(indices, self.config.view_extra_capacity)
-        if self.runner is None:
-            self.runner = self._level1_runner(self.config.view_capacity)
-        self.runner.cache.refresh(indices)
-        return self.runner.cache
-
-    def _level1_runner(self, capacity: int) -> StaticStepRunner:
-        """The static level-1 runner: the one an earlier call of this model kept (same shapes), else a new one."""
-        graphs, strict = self.step_mode == "graphs", self.config.cuda_graphs is True
-        key = (capacity, self.config.gamma1, graphs, strict, len(self.cache.layers))
-        runner = None if self.runner_slot is None else kept_runner(self.runner_slot, self.model, key)
-        if runner is not None:
-            runner.cache.rebind(self.cache)
-            return runner
-        view = StaticRetrievalView(self.cache, capacity)
-        runner = StaticStepRunner(self.model, view, range(1, self.config.gamma1 + 2), use_graphs=graphs, strict=strict)
-        if self.runner_slot is not None:
-            keep_runner(self.runner_slot, self.model, key, runner)
-        return runner
-
-    def _draft(self, ids: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Up to ``budget`` level-1 tokens and their scores; stops early where the planner's
-        :meth:`~hf_triforce.hierarchy.planner.Planner.keep_drafting` says one more token does not pay."""
-        tokens, scores = ids[:0], []
-        position = self.cache.get_seq_length()
+    def _level1_drafts(self, rows: list, budgets: list[int]) -> list[RowDraft]:
+        drafts = [RowDraft(row.ids[:0]) for row in rows]
+        budgets = list(budgets)
+        positions = self.slots.positions.tolist()
+        reals = [row.real_ids() for row in rows] if self.drafters is not None else None
         self._confidences, self._survival = [], 1.0
-        while tokens.shape[0] < budget:
-            prefix = torch.cat([ids, tokens])
+        while any(len(d.tokens) < b for d, b in zip(drafts, budgets, strict=True)):
+            prefixes = [torch.cat([row.ids, d.tokens]) for row, d in zip(rows, drafts, strict=True)]
             with self.stats.phases.measure("level0"):
-                drafts, draft_probs = self._propose(prefix, budget - tokens.shape[0] - 1)
+                proposals = self._propose(reals, prefixes, drafts, budgets)
             start = time.perf_counter()
             with self.stats.phases.measure("level1"):
-                new, new_scores = self._level1_step(prefix, drafts, draft_probs, position)
-            self.planner.observe_level1(drafts.shape[0], new.shape[0] - 1, time.perf_counter() - start)
-            tokens = torch.cat([tokens, new])
-            scores.append(new_scores)
-            position += new.shape[0]
-            keep = self._keep_drafting(new, new_scores, len(tokens))  # first: it records the new tokens' confidence
-            if not keep or self.eos_token_ids.intersection(new.tolist()):
-                break
-        return tokens, torch.cat(scores)
+                new = self._level1_step(rows, prefixes, proposals, drafts, positions)
+            seconds = time.perf_counter() - start
+            for (proposal, _), (tokens, _) in zip(proposals, new, strict=True):
+                self.planner.observe_level1(proposal.shape[0], tokens.shape[0] - 1, seconds)
+            for b, (tokens, scores) in enumerate(new):
+                if not self._keep_drafting(tokens, scores, drafts[b].tokens.shape[0]):
+                    budgets[b] = min(budgets[b], drafts[b].tokens.shape[0])
+            positions = [p + tokens.shape[0] for p, (tokens, _) in zip(positions, new, strict=True)]
+        return [self._trimmed(d, b) for d, b in zip(drafts, budgets, strict=True)]
+
+    def _propose(self, reals, prefixes: list[torch.Tensor], drafts: list[RowDraft], budgets: list[int]):
+        """Each row's level-0 drafts for this step, from its real tokens ``reals[b]`` and its level-1 tokens so far:
+        ``([k_b] tokens, [k_b, V] probabilities or None)``, no tokens for a row whose budget is met (room for the
+        token level 1 adds is kept)."""
+        gamma1 = self.planner.gamma1()
+        proposals = []
+        for b, prefix in enumerate(prefixes):
+            k = min(gamma1, budgets[b] - drafts[b].tokens.shape[0] - 1)
+            if self.drafters is None or k <= 0:
+                proposals.append((prefix[:0], None))
+                continue
+            start = time.perf_counter()
+            proposals.append(self.drafters[b].propose(torch.cat([reals[b], drafts[b].tokens]), k))
+            self.planner.observe_level0(k, time.perf_counter() - start)
+        return proposals
+
+    def _level1_step(self, rows, prefixes, proposals, drafts, positions) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """One forward over every row's ``[last token, drafts, padding]``: judge the drafts, extend each row's
+        level-1 tokens; returns each row's new tokens ``[n_b]`` and their processed scores ``[n_b, V]``."""
+        width = max(p.shape[0] for p, _ in proposals) + 1
+        steps = zip(prefixes, proposals, strict=True)
+        inputs = torch.stack([padded_tokens(torch.cat([pre[-1:], p]), width) for pre, (p, _) in steps])
+        logits = self.steps.logits(inputs, positions)
+        cases = [Drafts(pre, p, q, logits[b]) for b, (pre, (p, q)) in enumerate(zip(prefixes, proposals, strict=True))]
+        verdicts = judge_rows([row.processors for row in rows], self.do_sample, cases)
+        new = []
+        for b, ((proposal, _), (accepted, token, scores)) in enumerate(zip(proposals, verdicts, strict=True)):
+            self._record(b, "level0", proposal.shape[0], accepted)
+            tokens = torch.cat([proposal[:accepted], proposal.new_tensor([token])])
+            drafts[b].tokens = torch.cat([drafts[b].tokens, tokens])
+            drafts[b].steps.append(scores[: accepted + 1])
+            new.append((tokens, scores[: accepted + 1]))
+        self.steps.keep([tokens.shape[0] for tokens, _ in new], width)
+        return new
 
     def _keep_drafting(self, tokens: torch.Tensor, scores: torch.Tensor, drafted: int) -> bool:
-        """Whether the round drafts on after level 1 drew ``tokens`` ``[n]`` from processed ``scores`` ``[n, V]``
-        (``drafted`` in all): always without confidence stops, else the planner's
+        """Whether a row drafts on after level 1 drew ``tokens`` ``[n]`` from processed ``scores`` ``[n, V]``
+        (``drafted`` in all): not after an end of sequence; one sequence with confidence stops asks the planner's
         :meth:`~hf_triforce.hierarchy.planner.Planner.keep_drafting` on the estimated chance that every draft so far
-        is accepted. Keeps level 1's probability of each token (its confidence) for the verdict."""
-        if not self.planner.confidence_stops:
-            return True
-        confidences = scores.float().softmax(-1).gather(-1, tokens[:, None])[:, 0].tolist()
-        self._confidences += confidences
-        self._survival *= math.prod(self.planner.token_acceptance(c) for c in confidences)
-        return self.planner.keep_drafting(drafted, self._survival)
+        is accepted (keeping level 1's probability of each token, its confidence, for the verdict)."""
+        keep = True
+        if self.planner.confidence_stops:
+            confidences = scores.float().softmax(-1).gather(-1, tokens[:, None])[:, 0].tolist()
+            self._confidences += confidences
+            self._survival *= math.prod(self.planner.token_acceptance(c) for c in confidences)
+            keep = self.planner.keep_drafting(drafted, self._survival)
+        return keep and not self.eos_token_ids.intersection(tokens.tolist())
 
-    def _propose(self, prefix: torch.Tensor, room: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        k = min(self.planner.gamma1(), room)
-        if self.drafter is None or k <= 0:
-            return prefix[:0], None
-        start = time.perf_counter()
-        proposal = self.drafter.propose(prefix, k)
-        self.planner.observe_level0(k, time.perf_counter() - start)
-        return proposal
+    @staticmethod
+    def _trimmed(draft: RowDraft, budget: int) -> RowDraft:
+        """The first ``budget`` tokens of a row's level-1 drafts, with their scores."""
+        scores = torch.cat(draft.steps) if draft.steps else None
+        tokens = draft.tokens[: max(budget, 0)]
+        return RowDraft(tokens, None if scores is None else scores[: tokens.shape[0]])
 
-    def _level0_draft(self, ids: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Level 0's drafts for the full cache directly: tokens ``[g]`` and the log of their distributions ``[g, V]``
-        (``None`` for a deterministic drafter: a one-hot ``q``)."""
-        with self.stats.phases.measure("level0"):
-            tokens, probs = self._propose_for_level2(ids, budget)
-        return tokens, None if probs is None else probs.log()
 
-    def _propose_for_level2(self, ids: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        start = time.perf_counter()
-        proposal = self.drafter.propose(ids, budget)
-        self.planner.observe_level0(budget, time.perf_counter() - start)
-        return proposal
+def padded_tokens(tokens: torch.Tensor, width: int) -> torch.Tensor:
+    """``tokens`` ``[n]`` padded to ``[width]`` with its last token: a row's share of a forward as wide as the
+    widest row (its padding slots are never judged, and no row keeps them).
 
-    def _level1_step(self, prefix, drafts, draft_probs, position) -> tuple[torch.Tensor, torch.Tensor]:
-        """One level-1 forward over ``[last token, drafts]``: verify the drafts, return new tokens + scores."""
-        logits = self._level1_logits(torch.cat([prefix[-1:], drafts]), position)
-        n_accepted, next_token, scores = judge_row(
-            self.logits_processor, self.do_sample, prefix, drafts, draft_probs, logits
-        )
-        self.view.crop(-(drafts.shape[0] - n_accepted))
-        self.stats.level0.record(drafts.shape[0], n_accepted)
-        new = torch.cat([drafts[:n_accepted], drafts.new_tensor([next_token])])
-        return new, scores[: n_accepted + 1]
-
-    def _level1_logits(self, inputs: torch.Tensor, position: int) -> torch.Tensor:
-        """float32 logits ``[q, V]`` of the target over the view for ``inputs`` ``[q]`` at true ``position ..``."""
-        if self.runner is not None:
-            with int8_linears(self.int8):
-                return self.runner.step(inputs, position)
-        if self.direct is not None:
-            return self._direct_logits(inputs, position)
-        q = inputs.shape[0]
-        positions = torch.arange(position, position + q, device=inputs.device)[None]
-        with view_attention(self.model), int8_linears(self.int8):
-            out = self.model(
-                input_ids=inputs[None], position_ids=positions, use_cache=True, logits_to_keep=q,
-                **cache_kwargs(self.view),
-            )  # fmt: skip
-        return out.logits[0, -q:].float()
+    Example:
+        >>> padded_tokens(torch.tensor([4, 5]), 4).tolist()
+        [4, 5, 5, 5]
+    """
+    return torch.cat([tokens, tokens[-1:].expand(width - tokens.shape[0])])

@@ -48,7 +48,10 @@ class RefreshRule:
     round whose level-1 acceptance fell below ``refresh_below_acceptance``.
 
     Example:
-        >>> rule = RefreshRule(TriForceConfig(refresh_every=4, refresh_below_acceptance=0.5))
+        >>> import warnings
+        >>> with warnings.catch_warnings():  # refresh_below_acceptance is deprecated (removed in 0.3)
+        ...     warnings.simplefilter("ignore", FutureWarning)
+        ...     rule = RefreshRule(TriForceConfig(refresh_every=4, refresh_below_acceptance=0.5))
         >>> rule.due(tokens_since_selection=2), rule.observe(drafted=6, accepted=1), rule.due(2)
         (False, None, True)
     """

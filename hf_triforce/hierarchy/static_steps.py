@@ -39,14 +39,16 @@ What the forward reads on the host, and how this design keeps it out of the capt
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from transformers import Cache
 
 from ..errors import UnsupportedDeviceError, UnsupportedModelError
+from ..hf.attention import slot_attention
 from ..hf.masks import MaskKind, mask_kind
 from ..hf.model import attn_implementation, is_dispatched, rope_types
 from ..hf.versions import cache_kwargs
@@ -154,17 +156,20 @@ def _raise_if(blockers: list[str], role: str, what: str) -> None:
 
 
 class _StepInputs:
-    """Static input buffers of one query width ``q``: token ids, true positions and cache slots, all ``[q]``."""
+    """Static input buffers of one query width ``q`` for ``B`` rows: token ids and true positions ``[B, q]``, cache
+    slots ``[q]`` (every row writes the same slots)."""
 
-    def __init__(self, width: int, device: torch.device) -> None:
+    def __init__(self, rows: int, width: int, device: torch.device) -> None:
         self.offsets = torch.arange(width, device=device)
-        self.ids = torch.zeros(width, dtype=torch.long, device=device)
-        self.positions = torch.zeros(width, dtype=torch.long, device=device)
+        self.ids = torch.zeros(rows, width, dtype=torch.long, device=device)
+        self.positions = torch.zeros(rows, width, dtype=torch.long, device=device)
+        self.first = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.slots = torch.zeros(width, dtype=torch.long, device=device)
 
-    def load(self, tokens: torch.Tensor, first_position: int, first_slot: int) -> None:
+    def load(self, tokens: torch.Tensor, first_positions: torch.Tensor, first_slot: int) -> None:
         self.ids.copy_(tokens, non_blocking=True)
-        torch.add(self.offsets, first_position, out=self.positions)
+        self.first.copy_(first_positions[:, None], non_blocking=True)
+        torch.add(self.offsets, self.first, out=self.positions)
         torch.add(self.offsets, first_slot, out=self.slots)
 
 
@@ -180,10 +185,16 @@ class StaticStepRunner:
         use_graphs: capture/replay graphs (CUDA only); ``False`` runs every step eagerly.
         logits_to_keep: rows of logits to return (0: all ``q``).
         strict: re-raise a failed capture instead of falling back to eager steps (``cuda_graphs=True``).
+        slot_validity: for rows with padding or holes (a batch), which key slots each row's queries may attend
+            (``for_layer(layer_idx)``: ``[B, H_kv, capacity]`` bool at a fixed address, kept current outside the
+            steps; see :class:`~hf_triforce.caches.static_view.StaticViewSlots`): the forward attends through
+            :func:`~hf_triforce.hf.attention.slot_attention` instead of the plain causal mask. ``None``: one unpadded
+            row.
 
     Example:
         >>> runner = StaticStepRunner(model, view, graph_widths=range(1, 4), use_graphs=False)  # doctest: +SKIP
         >>> logits = runner.step(torch.tensor([5, 7]), first_position=1000)  # [2, V] float32  # doctest: +SKIP
+        >>> logits = runner.step(torch.tensor([[5, 7], [6, 8]]), [1000, 990])  # two rows: [2, 2, V]  # doctest: +SKIP
     """
 
     def __init__(
@@ -194,6 +205,7 @@ class StaticStepRunner:
         use_graphs: bool = False,
         logits_to_keep: int = 0,
         strict: bool = False,
+        slot_validity: Any = None,
     ) -> None:
         kind = mask_kind(model)
         if kind is None:
@@ -212,22 +224,27 @@ class StaticStepRunner:
         self._pool = None
         self._stream: torch.cuda.Stream | None = None
         self.counts = {"eager": 0, "replay": 0, "capture": 0}
+        self.slot_validity = slot_validity
 
     @property
     def visible_length(self) -> int:
         return self.cache.layers[0].buffer.length
 
-    def step(self, tokens: torch.Tensor, first_position: int) -> torch.Tensor:
-        """Forward ``tokens`` ``[q]`` at true positions ``first_position ..`` into the next ``q`` free slots.
+    def step(self, tokens: torch.Tensor, first_position: int | list[int]) -> torch.Tensor:
+        """Forward ``tokens`` ``[q]`` (one row) or ``[B, q]`` at true positions ``first_position ..`` (one per row)
+        into the next ``q`` free slots.
 
         Returns:
-            float32 logits ``[k, V]`` (``k = logits_to_keep or q``), a fresh tensor (graph outputs are reused).
+            float32 logits ``[k, V]`` for one row, ``[B, k, V]`` for ``[B, q]`` tokens (``k = logits_to_keep or q``),
+            a fresh tensor (graph outputs are reused).
         """
-        q, start = tokens.shape[0], self.visible_length
+        rows = tokens if tokens.dim() == 2 else tokens[None]
+        q, start = rows.shape[1], self.visible_length
         if start + q > self.capacity:
             raise RuntimeError(f"A {q}-token step after {start} slots overflows the static cache ({self.capacity}).")
-        inputs = self._inputs.get(q) or self._inputs.setdefault(q, _StepInputs(q, self.device))
-        inputs.load(tokens, first_position, start)
+        inputs = self._inputs.get(q) or self._inputs.setdefault(q, _StepInputs(rows.shape[0], q, self.device))
+        firsts = first_position if isinstance(first_position, list) else [first_position]
+        inputs.load(rows, torch.tensor(firsts), start)
         if self.use_graphs and q in self.graph_widths:
             logits = self._replay(q, inputs)
         else:
@@ -235,22 +252,27 @@ class StaticStepRunner:
             self.counts["eager"] += 1
         for layer in self.cache.layers:
             layer.advance(q)
+        logits = logits if tokens.dim() == 2 else logits[0]
         return logits.to(torch.float32, copy=True)
 
     def _forward(self, inputs: _StepInputs) -> torch.Tensor:
-        """The static forward (what a graph captures): ``[k, V]`` logits in the model's dtype."""
+        """The static forward (what a graph captures): ``[B, k, V]`` logits in the model's dtype."""
         self.slots.positions = inputs.slots
         mask = static_causal_mask(inputs.slots, self.slot_range, self.kind, self.dtype)
-        q = inputs.ids.shape[0]
-        out = self.model(
-            input_ids=inputs.ids[None],
-            position_ids=inputs.positions[None],
-            attention_mask=mask,
-            use_cache=True,
-            logits_to_keep=self.logits_to_keep or q,
-            **cache_kwargs(self.cache),
-        )
-        return out.logits[0]
+        q = inputs.ids.shape[1]
+        with contextlib.ExitStack() as stack:
+            if self.slot_validity is not None:
+                self.slot_validity.query_slots = inputs.slots
+                stack.enter_context(slot_attention(self.model, self.slot_validity))
+            out = self.model(
+                input_ids=inputs.ids,
+                position_ids=inputs.positions,
+                attention_mask=mask,
+                use_cache=True,
+                logits_to_keep=self.logits_to_keep or q,
+                **cache_kwargs(self.cache),
+            )
+        return out.logits
 
     def _replay(self, q: int, inputs: _StepInputs) -> torch.Tensor:
         if q not in self._graphs:

@@ -87,15 +87,55 @@ def _bottom_right_causal(q_len: int, kv_len: int, device: torch.device) -> torch
     return (torch.arange(kv_len, device=device)[None, :] <= rows)[None, None]
 
 
+def slot_attention_mask(
+    key_valid: torch.Tensor,
+    q_len: int,
+    in_window: torch.Tensor | None = None,
+    query_slots: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The ``[B, 1 or H_kv, q, L]`` bool mask (``True``: attend) of ``q`` queries over a batch's key slots: valid key
+    slots, causal (a query sees the slots up to its own), within ``in_window`` when given; a query always sees its own
+    slot, so no row is fully masked.
+
+    Args:
+        key_valid: ``[B, 1 or H_kv, L]`` bool, ``True`` where a key slot holds a real token.
+        q_len: the number of queries.
+        in_window: ``[B, 1, q, L]`` bool, ``True`` where a key lies within a query's sliding window, or ``None``.
+        query_slots: ``[q]`` the slot each query's own key was written to (a fixed-capacity cache, whose slots after
+            them are unwritten), or ``None``: the last ``q_len`` slots (their keys were just appended).
+
+    Example:
+        >>> valid = torch.tensor([[[False, True, True, True]]])
+        >>> slot_attention_mask(valid, 2)[0, 0].int().tolist()
+        [[0, 1, 1, 0], [0, 1, 1, 1]]
+        >>> slot_attention_mask(valid, 1, query_slots=torch.tensor([2]))[0, 0].int().tolist()
+        [[0, 1, 1, 0]]
+    """
+    kv_len = key_valid.shape[-1]
+    if query_slots is None:
+        query_slots = torch.arange(kv_len - q_len, kv_len, device=key_valid.device)
+    causal = torch.arange(kv_len, device=key_valid.device)[None, :] <= query_slots[:, None]
+    mask = key_valid[:, :, None, :] & causal[None, None]
+    if in_window is not None:
+        mask = mask & in_window
+    mask[..., torch.arange(q_len, device=key_valid.device), query_slots] = True
+    return mask
+
+
 def masked_gqa_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_valid: torch.Tensor, scaling: float | None = None
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_valid: torch.Tensor,
+    scaling: float | None = None,
+    query_slots: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, None]:
     """Attention of the last ``q`` slots over keys, skipping invalid key slots (padding, holes of a batch).
 
     The query tokens are the last ``q`` key slots (their own keys were just appended), causal among themselves;
-    a query always sees its own slot, so no row is fully masked. The query heads that share a KV head are packed
-    into one block of ``groups * q`` query rows, so each key and value is read once per KV head (not once per
-    query head, as ``enable_gqa`` does on the CPU).
+    a query always sees its own slot, so no row is fully masked (:func:`slot_attention_mask`). The query heads that
+    share a KV head are packed into one block of ``groups * q`` query rows, so each key and value is read once per KV
+    head (not once per query head, as ``enable_gqa`` does on the CPU).
 
     Args:
         query: ``[B, H_q, q, D]`` post-RoPE queries.
@@ -103,6 +143,7 @@ def masked_gqa_attention(
         value: ``[B, H_kv, L, D_v]``.
         key_valid: ``[B, 1 or H_kv, L]`` bool, ``True`` where a key slot holds a real token.
         scaling: softmax scale, default ``D ** -0.5``.
+        query_slots: ``[q]`` the queries' own slots in a fixed-capacity cache, or ``None`` (the last ``q``).
 
     Returns:
         ``([B, q, H_q, D_v] attention output, None)``, as a transformers attention function.
@@ -115,9 +156,7 @@ def masked_gqa_attention(
     b, h_q, q_len, d = query.shape
     h_kv, kv_len = key.shape[1], key.shape[2]
     groups = h_q // h_kv
-    mask = key_valid[:, :, None, :] & _bottom_right_causal(q_len, kv_len, query.device)
-    own = torch.arange(q_len, device=query.device)
-    mask[..., own, own + kv_len - q_len] = True
+    mask = slot_attention_mask(key_valid, q_len, query_slots=query_slots)
     # A KV head's query heads become rows of one query block: each key/value is read once, not once per query head.
     packed = query.reshape(b, h_kv, groups * q_len, d)
     mask = mask[:, :, None].expand(-1, -1, groups, -1, -1).reshape(b, mask.shape[1], groups * q_len, kv_len)

@@ -14,9 +14,13 @@ import torch
 
 import hf_triforce
 from hf_triforce import TriForceConfig
-from hf_triforce.errors import UnsupportedGenerationError
+from hf_triforce.errors import UnsupportedDeviceError, UnsupportedGenerationError
 
-pytestmark = pytest.mark.integration
+# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
+]
 
 SPARSE = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=3, gamma1=2, gamma2=4, adaptive=False)
 LENGTHS = [300, 221, 257, 180, 333, 96, 140, 275]
@@ -173,16 +177,16 @@ def test_prefix_allowed_tokens_fn_gets_each_row_s_batch_index(model_factory, ass
 
 
 @pytest.mark.parametrize(
-    "change, message",
+    "change, message, error",
     [
-        (dict(right_padding=True), "right padding"),
-        (dict(output_scores=True, return_dict_in_generate=True), "output_scores"),
-        (dict(cuda_graphs=True), "cuda_graphs=True"),
+        (dict(right_padding=True), "a row whose last token is padding", UnsupportedGenerationError),
+        (dict(output_scores=True, return_dict_in_generate=True), "output_scores", UnsupportedGenerationError),
+        (dict(drafter="model", cuda_graphs=True), "cuda_graphs=True needs", UnsupportedDeviceError),  # a CPU model
     ],
 )
-def test_batch_refusals(model_factory, forward_counter, change, message):
-    """What the batched loop cannot serve raises before any work (no forward of either model), saying what to
-    change."""
+def test_batch_refusals(model_factory, forward_counter, change, message, error):
+    """What a batch cannot serve raises before any work (no forward of either model), saying what to change: the
+    batch's own refusals, and the refusal a single sequence gets too (CUDA graphs asked for on the CPU)."""
     model = model_factory("llama_gqa", num_layers=2)
     draft = model_factory("llama_gqa", num_layers=1, seed=3, enable=False)
     ids, mask = left_padded([120, 80])
@@ -191,7 +195,7 @@ def test_batch_refusals(model_factory, forward_counter, change, message):
     cfg = TriForceConfig(**{**SPARSE, **{k: change.pop(k) for k in ("drafter", "cuda_graphs") if k in change}})
     assistant = {"assistant_model": draft} if cfg.drafter == "model" else {}
     counter = forward_counter(model, draft)
-    with pytest.raises(UnsupportedGenerationError, match=message.replace("(", r"\(")):
+    with pytest.raises(error, match=message.replace("(", r"\(")):
         model.generate(ids, attention_mask=mask, max_new_tokens=5, pad_token_id=0, triforce_config=cfg, **assistant,
                        **change)  # fmt: skip
     counter.remove()

@@ -16,23 +16,28 @@ from hf_triforce import TriForceConfig
 from hf_triforce.hierarchy.level1 import Level1Drafter
 from hf_triforce.hierarchy.planner import Plan, Planner
 
-pytestmark = pytest.mark.integration
+# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:confidence_stops:FutureWarning"),
+]
 
 SMALL = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, drafter="none", gamma2=5)
 
 
 def rounds_seen(monkeypatch) -> list[tuple[int, int, list[float]]]:
-    """``(room, drafted, confidences)`` of every ``"levels"`` round: the tokens ``max_length`` left room to draft, the
-    tokens drafted, and level 1's confidence in each as the planner is told of it with the verdict."""
+    """``(room, drafted, confidences)`` of every ``"levels"`` round: the most tokens the round may draft (the plan's
+    length, within the room ``max_length`` leaves), the tokens drafted, and level 1's confidence in each as the
+    planner is told of it with the verdict."""
     seen: list[tuple[int, int, list[float]]] = []
     draft, observe = Level1Drafter.draft, Planner.observe_level2
 
-    def draft_spy(self, input_ids):
-        candidates, scores = draft(self, input_ids)
-        if self.plan.kind == "levels":
-            room = self.max_length - input_ids.shape[1] - 1
-            seen.append((room, candidates.shape[1] - input_ids.shape[1], []))
-        return candidates, scores
+    def draft_spy(self, plan, rows, budgets):
+        drafts = draft(self, plan, rows, budgets)
+        if plan.kind == "levels":
+            (room,), (row_draft,) = budgets, drafts  # one sequence: the plan's length within max_length's room
+            seen.append((room, row_draft.tokens.shape[0], []))
+        return drafts
 
     def observe_spy(self, plan, drafted, accepted, seconds, confidences=None):
         if plan.kind == "levels" and drafted:

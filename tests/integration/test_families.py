@@ -7,8 +7,9 @@ four times the 48-token sliding window of the families that have one):
   of the same family), level 1 drafting over a sparse view and rejected, level 0 drafting;
 * with a view that holds the whole sequence, level 1 computes what level 2 computes: its drafts are accepted, so the
   accepting path (whole rounds, level 2's bonus) runs for every family too;
-* a left-padded batch of two prompts identical to plain batched ``generate()``, or, for sliding-window families, the
-  batch refused before any forward (the batched attention masks slots, not windows);
+* a left-padded batch of two prompts identical to plain batched ``generate()`` (sliding-window layers attend within
+  each query's window as plain ``generate()`` counts it; soft-capped and sink-carrying attention through the model's
+  own attention, given the batch's slots as its mask);
 * a reused prefilled cache (``DynamicCache()``: plain layers, which keep every token) identical to plain
   ``generate()`` from the same cache;
 * sampled output distributed like plain sampling (the chi-square test of ``test_sampling_distribution.py``, smaller:
@@ -32,7 +33,7 @@ import torch
 from transformers import DynamicCache
 
 import hf_triforce
-from hf_triforce import TriForceConfig, UnsupportedGenerationError
+from hf_triforce import TriForceConfig
 from hf_triforce.caches.streaming import StreamingLLMCache
 from hf_triforce.hf.model import layer_rotary
 from hf_triforce.hf.versions import cache_kwargs
@@ -40,7 +41,11 @@ from tests.support.families import BY_TYPE, FAMILIES, SAMPLED, build, markdown_t
 from tests.support.homogeneity import describe, homogeneity_test, window_codes
 from tests.support.speculation import Ran
 
-pytestmark = pytest.mark.integration
+# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
+]
 
 TYPES = [family.model_type for family in FAMILIES]
 PROMPT = 200
@@ -104,19 +109,13 @@ def left_padded_pair() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("model_type", TYPES)
-def test_batch(families, assert_ran, forward_counter, model_type):
-    """A left-padded batch equals plain batched ``generate()``; a sliding-window family's batch is refused first."""
+def test_batch(families, assert_ran, model_type):
+    """A left-padded batch equals plain batched ``generate()``, windows several times shorter than the prompts
+    included."""
     model = families.target(model_type)
     ids, mask = left_padded_pair()
     kwargs = dict(attention_mask=mask, max_new_tokens=16, do_sample=False, pad_token_id=0)
     cfg = TriForceConfig(drafter="ngram", **SPARSE)
-    if BY_TYPE[model_type].sliding:
-        counter = forward_counter(model)
-        with pytest.raises(UnsupportedGenerationError, match="sliding window"):
-            model.generate(ids, triforce_config=cfg, **kwargs)
-        counter.remove()
-        assert counter.calls == 0
-        return
     expected = model.generate(ids, **kwargs)
     got = model.generate(ids, triforce_config=cfg, **kwargs)
     assert torch.equal(expected, got), (expected[:, -16:], got[:, -16:])
@@ -189,6 +188,40 @@ def test_sampled_triforce_is_distributed_like_plain_generate(model_type):
             f"{[i + 1 for i in window]} (p = {p_value:.3g}).\n" + describe(table, labels, ("plain", "triforce"))
         )
     assert drafted > 0 and rejected > 0 and whole > 0, (drafted, rejected, whole)
+
+
+def test_sampled_batch_with_windows_is_distributed_like_plain_generate():
+    """Gemma 2 (soft-capped logits, a sliding and a full layer, windows of 48 tokens) sampled as a batch: two prompts,
+    left-padded (30 padding tokens before the first, 10 before the second's 20 extra tokens), each repeated
+    ``SAMPLES / 2`` times in one batched call; each prompt's rows against plain sampling of that prompt alone (the
+    windows counted as plain ``generate()`` counts them, the model's own eager attention over the batch's slots)."""
+    config = TriForceConfig(**{k: v for k, v in SAMPLING_CONFIG.items() if not k.startswith("draft")}, drafter="ngram")
+    with torch.random.fork_rng(devices=[]):
+        target = hf_triforce.enable(build("gemma2", num_layers=2, seed=0, vocab_size=VOCAB))
+        prompt = torch.randint(0, VOCAB, (1, 100), generator=torch.Generator().manual_seed(1))
+        longer = torch.cat([torch.randint(0, VOCAB, (1, 20), generator=torch.Generator().manual_seed(2)), prompt], 1)
+        torch.manual_seed(1_000_003)
+        plain = [target.generate(p, max_new_tokens=6, num_return_sequences=PLAIN_SAMPLES, **SAMPLING)
+                 for p in (prompt, longer)]  # fmt: skip
+        batch = torch.cat(
+            [torch.cat([prompt.new_zeros(1, 30), prompt], 1), torch.cat([longer.new_zeros(1, 10), longer], 1)]
+        )
+        mask = (torch.arange(130)[None] >= torch.tensor([[30], [10]])).long()
+        torch.manual_seed(0)
+        got = target.generate(batch, attention_mask=mask, pad_token_id=0, max_new_tokens=6, triforce_config=config,
+                              num_return_sequences=SAMPLES // 2, **SAMPLING)  # fmt: skip
+    stats = hf_triforce.last_stats(target)
+    rows = got.view(2, SAMPLES // 2, -1)
+    for b, (expected, start) in enumerate(zip(plain, (100, 120), strict=True)):
+        got_tokens, expected_tokens = new_tokens(rows[b], 130), new_tokens(expected, start)
+        for window in WINDOWS:
+            codes = [window_codes(tokens, window, VOCAB) for tokens in (expected_tokens, got_tokens)]
+            p_value, table, labels = homogeneity_test(*codes, VOCAB, 3)
+            assert p_value > ALPHA / len(WINDOWS) / 2, (
+                f"gemma2 batch, prompt {b}: not distributed like plain generate() on new tokens "
+                f"{[i + 1 for i in window]} (p = {p_value:.3g}).\n" + describe(table, labels, ("plain", "triforce"))
+            )
+    assert stats.level1.drafted > 0 and stats.level1.rejections > 0, stats.level1
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -19,9 +19,12 @@ from hf_triforce.hf.linears import int8_weight_copy
 from hf_triforce.hf.versions import cache_kwargs
 from hf_triforce.kernels.int8_linear import int8_kernel_available
 
+# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not int8_kernel_available(), reason="torch has no _weight_int8pack_mm"),
+    pytest.mark.filterwarnings("ignore:level1_forward:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:step_selection:FutureWarning"),
 ]
 
 SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamma2=5, adaptive=False)
@@ -138,16 +141,12 @@ def test_int4_samples_run_to_length_and_use_the_int4_copy(llama, make_prompt, mo
     ],
     ids=["transformers-forward", "static-steps", "batch"],
 )
-@pytest.mark.parametrize(
-    "option, match",
-    [({"level1_weights": "int4"}, "int4"), ({"step_selection": True}, "step_selection")],
-    ids=["int4", "step-selection"],
-)
+@pytest.mark.parametrize("option, match", [({"step_selection": True}, "step_selection")], ids=["step-selection"])
 def test_direct_forward_options_are_refused_before_any_work_where_the_direct_forward_does_not_run(
     llama, make_prompt, config, batch, error, option, match
 ):
-    """int4 weights and per-step re-selection both need level 1's direct forward (tests/integration/
-    test_step_selection.py covers the rest of step_selection)."""
+    """Per-step re-selection needs level 1's direct forward (tests/integration/test_step_selection.py covers the rest
+    of step_selection). int4 weights run on either forward (test_batch_options.py)."""
     prompt = make_prompt(40).repeat(2 if batch else 1, 1)
     cfg = TriForceConfig(**option, **config, **SMALL)
     calls = []
@@ -165,9 +164,8 @@ def test_direct_forward_options_are_refused_before_any_work_where_the_direct_for
     [
         ({"level1_forward": "direct"}, "resolved to 'graphs'"),
         ({"step_selection": True}, "step_selection"),
-        ({"level1_weights": "int4"}, "int4"),
     ],
-    ids=["direct-forward", "step-selection", "int4"],
+    ids=["direct-forward", "step-selection"],
 )
 def test_graphs_chosen_by_auto_refuse_direct_forward_options_before_the_callers_cache_is_taken(
     llama, make_prompt, monkeypatch, option, match

@@ -60,7 +60,11 @@ from hf_triforce.hf.versions import CACHE_ARG, cache_kwargs
 from hf_triforce.hierarchy.planner import Plan, Planner
 from tests.support.homogeneity import describe, homogeneity_test, window_codes
 
-pytestmark = pytest.mark.integration
+# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
+]
 
 ALPHA = 1e-3
 """Significance level of every two-sample test (see the module docstring)."""
@@ -437,7 +441,12 @@ BATCH_SEEDS = range(NUM_SAMPLES // BATCH_COPIES)
 first case gave p = 0.00038 on these seeds; they are back at 0, and any failure is answered with more samples.)"""
 
 
-BATCH_CASES = [({"temperature": 0.9, "top_k": 5}, "ngram"), ({"top_p": 0.8}, "none"), ({"temperature": 1.2}, "model")]
+BATCH_CASES = [
+    ({"temperature": 0.9, "top_k": 5}, "ngram", {}),
+    ({"top_p": 0.8}, "none", {}),
+    ({"temperature": 1.2}, "model", {}),
+    ({"temperature": 1.1}, "model", {"cuda_graphs": "eager"}),  # fixed-shape steps (what CUDA graphs replay)
+]
 
 
 def _batch_runs(target, batch, mask, config, kwargs: dict, seeds: range) -> tuple[torch.Tensor, dict[str, int]]:
@@ -454,9 +463,8 @@ def _batch_runs(target, batch, mask, config, kwargs: dict, seeds: range) -> tupl
                     max_new_tokens=NEW_TOKENS,
                     do_sample=True,
                     pad_token_id=0,
-                    num_return_sequences=BATCH_COPIES,
                     triforce_config=config,
-                    **kwargs,
+                    **{"num_return_sequences": BATCH_COPIES, **kwargs},
                 )
             )
             stats = hf_triforce.last_stats(target)
@@ -466,15 +474,15 @@ def _batch_runs(target, batch, mask, config, kwargs: dict, seeds: range) -> tupl
     return torch.cat(rows), totals
 
 
-@pytest.mark.parametrize("processors, drafter", BATCH_CASES)
-def test_sampled_batch_rows_match_plain_generate(sampler, processors, drafter):
+@pytest.mark.parametrize("processors, drafter, steps", BATCH_CASES)
+def test_sampled_batch_rows_match_plain_generate(sampler, processors, drafter, steps):
     """A left-padded batch of two prompts (100 and 80 tokens), each repeated by ``num_return_sequences``: the rows
     of each prompt are distributed like plain sampling of that prompt alone, each prompt tested on its own."""
     short = torch.randint(0, VOCAB, (1, 80), generator=torch.Generator().manual_seed(2))
     batch = torch.cat([sampler.prompt, torch.cat([short.new_zeros(1, 20), short], dim=1)])
     mask = torch.ones_like(batch)
     mask[1, :20] = 0
-    config = TriForceConfig(drafter=drafter, adaptive=False, **SPARSE)
+    config = TriForceConfig(drafter=drafter, adaptive=False, **SPARSE, **steps)
     assistant = {"assistant_model": sampler.draft} if drafter == "model" else {}
     parts = _in_workers(_batch_runs, (sampler.target, batch, mask, config, {**processors, **assistant}), BATCH_SEEDS)
     sequences = torch.cat([part[0] for part in parts])
@@ -489,3 +497,29 @@ def test_sampled_batch_rows_match_plain_generate(sampler, processors, drafter):
         )
     assert 0 < totals["level1_accepted"] < totals["level1_drafted"], totals
     assert totals["refreshes"] > 0, totals
+
+
+def test_sampled_batch_from_cached_prefixes_matches_plain_generate(sampler):
+    """The batch of :func:`test_sampled_batch_rows_match_plain_generate` (the 100-token prompt, and the 80-token one
+    left-padded), its rows' first 60 tokens already in a per-row ``DynamicCache`` passed to each call: each prompt's
+    rows are distributed like plain sampling of that prompt alone."""
+    short = torch.randint(0, VOCAB, (1, 80), generator=torch.Generator().manual_seed(2))
+    batch = torch.cat([sampler.prompt, torch.cat([short.new_zeros(1, 20), short], dim=1)])
+    mask = torch.ones_like(batch)
+    mask[1, :20] = 0
+    rows, masks = batch.repeat_interleave(BATCH_COPIES, 0), mask.repeat_interleave(BATCH_COPIES, 0)
+    prefix = DynamicCache()
+    with torch.no_grad():
+        positions = (masks[:, :60].cumsum(-1) - 1).clamp(min=0)
+        sampler.target(input_ids=rows[:, :60], attention_mask=masks[:, :60], position_ids=positions, use_cache=True,
+                       **cache_kwargs(prefix))  # fmt: skip
+    config = TriForceConfig(drafter="ngram", adaptive=False, **SPARSE)
+    reuse = {"num_return_sequences": 1, CACHE_ARG: prefix}  # a batched call copies the cache: every call starts alike
+    parts = _in_workers(_batch_runs, (sampler.target, rows, masks, config, reuse), BATCH_SEEDS)
+    sequences = torch.cat([part[0] for part in parts]).view(-1, 2, BATCH_COPIES, batch.shape[1] + NEW_TOKENS)
+    totals = {name: sum(part[1][name] for part in parts) for name in parts[0][1]}
+    plain_short = Sampler(sampler.target, None, short).plain({})
+    for name, plain, got in (("100-token prompt", sampler.plain({}), sequences[:, 0]), ("80-token", plain_short,
+                                                                                        sequences[:, 1])):  # fmt: skip
+        same_distribution(plain, sampler.codes(got.reshape(-1, got.shape[-1])), f"cached batch rows ({name}; {totals})")
+    assert 0 < totals["level1_accepted"] < totals["level1_drafted"], totals

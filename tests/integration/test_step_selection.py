@@ -15,9 +15,13 @@ import torch
 import hf_triforce
 from hf_triforce import TriForceConfig
 from hf_triforce.errors import TriForceConfigError
-from hf_triforce.hierarchy import level1
+from hf_triforce.hierarchy import level1_steps
 
-pytestmark = pytest.mark.integration
+# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:step_selection:FutureWarning"),
+]
 
 SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamma2=5, adaptive=False)
 
@@ -45,7 +49,7 @@ def test_the_fixed_shape_swap_cuda_uses_gives_the_same_drafts(zoo, make_prompt, 
     cfg = TriForceConfig(step_selection=True, **SMALL)
     counts = {}
     for sync_free in (False, True):
-        monkeypatch.setattr(level1, "swaps_without_waiting", lambda model, flag=sync_free: flag)
+        monkeypatch.setattr(level1_steps, "swaps_without_waiting", lambda model, flag=sync_free: flag)
         assert_greedy_equal(model, prompt, cfg, 40)
         stats = hf_triforce.last_stats(model)
         assert type(stats.chunks_swapped) is int

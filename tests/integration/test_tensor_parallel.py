@@ -40,7 +40,12 @@ from hf_triforce import TriForceConfig
 from tests.support.homogeneity import describe, homogeneity_test, window_codes
 from tests.support.speculation import Ran, check_ran
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "support" / "tp_worker.py"
@@ -108,6 +113,7 @@ def case(name: str, checkpoint: Path, drafter: str, draft: Path | None = None, *
         "skew_level0_clock": options.pop("skew_level0_clock", False),
         "seed_per_rank": options.pop("seed_per_rank", False),
         "reuse": options.pop("reuse", False),
+        "batch": options.pop("batch", False),
     }
 
 
@@ -217,6 +223,8 @@ def two_ranks(tmp_path_factory, model_factory, vocab8):
     ]
     single = {c["name"]: single_process_cache_bytes(models[c["name"].split("-")[0]], c) for c in cases}
     cases.append(case("llama_gqa-ngram-unseeded", gqa, "ngram", do_sample=True, seed_per_rank=True))
+    cases.append(case("llama_gqa-ngram-batch", gqa, "ngram", batch=True))
+    cases.append(case("llama_gqa-model-batch-sample", gqa, "model", draft_dir, do_sample=True, batch=True))
     cases.append(vocab8.case())
     return launch(2, cases, workdir), single, cases
 
@@ -244,6 +252,26 @@ def test_greedy_equals_plain_generate_on_every_rank(two_ranks, name):
         assert result["triforce"] == ranks[0][name]["triforce"]
         # it speculated: the adaptive planner's first round is always level 0 -> 1 -> 2, before it has timings
         assert result["level1_drafted"] > 0 and result["rounds"].get("levels", 0) > 0, result["rounds"]
+
+
+def test_a_batch_equals_plain_generate_on_every_rank(two_ranks):
+    """A left-padded batch of two rows under tensor parallelism: each row equals plain batched ``generate()`` of the
+    same sharded model, on every rank (rank 0's adaptive decisions taken by all)."""
+    ranks, _, _ = two_ranks
+    for rank, results in enumerate(ranks):
+        result = results["llama_gqa-ngram-batch"]
+        assert result["triforce"] == result["plain"], f"rank {rank}: a row differs from plain batched generate()"
+        assert result["triforce"] == ranks[0]["llama_gqa-ngram-batch"]["triforce"]
+        assert result["level1_drafted"] > 0 and result["rounds"].get("levels", 0) > 0, result["rounds"]
+
+
+def test_a_sampled_batch_gives_the_same_rows_on_every_rank(two_ranks):
+    """Seeded sampling of a batch with a draft model: every rank draws the same rows (their distribution is the
+    single-process batch's, tested in ``test_sampling_distribution.py``)."""
+    ranks, _, _ = two_ranks
+    rows = [results["llama_gqa-model-batch-sample"]["triforce"] for results in ranks]
+    assert all(r == rows[0] for r in rows) and len(rows[0]) == 2
+    assert all(results["llama_gqa-model-batch-sample"]["level1_drafted"] > 0 for results in ranks)
 
 
 def test_a_returned_cache_is_reused_on_every_rank(two_ranks):

@@ -80,6 +80,11 @@ def run_case(case: dict, targets: dict, drafts: dict) -> dict:
     common = dict(max_new_tokens=case["max_new_tokens"], do_sample=case["do_sample"])
     if case["do_sample"]:
         common.update(temperature=1.0, top_k=0, top_p=1.0)
+    if case.get("batch"):  # a second row: the prompt without its first 20 tokens, left-padded
+        prompt = torch.cat([prompt, torch.cat([prompt.new_zeros(1, 20), prompt[:, 20:]], dim=1)])
+        mask = torch.ones_like(prompt)
+        mask[1, :20] = 0
+        common.update(attention_mask=mask, pad_token_id=0)
     torch.manual_seed(case["seed"])
     plain = model.generate(prompt, **common)
     config = TriForceConfig(**case["triforce"])
@@ -95,6 +100,9 @@ def run_case(case: dict, targets: dict, drafts: dict) -> dict:
     finally:
         hook.remove()
     stats = hf_triforce.last_stats(model)
+    if case.get("batch"):  # every row; the output of a batch carries no cache
+        return {"name": case["name"], "plain": plain.tolist(), "triforce": out.sequences.tolist(),
+                "level1_drafted": stats.level1.drafted, "rounds": dict(stats.rounds)}  # fmt: skip
     layer = output_cache(out).layers[0]
     reuse = reuse_cache(model, out, config, common) if case.get("reuse") else {}
     return {

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from hf_triforce.errors import UnsupportedDeviceError
 from hf_triforce.hf.linears import (
     int8_level1_problem,
-    int8_linears,
     int8_weight_copy,
+    low_bit_linears,
     resolve_level1_weights,
     small_batch_linears,
 )
@@ -101,7 +101,7 @@ def test_patch_computes_with_the_copy_and_restores_every_forward():
         expected = model[3](expected)
         with small_batch_linears(model):
             patched = {m: vars(m)["forward"] for m in model if isinstance(m, torch.nn.Linear)}
-            with int8_linears(copy):
+            with low_bit_linears(copy):
                 got = model(x)
             assert all(vars(m)["forward"] is patched[m] for m in patched)  # the call-wide patch is back
     assert not any("forward" in vars(m) for m in model)
@@ -116,7 +116,7 @@ def test_wide_forwards_use_the_layers_own_weights():
     wide, narrow = torch.randn(MAX_ROWS + 1, 16), torch.randn(MAX_ROWS, 16)
     with torch.no_grad():
         expected_wide, expected_narrow = model(wide), model(narrow)
-        with int8_linears(int8_weight_copy(model)):
+        with low_bit_linears(int8_weight_copy(model)):
             assert torch.equal(model(wide), expected_wide)
             assert not torch.equal(model(narrow), expected_narrow)  # the copy served these
 

@@ -1,0 +1,110 @@
+"""TriForce through transformers' own convention for decoding methods: ``generate(custom_generate=...)``.
+
+transformers runs a decoding method given as ``generate(custom_generate=<callable>)`` after its usual preparation
+(generation config, logits processors, stopping criteria, the cache), and loads one from a directory laid out as the
+Hub expects (``custom_generate/generate.py``, with ``trust_remote_code=True``). Both run TriForce without
+:func:`~hf_triforce.enable`:
+
+* :func:`triforce_generate`, the decoding method itself. transformers hands a callable only its own extra arguments
+  (``triforce_config``, ``draft_model``), not ``generate()``'s ``streamer`` or ``assistant_model``: TriForce reads
+  those two off the ``generate()`` call running it (:func:`~hf_triforce.hf.generate.dropped_generate_arguments`), so
+  they work as with :func:`~hf_triforce.enable`. Stop strings need ``generate()``'s ``tokenizer``, which transformers
+  drops too and then refuses them: use the directory form or :func:`~hf_triforce.enable` for those.
+* :func:`hub_generate`, what the directory :data:`CUSTOM_GENERATE_DIR` runs: every ``generate()`` argument arrives,
+  so streamers, ``assistant_model`` and stop strings work as with :func:`~hf_triforce.enable`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+from ..config import TriForceConfig
+from ..hf.generate import class_generate, dropped_generate_arguments, routed_kwargs
+from ..hf.model import check_model_supported
+from .call import prepare_triforce_call
+from .state import TriForceState, attach_state, state_of
+
+CUSTOM_GENERATE_DIR = str(Path(__file__).resolve().parents[1] / "hub")
+"""A local directory laid out as transformers expects a Hub repository's decoding method
+(``custom_generate/generate.py``): ``model.generate(ids, custom_generate=CUSTOM_GENERATE_DIR, trust_remote_code=True,
+triforce_config=cfg)``."""
+
+
+def triforce_generate(
+    model,
+    input_ids: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    generation_config: GenerationConfig,
+    synced_gpus: bool = False,
+    streamer=None,
+    *,
+    triforce_config: TriForceConfig | dict | None = None,
+    draft_model=None,
+    **model_kwargs,
+) -> Any:
+    """TriForce as a transformers decoding method: ``generate(custom_generate=triforce_generate, ...)``.
+
+    The same decoding as ``model.generate(..., triforce_config=cfg)`` after :func:`~hf_triforce.enable`: greedy output
+    equal to plain ``generate()``, sampling with exactly its distribution; :func:`~hf_triforce.last_stats` reports the
+    call. ``triforce_config`` defaults to ``TriForceConfig()``; ``draft_model`` is the level-0 draft model (what
+    ``assistant_model=`` is to the enabled form; ``assistant_model=`` works too).
+
+    Args:
+        model: the target causal LM (any model :func:`~hf_triforce.enable` accepts).
+        input_ids: ``[B, n]`` the prompt, prepared by ``generate()``.
+        logits_processor: the call's processors, prepared by ``generate()``.
+        stopping_criteria: the call's stopping criteria, prepared by ``generate()``.
+        generation_config: the call's generation config, prepared by ``generate()``.
+        synced_gpus: unused (as for ``generate()``'s own decoding methods on one process).
+        streamer: what transformers passes (nothing, for a callable).
+        triforce_config: a :class:`~hf_triforce.config.TriForceConfig` or its ``to_dict()``.
+        draft_model: a small model of the same tokenizer for level 0, or ``None``.
+        model_kwargs: the rest of ``generate()``'s model inputs (``attention_mask``, a ``cache`` to reuse, ...).
+
+    Returns:
+        what ``generate()`` returns: ``[B, n + new]`` ids, or a ``GenerateDecoderOnlyOutput``.
+
+    Example:
+        >>> from hf_triforce import TriForceConfig, triforce_generate
+        >>> out = model.generate(ids, custom_generate=triforce_generate, triforce_config=TriForceConfig(),
+        ...                      max_new_tokens=64)  # doctest: +SKIP
+    """
+    _state(model)
+    dropped = dropped_generate_arguments()
+    if draft_model is not None and dropped.get("assistant_model") not in (None, draft_model):
+        raise ValueError("generate() got two draft models, assistant_model= and draft_model=: pass one of them.")
+    draft_model = draft_model if draft_model is not None else dropped.get("assistant_model")
+    streamer = streamer if streamer is not None else dropped.get("streamer")
+    generate_kwargs = {"assistant_model": draft_model, "streamer": streamer, "generation_config": generation_config}
+    decode = prepare_triforce_call(model, triforce_config or TriForceConfig(), generate_kwargs)
+    return decode(
+        model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer, **model_kwargs
+    )
+
+
+def hub_generate(model, *args, triforce_config: TriForceConfig | dict | None = None, **kwargs) -> Any:
+    """What :data:`CUSTOM_GENERATE_DIR`'s ``custom_generate/generate.py`` runs: ``generate()`` with every argument it
+    was given, TriForce as its decoding method (``triforce_config`` defaults to ``TriForceConfig()``).
+
+    Example:
+        >>> out = model.generate(ids, custom_generate=CUSTOM_GENERATE_DIR, trust_remote_code=True,
+        ...                      triforce_config=TriForceConfig(), max_new_tokens=64)  # doctest: +SKIP
+    """
+    _state(model)
+    kwargs = routed_kwargs(model, prepare_triforce_call, triforce_config or TriForceConfig(), kwargs)
+    return class_generate(model, *args, **kwargs)
+
+
+def _state(model: torch.nn.Module) -> TriForceState:
+    """The model's state (statistics of its calls), made on the first call when :func:`~hf_triforce.enable` was
+    never called; the model is checked first."""
+    state = state_of(model)
+    if state is None:
+        check_model_supported(model)
+        state = attach_state(model, enabled=False)
+    return state
