@@ -131,8 +131,10 @@ def _attn_implementation_as(config, name: str) -> Iterator[None]:
 
 
 def _plain_attention(kwargs: dict[str, Any]) -> bool:
-    """No position bias, softcap or dropout: attention the fast paths compute exactly."""
-    return kwargs.get("position_bias") is None and kwargs.get("softcap") is None and not kwargs.get("dropout")
+    """No position bias, softcap, learned sinks (gpt-oss's ``s_aux``) or dropout: attention the fast paths compute
+    exactly."""
+    extras = ("position_bias", "softcap", "s_aux")
+    return all(kwargs.get(name) is None for name in extras) and not kwargs.get("dropout")
 
 
 def _use_grouped_sdpa(base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any]) -> bool:

@@ -143,7 +143,12 @@ def build(family: Family | str, num_layers: int = 4, seed: int = 0, vocab_size: 
     )  # fmt: skip
     config._attn_implementation = "eager" if family.eager else "sdpa"
     torch.manual_seed(seed)
-    return getattr(transformers, f"{family.prefix}ForCausalLM")(config).to(torch.float32).eval()
+    model = getattr(transformers, f"{family.prefix}ForCausalLM")(config).to(torch.float32).eval()
+    with torch.no_grad():  # learned sinks as large as the keys' logits: an attention that ignores them changes tokens
+        for module in model.modules():
+            if isinstance(getattr(module, "sinks", None), torch.nn.Parameter):
+                module.sinks.normal_(0.0, 3.0)
+    return model
 
 
 TESTED_PATHS = "greedy (n-gram, suffix, draft model), a batch, a reused cache"
