@@ -126,6 +126,11 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         help="TriForceConfig.rescore_candidates: rank N x the view's chunks by their keys (default: the config's)",
     )  # fmt: skip
     p.add_argument(
+        "--offload-kv", action="store_true",
+        help="TriForceConfig.offload_kv=True: the full KV cache in host memory, streamed to the device once per "
+        "full-cache forward (the stats report the bytes copied each way: kv_bytes_to_device / kv_bytes_to_host)",
+    )  # fmt: skip
+    p.add_argument(
         "--step-selection", action="store_true",
         help="deprecated, removed in hf_triforce 0.3 (warns): TriForceConfig.step_selection=True: level 1 re-ranks "
         "its chunks at every forward (needs level 1's direct forward: on CUDA also --cuda-graphs off)",
@@ -309,6 +314,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         level1_weights=args.level1_weights,
         level1_forward=args.level1_forward,
         step_selection=args.step_selection,
+        offload_kv=args.offload_kv,
         repeats=args.repeats,
         attn_implementation=args.attn_implementation,
         real_acceptance=parse_real_acceptance(args.real_acceptance, args.preset),

@@ -277,6 +277,19 @@ class TriForceConfig:
             "acceptance is modeled, not measured on a real checkpoint."
         },
     )
+    offload_kv: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep the full KV cache in host memory (pinned on a machine with CUDA) instead of on the model's "
+            "device: TriForce's offloading mode, for contexts whose cache does not fit the GPU. The weights, level 0, "
+            "the retrieval view and the chunk means stay on the device, so level-0 and level-1 steps move no "
+            "full-cache bytes; each full-cache forward (the prefill, each verification) streams every layer's keys "
+            "and values to the device once, the next layer's while this one computes, and writes the new tokens' "
+            "back. Set gamma2 to 12-16 with it (the paper's): a verification then costs a pass over the bus, and "
+            "the planner drafts up to gamma2 tokens per pass. Lossless like every other setting "
+            "(docs: Long context on a small GPU)."
+        },
+    )
 
     def __post_init__(self) -> None:
         self._check_positive("chunk_size", "gamma1", "gamma2", "refresh_every", "ngram_min", "suffix_min_match")
@@ -300,6 +313,13 @@ class TriForceConfig:
             raise TriForceConfigError(f"cuda_graphs={self.cuda_graphs!r} must be one of {CUDA_GRAPH_MODES}.")
         if not isinstance(self.rescore_candidates, int) or self.rescore_candidates < 0:
             raise TriForceConfigError(f"rescore_candidates must be an integer >= 0, got {self.rescore_candidates!r}.")
+        if not isinstance(self.offload_kv, bool):
+            raise TriForceConfigError(f"offload_kv must be True or False, got {self.offload_kv!r}.")
+        if self.offload_kv and self.step_selection is True:
+            raise TriForceConfigError(
+                "offload_kv=True keeps the full cache in host memory, and step_selection=True copies chunks from it "
+                "inside every level-1 forward: use step_selection=False."
+            )
         if not isinstance(self.step_selection, bool):
             raise TriForceConfigError(f"step_selection must be True or False, got {self.step_selection!r}.")
         if not isinstance(self.lookahead_chunks, int) or self.lookahead_chunks < 0:

@@ -231,7 +231,9 @@ class TriForceStats:
     ``chunks_swapped`` counts the chunks they copied in), the ``prefill`` (of the uncached prompt tokens) and
     ``reuse`` (starting from a caller's cache and handing it back). ``reused_tokens`` counts the prompt tokens a
     caller's cache already held. ``*_bytes`` are the key/value bytes allocated by the full cache, the largest
-    retrieval view, and the level-0 draft cache. ``level1_weights`` says which weights level 1 drafted with
+    retrieval view, and the level-0 draft cache; with ``TriForceConfig.offload_kv`` the full cache lives in host
+    memory and ``kv_bytes_to_device``/``kv_bytes_to_host`` count the key/value bytes copied over the bus each way
+    (the prefill included). ``level1_weights`` says which weights level 1 drafted with
     (``"full"``, ``"int4"`` or ``"int8"``, ``TriForceConfig.level1_weights``), and ``level1_forward`` which forward
     ran them (``"direct"`` or ``"transformers"``, ``TriForceConfig.level1_forward``). ``rows`` is filled by a
     batched call only: one :class:`TriForceStats` per row of the batch, in its order, with that row's own acceptance
@@ -257,6 +259,8 @@ class TriForceStats:
     full_cache_bytes: int = 0
     view_bytes: int = 0
     draft_cache_bytes: int = 0
+    kv_bytes_to_device: int = 0
+    kv_bytes_to_host: int = 0
     level1_weights: str = "full"
     level1_forward: str = "transformers"
     level0: LevelStats = field(default_factory=LevelStats)

@@ -59,7 +59,7 @@ class BufferedLayer(CacheLayerMixin):
     def crop(self, tokens_to_remove: int) -> None:
         self.buffer.crop(tokens_to_remove)
         if self.keys is not None:  # set by update(): keep them the visible slots
-            self.keys, self.values = self.buffer.keys, self.buffer.values
+            self.keys, self.values = self.keys[:, :, : self.buffer.length], self.values[:, :, : self.buffer.length]
 
 
 class BufferedCache(Cache):

@@ -87,6 +87,26 @@ class KVBuffer:
             by_row = dst[0].view(-1, width * dst.shape[-1])
             by_row.index_copy_(0, into, src[0].view(-1, width * src.shape[-1]).index_select(0, rows))
 
+    # What readers of a full-cache layer call: views here, explicit copies where the storage is offloaded
+    # (:class:`~hf_triforce.caches.offload.HostKVBuffer`).
+
+    def like(self) -> torch.Tensor:
+        """``[B, H, 0, D]``: the storage's device, dtype and shape (what a summary or a view is allocated like)."""
+        return self._k[:, :, :0]
+
+    def read(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of slots ``start .. end`` (views)."""
+        return self._k[:, :, start:end], self._v[:, :, start:end]
+
+    def read_keys(self, start: int, end: int) -> torch.Tensor:
+        """Keys of slots ``start .. end`` (a view)."""
+        return self._k[:, :, start:end]
+
+    def gather_chunk_keys(self, chunks: torch.Tensor, chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys a chunk scoring of ``chunks`` ``[B, H, F]`` reads, and the chunk ids it reads them at: here the stored
+        keys themselves and ``chunks``."""
+        return self.keys, chunks
+
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Only the batch rows at ``rows`` (``[B']`` indices) remain (a copy of the stored slots)."""
         if self._k is not None:

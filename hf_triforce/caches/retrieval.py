@@ -7,6 +7,7 @@ import torch
 from ..kernels.retrieval import chunk_key_scores, chunk_scores
 from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
+from .offload import DeviceWindow, HostKVBuffer, Transfers
 from .selection import keys_scores, nominate_chunks, ranks_every_chunk, rescore, select_token_indices, with_key_scores
 from .slots import SlotMask
 from .summaries import ChunkSummaries
@@ -17,8 +18,8 @@ class RetrievalLayer(BufferedLayer):
     """One layer of the full cache: keys/values in a growable buffer, and chunk means computed lazily, kept in the
     cache's :class:`~hf_triforce.caches.summaries.ChunkSummaries` (every layer's side by side)."""
 
-    def __init__(self, capacity: int = 0, chunk_size: int = 8) -> None:
-        super().__init__(KVBuffer(capacity, align=chunk_size))
+    def __init__(self, capacity: int = 0, chunk_size: int = 8, buffer: KVBuffer | None = None) -> None:
+        super().__init__(KVBuffer(capacity, align=chunk_size) if buffer is None else buffer)
         self.chunk_size = chunk_size
         self.share_summaries(ChunkSummaries([self], chunk_size), 0)
 
@@ -35,7 +36,7 @@ class RetrievalLayer(BufferedLayer):
         chunk means' rows)."""
         self.buffer.keep_rows(rows)
         if self.keys is not None:
-            self.keys, self.values = self.buffer.keys, self.buffer.values
+            self.keys, self.values = self.buffer.read(0, self.buffer.length)
 
     def reset(self) -> None:
         self.buffer.length = 0
@@ -58,6 +59,9 @@ class RetrievalCache(BufferedCache):
         num_layers: decoder layers of the model.
         chunk_size: tokens per retrieval chunk.
         capacity: slots to preallocate per layer (grows if exceeded).
+        offload_to: the model's device, to keep the keys and values in host memory instead and read them there
+            through explicit copies (:mod:`~hf_triforce.caches.offload`: a forward streams each layer's to the
+            device; :attr:`transfers` counts the bytes); ``None``: they live where the forwards put them.
 
     Example:
         >>> cache = RetrievalCache(num_layers=2, chunk_size=8, capacity=64)
@@ -66,8 +70,17 @@ class RetrievalCache(BufferedCache):
         torch.Size([1, 2, 2, 16])
     """
 
-    def __init__(self, num_layers: int, chunk_size: int = 8, capacity: int = 0) -> None:
-        layers = [RetrievalLayer(capacity, chunk_size) for _ in range(num_layers)]
+    def __init__(
+        self, num_layers: int, chunk_size: int = 8, capacity: int = 0, offload_to: torch.device | None = None
+    ) -> None:
+        self.transfers = None if offload_to is None else Transfers()
+        buffers = [None] * num_layers
+        if offload_to is not None:
+            buffers = [HostKVBuffer(capacity, chunk_size, i, offload_to, self.transfers) for i in range(num_layers)]
+            window = DeviceWindow(buffers, offload_to)
+            for buffer in buffers:
+                buffer.window = window
+        layers = [RetrievalLayer(capacity, chunk_size, buffer) for buffer in buffers]
         self.summaries = ChunkSummaries(layers, chunk_size)  # every layer's chunk means, side by side
         for i, layer in enumerate(layers):
             layer.share_summaries(self.summaries, i)
@@ -156,7 +169,10 @@ class RetrievalCache(BufferedCache):
         for its own (:func:`~hf_triforce.kernels.retrieval.chunk_key_scores`)."""
         nominated = nominate_chunks(scores, *layout, factor)  # [L * B, H_kv, F]
         per_layer = zip(queries, self.layers, nominated.unflatten(0, (len(self.layers), -1)).unbind(0), strict=True)
-        by_keys = [chunk_key_scores(q, layer.buffer.keys, n, self.chunk_size) for q, layer, n in per_layer]
+        by_keys = [
+            chunk_key_scores(q, *layer.buffer.gather_chunk_keys(n, self.chunk_size), self.chunk_size)
+            for q, layer, n in per_layer
+        ]
         return with_key_scores(scores, nominated, torch.cat(by_keys))
 
     def select_layer(
@@ -201,15 +217,15 @@ class RetrievalCache(BufferedCache):
         length = self.get_seq_length() if length is None else length
         layout = (length, self.chunk_size, budget, recent_window)
         if length <= budget:  # everything is kept; only the [B, H_kv] shape matters
-            kv_heads = layer.buffer.keys.shape[1] if layer.is_initialized else 1
+            kv_heads = layer.buffer.like().shape[1] if layer.is_initialized else 1
             return query.new_zeros(query.shape[0], kv_heads, 0)
         if slots is None and ranks_every_chunk(*layout, rescore_candidates):
-            return keys_scores(query, layer.buffer.keys, length, self.chunk_size)  # no summaries needed
+            return keys_scores(query, layer.buffer.read_keys(0, length), length, self.chunk_size)  # no summaries
         scores = chunk_scores(query, layer.summaries())
         if slots is not None:
             scores = _per_row_sinks(scores, slots, self.chunk_size)
         if rescore_candidates:
-            scores = rescore(scores, query, layer.buffer.keys, *layout, rescore_candidates)
+            scores = rescore(scores, query, layer.buffer, *layout, rescore_candidates)
         return scores
 
     def keep_rows(self, rows: torch.Tensor) -> None:

@@ -113,7 +113,9 @@ def rescore(
     Args:
         scores: ``[B, H_kv, C]`` chunk-summary scores.
         query: ``[B, H_q, D]`` post-RoPE query the scores were made with.
-        keys: ``[B, H_kv, >= length, D]`` post-RoPE keys of the full cache.
+        keys: ``[B, H_kv, >= length, D]`` post-RoPE keys of the full cache, or a layer's
+            :class:`~hf_triforce.caches.buffers.KVBuffer` (read through ``read_keys``/``gather_chunk_keys``: an
+            offloaded layer copies only what is scored).
         length, chunk_size, budget, recent_window: as for :func:`select_token_indices`.
         factor: candidates nominated per chunk the view has room for (``>= 1``).
 
@@ -129,12 +131,13 @@ def rescore(
     if length <= budget:
         return scores
     if ranks_every_chunk(length, chunk_size, budget, recent_window, factor):
-        by_keys = keys_scores(query, keys, length, chunk_size)
+        by_keys = keys_scores(query, keys if torch.is_tensor(keys) else keys.read_keys(0, length), length, chunk_size)
         out = torch.full_like(scores, float("-inf"), dtype=torch.float32)
         out[..., : by_keys.shape[-1]] = by_keys[..., : out.shape[-1]]
         return torch.where(scores.isinf(), scores.float(), out)
     nominated = nominate_chunks(scores, length, chunk_size, budget, recent_window, factor)
-    return with_key_scores(scores, nominated, chunk_key_scores(query, keys, nominated, chunk_size))
+    read = (keys, nominated) if torch.is_tensor(keys) else keys.gather_chunk_keys(nominated, chunk_size)
+    return with_key_scores(scores, nominated, chunk_key_scores(query, *read, chunk_size))
 
 
 def nominate_chunks(

@@ -88,7 +88,7 @@ class StaticRetrievalView(SparseViewMixin, BufferedCache):
         storage addresses captured by CUDA graphs stay valid.
         """
         for view_layer, layer, idx in zip(self.layers, self.source.layers, indices, strict=True):
-            view_layer.static_length = gather_selection(view_layer.buffer, layer.buffer.keys, layer.buffer.values, idx)
+            view_layer.static_length = gather_selection(view_layer.buffer, layer.buffer, idx)
         self.source_length = self.source.get_seq_length()
 
 

@@ -40,13 +40,14 @@ class ChunkSummaries:
 
     def layer(self, index: int) -> torch.Tensor:
         """``[B, H_kv, L // chunk_size, D]``: the chunk means of layer ``index``'s cached keys."""
-        keys = self.layers[index].buffer.keys
-        n = keys.shape[2] // self.chunk_size
+        buffer = self.layers[index].buffer
+        n = buffer.length // self.chunk_size
         if self.per_layer[index] is None or self.per_layer[index].shape[2] < n:
             self._grow(index, n)
         start, out = self.done[index], self.per_layer[index]
         if start < n:
-            out[:, :, start:n] = chunk_means(keys[:, :, start * self.chunk_size : n * self.chunk_size], self.chunk_size)
+            keys = buffer.read_keys(start * self.chunk_size, n * self.chunk_size)  # the new chunks only
+            out[:, :, start:n] = chunk_means(keys, self.chunk_size)
             self.done[index] = n
         return out[:, :, :n]
 
@@ -75,7 +76,7 @@ class ChunkSummaries:
         if self.shared is not None or (old is None and self.one_place()):
             self._grow_shared(room)
             return
-        keys = self.layers[index].buffer.keys
+        keys = self.layers[index].buffer.like()
         grown = keys.new_empty((*keys.shape[:2], room, keys.shape[-1]))
         if old is not None:
             grown[:, :, : old.shape[2]] = old
@@ -84,7 +85,7 @@ class ChunkSummaries:
     def _grow_shared(self, room: int) -> None:
         """One ``[L, B, H_kv, room, D]`` tensor for every layer; the chunk means of layers that had their own are
         computed again (once, when the last layer is initialized)."""
-        keys = self.layers[0].buffer.keys
+        keys = self.layers[0].buffer.like()
         shared = keys.new_empty((len(self.layers), *keys.shape[:2], room, keys.shape[-1]))
         if self.shared is not None:
             shared[:, :, :, : self.shared.shape[3]] = self.shared
@@ -96,7 +97,7 @@ class ChunkSummaries:
         """Whether every layer is initialized and its keys have one device, dtype, batch, heads and head size."""
         if not all(layer.is_initialized for layer in self.layers):
             return False
-        keys = [layer.buffer.keys for layer in self.layers]
+        keys = [layer.buffer.like() for layer in self.layers]
         return len({(k.device, k.dtype, k.shape[:2], k.shape[-1]) for k in keys}) == 1
 
     def _share(self, shared: torch.Tensor) -> None:

@@ -14,19 +14,27 @@ import torch
 from ..kernels.retrieval import gather_kv_into
 from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
+from .offload import HostKVBuffer
 
 
-def gather_selection(buffer: KVBuffer, keys: torch.Tensor, values: torch.Tensor, indices: torch.Tensor) -> int:
-    """Write the tokens at ``[B, H_kv, S]`` ``indices`` of ``[B, H_kv, L, D]`` keys/values into ``buffer[:S]``.
+def gather_selection(buffer: KVBuffer, source: KVBuffer, indices: torch.Tensor) -> int:
+    """Write the tokens at ``[B, H_kv, S]`` ``indices`` of the full-cache layer storage ``source`` into
+    ``buffer[:S]``.
 
     In place, straight into the buffer's storage (one Triton launch for keys and values on CUDA, row copies on
-    the CPU; see :func:`hf_triforce.kernels.retrieval.gather_kv_into`); the buffer's
-    length becomes ``S``, which is returned (a view layer's ``static_length``).
+    the CPU; see :func:`hf_triforce.kernels.retrieval.gather_kv_into`); an offloaded ``source`` copies the selected
+    tokens to the device first (:meth:`~hf_triforce.caches.offload.HostKVBuffer.gather`). The buffer's length
+    becomes ``S``, which is returned (a view layer's ``static_length``).
     """
     selected = indices.shape[-1]
-    buffer.reserve(selected, keys)
+    buffer.reserve(selected, source.like())
     buffer.length = selected
-    gather_kv_into(keys, values, indices, buffer.keys, buffer.values)
+    if isinstance(source, HostKVBuffer):
+        keys, values = source.gather(indices)
+        buffer.keys.copy_(keys)
+        buffer.values.copy_(values)
+    else:
+        gather_kv_into(source.keys, source.values, indices, buffer.keys, buffer.values)
     return selected
 
 
@@ -34,19 +42,16 @@ class ViewLayer(BufferedLayer):
     """One layer of a sparse view: gathered tokens, then a tail of recent and drafted tokens.
 
     Args:
-        keys: ``[B, H_kv, L, D]`` full-cache keys.
-        values: ``[B, H_kv, L, D]`` full-cache values.
+        source: the full-cache layer's storage.
         indices: ``[B, H_kv, S]`` token indices to gather (:func:`gather_selection`).
         extra_capacity: room for this many more tokens after the ``S`` gathered ones.
         align: the storage holds a multiple of this many slots (:class:`~hf_triforce.caches.buffers.KVBuffer`).
     """
 
-    def __init__(
-        self, keys: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, extra_capacity: int, align: int = 1
-    ) -> None:
+    def __init__(self, source: KVBuffer, indices: torch.Tensor, extra_capacity: int, align: int = 1) -> None:
         super().__init__(KVBuffer(indices.shape[-1] + extra_capacity, align))
-        self.static_length = gather_selection(self.buffer, keys, values, indices)
-        self.lazy_initialization(keys, values)
+        self.static_length = gather_selection(self.buffer, source, indices)
+        self.lazy_initialization(self.buffer.keys, self.buffer.values)
 
 
 class SparseViewMixin:
@@ -76,8 +81,7 @@ class SparseViewMixin:
         """Drop drafted tokens and copy the full cache's tokens added since the selection (exact KV)."""
         start = self.source_length
         for view_layer, layer in zip(self.layers, self.source.layers, strict=True):
-            keys = layer.buffer.keys[:, :, start:]
-            values = layer.buffer.values[:, :, start:]
+            keys, values = layer.buffer.read(start, layer.buffer.length)
             view_layer.buffer.write(view_layer.static_length, keys, values)
 
 
@@ -103,7 +107,7 @@ class RetrievalView(SparseViewMixin, BufferedCache):
         layers = []
         for layer, idx in zip(source.layers, indices, strict=True):
             # whole chunks of slots, as the full cache's: the swapper copies chunks as rows of a chunk each
-            layers.append(ViewLayer(layer.buffer.keys, layer.buffer.values, idx, extra_capacity, source.chunk_size))
+            layers.append(ViewLayer(layer.buffer, idx, extra_capacity, source.chunk_size))
         super().__init__(layers=layers)
         self.source = source
         self.source_length = source.get_seq_length()

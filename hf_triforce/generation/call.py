@@ -26,12 +26,14 @@ from ..hierarchy import (
 )
 from ..stats import TriForceStats
 from .loop import TriForceRun
+from .offload_fit import check_offload_fits
 from .reuse import hand_back, start_cache
 from .state import state_of
 from .validate import (
     as_config,
     check_assistant,
     check_cache_implementation,
+    check_offload,
     is_batched,
     resolve_drafter,
     validate_batch,
@@ -54,6 +56,7 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
         state.begin_call()  # before any check: a refused call leaves no statistics behind, not the last call's
     config = as_config(triforce_config)
     check_cache_implementation(model, generate_kwargs)
+    check_offload(config, model)
     direct = runs_direct_forward(config, model)  # a direct forward or static steps it cannot run raise now
     level1_weights(config, model, direct)  # so do weights it cannot draft with
     step_selection(config, direct)  # and per-step re-selection without the direct forward
@@ -100,6 +103,7 @@ def triforce_decode(
         ``return_dict_in_generate=True`` (``sequences``, the cache, and ``scores``/``logits`` when requested).
     """
     validate_generation(input_ids, generation_config, model_kwargs, model.config)
+    check_offload_fits(model, triforce_config, input_ids.shape[0], generation_config.max_length)
     streamer = streamer or triforce_streamer
     batched = is_batched(input_ids, model_kwargs)
     consensus = RankConsensus.for_model(model)

@@ -117,7 +117,7 @@ class TriForceRun:
         self.stats.reused_tokens = reused
         mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         self.rows = [self._row(b, input_ids[b], mask[b], logits_processor) for b in range(input_ids.shape[0])]
-        self.stats.rows = [row.stats for row in self.rows] if batched else None
+        self.stats.rows = [row.stats for row in self.rows] if batched else []
         self.active = list(self.rows)
         self.slots = SlotMask(mask)
         gc = generation_config
@@ -125,7 +125,7 @@ class TriForceRun:
         self.raw_logits = () if gc.return_dict_in_generate and gc.output_logits else None
         self.level1 = Level1Drafter(
             model, cache, self.slots, config, self.do_sample, drafters, self.stats,
-            self.stats.rows, eos_token_ids(gc), masked=batched, runner_slot=runner_slot,
+            self.stats.rows or None, eos_token_ids(gc), masked=batched, runner_slot=runner_slot,
         )  # fmt: skip
 
     def _row(self, b: int, ids: torch.Tensor, mask: torch.Tensor, logits_processor: LogitsProcessorList) -> Row:
@@ -275,6 +275,9 @@ class TriForceRun:
 
     def _final_stats(self) -> None:
         self.stats.full_cache_bytes = self.cache.kv_nbytes()
+        if self.cache.transfers is not None:
+            self.stats.kv_bytes_to_device = self.cache.transfers.to_device
+            self.stats.kv_bytes_to_host = self.cache.transfers.to_host
         models = [d for d in self.drafters or () if isinstance(d, ModelDrafter)]
         if models:
             self.stats.draft_cache_bytes = sum(d.cache.kv_nbytes() for d in models)

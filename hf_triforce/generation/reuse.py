@@ -77,22 +77,25 @@ def start_cache(
         512
     """
     capacity = config.full_cache_capacity(max_length)
+    offload_to = next(model.parameters()).device if config.offload_kv else None
     if callers is None:
-        cache = RetrievalCache(num_layers(model), config.chunk_size, capacity)
+        cache = RetrievalCache(num_layers(model), config.chunk_size, capacity, offload_to)
         return StartingCache(cache, 0, None, None if batched else cache)
     reused = _check_callers_cache(model, callers, input_ids.shape)
     if batched:
-        cache = RetrievalCache(num_layers(model), config.chunk_size, capacity)
+        cache = RetrievalCache(num_layers(model), config.chunk_size, capacity, offload_to)
         for i, (keys, values) in enumerate(_key_values(callers)):
             rows = input_ids.shape[0]
             cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), i)
         return StartingCache(cache, reused, None, None)
-    if isinstance(callers, RetrievalCache) and callers.chunk_size == config.chunk_size:
+    offloaded = isinstance(callers, RetrievalCache) and callers.transfers is not None
+    same_layout = isinstance(callers, RetrievalCache) and callers.chunk_size == config.chunk_size
+    if same_layout and offloaded == config.offload_kv:
         for layer in callers.layers:
             if layer.is_initialized:
-                layer.buffer.reserve(capacity, layer.buffer.keys)
+                layer.buffer.reserve(capacity, layer.buffer.like())
         return StartingCache(callers, reused, None, callers)
-    cache = RetrievalCache(num_layers(model), config.chunk_size, capacity)
+    cache = RetrievalCache(num_layers(model), config.chunk_size, capacity, offload_to)
     for i, (keys, values) in enumerate(_key_values(callers)):
         cache.update(keys, values, i)
     return StartingCache(cache, reused, callers, callers)
@@ -102,8 +105,8 @@ def hand_back(start: StartingCache) -> Any:
     """Append the call's new tokens to a copied caller's cache; returns the cache the output carries."""
     if start.callers is not None:
         for i, layer in enumerate(start.cache.layers):
-            keys, values = layer.buffer.keys, layer.buffer.values
-            start.callers.update(keys[:, :, start.reused :], values[:, :, start.reused :], i)
+            keys, values = layer.buffer.read(start.reused, layer.buffer.length)
+            start.callers.update(keys, values, i)
     return start.returned
 
 
@@ -112,7 +115,7 @@ def _key_values(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     pairs = []
     for layer in cache.layers:
         if isinstance(cache, RetrievalCache):
-            pairs.append((layer.buffer.keys, layer.buffer.values) if layer.is_initialized else (None, None))
+            pairs.append(layer.buffer.read(0, layer.buffer.length) if layer.is_initialized else (None, None))
         else:
             pairs.append((layer.keys, layer.values) if layer.is_initialized else (None, None))
     return [(k, v) for k, v in pairs if k is not None]

@@ -9,7 +9,7 @@ from transformers import GenerationConfig
 
 from ..config import TriForceConfig
 from ..errors import TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError
-from ..hf.model import batched_attention_problem, check_model_supported, vocab_size
+from ..hf.model import batched_attention_problem, check_model_supported, is_dispatched, vocab_size
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +147,21 @@ def _stops_without_eos(stopping_criteria) -> bool:
     names = {type(c).__name__ for c in stopping_criteria}
     has_eos = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
     return not has_eos and bool(names - {"MaxLengthCriteria", "MaxTimeCriteria"})
+
+
+def check_offload(config: TriForceConfig, model) -> None:
+    """Refuse ``offload_kv=True`` for a model accelerate dispatched (its layers run on several devices, or are loaded
+    at their forward): TriForce's offloaded cache streams every layer to the one device the model runs on.
+
+    Example:
+        >>> check_offload(TriForceConfig(offload_kv=True), torch.nn.Linear(2, 2))  # one device: nothing to refuse
+    """
+    if config.offload_kv and is_dispatched(model):
+        raise UnsupportedGenerationError(
+            "TriForceConfig(offload_kv=True) streams the full cache to the one device the model runs on, and this "
+            "model is dispatched by accelerate (device_map over several devices, or offloaded weights): load it on "
+            "one GPU (device_map='cuda'), or drop offload_kv."
+        )
 
 
 def check_cache_implementation(model, generate_kwargs: dict) -> None:

@@ -87,7 +87,7 @@ def test_a_default_config_and_a_batch(plain_model, assert_ran):
     expected = plain_model.generate(ids, **kwargs)
     got = plain_model.generate(ids, custom_generate=triforce_generate, **kwargs)
     assert torch.equal(expected, got)
-    assert hf_triforce.last_stats(plain_model).rows is not None
+    assert hf_triforce.last_stats(plain_model).rows
 
 
 def test_triforce_config_and_another_decoding_method_are_refused(llama, make_prompt, forward_counter):

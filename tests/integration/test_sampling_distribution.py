@@ -166,7 +166,13 @@ class Sampler:
         return self._plain[key]
 
     def triforce(
-        self, processors: dict, drafter: str, memoize: bool = True, cached: int = 0, schedule: str = "fixed"
+        self,
+        processors: dict,
+        drafter: str,
+        memoize: bool = True,
+        cached: int = 0,
+        schedule: str = "fixed",
+        options: dict | None = None,
     ) -> tuple[np.ndarray, dict[str, int]]:
         """``NUM_SAMPLES`` TriForce continuations (run ``i`` seeded with ``i``) and the summed statistics.
 
@@ -175,11 +181,12 @@ class Sampler:
         ``schedule``: ``"fixed"`` (``adaptive=False``: level 0 -> 1 -> 2 every round, so both levels' rejection
         rules run), ``"adaptive"`` (the planner's choice, timing-dependent), or ``"level0"`` (the planner forced
         to level 0 -> 2 rounds: level 2 judges the drafter's tokens against its probabilities directly).
+        ``options``: more ``TriForceConfig`` fields.
         """
-        key = (tuple(sorted(processors.items())), drafter, cached, schedule)
+        key = (tuple(sorted(processors.items())), drafter, cached, schedule, tuple(sorted((options or {}).items())))
         if memoize and key in self._triforce:
             return self._triforce[key]
-        config = TriForceConfig(drafter=drafter, adaptive=schedule != "fixed", **SPARSE)
+        config = TriForceConfig(drafter=drafter, adaptive=schedule != "fixed", **SPARSE, **(options or {}))
         forced = Plan("level0", config.gamma1 + config.gamma2) if schedule == "level0" else None
         with mock.patch.object(Planner, "plan_round", lambda planner: forced) if forced else contextlib.nullcontext():
             result = self._triforce_runs(config, processors, drafter, cached)
@@ -328,6 +335,15 @@ def test_sampled_triforce_matches_plain_generate(sampler, processors, drafter):
     same_distribution(plain, got, f"TriForce sampling ({drafter=}, {processors}; level totals {totals})")
     check_paths(totals, drafter)
     assert totals["retrieval_refreshes"] > len(TRIFORCE_SEEDS), totals
+
+
+def test_sampled_triforce_with_the_cache_offloaded(sampler):
+    """``offload_kv=True``: the full cache in host storage, read through explicit copies (``test_offload.py``
+    counts them): the same distribution, every level's rejection rule run."""
+    processors = {"temperature": 0.9, "top_p": 0.9}
+    got, totals = sampler.triforce(processors, "model", options={"offload_kv": True})
+    same_distribution(sampler.plain(processors), got, f"TriForce sampling with offload_kv ({totals})")
+    check_paths(totals, "model")
 
 
 SCHEDULE_CASES = [

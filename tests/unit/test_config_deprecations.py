@@ -43,6 +43,7 @@ KEPT = {
     "drafter",
     "prefill_chunk_size",
     "cuda_graphs",
+    "offload_kv",  # issue 54: the cache in host memory where it does not fit the GPU
 }
 """The fields kept, each for a measured setting (docs/tuning.md, "Every knob")."""
 

@@ -82,6 +82,7 @@ class BenchOptions(DocumentQuestion):
     level1_weights: str | None = None  # TriForceConfig.level1_weights (None: the config's default)
     level1_forward: str | None = None  # TriForceConfig.level1_forward (None: the config's default)
     step_selection: bool = False  # TriForceConfig.step_selection
+    offload_kv: bool = False  # TriForceConfig.offload_kv
     attn_implementation: str = "auto"
     real_acceptance: str | float | None = None
     cuda_graphs: bool | str = False
@@ -268,7 +269,7 @@ def _config(options: BenchOptions, budget: int, drafter: str) -> TriForceConfig:
     extra = {k: getattr(options, k) for k in names if getattr(options, k) is not None}
     return TriForceConfig(
         retrieval_budget=budget, drafter=drafter, cuda_graphs=options.cuda_graphs, adaptive=options.adaptive,
-        step_selection=options.step_selection, **extra,
+        step_selection=options.step_selection, offload_kv=options.offload_kv, **extra,
     )  # fmt: skip
 
 

@@ -1,0 +1,223 @@
+"""The full cache's keys and values in host memory, read on the model's device only through explicit copies.
+
+TriForce's offloading mode (``TriForceConfig(offload_kv=True)``; the reference code's ``--on_chip`` split): the full
+cache, which only level 2 reads whole, lives in host memory (pinned where CUDA is available); the weights, level 0,
+the retrieval view and the chunk summaries stay on the model's device. What crosses the bus:
+
+* a full-cache forward (the prefill, each verification) reads each layer's cached keys and values once, into one of
+  two device buffers (:class:`DeviceWindow`): layer ``i + 1`` is copied while layer ``i`` computes (a side stream on
+  CUDA), and the forward's new keys and values are written back to the host;
+* a re-selection reads only what it selects (the view's tokens, the nominated chunks' keys) and the new chunks' keys
+  (their means stay on the device); a level-1 step reads nothing of the full cache.
+
+:class:`HostKVBuffer` has no ``keys``/``values`` tensors to hand out: every reader goes through
+:meth:`~HostKVBuffer.read`, :meth:`~HostKVBuffer.gather`, :meth:`~HostKVBuffer.read_keys` or
+:meth:`~HostKVBuffer.gather_chunk_keys`, each an explicit copy counted in :class:`Transfers`, so a reader that would
+touch host memory from the device fails on the CPU too, where both are the same memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..kernels.retrieval import gather_chunks, gather_tokens
+from .buffers import KVBuffer
+
+
+@dataclass
+class Transfers:
+    """Bytes copied between host and device by an offloaded cache (keys and values together)."""
+
+    to_device: int = 0
+    to_host: int = 0
+
+    def count(self, tensors: tuple[torch.Tensor, ...], to_device: bool) -> None:
+        n = sum(t.numel() * t.element_size() for t in tensors)
+        if to_device:
+            self.to_device += n
+        else:
+            self.to_host += n
+
+
+class DeviceWindow:
+    """Two layers' worth of device storage that an offloaded cache's forwards attend to, one layer at a time.
+
+    :meth:`fetch` copies layer ``i``'s cached keys and values into buffer ``i % 2`` (unless they are there already)
+    and starts copying layer ``i + 1``'s into the other (on CUDA on a side stream, waiting for the forward so far: the
+    copy overlaps layer ``i``'s compute); buffers hold whole layers (the cache's capacity).
+
+    Args:
+        layers: the offloaded layers' :class:`HostKVBuffer` storages, in layer order.
+        device: the model's device.
+    """
+
+    def __init__(self, layers: list[HostKVBuffer], device: torch.device) -> None:
+        self.layers, self.device = layers, device
+        self.buffers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None, None]
+        self.loaded: list[tuple[int, int] | None] = [None, None]  # (layer, valid slots) held by each buffer
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.ready: list[torch.cuda.Event | None] = [None, None]
+
+    def fetch(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``layer``'s ``[B, H, capacity, D]`` device buffers, its cached slots ``0 .. length`` current."""
+        slot = layer % 2
+        self._load(layer, slot, on_side=False)
+        if self.ready[slot] is not None:
+            torch.cuda.current_stream(self.device).wait_event(self.ready[slot])
+            self.ready[slot] = None
+        self._load((layer + 1) % len(self.layers), 1 - slot, on_side=True)
+        return self.buffers[slot]
+
+    def wrote(self, layer: int, end: int) -> None:
+        """Layer ``layer``'s device buffer now holds its slots ``0 .. end`` (a forward appended to it)."""
+        self.loaded[layer % 2] = (layer, end)
+
+    def _load(self, layer: int, slot: int, on_side: bool) -> None:
+        source = self.layers[layer]
+        if self.buffers[slot] is None or self.buffers[slot][0].shape[2] < source.capacity_now:
+            self.buffers[slot], self.loaded[slot] = source.new_device_storage(), None
+        held = self.loaded[slot]
+        if source.length == 0 or (held is not None and held[0] == layer and held[1] >= source.length):
+            return
+        if on_side and self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(self.stream):
+                source.copy_into(self.buffers[slot])
+                self.ready[slot] = torch.cuda.Event()
+                self.ready[slot].record(self.stream)
+        else:
+            source.copy_into(self.buffers[slot])
+        self.loaded[slot] = (layer, source.length)
+
+
+class HostKVBuffer(KVBuffer):
+    """A :class:`~hf_triforce.caches.buffers.KVBuffer` whose storage lives in host memory: one offloaded layer of the
+    full cache.
+
+    Appending (a forward's new keys and values) writes them back to the host and returns the layer's whole device
+    buffer from the cache's :class:`DeviceWindow`; every other read is an explicit, counted copy.
+
+    Args:
+        capacity: slots to preallocate.
+        align: storage sizes are a multiple of it.
+        index: this layer's index (its buffer in the window).
+        device: the model's device.
+        transfers: where copies are counted.
+
+    Example:
+        >>> transfers = Transfers()
+        >>> layers = [HostKVBuffer(8, 1, 0, torch.device("cpu"), transfers)]
+        >>> layers[0].window = DeviceWindow(layers, torch.device("cpu"))
+        >>> k = torch.randn(1, 2, 3, 4)
+        >>> keys, _ = layers[0].append(k, k)
+        >>> keys.shape, transfers.to_host  # the new keys and values went to the host
+        (torch.Size([1, 2, 3, 4]), 192)
+    """
+
+    def __init__(self, capacity: int, align: int, index: int, device: torch.device, transfers: Transfers) -> None:
+        super().__init__(capacity, align)
+        self.index, self.device, self.transfers = index, device, transfers
+        self.window: DeviceWindow | None = None
+        self._proto: torch.Tensor | None = None  # an empty device tensor of the layer's dtype and [B, H, 0, D] shape
+
+    @property
+    def keys(self) -> torch.Tensor:
+        raise AttributeError("an offloaded cache layer hands out no host tensors: read it through read() or gather()")
+
+    @property
+    def values(self) -> torch.Tensor:
+        raise AttributeError("an offloaded cache layer hands out no host tensors: read it through read() or gather()")
+
+    @property
+    def capacity_now(self) -> int:
+        return 0 if self._k is None else self._k.shape[2]
+
+    def like(self) -> torch.Tensor:
+        """``[B, H, 0, D]`` on the device, of the layer's dtype (what a summary or a view is allocated like)."""
+        return self._proto
+
+    def append(self, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``[B, H, q, D]`` device states after the cached ones, on the host and in the layer's device buffer;
+        returns the device buffer's ``[B, H, length, D]`` views (what the forward attends to)."""
+        start, end = self.length, self.length + key_states.shape[-2]
+        if self._proto is None:
+            self._proto = key_states.new_empty((*key_states.shape[:2], 0, key_states.shape[-1]))
+        self.reserve(end, key_states)
+        keys, values = self.window.fetch(self.index) if start else self._fresh(end)
+        keys[:, :, start:end], values[:, :, start:end] = key_states, value_states
+        self._k[:, :, start:end].copy_(key_states, non_blocking=True)
+        self._v[:, :, start:end].copy_(value_states, non_blocking=True)
+        self.transfers.count((key_states, value_states), to_device=False)
+        self.length = end
+        self.window.wrote(self.index, end)
+        return keys[:, :, :end], values[:, :, :end]
+
+    def reserve(self, size: int, like: torch.Tensor) -> None:
+        """Room for ``size`` host slots (pinned on a machine with CUDA), keeping the stored ones."""
+        if self._k is not None and size <= self._k.shape[-2]:
+            return
+        capacity = max(size, self.capacity, 2 * self.capacity_now)
+        capacity += -capacity % self.align
+        shape = (*like.shape[:2], capacity, like.shape[-1])
+        pin = torch.cuda.is_available()
+        new_k = torch.empty(shape, dtype=like.dtype, device="cpu", pin_memory=pin)
+        new_v = torch.empty(shape, dtype=like.dtype, device="cpu", pin_memory=pin)
+        if self._k is not None:
+            new_k[:, :, : self.length] = self._k[:, :, : self.length]
+            new_v[:, :, : self.length] = self._v[:, :, : self.length]
+        self._k, self._v = new_k, new_v
+
+    def new_device_storage(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Device buffers for this layer's whole host storage."""
+        shape = (*self._k.shape[:2], self._k.shape[2], self._k.shape[3])
+        return self._proto.new_empty(shape), self._proto.new_empty(shape)
+
+    def copy_into(self, storage: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Copy the cached slots into device ``storage`` (counted)."""
+        keys, values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+        storage[0][:, :, : self.length].copy_(keys, non_blocking=True)
+        storage[1][:, :, : self.length].copy_(values, non_blocking=True)
+        self.transfers.count((keys, values), to_device=True)
+
+    def read(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Device copies of slots ``start .. end``."""
+        return self._to_device(self._k[:, :, start:end], self._v[:, :, start:end])
+
+    def read_keys(self, start: int, end: int) -> torch.Tensor:
+        """A device copy of the keys of slots ``start .. end``."""
+        return self._to_device(self._k[:, :, start:end])[0]
+
+    def gather(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Device copies of the keys and values at per-head token ``indices`` ``[B, H, S]``."""
+        host = indices.cpu()
+        keys, values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+        return self._to_device(gather_tokens(keys, host), gather_tokens(values, host))
+
+    def gather_chunk_keys(self, chunks: torch.Tensor, chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys of chunks ``chunks`` ``[B, H, F]``, on the device as ``[B, H, F * chunk_size, D]``, and the ids
+        they take there (``0 .. F - 1``): what :func:`~hf_triforce.kernels.retrieval.chunk_key_scores` reads."""
+        keys = self._to_device(gather_chunks(self._k[:, :, : self.length], chunks.cpu(), chunk_size))[0]
+        ids = torch.arange(chunks.shape[-1], device=chunks.device).expand_as(chunks)
+        return keys, ids
+
+    def _fresh(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The device buffer of a layer that held nothing (the prefill's first forward)."""
+        slot = self.index % 2
+        if self.window.buffers[slot] is None or self.window.buffers[slot][0].shape[2] < self.capacity_now:
+            self.window.buffers[slot] = self.new_device_storage()
+        if self.window.ready[slot] is not None:  # a prefetch into this buffer may still be running
+            torch.cuda.current_stream(self.device).wait_event(self.window.ready[slot])
+            self.window.ready[slot] = None
+        return self.window.buffers[slot]
+
+    def _to_device(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        self.transfers.count(tensors, to_device=True)
+        return tuple(t.to(self.device, non_blocking=True) if t.device != self.device else t.clone() for t in tensors)
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        super().keep_rows(rows.cpu())
+        if self._proto is not None:
+            self._proto = self._proto[rows]
+        self.window.buffers, self.window.loaded = [None, None], [None, None]

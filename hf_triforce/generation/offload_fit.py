@@ -1,0 +1,76 @@
+"""Whether an offloaded call fits, checked before any work: the host holds the full cache, the device what streams.
+
+With ``TriForceConfig(offload_kv=True)`` a call needs, for a cache of ``capacity`` slots
+(:meth:`~hf_triforce.config.TriForceConfig.full_cache_capacity`), ``capacity x (KV bytes per token)`` of host memory
+per row and, on the device beside the weights already there, the two layers a full-cache forward streams through,
+the chunk means (a key per ``chunk_size`` tokens) and the retrieval views. A call that cannot fit is refused with the
+longest ``max_length`` that does (:class:`~hf_triforce.errors.UnsupportedGenerationError`), before any work.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..config import TriForceConfig
+from ..errors import UnsupportedGenerationError
+from ..hf.model import kv_shape, num_layers
+
+VIEWS_ALIVE = 2  # a re-selection builds the new view before the old one is dropped (dynamic path)
+
+
+def check_offload_fits(model: torch.nn.Module, config: TriForceConfig, rows: int, max_length: int) -> None:
+    """Raise :class:`~hf_triforce.errors.UnsupportedGenerationError` when ``rows`` offloaded caches for ``max_length``
+    tokens do not fit the host's available memory, or what streams does not fit the device's free memory (on CUDA).
+
+    Example:
+        >>> check_offload_fits(model, TriForceConfig(offload_kv=True), 1, 131072)  # doctest: +SKIP
+    """
+    if not config.offload_kv:
+        return
+    per_token, device_per_slot = _bytes_per_slot(model, rows, config.chunk_size)
+    views = VIEWS_ALIVE * (config.retrieval_budget + config.view_extra_capacity) * per_token
+    limits = {"host memory": (host_available_bytes(), per_token, 0)}
+    free = device_free_bytes(next(model.parameters()).device)
+    if free is not None:
+        limits["free device memory"] = (free, device_per_slot, views)
+    capacity = config.full_cache_capacity(max_length)
+    for where, (available, per_slot, fixed) in limits.items():
+        if capacity * per_slot + fixed > available:
+            raise UnsupportedGenerationError(
+                f"TriForceConfig(offload_kv=True) needs {(capacity * per_slot + fixed) / 2**30:.1f} GiB of {where} "
+                f"for {rows} row(s) of {max_length} tokens, and {available / 2**30:.1f} GiB are available: the "
+                f"longest that fits is max_length={_longest(config, available, per_slot, fixed)}. Shorten the "
+                "prompt or max_new_tokens, or pass fewer rows."
+            )
+
+
+def _bytes_per_slot(model: torch.nn.Module, rows: int, chunk_size: int) -> tuple[int, int]:
+    """``(host, device)`` bytes per cache slot: all layers' keys and values in host memory; two layers' keys and
+    values (the streamed ones) and every layer's share of the chunk means (keys only) on the device."""
+    kv_heads, head_dim = kv_shape(model)
+    layers, itemsize = num_layers(model), next(model.parameters()).element_size()
+    per_layer = 2 * kv_heads * head_dim * itemsize * rows
+    return layers * per_layer, 2 * per_layer + layers * per_layer // 2 // chunk_size
+
+
+def _longest(config: TriForceConfig, available: int, per_slot: int, fixed: int) -> int:
+    slots = max(0, available - fixed) // per_slot
+    whole = slots // config.chunk_size * config.chunk_size
+    return max(0, whole - config.gamma2 - 2)
+
+
+def host_available_bytes() -> int:
+    """The host's available physical memory (``sysconf``; a large figure where the OS does not say)."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def device_free_bytes(device: torch.device) -> int | None:
+    """Free memory of a CUDA device, or ``None`` elsewhere (the host is the device: the host check covers it)."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.mem_get_info(device)[0]
