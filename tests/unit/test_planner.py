@@ -314,3 +314,14 @@ def test_step_cost_slope():
     cost.observe(2, 0.10)
     cost.observe(5, 0.09)  # a wider forward measured faster: no negative cost for a token
     assert cost.slope() == 0.0
+
+
+def test_a_verification_that_streams_the_cache_lengthens_the_rounds():
+    """``offload_kv``: a verification also pays a pass of the cache over the bus, a fixed cost the planner measures
+    in the level-2 forward's time (its intercept). With it the best level-1 round is the longest ``gamma2`` allows;
+    with the cache on the device (the same acceptance, a level-2 step only 1.5x a level-1 step) a shorter one."""
+    on_device, offloaded = planner(gamma2=16), planner(gamma2=16)
+    feed(on_device, c2=(0.045, 0.004), c1=(0.03, 0.004), a1=0.8)
+    feed(offloaded, c2=(2.75, 0.004), c1=(0.03, 0.004), a1=0.8)
+    assert offloaded.plan_round() == Plan("levels", 16)
+    assert on_device.plan_round().gamma2 < 16
