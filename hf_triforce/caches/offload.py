@@ -64,20 +64,37 @@ class DeviceWindow:
         """Layer ``layer``'s ``[B, H, capacity, D]`` device buffers, its cached slots ``0 .. length`` current."""
         slot = layer % 2
         self._load(layer, slot, on_side=False)
-        if self.ready[slot] is not None:
-            torch.cuda.current_stream(self.device).wait_event(self.ready[slot])
-            self.ready[slot] = None
+        self._wait(slot)
         self._load((layer + 1) % len(self.layers), 1 - slot, on_side=True)
+        return self.buffers[slot]
+
+    def empty(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``layer``'s device buffers when it has nothing cached yet (a prefill's first forward): nothing to
+        copy in, nothing prefetched."""
+        slot = layer % 2
+        self._reserve(layer, slot)
+        self._wait(slot)
         return self.buffers[slot]
 
     def wrote(self, layer: int, end: int) -> None:
         """Layer ``layer``'s device buffer now holds its slots ``0 .. end`` (a forward appended to it)."""
         self.loaded[layer % 2] = (layer, end)
 
-    def _load(self, layer: int, slot: int, on_side: bool) -> None:
+    def _reserve(self, layer: int, slot: int) -> None:
+        """Buffer ``slot`` large enough for layer ``layer``'s whole host storage (a new one holds nothing yet)."""
         source = self.layers[layer]
         if self.buffers[slot] is None or self.buffers[slot][0].shape[2] < source.capacity_now:
             self.buffers[slot], self.loaded[slot] = source.new_device_storage(), None
+
+    def _wait(self, slot: int) -> None:
+        """The current stream waits for a copy into buffer ``slot`` still running on the side stream."""
+        if self.ready[slot] is not None:
+            torch.cuda.current_stream(self.device).wait_event(self.ready[slot])
+            self.ready[slot] = None
+
+    def _load(self, layer: int, slot: int, on_side: bool) -> None:
+        source = self.layers[layer]
+        self._reserve(layer, slot)
         held = self.loaded[slot]
         if source.length == 0 or (held is not None and held[0] == layer and held[1] >= source.length):
             return
@@ -145,7 +162,7 @@ class HostKVBuffer(KVBuffer):
         if self._proto is None:
             self._proto = key_states.new_empty((*key_states.shape[:2], 0, key_states.shape[-1]))
         self.reserve(end, key_states)
-        keys, values = self.window.fetch(self.index) if start else self._fresh(end)
+        keys, values = self.window.fetch(self.index) if start else self.window.empty(self.index)
         keys[:, :, start:end], values[:, :, start:end] = key_states, value_states
         self._k[:, :, start:end].copy_(key_states, non_blocking=True)
         self._v[:, :, start:end].copy_(value_states, non_blocking=True)
@@ -201,16 +218,6 @@ class HostKVBuffer(KVBuffer):
         keys = self._to_device(gather_chunks(self._k[:, :, : self.length], chunks.cpu(), chunk_size))[0]
         ids = torch.arange(chunks.shape[-1], device=chunks.device).expand_as(chunks)
         return keys, ids
-
-    def _fresh(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The device buffer of a layer that held nothing (the prefill's first forward)."""
-        slot = self.index % 2
-        if self.window.buffers[slot] is None or self.window.buffers[slot][0].shape[2] < self.capacity_now:
-            self.window.buffers[slot] = self.new_device_storage()
-        if self.window.ready[slot] is not None:  # a prefetch into this buffer may still be running
-            torch.cuda.current_stream(self.device).wait_event(self.window.ready[slot])
-            self.window.ready[slot] = None
-        return self.window.buffers[slot]
 
     def _to_device(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         self.transfers.count(tensors, to_device=True)

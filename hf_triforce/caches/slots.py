@@ -28,6 +28,17 @@ def keep_leading(valid: torch.Tensor, kept: torch.Tensor, width: int) -> tuple[t
     return torch.cat([valid[:, : valid.shape[1] - width], new], dim=1), -(width - widest)
 
 
+def gathered_validity(valid: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """``[B, H_kv, S]``: whether the slots a view gathered at per-head ``indices`` ``[B, H_kv, S]`` hold real tokens,
+    from the source's ``[B, L]`` validity.
+
+    Example:
+        >>> gathered_validity(torch.tensor([[False, True, True]]), torch.tensor([[[0, 2], [1, 2]]])).tolist()
+        [[[False, True], [True, True]]]
+    """
+    return valid[:, None].expand(-1, indices.shape[1], -1).gather(-1, indices)
+
+
 class SlotMask:
     """Which of a batched cache's ``L`` slots hold real tokens, per row, and each row's next position.
 

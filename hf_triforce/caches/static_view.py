@@ -22,7 +22,7 @@ import torch
 
 from .base import BufferedCache, BufferedLayer
 from .retrieval import RetrievalCache
-from .slots import SlotMask
+from .slots import SlotMask, gathered_validity
 from .static_buffer import SlotWrites, StaticKVBuffer, StepSlots
 from .view import SparseViewMixin, gather_selection
 
@@ -138,7 +138,7 @@ class StaticViewSlots:
             self.valid = torch.zeros(shape, dtype=torch.bool, device=valid.device)
         self.valid.zero_()
         for layer, idx in enumerate(indices):
-            self.valid[layer, :, :, : idx.shape[-1]] = valid[:, None].expand(-1, idx.shape[1], -1).gather(-1, idx)
+            self.valid[layer, :, :, : idx.shape[-1]] = gathered_validity(valid, idx)
 
     def sync(self) -> None:
         """After the view copied in the full cache's tokens since the selection: they take the source's validity,
@@ -153,10 +153,11 @@ class StaticViewSlots:
         start = self.view.visible_length
         self.valid[..., start : start + width] = True
 
-    def keep(self, kept: list[int], width: int) -> int:
-        """Of the step's last ``width`` slots, row ``b`` keeps its first ``kept[b]``; returns the (non-positive) count
-        of slots no row kept, for the view's ``crop``."""
-        start = self.view.visible_length - width
-        for b, n in enumerate(kept):
+    def keep(self, kept: torch.Tensor, width: int) -> int:
+        """Of the step's last ``width`` slots, row ``b`` keeps its first ``kept[b]`` (``[B]``); returns the
+        (non-positive) count of slots no row kept, for the view's ``crop`` (as
+        :meth:`~hf_triforce.caches.slots.ViewSlots.keep`)."""
+        start, counts = self.view.visible_length - width, kept.tolist()
+        for b, n in enumerate(counts):
             self.valid[:, b, :, start + n : start + width] = False
-        return -(width - max(kept))
+        return -(width - max(counts))

@@ -121,6 +121,14 @@ def _key_values(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(k, v) for k, v in pairs if k is not None]
 
 
+def _layouts(cache: Any) -> list[tuple[torch.Tensor, int]]:
+    """Per initialized layer, a tensor of its keys' batch, heads, head size, dtype and device, and its length (no
+    copy: an offloaded layer's keys are not read to check them)."""
+    if isinstance(cache, RetrievalCache):
+        return [(layer.buffer.like(), layer.buffer.length) for layer in cache.layers if layer.is_initialized]
+    return [(layer.keys, layer.keys.shape[2]) for layer in cache.layers if layer.is_initialized]
+
+
 def _check_callers_cache(model: torch.nn.Module, cache: Any, input_shape: torch.Size) -> int:
     """Tokens in the caller's ``cache``; raises unless a call over ``input_shape`` ``(rows, tokens)`` can start from
     it."""
@@ -133,10 +141,10 @@ def _check_callers_cache(model: torch.nn.Module, cache: Any, input_shape: torch.
             "a forward or by plain generate(), the cache an earlier TriForce call returned "
             "(return_dict_in_generate=True), or no cache."
         )
-    pairs = _key_values(cache)
-    cached = cache.get_seq_length() if pairs else 0
-    if pairs:
-        _check_same_model(model, cache, pairs, rows)
+    layouts = _layouts(cache)
+    cached = cache.get_seq_length() if layouts else 0
+    if layouts:
+        _check_same_model(model, layouts, rows)
     if cached > input_length - 1:
         raise UnsupportedGenerationError(
             f"The cache holds {cached} tokens but input_ids has {input_length}: as in plain generate(), the cached "
@@ -146,29 +154,27 @@ def _check_callers_cache(model: torch.nn.Module, cache: Any, input_shape: torch.
     return cached
 
 
-def _check_same_model(
-    model: torch.nn.Module, cache: Any, pairs: list[tuple[torch.Tensor, torch.Tensor]], rows: int
-) -> None:
+def _check_same_model(model: torch.nn.Module, layouts: list[tuple[torch.Tensor, int]], rows: int) -> None:
     layers, (kv_heads, head_dim) = num_layers(model), kv_shape(model)
     parameter = next(model.parameters())
     problems = []
-    if len(pairs) != layers:
-        problems.append(f"{len(pairs)} layers of keys/values, the model has {layers}")
-    shapes = {tuple(k.shape[1::2]) for k, _ in pairs}
+    if len(layouts) != layers:
+        problems.append(f"{len(layouts)} layers of keys/values, the model has {layers}")
+    shapes = {(k.shape[1], k.shape[3]) for k, _ in layouts}
     if shapes != {(kv_heads, head_dim)}:
         problems.append(f"(KV heads, head dim) {sorted(shapes)}, the model has {(kv_heads, head_dim)}")
-    batches = {k.shape[0] for k, _ in pairs}
+    batches = {k.shape[0] for k, _ in layouts}
     if len(batches) != 1 or not batches <= {1, rows}:
         problems.append(f"a batch of {sorted(batches)} sequences, the call has {rows} (the cache holds one row per row "
                         "of input_ids, or one row every row shares)")  # fmt: skip
-    if len({k.shape[2] for k, _ in pairs}) != 1:
+    if len({length for _, length in layouts}) != 1:
         problems.append("layers of different lengths")
+    keys = layouts[0][0]
     if is_dispatched(model):  # accelerate: keys live on each layer's execution device, weights maybe on meta
-        if {k.dtype for k, _ in pairs} != {parameter.dtype}:
-            problems.append(f"keys in {pairs[0][0].dtype}, the model is {parameter.dtype}")
-    elif {(k.dtype, k.device) for k, _ in pairs} != {(parameter.dtype, parameter.device)}:
-        problems.append(f"keys in {pairs[0][0].dtype} on {pairs[0][0].device}, the model is {parameter.dtype} on "
-                        f"{parameter.device}")  # fmt: skip
+        if {k.dtype for k, _ in layouts} != {parameter.dtype}:
+            problems.append(f"keys in {keys.dtype}, the model is {parameter.dtype}")
+    elif {(k.dtype, k.device) for k, _ in layouts} != {(parameter.dtype, parameter.device)}:
+        problems.append(f"keys in {keys.dtype} on {keys.device}, the model is {parameter.dtype} on {parameter.device}")
     if problems:
         raise UnsupportedGenerationError(
             f"The cache passed to generate() does not fit this model: it holds {'; '.join(problems)}. It was made by "

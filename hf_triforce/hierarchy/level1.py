@@ -277,8 +277,6 @@ class Level1Drafter:
     def _accepted_queries(self, accepted: list[int]) -> list[torch.Tensor]:
         if self.stats.step_selection:  # one row
             return self.capture.upto(accepted[0])
-        if len(accepted) == 1:
-            return self.capture.at(accepted[0])
         index = torch.tensor(accepted, device=self.capture.queries[0].device)
         rows = torch.arange(index.shape[0], device=index.device)
         return [self.capture.queries[i][rows, :, index] for i in sorted(self.capture.queries)]

@@ -30,7 +30,7 @@ import torch
 from ..caches.chunk_swap import HOLD, ChunkSwapper
 from ..caches.retrieval import RetrievalCache
 from ..caches.selection import EVERY_CHUNK
-from ..caches.slots import SlotMask, ViewSlots
+from ..caches.slots import SlotMask, ViewSlots, gathered_validity
 from ..caches.static_view import StaticRetrievalView, StaticViewSlots
 from ..caches.view import RetrievalView
 from ..config import TriForceConfig
@@ -77,8 +77,7 @@ class ModelSteps:
         self.view = self.cache.sparse_view(indices, self.config.view_extra_capacity)
         if self.slots is not None:
             valid = self.slots.valid
-            gathered = [valid[:, None].expand(-1, idx.shape[1], -1).gather(-1, idx) for idx in indices]
-            self.view_slots = ViewSlots(gathered, valid[:, valid.shape[1] :])
+            self.view_slots = ViewSlots([gathered_validity(valid, idx) for idx in indices], valid[:, valid.shape[1] :])
 
     def sync(self) -> None:
         """Drop the last round's drafts and copy in the full cache's tokens since the selection."""
@@ -189,37 +188,31 @@ class StaticSteps(ModelSteps):
         super().__init__(model, cache, config, slots, low_bit)
         self.mode, self.runner_slot = mode, runner_slot if slots is None else None
         self.runner: StaticStepRunner | None = None
-        self.static_slots: StaticViewSlots | None = None
+        self.view_slots: StaticViewSlots | None = None  # the runner's: made with it
 
     def select(self, indices: list[torch.Tensor], nominees: list[torch.Tensor] | None = None) -> None:
         if self.runner is None:
             self.runner = self._runner(self.config.view_capacity)
         self.runner.cache.refresh(indices)
         self.view = self.runner.cache
-        if self.static_slots is not None:
-            self.static_slots.refresh(indices)
+        if self.view_slots is not None:
+            self.view_slots.refresh(indices)
 
     def sync(self) -> None:
         self.view.sync()
-        if self.static_slots is not None:
-            self.static_slots.sync()
+        if self.view_slots is not None:
+            self.view_slots.sync()
 
     def logits(self, inputs: torch.Tensor, positions: list[int]) -> torch.Tensor:
-        if self.static_slots is not None:
-            self.static_slots.append(inputs.shape[1])
+        if self.view_slots is not None:
+            self.view_slots.append(inputs.shape[1])
         with low_bit_linears(self.low_bit):
             return self.runner.step(inputs, positions)
-
-    def keep(self, kept: list[int], width: int) -> None:
-        if self.static_slots is None:
-            self.view.crop(-(width - max(kept)))
-            return
-        self.view.crop(self.static_slots.keep(kept, width))
 
     def forget(self) -> None:
         """Rows left: a new runner (storage for the rows that remain) at the next selection."""
         super().forget()
-        self.runner, self.static_slots = None, None
+        self.runner = None
 
     def _runner(self, capacity: int) -> StaticStepRunner:
         """The one an earlier call of this model kept (same shapes and weights), else a new one."""
@@ -230,10 +223,10 @@ class StaticSteps(ModelSteps):
             runner.cache.rebind(self.cache)
             return runner
         view = StaticRetrievalView(self.cache, capacity)
-        self.static_slots = None if self.slots is None else StaticViewSlots(view, self.slots)
+        self.view_slots = None if self.slots is None else StaticViewSlots(view, self.slots)
         widths = range(1, self.config.gamma1 + 2)
         runner = StaticStepRunner(
-            self.model, view, widths, use_graphs=graphs, strict=strict, slot_validity=self.static_slots
+            self.model, view, widths, use_graphs=graphs, strict=strict, slot_validity=self.view_slots
         )
         if self.runner_slot is not None:
             keep_runner(self.runner_slot, self.model, key, runner)
