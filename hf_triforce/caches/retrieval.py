@@ -8,7 +8,16 @@ from ..kernels.retrieval import chunk_key_scores, chunk_scores
 from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
 from .offload import DeviceWindow, HostKVBuffer, Transfers
-from .selection import keys_scores, nominate_chunks, ranks_every_chunk, rescore, select_token_indices, with_key_scores
+from .selection import (
+    keys_scores,
+    nominate_chunks,
+    outside_window,
+    ranks_every_chunk,
+    rescore,
+    select_token_indices,
+    window_layout,
+    with_key_scores,
+)
 from .slots import SlotMask
 from .summaries import ChunkSummaries
 from .view import RetrievalView
@@ -96,6 +105,7 @@ class RetrievalCache(BufferedCache):
         slots: SlotMask | None = None,
         rescore_candidates: int = 0,
         length: int | None = None,
+        windows: list[int | None] | None = None,
     ) -> list[torch.Tensor]:
         """Per-layer token indices ``[B, H_kv, S]`` of the best chunks for ``queries[l]`` (``[B, H_q, D]``).
 
@@ -107,16 +117,21 @@ class RetrievalCache(BufferedCache):
         (:func:`~hf_triforce.kernels.retrieval.chunk_key_scores`, see
         :func:`~hf_triforce.caches.selection.rescore`). ``length`` selects among the first ``length`` cached tokens
         (default: all; :class:`~hf_triforce.caches.chunk_swap.ChunkSwapper` re-selects at a view's own length).
+        ``windows`` gives each layer's sliding window (``None``: full attention; default: every layer full): a
+        sliding layer's view keeps to what that layer attends to (:func:`~hf_triforce.caches.selection.window_layout`).
 
         Chunk scoring runs as a Triton kernel on CUDA (:func:`hf_triforce.kernels.retrieval.chunk_scores`),
         the pure-torch ``score_chunks`` otherwise; top-k and the token indices are torch either way. Without
         ``slots`` every layer is scored and ranked at once (:meth:`_select_stacked`).
         """
         length = self.get_seq_length() if length is None else length
+        windows = [None] * len(self.layers) if windows is None else windows
         if slots is None and self._stackable(queries, budget, length):
-            return self._select_stacked(queries, budget, recent_window, lookahead, length, rescore_candidates)
+            settings = (budget, recent_window, lookahead, length, rescore_candidates, windows)
+            return self._select_stacked(queries, *settings)
         settings = (budget, recent_window, lookahead, slots, rescore_candidates, length)
-        return [self.select_layer(i, query, *settings) for i, query in enumerate(queries)]
+        pairs = enumerate(zip(queries, windows, strict=True))
+        return [self.select_layer(i, query, *settings, window=window) for i, (query, window) in pairs]
 
     def _stackable(self, queries: list[torch.Tensor], budget: int, length: int) -> bool:
         """Whether every layer has chunks to choose from, lives where layer 0 does
@@ -135,22 +150,32 @@ class RetrievalCache(BufferedCache):
         lookahead: int,
         length: int,
         rescore_candidates: int = 0,
+        windows: list[int | None] | None = None,
     ) -> list[torch.Tensor]:
         """:meth:`select` for all ``L`` layers at once, the same indices as layer by layer: the layers' chunk scores
         stacked ``[L * B, H_kv, C]``, one top-k of the nominees (with ``rescore_candidates``) and one of the view's
         chunks. Per layer, the few operations of a selection cost more than their arithmetic (SmolLM2's 30 layers at
         7K tokens, budget 512, 2 CPU threads: 12.0 -> 3.7 ms by chunk means); on CUDA it is 3 launches in place of
-        about ten per layer. Only the reading of the keys (:meth:`_rescore_stacked`) stays per layer."""
+        about ten per layer. Only the reading of the keys (:meth:`_rescore_stacked`) stays per layer. Sliding layers
+        (``windows``) rank only what their window allows and are indexed with their own recent window."""
         layout = (length, self.chunk_size, budget, recent_window)
+        kinds = [window_layout(*layout, w) for w in windows or [None] * len(self.layers)]
         if ranks_every_chunk(*layout, rescore_candidates):  # every chunk ranked by its keys, read in place per layer
             settings = (budget, recent_window, None, rescore_candidates, length)
             scores = torch.cat([self.chunk_ranking(i, q, *settings) for i, q in enumerate(queries)])
+            scores = _outside_windows(scores, kinds, self.chunk_size)
         else:
-            scores = self._stacked_chunk_scores(queries)
+            scores = _outside_windows(self._stacked_chunk_scores(queries), kinds, self.chunk_size)
             if rescore_candidates:
                 scores = self._rescore_stacked(scores, queries, layout, rescore_candidates)
-        indices = select_token_indices(scores, *layout, lookahead)
-        return list(indices.unflatten(0, (len(self.layers), -1)).unbind(0))
+        per_layer = scores.unflatten(0, (len(self.layers), -1))
+        indices: list[torch.Tensor] = [None] * len(self.layers)
+        for recent in {recent for recent, _ in kinds}:  # one indexing per recent window (one without sliding layers)
+            layers = [i for i, (r, _) in enumerate(kinds) if r == recent]
+            chosen = select_token_indices(per_layer[layers].flatten(0, 1), *layout[:3], recent, lookahead)
+            for i, layer_indices in zip(layers, chosen.unflatten(0, (len(layers), -1)).unbind(0), strict=True):
+                indices[i] = layer_indices
+        return indices
 
     def _stacked_chunk_scores(self, queries: list[torch.Tensor]) -> torch.Tensor:
         """``[L * B, H_kv, C]`` chunk-mean scores of the ``L`` layers' ``[B, H_q, D]`` ``queries``: the layers'
@@ -185,14 +210,18 @@ class RetrievalCache(BufferedCache):
         slots: SlotMask | None = None,
         rescore_candidates: int = 0,
         length: int | None = None,
+        window: int | None = None,
     ) -> torch.Tensor:
         """Token indices ``[B, H_kv, S]`` of layer ``layer_idx``'s best chunks for ``query`` ``[B, H_q, D]``: one
-        layer of :meth:`select` (same arguments). ``query`` may hold several queries per query head (``[B, H_q * m,
-        D]``, each KV head's group together): the summaries sum them, the keys take the largest logit of any.
+        layer of :meth:`select` (same arguments; ``window``: the layer's sliding window, ``None`` for full
+        attention). ``query`` may hold several queries per query head (``[B, H_q * m, D]``, each KV head's group
+        together): the summaries sum them, the keys take the largest logit of any.
         """
         length = self.get_seq_length() if length is None else length
-        scores = self.chunk_ranking(layer_idx, query, budget, recent_window, slots, rescore_candidates, length)
-        return select_token_indices(scores, length, self.chunk_size, budget, recent_window, lookahead)
+        recent, start = window_layout(length, self.chunk_size, budget, recent_window, window)
+        settings = (budget, recent_window, slots, rescore_candidates, length, start)
+        scores = self.chunk_ranking(layer_idx, query, *settings)
+        return select_token_indices(scores, length, self.chunk_size, budget, recent, lookahead)
 
     def chunk_ranking(
         self,
@@ -203,9 +232,12 @@ class RetrievalCache(BufferedCache):
         slots: SlotMask | None = None,
         rescore_candidates: int = 0,
         length: int | None = None,
+        window_start: int = 0,
     ) -> torch.Tensor:
         """``[B, H_kv, C]`` scores :meth:`select_layer` ranks layer ``layer_idx``'s chunks by (same arguments; ``C =
-        0`` when ``length <= budget`` keeps every token), before the look-ahead spreads them.
+        0`` when ``length <= budget`` keeps every token), before the look-ahead spreads them. Chunks that start
+        before ``window_start`` (a sliding layer's window, :func:`~hf_triforce.caches.selection.window_layout`) score
+        ``-inf``, also before the keys re-score the nominees.
 
         Example:
             >>> cache = RetrievalCache(num_layers=1, chunk_size=8)
@@ -220,10 +252,12 @@ class RetrievalCache(BufferedCache):
             kv_heads = layer.buffer.like().shape[1] if layer.is_initialized else 1
             return query.new_zeros(query.shape[0], kv_heads, 0)
         if slots is None and ranks_every_chunk(*layout, rescore_candidates):
-            return keys_scores(query, layer.buffer.read_keys(0, length), length, self.chunk_size)  # no summaries
+            scores = keys_scores(query, layer.buffer.read_keys(0, length), length, self.chunk_size)  # no summaries
+            return outside_window(scores, self.chunk_size, window_start)
         scores = chunk_scores(query, layer.summaries())
         if slots is not None:
             scores = _per_row_sinks(scores, slots, self.chunk_size)
+        scores = outside_window(scores, self.chunk_size, window_start)
         if rescore_candidates:
             scores = rescore(scores, query, layer.buffer, *layout, rescore_candidates)
         return scores
@@ -246,3 +280,13 @@ def _per_row_sinks(scores: torch.Tensor, slots: SlotMask, chunk_size: int) -> to
     scores = scores.float().masked_fill(~real, float("-inf"))
     first = slots.first_chunk(chunk_size).clamp(max=scores.shape[-1] - 1)
     return scores.scatter(-1, first[:, None, None].expand(-1, scores.shape[1], 1), float("inf"))
+
+
+def _outside_windows(scores: torch.Tensor, kinds: list[tuple[int, int]], chunk_size: int) -> torch.Tensor:
+    """Stacked ``[L * B, H_kv, C]`` scores with each layer's chunks before its window start (``kinds``: per layer,
+    :func:`~hf_triforce.caches.selection.window_layout`) at ``-inf``."""
+    if all(start == 0 for _, start in kinds):
+        return scores
+    per_layer = scores.unflatten(0, (len(kinds), -1))
+    masked = [outside_window(layer, chunk_size, start) for layer, (_, start) in zip(per_layer, kinds, strict=True)]
+    return torch.stack(masked).flatten(0, 1)

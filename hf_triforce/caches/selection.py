@@ -91,6 +91,42 @@ def chunk_layout(length: int, chunk_size: int, budget: int, recent_window: int) 
     return recent_start, candidates, min(candidates, (budget - chunk_size - (length - recent_start)) // chunk_size)
 
 
+def window_layout(length: int, chunk_size: int, budget: int, recent_window: int, window: int | None) -> tuple[int, int]:
+    """``(recent_window, window_start)`` of a selection for a layer attending through a sliding ``window``.
+
+    Such a layer's next query sees the tokens ``[length - window + 1, length]``. Where the budget has room for all
+    of them after the sink chunk, the recent window grows to cover them, so the view ends with the layer's whole
+    window, contiguous (``window_start = 0``): over the compacted slots the sliding mask then sees exactly what the
+    target's layer sees, and the chunks before it are never attended. Where it has no room, the recent window stays
+    and only chunks wholly inside the window compete (``window_start``: the window's first token; the others score
+    ``-inf``, :func:`outside_window`). A full layer (``window=None``), or a window longer than the sequence, keeps
+    ``(recent_window, 0)``. Every layout gives the same number of tokens (see :func:`select_token_indices`).
+
+    Example:
+        >>> [window_layout(6144, 8, 768, 64, window) for window in (512, 4096, None)]  # a 6K cache, budget 768
+        [(512, 0), (64, 2049), (64, 0)]
+    """
+    if window is None or window > length or length <= budget:
+        return recent_window, 0
+    if window > recent_window and chunk_layout(length, chunk_size, budget, window)[2] >= 0:
+        return window, 0
+    return recent_window, (length - window + 1 if window > recent_window else 0)
+
+
+def outside_window(scores: torch.Tensor, chunk_size: int, window_start: int) -> torch.Tensor:
+    """``scores`` ``[B, H_kv, C]`` with every chunk that starts before token ``window_start`` at ``-inf``
+    (:func:`window_layout`; ``window_start = 0`` returns ``scores``).
+
+    Example:
+        >>> outside_window(torch.tensor([[[9.0, 5.0, 4.0, 1.0]]]), 8, 9).tolist()
+        [[[-inf, -inf, 4.0, 1.0]]]
+    """
+    if window_start <= 0:
+        return scores
+    starts = torch.arange(scores.shape[-1], device=scores.device) * chunk_size
+    return scores.float().masked_fill(starts < window_start, float("-inf"))
+
+
 def rescore(
     scores: torch.Tensor,
     query: torch.Tensor,

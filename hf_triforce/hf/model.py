@@ -199,6 +199,20 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList | None:
     return getattr(getattr(model, "model", None), "layers", None)
 
 
+def layer_windows(model: torch.nn.Module) -> list[int | None]:
+    """Each decoder layer's sliding window (``config.sliding_window`` for a ``"sliding_attention"`` layer), ``None``
+    for a layer that attends to every earlier token: what a level-1 view of that layer keeps to
+    (:func:`~hf_triforce.caches.selection.window_layout`).
+
+    Example:
+        >>> layer_windows(gemma3)  # a Gemma 3 of 1024-token windows, five sliding layers to one full  # doctest: +SKIP
+        [1024, 1024, 1024, 1024, 1024, None, 1024, ...]
+    """
+    text = model.config.get_text_config()
+    window = getattr(text, "sliding_window", None)
+    return [window if kind == "sliding_attention" else None for kind in cache_layer_types(text)]
+
+
 def attn_implementation(model: torch.nn.Module) -> str:
     """The attention implementation the model runs (``config._attn_implementation``)."""
     return model.config._attn_implementation

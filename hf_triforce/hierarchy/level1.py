@@ -26,6 +26,7 @@ from ..hf.attention import QueryCapture
 from ..hf.direct_forward import direct_decoder, resolve_level1_forward
 from ..hf.distributed import RankConsensus
 from ..hf.linears import int4_weight_copy, int8_weight_copy, resolve_level1_weights
+from ..hf.model import layer_windows
 from ..stats import TriForceStats
 from .drafter import Drafter
 from .judge import Drafts, judge_rows
@@ -203,6 +204,7 @@ class Level1Drafter:
         consensus = RankConsensus.for_model(model)  # one sequence: its rounds may stop by confidence (not under TP)
         self.planner = Planner(config, has_drafter=drafters is not None, consensus=consensus, one_sequence=rows == 1)
         self.refresh = RefreshRule(config)
+        self.windows = layer_windows(model)  # a sliding layer's view keeps to its window
         self.steps = level1_steps(model, cache, config, slots if masked else None, stats, runner_slot)
         for row in row_stats or ():
             row.level1_weights, row.level1_forward = stats.level1_weights, stats.level1_forward
@@ -328,7 +330,7 @@ class Level1Drafter:
         if self.stats.step_selection and self.cache.get_seq_length() > cfg.retrieval_budget:
             return nominate(self.cache, self._queries, *settings)
         slots = self.steps.slots  # rows with padding or holes: chunks of those only are never preferred
-        return self.cache.select(self._queries, *settings, slots, cfg.rescore_candidates), None
+        return self.cache.select(self._queries, *settings, slots, cfg.rescore_candidates, windows=self.windows), None
 
     def _level1_drafts(self, rows: list, budgets: list[int]) -> list[RowDraft]:
         drafts = [RowDraft(row.ids[:0]) for row in rows]

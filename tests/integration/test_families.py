@@ -1,7 +1,7 @@
 """Every family of the test matrix (``tests/support/families.py``): TriForce is plain ``generate()``, losslessly.
 
 For each of the 24 families, a tiny random model with a 200-token prompt (three times the 64-token retrieval budget,
-four times the 48-token sliding window of the families that have one):
+48 where every layer slides; four times the 48-token sliding window of the families that have one):
 
 * greedy output identical to plain ``generate()`` with each level-0 drafter (n-gram, suffix, a 1-layer draft model
   of the same family), level 1 drafting over a sparse view and rejected, level 0 drafting;
@@ -52,6 +52,15 @@ PROMPT = 200
 NEW_TOKENS = 24
 SPARSE = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, adaptive=False,
               draft_cache_budget=48, draft_sinks=4)  # fmt: skip
+ALL_SLIDING = [family.model_type for family in FAMILIES if family.all_sliding]
+"""Families whose every layer slides. At budget 64 their level 1 is the target (each view ends with its layer's
+whole 48-token window: :func:`test_a_sliding_layer_s_view_is_its_window`), so level 1 never rejects; the matrix's
+other cases run them at budget 48, where the window does not fit and level 1 retrieves inside it."""
+
+
+def sparse(model_type: str) -> dict:
+    """The matrix's sparse settings for ``model_type``: budget 48 where every layer slides, else 64."""
+    return {**SPARSE, "retrieval_budget": 48} if model_type in ALL_SLIDING else SPARSE
 
 
 class FamilyZoo:
@@ -86,7 +95,7 @@ def test_greedy_equals_plain_generate(families, assert_greedy_equal, model_type,
     model = families.target(model_type)
     assistant = families.draft(model_type) if drafter == "model" else None
     ran = Ran(drafted=("level0", "level1"), rejected=("level1",))
-    cfg = TriForceConfig(drafter=drafter, **SPARSE)
+    cfg = TriForceConfig(drafter=drafter, **sparse(model_type))
     assert_greedy_equal(model, prompt_ids(), cfg, NEW_TOKENS, ran=ran, assistant_model=assistant)
 
 
@@ -98,6 +107,18 @@ def test_a_view_of_the_whole_sequence_is_accepted(families, assert_greedy_equal,
     ran = Ran(accepted=("level1",), full_rounds=True)
     assert_greedy_equal(families.target(model_type), prompt_ids(1), cfg, NEW_TOKENS, ran=ran)
     assert hf_triforce.last_stats(families.target(model_type)).level1.per_token_acceptance > 0.9
+
+
+@pytest.mark.parametrize("model_type", ALL_SLIDING)
+def test_a_sliding_layer_s_view_is_its_window(families, assert_greedy_equal, model_type):
+    """Budget 64 of a 200-token sequence: every layer's view ends with its whole 48-token window (the sink chunk and
+    retrieved chunks before it, which the sliding mask hides), so level 1 computes what level 2 computes and every
+    draft is accepted. A view of the sink, the retrieved chunks and 16 recent tokens (the selection without
+    windows) accepts 0-8% of them."""
+    cfg = TriForceConfig(drafter="none", **SPARSE, level1_weights="full")
+    ran = Ran(accepted=("level1",), full_rounds=True)
+    assert_greedy_equal(families.target(model_type), prompt_ids(5), cfg, NEW_TOKENS, ran=ran)
+    assert hf_triforce.last_stats(families.target(model_type)).level1.per_token_acceptance == 1.0
 
 
 def left_padded_pair() -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,7 +136,7 @@ def test_batch(families, assert_ran, model_type):
     model = families.target(model_type)
     ids, mask = left_padded_pair()
     kwargs = dict(attention_mask=mask, max_new_tokens=16, do_sample=False, pad_token_id=0)
-    cfg = TriForceConfig(drafter="ngram", **SPARSE)
+    cfg = TriForceConfig(drafter="ngram", **sparse(model_type))
     expected = model.generate(ids, **kwargs)
     got = model.generate(ids, triforce_config=cfg, **kwargs)
     assert torch.equal(expected, got), (expected[:, -16:], got[:, -16:])
@@ -133,7 +154,7 @@ def test_reused_cache(families, assert_ran, model_type):
         model(input_ids=prompt[:, :150], use_cache=True, **cache_kwargs(prefix))
     common = dict(max_new_tokens=16, do_sample=False)
     expected = model.generate(prompt, **common, **cache_kwargs(copy.deepcopy(prefix)))
-    got = model.generate(prompt, triforce_config=TriForceConfig(drafter="ngram", **SPARSE), **common,
+    got = model.generate(prompt, triforce_config=TriForceConfig(drafter="ngram", **sparse(model_type)), **common,
                          **cache_kwargs(copy.deepcopy(prefix)))  # fmt: skip
     assert torch.equal(expected, got)
     assert hf_triforce.last_stats(model).reused_tokens == 150

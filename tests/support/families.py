@@ -49,6 +49,11 @@ class Family:
         """Whether some of its layers attend through a sliding window."""
         return "sliding" in self.attention
 
+    @property
+    def all_sliding(self) -> bool:
+        """Whether every layer attends through a sliding window."""
+        return self.attention == "sliding window"
+
 
 HYBRID = ["sliding_attention", "full_attention"] * 2
 SLIDING = {"sliding_window": WINDOW}

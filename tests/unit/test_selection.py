@@ -15,11 +15,13 @@ from transformers.models.llama.modeling_llama import repeat_kv
 from hf_triforce.caches.retrieval import RetrievalCache
 from hf_triforce.caches.selection import (
     keys_scores,
+    outside_window,
     ranks_every_chunk,
     rescore,
     select_token_indices,
     spread_forward,
     top_middle_chunks,
+    window_layout,
 )
 from hf_triforce.kernels.retrieval import (
     chunk_means,
@@ -360,3 +362,62 @@ def test_retrieval_cache_select_rescores_when_asked():
     plain = cache.select(query, 32, 16)[0][0, 0, 8:16].tolist()
     rescored = cache.select(query, 32, 16, rescore_candidates=8)[0][0, 0, 8:16].tolist()
     assert plain == list(range(16, 24)) and rescored == list(range(40, 48))
+
+
+def _sliding_cache(layers: int, length: int, seed: int = 0) -> tuple[RetrievalCache, list[torch.Tensor]]:
+    """A cache of ``length`` random tokens in ``layers`` layers (2 KV heads) and a random query per layer."""
+    torch.manual_seed(seed)
+    cache = RetrievalCache(num_layers=layers, chunk_size=8, capacity=length)
+    for layer in range(layers):
+        cache.update(torch.randn(1, 2, length, 16), torch.randn(1, 2, length, 16), layer_idx=layer)
+    return cache, [torch.randn(1, 4, 16) for _ in range(layers)]
+
+
+@pytest.mark.parametrize("length", [200, 203, 517])
+@pytest.mark.parametrize("window", [40, 48, 57, 100])
+@pytest.mark.parametrize("rescore_candidates", [0, 2, 1 << 30])
+def test_a_sliding_layer_s_view_ends_with_its_whole_window_where_the_budget_has_room(
+    length, window, rescore_candidates
+):
+    """Budget 128 holds the sink chunk and every window here: the sliding layer's view ends with the tokens its next
+    query sees, ``[length - window + 1, length)``, contiguous (so the sliding mask over the compacted slots sees
+    exactly them), and has as many tokens as the full layer's view (one layout for every layer). Without the window
+    rule the view's last ``window`` slots hold retrieved chunks."""
+    cache, queries = _sliding_cache(2, length)
+    windows = [window, None]
+    stacked = cache.select(queries, 128, 16, rescore_candidates=rescore_candidates, windows=windows)
+    per_layer = [cache.select_layer(i, q, 128, 16, rescore_candidates=rescore_candidates, window=w)
+                 for i, (q, w) in enumerate(zip(queries, windows, strict=True))]  # fmt: skip
+    for got in (stacked, per_layer):
+        sliding, full = got[0][0], got[1][0]
+        assert sliding.shape == full.shape
+        for head in sliding:
+            assert head[-(window - 1) :].tolist() == list(range(length - window + 1, length))
+    assert all(torch.equal(a, b) for a, b in zip(stacked, per_layer, strict=True))
+    assert torch.equal(stacked[1], cache.select(queries, 128, 16, rescore_candidates=rescore_candidates)[1])
+
+
+@pytest.mark.parametrize("rescore_candidates", [0, 2, 1 << 30])
+def test_a_window_longer_than_the_budget_retrieves_only_inside_it(rescore_candidates):
+    """Window 300 of a 600-token cache, budget 128: the sliding layer keeps the sink chunk and the recent tokens and
+    retrieves only chunks wholly inside its window, even where chunks before it score best; the full layer
+    retrieves those."""
+    cache, queries = _sliding_cache(2, 600)
+    for layer in range(2):  # chunks 5..9 (tokens 40..79, long before the window) match the query best
+        keys = cache.layers[layer].buffer.keys
+        keys[0, :, 40:80] = queries[layer][0, ::2, None] * 10
+    indices = cache.select(queries, 128, 16, rescore_candidates=rescore_candidates, windows=[300, None])
+    middle = lambda idx: idx[0, :, 8:-16]  # noqa: E731  between the sink chunk and the recent tokens
+    assert bool((middle(indices[0]) >= 600 - 300 + 1).all())
+    assert bool(((middle(indices[1]) >= 40) & (middle(indices[1]) < 80)).any())
+    assert indices[0].shape == indices[1].shape
+
+
+def test_window_layout_by_hand():
+    assert window_layout(200, 8, 64, 16, None) == (16, 0)
+    assert window_layout(200, 8, 64, 16, 48) == (48, 0)  # sink 8 + recent 48..55 <= 64
+    assert window_layout(200, 8, 64, 16, 60) == (16, 141)  # no room: retrieve inside [141, 200)
+    assert window_layout(200, 8, 64, 16, 8) == (16, 0)  # the recent tokens already hold the window
+    assert window_layout(200, 8, 256, 16, 48) == (16, 0)  # everything fits: everything is kept
+    assert window_layout(200, 8, 64, 16, 300) == (16, 0)  # the window holds the whole sequence
+    assert outside_window(torch.zeros(1, 1, 4), 8, 0).tolist() == [[[0.0] * 4]]
