@@ -292,3 +292,53 @@ def test_each_layer_rotates_with_its_own_kind_s_base():
     assert torch.equal(freqs[0], rotary.sliding_attention_inv_freq.float())
     assert torch.equal(freqs[1], rotary.full_attention_inv_freq.float())
     assert not torch.equal(freqs[0], freqs[1])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Expert routing over a multi-token verification
+
+MOE = [family.model_type for family in FAMILIES if "mixture of experts" in family.features]
+
+
+def _routing_and_logits(model: torch.nn.Module, prompt: torch.Tensor, width: int, at_once: bool):
+    """Each router's expert choice per token (``[width, top_k]`` per router) and the ``[width, V]`` logits of the
+    last ``width`` tokens of ``prompt``, forwarded at once (a verification) or one at a time (plain decoding)."""
+    routers = [m for m in model.modules() if type(m).__name__.endswith("TopKRouter")]
+    chosen: dict[int, list[torch.Tensor]] = {i: [] for i in range(len(routers))}
+    hooks = [r.register_forward_hook(lambda _m, _i, out, i=i: chosen[i].append(out[2])) for i, r in enumerate(routers)]
+    try:
+        cache = DynamicCache()
+        with torch.no_grad():
+            model(input_ids=prompt[:, :-width], use_cache=True, **cache_kwargs(cache))
+            for values in chosen.values():
+                values.clear()
+            pieces = [prompt[:, -width:]] if at_once else list(prompt[:, -width:].split(1, dim=1))
+            logits = torch.cat([model(input_ids=p, use_cache=True, **cache_kwargs(cache)).logits[0] for p in pieces])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return [torch.cat(values) for values in chosen.values()], logits
+
+
+def assert_routed_per_token(model: torch.nn.Module, prompt: torch.Tensor, width: int = 6) -> None:
+    """A ``width``-token forward routes every token to the experts a one-token step routes it to, with the same
+    logits (what a TriForce verification needs of a mixture of experts)."""
+    routed, logits = _routing_and_logits(model, prompt, width, at_once=True)
+    stepped, step_logits = _routing_and_logits(model, prompt, width, at_once=False)
+    assert routed and all(torch.equal(a, b) for a, b in zip(routed, stepped, strict=True)), "routing differs"
+    torch.testing.assert_close(logits, step_logits, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("model_type", MOE)
+def test_a_verification_routes_each_token_as_a_step_does(families, model_type, monkeypatch):
+    """Mixtral, Qwen2-MoE, Qwen3-MoE and gpt-oss route each token of a 6-token verification to the experts a
+    one-token step chooses, with the same logits: the property TriForce's multi-token verification relies on (the
+    greedy and sampled cases above show its output). A router coupled across the tokens of a forward (here: routing
+    every token by the tokens' mean) is caught by the same check."""
+    model = families.target(model_type)
+    assert_routed_per_token(model, prompt_ids(6))
+    router = next(type(m) for m in model.modules() if type(m).__name__.endswith("TopKRouter"))
+    forward = router.forward
+    monkeypatch.setattr(router, "forward", lambda self, h: forward(self, h.mean(dim=-2, keepdim=True).expand_as(h)))
+    with pytest.raises(AssertionError):
+        assert_routed_per_token(model, prompt_ids(6))
