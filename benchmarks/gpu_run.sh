@@ -33,7 +33,7 @@ CONTEXTS_8B=${CONTEXTS_8B:-32k,64k,128k}
 PREFILL_CHUNK=${PREFILL_CHUNK:-8192}
 CUDA_GRAPHS=${CUDA_GRAPHS:-auto}           # TriForceConfig.cuda_graphs for the level-0/1 steps; "off" if capture fails
 RESULTS=${OUT:-benchmarks/results}
-STEPS=${STEPS:-versions,best-plain,tests,score-ab,selection-cost,7b,8b,8b-rescore0,phase-calls,8b-no-triton,level0,8b-fp32,8b-direct,8b-step-selection}
+STEPS=${STEPS:-versions,best-plain,tests,score-ab,selection-cost,7b,8b,8b-int4,8b-rescore0,phase-calls,8b-no-triton,level0,8b-fp32,8b-direct,8b-step-selection}
 CONTEXTS_FP32=${CONTEXTS_FP32:-32k}
 BEST_PLAIN=${BEST_PLAIN:-dynamic,static_compiled,sdpa_flash,flash_attention_2,continuous_batching}
 CONTEXTS_BEST_8B=${CONTEXTS_BEST_8B:-32k,128k}
@@ -70,6 +70,11 @@ want selection-cost && run $PY benchmarks/experiments/selection_cost.py --device
     $([ "$DEVICE" = cuda ] && echo --shape llama3.1-8b --tokens 131072 --repeats 10)
 want 7b && bench "$tag-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_7B" --drafters none
 want 8b && bench "$tag-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafters none
+# Level 1 on the int4 copy (issue 55: torch._weight_int4pack_mm, groups of 32, the LM head in bf16), CUDA graphs as
+# above: its level-1 step ms against the 8b run's (full bf16 weights) and against its own floor (a quarter of the
+# projections' bytes), and the level-1 acceptance the random-weight preset cannot show (use the CPU's, below).
+want 8b-int4 && bench "$tag-$PRESET_8B-int4" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafters none \
+    --level1-weights int4
 # rescore_candidates=0 (the chunk-mean ranking alone, TriForce's; the default until 2026-11-28): its refresh ms
 # against the 8b run above (the default, rescore_candidates=4) is what ranking the nominees by their keys costs.
 want 8b-rescore0 && bench "$tag-$PRESET_8B-rescore0" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" \

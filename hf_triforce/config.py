@@ -118,8 +118,10 @@ class TriForceConfig:
             "still uses the target's own weights, so the output is unchanged; the copy makes a level-1 step cheaper "
             "(SmolLM2 on 2 CPU cores: 42 -> 26 ms) at a small cost in level-1 acceptance. 'int4': the decoder "
             "layers' projections as a weight-only int4 copy (groups of 32 inputs, bfloat16 scales and zeros), the LM "
-            "head as int8; run by level 1's direct forward only (one sequence, level1_forward 'auto' or 'direct'). "
-            "'auto': 'int4' where level 1 runs its direct forward, else 'int8' where it runs, else 'full'."
+            "head as int8 on the CPU; on a CUDA GPU of compute capability 8.0+ the same copy runs through "
+            "torch._weight_int4pack_mm (tinygemm) and the LM head keeps its own weights ('int8' is CPU-only). "
+            "'auto': 'int4' where level 1 runs its direct forward, else 'int8' where it runs, else 'full'; on CUDA "
+            "'full' until a GPU run measures the int4 copy faster (benchmarks/gpu_run.sh, step 8b-int4)."
         },
     )
     level1_forward: str = field(

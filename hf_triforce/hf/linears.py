@@ -92,6 +92,31 @@ def int8_level1_problem(model: torch.nn.Module) -> str | None:
     return None
 
 
+def int4_cuda_level1_problem(model: torch.nn.Module) -> str | None:
+    """Why level 1 cannot draft with an int4 weight copy of ``model`` held on a CUDA GPU (``None``: it can).
+
+    It needs ``torch._weight_int4pack_mm`` on a GPU of compute capability 8.0 or newer, and a model held whole on
+    that GPU (not dispatched or offloaded by accelerate, not sharded across tensor-parallel ranks).
+
+    Example:
+        >>> int4_cuda_level1_problem(torch.nn.Linear(16, 4))
+        'the model is on cpu'
+    """
+    param = next(model.parameters(), None)
+    if param is None or param.device.type != "cuda":
+        return f"the model is on {getattr(param, 'device', 'no device')}"
+    if is_dispatched(model) or RankConsensus.for_model(model).active:
+        return "the model is dispatched by accelerate or sharded across tensor-parallel ranks"
+    if not int4_kernel_available(param.device):
+        return f"this torch ({torch.__version__}) or GPU has no torch._weight_int4pack_mm (compute capability 8.0+)"
+    return None
+
+
+def _on_cuda(model: torch.nn.Module) -> bool:
+    param = next(model.parameters(), None)
+    return param is not None and param.device.type == "cuda"
+
+
 def resolve_level1_weights(choice: str, model: torch.nn.Module, direct: bool = False) -> str:
     """``"full"``, ``"int8"`` or ``"int4"``: the weights level 1 drafts with for ``TriForceConfig.level1_weights ==
     choice``, where level 1 runs its direct forward (``direct``: one sequence on the CPU) or transformers' forward.
@@ -100,6 +125,10 @@ def resolve_level1_weights(choice: str, model: torch.nn.Module, direct: bool = F
     :func:`int8_level1_problem` finds no problem; else ``"full"``. An explicit ``"int8"`` or ``"int4"`` that cannot
     run raises :class:`~hf_triforce.errors.UnsupportedDeviceError` (before any work). Either forward runs either copy
     (the direct forward its stacked projections, transformers' forward :func:`low_bit_linears`).
+
+    On a CUDA GPU, ``"int4"`` runs the tinygemm kernel (:func:`int4_cuda_level1_problem` says where it cannot);
+    ``"int8"`` is refused (its kernel is CPU-only) and ``"auto"`` is ``"full"``: no GPU run has yet measured the
+    int4 copy faster end to end (``benchmarks/gpu_run.sh``, step ``8b-int4``).
 
     Example:
         >>> resolve_level1_weights("full", torch.nn.Linear(4, 4)), resolve_level1_weights("auto", torch.nn.Linear(4, 4))
@@ -110,6 +139,8 @@ def resolve_level1_weights(choice: str, model: torch.nn.Module, direct: bool = F
     """
     if choice == "full":
         return "full"
+    if _on_cuda(model):
+        return _resolve_on_cuda(choice, model)
     problem = int8_level1_problem(model)
     if choice == "int4" and problem is None and not int4_kernel_available():
         problem = f"this torch ({torch.__version__}) has no torch._weight_int4pack_mm_for_cpu"
@@ -122,6 +153,19 @@ def resolve_level1_weights(choice: str, model: torch.nn.Module, direct: bool = F
             "(the target's own weights) or 'auto' (int8 only where it runs)."
         )
     return "full"
+
+
+def _resolve_on_cuda(choice: str, model: torch.nn.Module) -> str:
+    """:func:`resolve_level1_weights` for a model on a CUDA GPU."""
+    problem = int4_cuda_level1_problem(model) if choice == "int4" else None
+    if choice == "int8":
+        problem = "the int8 kernel is CPU-only (level1_weights='int4' runs on CUDA GPUs of compute capability 8.0+)"
+    if problem is not None:
+        raise UnsupportedDeviceError(
+            f"TriForceConfig(level1_weights={choice!r}) cannot run here: {problem}. Use level1_weights='full' "
+            "(the target's own weights) or 'auto'."
+        )
+    return "int4" if choice == "int4" else "full"
 
 
 def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
@@ -146,7 +190,8 @@ def int4_weight_copy(model: torch.nn.Module) -> LowBitCopy:
     """An int4 copy of ``model``'s plain ``nn.Linear`` projections (groups of 32 inputs; the int8 copy where the int4
     kernel does not serve the shape) and an int8 copy of its output embeddings (level 1 samples from its logits, as
     the direct forward's int4 weights do), made at the first call and kept beside the model: what level 1's
-    ``level1_weights="int4"`` runs through transformers' forward.
+    ``level1_weights="int4"`` runs through transformers' forward. On a CUDA GPU (no int8 kernel there) the output
+    embeddings and the shapes int4 does not serve keep their own weights.
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 16))
@@ -155,7 +200,10 @@ def int4_weight_copy(model: torch.nn.Module) -> LowBitCopy:
         (['Int4Weight', 'Int4Weight'], True)
     """
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    layers = [m for m in _plain_layers(model) if int8_kernel_supports(m.weight)]
+    if _on_cuda(model):  # no int8 kernel there: the head and the shapes int4 does not serve keep their own weights
+        layers = [m for m in _plain_layers(model) if m is not head and int4_kernel_supports(m.weight)]
+    else:
+        layers = [m for m in _plain_layers(model) if int8_kernel_supports(m.weight)]
     key = tuple(weight_fingerprint(m.weight) for m in layers)
     return kept_beside(_INT4_COPIES, model, key, lambda: _quantized(layers, "int4", lambda m: _int4_or_int8(m, head)))
 

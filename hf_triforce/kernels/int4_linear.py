@@ -1,4 +1,5 @@
-"""Weight-only int4 linear layers for level 1 on the CPU: half the bytes of the int8 copy.
+"""Weight-only int4 linear layers for level 1: half the bytes of the int8 copy on the CPU, a quarter of bfloat16 on
+CUDA.
 
 A level-1 step on the CPU is bound by reading the weights. With level 1's int8 copy (:mod:`.int8_linear`) SmolLM2's
 decoder layers still read about 105 MiB per step; an int4 copy of them, in groups of :data:`GROUP_SIZE` input
@@ -14,6 +15,13 @@ the kernel's ``scales_and_zeros``; scale and zero rounded to bfloat16). :func:`i
 a bfloat16-rounded result). The copy holds the values once, in the kernel's packed layout; the reference reads them
 back through the kernel with unit scales (:meth:`Int4Weight.values`), and the tests check them against the
 quantization's rounding, so the packing is tested on its own and the product against the reference.
+
+On CUDA (compute capability 8.0 or newer) the same quantization runs through ``torch._weight_int4pack_mm``, the
+tinygemm kernel gpt-fast drafts with: the same ``scales_and_zeros`` convention, the values packed two to a byte
+(:func:`pack_nibbles`) and then into the kernel's tiles (``torch._convert_weight_to_int4pack``). A level-1 step of
+an 8B model reads 15.3 of its 15.8 GB as weights in bfloat16; its int4 copy is about 4 GB. Whether that makes
+level 1 faster on a given GPU is measured by ``benchmarks/gpu_run.sh`` (``level1_weights="auto"`` stays ``"full"``
+on CUDA until it is).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ GROUP_SIZE = 32
 of the int8 copy's; 64 lost about 0.08)."""
 N_MULTIPLE = 16  # torch's int4 packing needs out_features a multiple of 16
 LEVELS = 15  # int4 values 0..15
+K_TILE = 16  # CUDA: in_features come in tiles of 16, ``inner_k_tiles`` (2, 4 or 8) of them per packed row
 
 
 @dataclass(frozen=True)
@@ -56,10 +65,11 @@ class Int4Weight:
         the weight a value stands for is the value itself, so the kernel's product of the ``K x K`` identity is
         them (``[K, N]``, small integers, exact in bfloat16). The tests check them against the rounding that
         :func:`quantize_int4` does."""
-        ones = torch.ones(self.scales_and_zeros.shape[:2], dtype=torch.bfloat16)
+        device = self.packed.device
+        ones = torch.ones(self.scales_and_zeros.shape[:2], dtype=torch.bfloat16, device=device)
         unit = torch.stack([ones, 8 * ones], dim=-1)  # [K / group_size, N, 2]: scale 1, zero 8
-        eye = torch.eye(self.in_features, dtype=torch.bfloat16)
-        return torch._weight_int4pack_mm_for_cpu(eye, self.packed, self.group_size, unit).T.to(torch.int32)
+        eye = torch.eye(self.in_features, dtype=torch.bfloat16, device=device)
+        return _int4_mm(eye, self.packed, self.group_size, unit).T.to(torch.int32)
 
     def dequantize(self) -> torch.Tensor:
         """The float32 weight ``[N, K]`` this copy stands for: ``(q - 8) * scale + zero`` per group."""
@@ -74,25 +84,77 @@ class Int4Weight:
         return sum(t.numel() * t.element_size() for t in (self.packed, self.scales_and_zeros))
 
 
-def int4_kernel_available() -> bool:
-    """Whether this torch build has the CPU int4 weight-only matmul (``torch._weight_int4pack_mm_for_cpu``).
+def int4_kernel_available(device: torch.device | str = "cpu") -> bool:
+    """Whether this torch build has the int4 weight-only matmul for ``device``: on the CPU
+    ``torch._weight_int4pack_mm_for_cpu``, on CUDA ``torch._weight_int4pack_mm`` on a GPU of compute capability 8.0
+    or newer (tinygemm's tensor-core path).
 
     Example:
-        >>> isinstance(int4_kernel_available(), bool)
-        True
+        >>> isinstance(int4_kernel_available(), bool), int4_kernel_available("meta")
+        (True, False)
     """
+    device = torch.device(device)
+    if device.type == "cuda":
+        usable = hasattr(torch, "_weight_int4pack_mm") and torch.cuda.is_available()
+        return usable and torch.cuda.get_device_capability(device) >= (8, 0)
+    if device.type != "cpu":
+        return False
     return hasattr(torch, "_weight_int4pack_mm_for_cpu") and hasattr(torch, "_convert_weight_to_int4pack_for_cpu")
 
 
 def int4_kernel_supports(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> bool:
-    """Whether :func:`int4_linear` serves a weight ``[N, K]``: ``N`` a multiple of 16, ``K`` of ``group_size``.
+    """Whether :func:`int4_linear` serves a weight ``[N, K]``: ``N`` a multiple of 16, ``K`` of ``group_size`` (on
+    CUDA also of 32: two tiles of 16 inputs at least).
 
     Example:
         >>> int4_kernel_supports(torch.zeros(960, 576)), int4_kernel_supports(torch.zeros(8, 576))
         (True, False)
     """
     n, k = weight.shape if weight.dim() == 2 else (0, 0)
-    return n > 0 and k > 0 and n % N_MULTIPLE == 0 and k % group_size == 0
+    tiles = k % (2 * K_TILE) == 0 if weight.device.type == "cuda" else True
+    return n > 0 and k > 0 and n % N_MULTIPLE == 0 and k % group_size == 0 and tiles
+
+
+def pack_nibbles(values: torch.Tensor) -> torch.Tensor:
+    """``[N, K]`` int4 values (``0..15``) two to a byte, ``[N, K / 2]`` uint8: the even input channel in the high
+    nibble, the odd one in the low (the layout ``torch._convert_weight_to_int4pack`` takes on CUDA).
+
+    Example:
+        >>> pack_nibbles(torch.tensor([[1, 2, 15, 0]])).tolist(), unpack_nibbles(pack_nibbles(torch.tensor([[1, 2]])))
+        ([[18, 240]], tensor([[1, 2]], dtype=torch.int32))
+    """
+    values = values.to(torch.int32)
+    return (values[:, ::2] << 4 | values[:, 1::2]).to(torch.uint8)
+
+
+def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """The ``[N, K]`` int32 values :func:`pack_nibbles` packed (its inverse)."""
+    packed = packed.to(torch.int32)
+    return torch.stack([packed >> 4, packed & 15], dim=-1).flatten(1)
+
+
+def inner_k_tiles(in_features: int) -> int:
+    """How many 16-input tiles the CUDA kernel packs per row: 8 where ``in_features`` allows, else 4 or 2.
+
+    Example:
+        >>> inner_k_tiles(4096), inner_k_tiles(576), inner_k_tiles(96)
+        (8, 4, 2)
+    """
+    return next(tiles for tiles in (8, 4, 2) if in_features % (tiles * K_TILE) == 0)
+
+
+def _int4_pack(values: torch.Tensor) -> torch.Tensor:
+    """``[N, K]`` int32 values in the kernel's packed layout for their device."""
+    if values.device.type == "cuda":
+        return torch._convert_weight_to_int4pack(pack_nibbles(values).contiguous(), inner_k_tiles(values.shape[1]))
+    return torch._convert_weight_to_int4pack_for_cpu(values.contiguous(), 1)
+
+
+def _int4_mm(rows: torch.Tensor, packed: torch.Tensor, group_size: int, scales_and_zeros: torch.Tensor) -> torch.Tensor:
+    """``[M, N]`` bfloat16: ``[M, K]`` bfloat16 ``rows`` times the packed weight, by the kernel of its device."""
+    if packed.device.type == "cuda":
+        return torch._weight_int4pack_mm(rows, packed, group_size, scales_and_zeros)
+    return torch._weight_int4pack_mm_for_cpu(rows, packed, group_size, scales_and_zeros)
 
 
 def quantize_int4(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> Int4Weight:
@@ -119,7 +181,7 @@ def quantize_int4(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> Int4Wei
     q = ((groups - zero.float()[..., None]) / scale.float()[..., None] + 8).round().clamp(0, LEVELS).to(torch.int32)
     q = q.view(n, k)
     return Int4Weight(
-        packed=torch._convert_weight_to_int4pack_for_cpu(q.contiguous(), 1),
+        packed=_int4_pack(q),
         scales_and_zeros=torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous(),
         group_size=group_size,
     )
@@ -129,7 +191,7 @@ def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None =
     """``F.linear(x, weight)`` with the int4 copy: ``x`` rounded to bfloat16, the product rounded to bfloat16.
 
     Args:
-        x: ``[..., K]`` float inputs on the CPU.
+        x: ``[..., K]`` float inputs on the weight's device (the CPU, or CUDA).
         weight: the :class:`Int4Weight` of an ``[N, K]`` weight.
         bias: optional ``[N]``, added in ``x``'s dtype.
 
@@ -143,7 +205,7 @@ def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None =
         True
     """
     rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-    out = torch._weight_int4pack_mm_for_cpu(rows, weight.packed, weight.group_size, weight.scales_and_zeros)
+    out = _int4_mm(rows, weight.packed, weight.group_size, weight.scales_and_zeros)
     out = out.to(x.dtype)
     if bias is not None:
         out += bias

@@ -15,8 +15,9 @@ import hf_triforce.generation.call
 import hf_triforce.hierarchy.level1
 from hf_triforce import TriForceConfig
 from hf_triforce.errors import UnsupportedDeviceError, UnsupportedGenerationError
-from hf_triforce.hf.linears import int8_weight_copy
+from hf_triforce.hf.linears import int4_weight_copy, int8_weight_copy, resolve_level1_weights
 from hf_triforce.hf.versions import cache_kwargs
+from hf_triforce.kernels.int4_linear import Int4Weight, int4_kernel_available
 from hf_triforce.kernels.int8_linear import int8_kernel_available
 
 # TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
@@ -202,3 +203,37 @@ def test_auto_falls_back_to_full_weights_where_int8_cannot_run(model_factory, ma
     cfg = TriForceConfig(drafter="none", **SMALL)
     model.generate(make_prompt(60), max_new_tokens=8, do_sample=False, triforce_config=cfg)
     assert hf_triforce.last_stats(model).level1_weights == "full"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# On a CUDA GPU: level 1 on the int4 copy through the tinygemm kernel (issue 55)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not int4_kernel_available("cuda"), reason="needs CUDA int4 (compute capability 8.0+)")
+@pytest.mark.parametrize("cuda_graphs", [False, "eager", True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int4_on_cuda_equals_plain_generate(model_factory, make_prompt, assert_greedy_equal, cuda_graphs, dtype):
+    """Greedy TriForce with level 1 on the int4 copy of a CUDA model equals plain ``generate()`` (float32; bfloat16
+    within the near-tie rule of the bf16 tests), dynamic, eager fixed-shape and CUDA-graph steps alike, and the copy
+    is the one run: int4 projections, the output embeddings their own weights."""
+    model = model_factory("llama_gqa").to("cuda", dtype)
+    cfg = TriForceConfig(drafter="none", level1_weights="int4", cuda_graphs=cuda_graphs, **SMALL)
+    prompt = make_prompt(120, seed=3).cuda()
+    if dtype == torch.float32:
+        assert_greedy_equal(model, prompt, cfg, 40)
+    else:
+        model.generate(prompt, max_new_tokens=40, do_sample=False, triforce_config=cfg)
+    assert hf_triforce.last_stats(model).level1_weights == "int4"
+    copy = int4_weight_copy(model)
+    assert copy and all(isinstance(w, Int4Weight) for w in copy.values())
+    assert model.get_output_embeddings() not in copy
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_auto_is_full_and_int8_is_refused(model_factory, make_prompt):
+    model = model_factory("llama_gqa").cuda()
+    assert resolve_level1_weights("auto", model) == "full"
+    with pytest.raises(UnsupportedDeviceError, match="int8 kernel is CPU-only"):
+        model.generate(make_prompt(120).cuda(), max_new_tokens=4, triforce_config=TriForceConfig(level1_weights="int8"))

@@ -167,10 +167,11 @@ def build(family: Family | str, num_layers: int = 4, seed: int = 0, vocab_size: 
 
 TESTED_PATHS = "greedy (n-gram, suffix, draft model), a batch, a reused cache"
 """What the matrix runs for every family (tests/integration/test_families.py)."""
-SAMPLED = ("gemma2", "gpt_oss", "qwen3_moe", "cohere2")
+SAMPLED = ("mistral", "gemma2", "gpt_oss", "qwen3_moe", "cohere2")
 """Families whose sampled output tests/integration/test_families.py tests for its distribution, one per attention kind
-beyond Llama's full-attention GQA (which test_sampling_distribution.py tests in depth): soft-capped hybrid, hybrid
-with learned sinks and experts, mixture of experts with QK-norm, interleaved rotary."""
+beyond Llama's full-attention GQA (which test_sampling_distribution.py tests in depth): sliding window in every layer
+(its views retrieving inside the window), soft-capped hybrid, hybrid with learned sinks and experts, mixture of
+experts with QK-norm, interleaved rotary."""
 
 
 def markdown_table() -> str:

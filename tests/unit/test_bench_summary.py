@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hf_triforce.evaluation.bench.headline import headline_section
+from hf_triforce.evaluation.bench.report import _floors
 from hf_triforce.evaluation.bench.summary import attach_floors, summarize
 from hf_triforce.evaluation.common.repetition import loops
 
@@ -73,3 +74,11 @@ def test_an_answer_loops_when_more_than_a_quarter_of_its_spans_repeat():
     assert not loops(list(range(100)))
     assert loops(list(range(12)) * 3)
     assert not loops(list(range(80)) + list(range(10)))  # one repeated passage: 3 of 83 spans
+
+
+def test_level1_floor_reads_the_copy_level1_drafts_with():
+    """A row whose level 1 drafted on a low-bit copy (``level1_weight_bytes``) has a level-1 floor of the copy's
+    bytes; the plain floor keeps the model's own weights (1 MB/s: (250 B + 512 x 10 B) and (1000 B + 7000 x 10 B))."""
+    r = {**row("a", 0.0, 1.0, 0.8, 0.5), "config": {"retrieval_budget": 512}}
+    assert _floors(r, 1e6) == ("71.0", "6.1")
+    assert _floors({**r, "level1_weight_bytes": 250}, 1e6) == ("71.0", "5.4")

@@ -6,14 +6,17 @@ import pytest
 import torch
 
 from hf_triforce.errors import UnsupportedDeviceError
-from hf_triforce.hf.linears import resolve_level1_weights
+from hf_triforce.hf.linears import int4_cuda_level1_problem, resolve_level1_weights
 from hf_triforce.kernels.int4_linear import (
     GROUP_SIZE,
+    inner_k_tiles,
     int4_kernel_available,
     int4_kernel_supports,
     int4_linear,
     int4_linear_reference,
+    pack_nibbles,
     quantize_int4,
+    unpack_nibbles,
 )
 
 pytestmark = [
@@ -91,3 +94,63 @@ def test_level1_weights_int4_resolution():
     assert resolve_level1_weights("auto", model, direct=True) == "int4"  # level 1's direct forward
     with pytest.raises(UnsupportedDeviceError, match="level1_weights='int4'.*float16"):
         resolve_level1_weights("int4", model.half())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CUDA: the tinygemm kernel (torch._weight_int4pack_mm), same quantization, same reference
+
+CUDA_INT4 = pytest.mark.skipif(not int4_kernel_available("cuda"), reason="needs CUDA int4 (compute capability 8.0+)")
+
+
+def test_nibbles_hold_two_values_a_byte_even_channel_high():
+    values = torch.randint(0, 16, (48, 128), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    packed = pack_nibbles(values)
+    assert packed.dtype == torch.uint8 and packed.shape == (48, 64)
+    assert torch.equal(unpack_nibbles(packed), values)
+    assert torch.equal(packed[:, 0].int(), values[:, 0] * 16 + values[:, 1])
+
+
+def test_cuda_tiles_and_refusals_off_cuda():
+    assert [inner_k_tiles(k) for k in (4096, 14336, 576, 96, 32)] == [8, 8, 4, 2, 2]
+    assert not int4_kernel_available("meta")
+    assert int4_cuda_level1_problem(torch.nn.Linear(64, 16)) == "the model is on cpu"
+
+
+@pytest.mark.gpu
+@CUDA_INT4
+@pytest.mark.parametrize("rows", [1, 3, 16])
+@pytest.mark.parametrize("out_features,in_features", [(16, 32), (960, 576), (1024, 4096), (64, 1536)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_cuda_kernel_matches_reference(rows, out_features, in_features, dtype):
+    """On CUDA: the values read back through the kernel are the quantization's rounding of each weight with the
+    copy's own scale and zero, and the product equals the reference within two bfloat16 steps."""
+    gen = torch.Generator().manual_seed(rows * 1000 + in_features)
+    weight = torch.randn(out_features, in_features, generator=gen) * 0.05
+    q = quantize_int4(weight.cuda())
+    scale, zero = q.scales_and_zeros.float().cpu().permute(2, 1, 0)
+    groups = weight.view(out_features, in_features // GROUP_SIZE, GROUP_SIZE)
+    by_hand = ((groups - zero[..., None]) / scale[..., None] + 8).round().clamp(0, 15).view(out_features, in_features)
+    assert torch.equal(q.values().cpu(), by_hand.to(torch.int32))
+    x = torch.randn(1, rows, in_features, generator=gen).to("cuda", dtype)
+    got, expected = int4_linear(x, q), int4_linear_reference(x, q)
+    assert got.shape == (1, rows, out_features) and got.dtype == dtype and got.is_cuda
+    scale = expected.abs().max().item()
+    torch.testing.assert_close(got.float(), expected.float(), rtol=2 * BF16_EPS, atol=2 * BF16_EPS * scale)
+
+
+@pytest.mark.gpu
+@CUDA_INT4
+def test_cuda_kernel_replays_in_a_cuda_graph():
+    q = quantize_int4(torch.randn(256, 512, device="cuda") * 0.05)
+    x = torch.randn(2, 512, device="cuda", dtype=torch.bfloat16)
+    eager = int4_linear(x, q)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        int4_linear(x, q)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = int4_linear(x, q)
+    graph.replay()
+    torch.testing.assert_close(out, eager, rtol=0, atol=0)

@@ -171,7 +171,8 @@ def _bandwidth_section(results: dict[str, Any]) -> list[str]:
         "",
         "## Against the bandwidth model",
         "",
-        "Floor = (weights + attended KV) / peak bandwidth"
+        "Floor = (weights + attended KV) / peak bandwidth (level 1's weights: its int8 or int4 copy where it drafts "
+        "with one)"
         + (f" ({bandwidth / 1e12:.2f} TB/s)." if bandwidth else " (no peak bandwidth known for a CPU: floors omitted).")
         + " Modeled speedup = expected tokens per verification x plain step / (gamma2 level-1 steps + one "
         "verification), from this run's measured latencies (hf_triforce.evaluation.models.bandwidth; level 0 not "
@@ -228,6 +229,7 @@ def _floors(r: dict[str, Any], bandwidth: float | None) -> tuple[str, str]:
     per_token = r.get("kv_bytes_per_token")
     if not bandwidth or per_token is None:
         return "-", "-"
-    weights = r["weight_bytes"]
+    plain, level1 = r["weight_bytes"], r.get("level1_weight_bytes", r["weight_bytes"])  # level 1 may read a copy
     view = r["config"]["retrieval_budget"]
-    return tuple(f"{1e3 * (weights + n * per_token) / bandwidth:.1f}" for n in (r["prompt_tokens"], view))
+    pairs = ((plain, r["prompt_tokens"]), (level1, view))
+    return tuple(f"{1e3 * (weights + n * per_token) / bandwidth:.1f}" for weights, n in pairs)

@@ -19,6 +19,7 @@ from ...config import TriForceConfig
 from ...errors import TriForceConfigError
 from ...generation import enable
 from ...hf.backend import preferred_attn_implementation
+from ...hf.linears import int4_weight_copy, int8_weight_copy
 from ...hf.model import attn_implementation, context_limit
 from ...hf.processors import answer_repetition_penalty, custom_processor_replaces_builtin
 from ...hf.sharding import local_shard, sharded_loading_kwargs
@@ -153,6 +154,7 @@ def _measure_row(options: BenchOptions, model, assistant, ids, prefix, temperatu
                          prompt_lookup_tokens=options.prompt_lookup, **extra, **kwargs)  # fmt: skip
     row = {"prompt_tokens": ids.shape[1], "temperature": temperature, "budget": budget, "drafter": drafter}
     row.update(result.to_dict(), config=config.to_dict(), weight_bytes=_weight_bytes(model))
+    row["level1_weight_bytes"] = _level1_weight_bytes(model, row["triforce"]["triforce"].get("level1_weights"))
     row.update(shape=options.preset or "model", random_weights=options.preset is not None)
     row["model_config"] = _shape_facts(model)
     kv_per_token = kv_bytes_per_token(model.config.get_text_config(), model.dtype.itemsize)
@@ -278,6 +280,18 @@ def _weight_bytes(model) -> int:
     tensor parallelism): what every forward reads."""
     shards = [local_shard(p) for p in model.parameters()]
     return sum({p.data_ptr(): p.numel() * p.element_size() for p in shards}.values())
+
+
+def _level1_weight_bytes(model, weights: str | None) -> int:
+    """Bytes a level-1 step reads as weights: the model's (:func:`_weight_bytes`), with each projection of level 1's
+    int8 or int4 copy counted at the copy's size (the copy the call made, kept beside the model)."""
+    full = _weight_bytes(model)
+    make = {"int8": int8_weight_copy, "int4": int4_weight_copy}.get(weights or "")
+    if make is None:
+        return full
+    copy = make(model)
+    own = sum(layer.weight.numel() * layer.weight.element_size() for layer in copy)
+    return full - own + sum(weight.nbytes() for weight in copy.values())
 
 
 def load_bench_models(options: BenchOptions, longest_prompt: int):
