@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hf_triforce.evaluation.bench.headline import headline_section
-from hf_triforce.evaluation.bench.report import _floors
+from hf_triforce.evaluation.bench.report import _floors, _modeled_ms_per_token
 from hf_triforce.evaluation.bench.summary import attach_floors, summarize
 from hf_triforce.evaluation.common.repetition import loops
 
@@ -82,3 +82,10 @@ def test_level1_floor_reads_the_copy_level1_drafts_with():
     r = {**row("a", 0.0, 1.0, 0.8, 0.5), "config": {"retrieval_budget": 512}}
     assert _floors(r, 1e6) == ("71.0", "6.1")
     assert _floors({**r, "level1_weight_bytes": 250}, 1e6) == ("71.0", "5.4")
+
+
+def test_modeled_ms_per_token_against_the_plain_floor():
+    """A plain step of 60 ms and a modeled 3x: 20 ms a token, twice a 10 ms floor; no floor on a CPU."""
+    assert _modeled_ms_per_token(60.0, 3.0, "10.0") == "20.0 (2.00x)"
+    assert _modeled_ms_per_token(60.0, 3.0, "-") == "20.0"
+    assert _modeled_ms_per_token(60.0, None, "10.0") == "-"

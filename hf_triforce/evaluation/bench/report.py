@@ -178,14 +178,15 @@ def _bandwidth_section(results: dict[str, Any]) -> list[str]:
         + " Modeled speedup = expected tokens per verification x plain step / (gamma2 level-1 steps + one "
         "verification), from this run's measured latencies (hf_triforce.evaluation.models.bandwidth; level 0 not "
         "modeled), with this run's level-1 per-token acceptance, and with the acceptance of a real model on real "
-        "text (in brackets). "
+        "text (in brackets); the last but one column is the ms per token that real-text acceptance models, and its "
+        "fraction of the plain floor (below 1.0: faster than any plain decoding of the model could be). "
         "With random weights (a shape preset) only the latter means anything, and the measured speedup is "
         "that of random-weights drafts.",
         "",
         "| prompt | T | plain step ms (floor) | level-1 step ms (floor) | verification ms (floor) | "
         "verification / plain step | modeled, this run's acceptance | modeled, real-text acceptance | "
-        "measured speedup |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "modeled ms/token, real text (x plain floor) | measured speedup |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [_bandwidth_row(r, bandwidth) for r in results["rows"]]
     sources = sorted({r["real_acceptance"]["source"] for r in results["rows"] if r.get("real_acceptance")})
@@ -203,8 +204,22 @@ def _bandwidth_row(r: dict[str, Any], bandwidth: float | None) -> str:
     return (
         f"| {r['prompt_tokens']} | {r['temperature']} | {plain_ms:.1f} ({floors[0]}) | {level1_ms:.1f} ({floors[1]}) | "
         f"{verify_ms:.1f} ({floors[0]}) | {verify_ms / plain_ms:.2f} | {modeled['this_run_acceptance']:.2f}x | "
-        f"{real_text} | {r['speedup']:.2f}x |"
+        f"{real_text} | {_modeled_ms_per_token(plain_ms, real, floors[0])} | {r['speedup']:.2f}x |"
     )
+
+
+def _modeled_ms_per_token(plain_ms: float, speedup: float | None, plain_floor: str) -> str:
+    """``"ms (x floor)"``: the ms per token a modeled ``speedup`` over a ``plain_ms`` step means, and its fraction of
+    the plain floor (``"-"`` where there is none).
+
+    Example:
+        >>> _modeled_ms_per_token(60.0, 3.0, "10.0"), _modeled_ms_per_token(60.0, 3.0, "-")
+        ('20.0 (2.00x)', '20.0')
+    """
+    if speedup is None:
+        return "-"
+    ms = plain_ms / speedup
+    return f"{ms:.1f}" if plain_floor == "-" else f"{ms:.1f} ({ms / float(plain_floor):.2f}x)"
 
 
 def modeled_speedups(r: dict[str, Any]) -> dict[str, float | None]:
