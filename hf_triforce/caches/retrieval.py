@@ -149,8 +149,8 @@ class RetrievalCache(BufferedCache):
         recent_window: int,
         lookahead: int,
         length: int,
-        rescore_candidates: int = 0,
-        windows: list[int | None] | None = None,
+        rescore_candidates: int,
+        windows: list[int | None],
     ) -> list[torch.Tensor]:
         """:meth:`select` for all ``L`` layers at once, the same indices as layer by layer: the layers' chunk scores
         stacked ``[L * B, H_kv, C]``, one top-k of the nominees (with ``rescore_candidates``) and one of the view's
@@ -159,11 +159,11 @@ class RetrievalCache(BufferedCache):
         about ten per layer. Only the reading of the keys (:meth:`_rescore_stacked`) stays per layer. Sliding layers
         (``windows``) rank only what their window allows and are indexed with their own recent window."""
         layout = (length, self.chunk_size, budget, recent_window)
-        kinds = [window_layout(*layout, w) for w in windows or [None] * len(self.layers)]
+        kinds = [window_layout(*layout, w) for w in windows]
         if ranks_every_chunk(*layout, rescore_candidates):  # every chunk ranked by its keys, read in place per layer
             settings = (budget, recent_window, None, rescore_candidates, length)
-            scores = torch.cat([self.chunk_ranking(i, q, *settings) for i, q in enumerate(queries)])
-            scores = _outside_windows(scores, kinds, self.chunk_size)
+            ranked = (self.chunk_ranking(i, q, *settings, kinds[i][1]) for i, q in enumerate(queries))
+            scores = torch.cat(list(ranked))
         else:
             scores = _outside_windows(self._stacked_chunk_scores(queries), kinds, self.chunk_size)
             if rescore_candidates:

@@ -106,11 +106,11 @@ def window_layout(length: int, chunk_size: int, budget: int, recent_window: int,
         >>> [window_layout(6144, 8, 768, 64, window) for window in (512, 4096, None)]  # a 6K cache, budget 768
         [(512, 0), (64, 2049), (64, 0)]
     """
-    if window is None or window > length or length <= budget:
-        return recent_window, 0
-    if window > recent_window and chunk_layout(length, chunk_size, budget, window)[2] >= 0:
+    if window is None or window > length or length <= budget or window <= recent_window:
+        return recent_window, 0  # every token, or a window the recent tokens already hold
+    if chunk_layout(length, chunk_size, budget, window)[2] >= 0:
         return window, 0
-    return recent_window, (length - window + 1 if window > recent_window else 0)
+    return recent_window, length - window + 1
 
 
 def outside_window(scores: torch.Tensor, chunk_size: int, window_start: int) -> torch.Tensor:

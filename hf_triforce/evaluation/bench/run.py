@@ -154,7 +154,8 @@ def _measure_row(options: BenchOptions, model, assistant, ids, prefix, temperatu
                          prompt_lookup_tokens=options.prompt_lookup, **extra, **kwargs)  # fmt: skip
     row = {"prompt_tokens": ids.shape[1], "temperature": temperature, "budget": budget, "drafter": drafter}
     row.update(result.to_dict(), config=config.to_dict(), weight_bytes=_weight_bytes(model))
-    row["level1_weight_bytes"] = _level1_weight_bytes(model, row["triforce"]["triforce"].get("level1_weights"))
+    if model.device.type == "cuda":  # what the level-1 floor reads: floors exist on a GPU only
+        row["level1_weight_bytes"] = _level1_weight_bytes(model, row["triforce"]["triforce"].get("level1_weights"))
     row.update(shape=options.preset or "model", random_weights=options.preset is not None)
     row["model_config"] = _shape_facts(model)
     kv_per_token = kv_bytes_per_token(model.config.get_text_config(), model.dtype.itemsize)
@@ -284,7 +285,9 @@ def _weight_bytes(model) -> int:
 
 def _level1_weight_bytes(model, weights: str | None) -> int:
     """Bytes a level-1 step reads as weights: the model's (:func:`_weight_bytes`), with each projection of level 1's
-    int8 or int4 copy counted at the copy's size (the copy the call made, kept beside the model)."""
+    int8 or int4 copy counted at the copy's size (the copy the call made, kept beside the model; asked for on a GPU
+    only, where level 1 runs transformers' forward over that copy: on the CPU the direct forward holds its own, and
+    this would quantize the model once more for a floor the CPU has not)."""
     full = _weight_bytes(model)
     make = {"int8": int8_weight_copy, "int4": int4_weight_copy}.get(weights or "")
     if make is None:
