@@ -19,10 +19,13 @@ import torch
 
 __all__ = [
     "acceptance_probability",
+    "after_rejection",
     "draw",
     "residual_distribution",
+    "verify_candidates",
     "verify_greedy",
     "verify_sampled",
+    "verify_tree",
 ]
 
 
@@ -148,6 +151,116 @@ def verify_sampled(
     i = int(rejected[0, 0])
     q_i = None if draft_probs is None else draft_probs[i]
     return i, draw(residual_distribution(target_probs[i], q_i, int(draft_tokens[i])), generator)
+
+
+def verify_candidates(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    candidates: list[int],
+    generator: torch.Generator | None = None,
+) -> tuple[int, int]:
+    """Exact multi-candidate speculative sampling (SpecInfer/Sequoia): the returned token has exactly the verifier's
+    distribution ``p`` when ``candidates`` were drawn one after another *without replacement* from ``q``.
+
+    Candidate ``i`` is accepted with probability ``min(1, p(c_i) / q(c_i))``; on its rejection ``p`` becomes the
+    residual ``norm(max(p - q, 0))`` and ``q`` loses ``c_i`` (renormalized: the distribution ``c_{i+1}`` was drawn
+    from). Each step is the one-candidate rule against the current ``p``, so whatever is returned after ``i``
+    rejections is distributed as that ``p``, by induction as the original ``p``. When every candidate is rejected the
+    token is drawn from the last residual.
+
+    Args:
+        target_probs: ``[V]`` verifier distribution ``p``.
+        draft_probs: ``[V]`` the distribution ``q`` the candidates were drawn from, without replacement.
+        candidates: the drawn tokens, in the order they were drawn.
+        generator: optional ``torch.Generator`` (the global RNG by default).
+
+    Returns:
+        ``(index of the accepted candidate or -1, token)``.
+
+    Example:
+        >>> p = torch.tensor([0.0, 1.0, 0.0]); q = torch.tensor([0.5, 0.3, 0.2])
+        >>> verify_candidates(p, q, [0, 1])  # candidate 0 has p = 0: rejected; candidate 1 then has p = 1
+        (1, 1)
+    """
+    p, q = _at_least_float32(target_probs), _at_least_float32(draft_probs)
+    for i, token in enumerate(candidates):
+        accept = acceptance_probability(p[None], q[None], p.new_tensor([token], dtype=torch.long))[0]
+        if torch.rand((), generator=generator, device=p.device, dtype=p.dtype) < accept:
+            return i, token
+        p, q = after_rejection(p, q, token)
+        if q is None:
+            break
+    return -1, draw(p, generator)
+
+
+def after_rejection(
+    target_probs: torch.Tensor, draft_probs: torch.Tensor, token: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The verifier's and the draft's distributions for the next candidate once ``token`` was rejected: the residual
+    ``norm(max(p - q, 0))``, and ``q`` without ``token`` renormalized (``None`` when nothing is left to draw).
+
+    Example:
+        >>> p, q = after_rejection(torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.25, 0.5, 0.25]), 2)
+        >>> p.tolist(), [round(x, 4) for x in q.tolist()]
+        ([1.0, 0.0, 0.0], [0.3333, 0.6667, 0.0])
+    """
+    residual = residual_distribution(target_probs, draft_probs, token)
+    rest = draft_probs.clone()
+    rest[token] = 0.0
+    total = rest.sum()
+    return residual, (rest / total if total > 0 else None)
+
+
+def verify_tree(
+    tokens: torch.Tensor,
+    children: list[list[int]],
+    target_scores: torch.Tensor,
+    draft_probs: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[list[int], int, list[int]]:
+    """Verify a token tree from its root: greedy token matching (``draft_probs=None``) or exact multi-candidate
+    speculative sampling (:func:`verify_candidates`) at each node on the way down.
+
+    Node 0 is the root (the last token already decided); a node's children are its candidate next tokens, in the
+    order they were drawn from the draft's distribution at that node (without replacement when sampling).
+
+    Args:
+        tokens: ``[N]`` each node's token.
+        children: each node's children (node indices), in drawing order.
+        target_scores: ``[N, V]`` the verifier's processed scores after each node (greedy), or its probabilities
+            (sampling).
+        draft_probs: ``[N, V]`` the draft's distribution at each node (what its children were drawn from), or
+            ``None`` for greedy verification.
+        generator: optional ``torch.Generator``.
+
+    Returns:
+        ``(accepted nodes from the root down, the verifier's next token, the rank accepted at each node visited
+        with candidates, -1 where none was)``.
+
+    Example:
+        >>> tokens = torch.tensor([7, 1, 2]); children = [[1, 2], [], []]
+        >>> scores = torch.tensor([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+        >>> verify_tree(tokens, children, scores)  # the root's argmax is 2: its second child
+        ([2], 1, [1])
+    """
+    node, path, ranks = 0, [], []
+    while True:
+        kids = children[node]
+        if draft_probs is None:
+            token = int(target_scores[node].argmax())
+            matches = [i for i, kid in enumerate(kids) if int(tokens[kid]) == token]
+            rank = matches[0] if matches else -1
+        elif kids:
+            candidates = [int(tokens[kid]) for kid in kids]
+            rank, token = verify_candidates(target_scores[node], draft_probs[node], candidates, generator)
+        else:
+            rank, token = -1, draw(_at_least_float32(target_scores[node]), generator)
+        if kids:
+            ranks.append(rank)
+        if rank < 0:
+            return path, token, ranks
+        node = kids[rank]
+        path.append(node)
 
 
 def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> int:
