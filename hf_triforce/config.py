@@ -152,6 +152,20 @@ class TriForceConfig:
             "not pay, see hf_triforce.hierarchy.planner)."
         },
     )
+    tree_budget: int | str = field(
+        default="auto",
+        metadata={
+            "help": "Token trees (Sequoia) between level 1 and the full cache: level 1 drafts a tree, a node's "
+            "children being its top candidates (greedy) or candidates drawn without replacement (sampling), and one "
+            "full-cache forward verifies every node with a tree mask. 0: chains, one draft per position (the "
+            "behaviour before 0.2). N >= 2: a tree of at most N nodes (the root included), depth at most gamma2, "
+            "shaped by Sequoia's dynamic program for the positional acceptance the call measures. 'auto' (the "
+            "default): a tree where the call's measured forward costs say it yields more tokens per second than the "
+            "chain, else the chain (on the CPU at long context, where a verification's cost grows with its width, "
+            "that is the chain: docs/trees.md). Trees need one unpadded sequence, full attention in every layer and "
+            "level 1 on dynamic shapes; 'auto' uses chains elsewhere."
+        },
+    )
     adaptive: bool = field(
         default=True,
         metadata={
@@ -331,6 +345,7 @@ class TriForceConfig:
                 f"level1_forward='direct' runs level 1 on the dynamic-shape path, and cuda_graphs={self.cuda_graphs!r} "
                 "runs it on static buffers: use cuda_graphs=False, or level1_forward='auto'."
             )
+        self._check_tree_budget()
         r = self.refresh_below_acceptance
         if r is not None and not 0.0 <= r <= 1.0:
             raise TriForceConfigError(f"refresh_below_acceptance={r} must be None or in [0, 1].")
@@ -369,6 +384,14 @@ class TriForceConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise TriForceConfigError(f"{name} must be an integer >= 1, got {value!r}.")
+
+    def _check_tree_budget(self) -> None:
+        t = self.tree_budget
+        if t == "auto" or (isinstance(t, int) and not isinstance(t, bool) and (t == 0 or t >= 2)):
+            return
+        raise TriForceConfigError(
+            f"tree_budget={t!r} must be 'auto', 0 (chains) or a node count >= 2 (the root included)."
+        )
 
     def _check_budget(self) -> None:
         c, b, w = self.chunk_size, self.retrieval_budget, self.recent_window

@@ -239,6 +239,9 @@ class TriForceStats:
     batched call only: one :class:`TriForceStats` per row of the batch, in its order, with that row's own acceptance
     at every level, its new tokens, and the verification forwards it took part in (``target_forwards``); the
     top-level figures are then the batch's totals, and its ``target_forwards`` counts batched forwards.
+    ``tree_rounds`` counts the rounds whose level-1 drafts were a token tree (``TriForceConfig.tree_budget``) and
+    ``tree_nodes`` their nodes, the root included (what those verifications forwarded); a tree round's level-1 verdict
+    counts the nodes judged on the way down from the root as drafted.
 
     Example:
         >>> stats = TriForceStats(); stats.level1.record(6, 2); stats.level1.record(6, 6)
@@ -254,6 +257,8 @@ class TriForceStats:
     target_forwards: int = 0
     decoded_tokens: int = 0
     retrieval_refreshes: int = 0
+    tree_rounds: int = 0
+    tree_nodes: int = 0
     step_selection: bool = False
     chunks_swapped: int = 0
     full_cache_bytes: int = 0

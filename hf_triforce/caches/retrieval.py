@@ -262,6 +262,28 @@ class RetrievalCache(BufferedCache):
             scores = rescore(scores, query, layer.buffer, *layout, rescore_candidates)
         return scores
 
+    def keep_path(self, start: int, nodes: torch.Tensor) -> None:
+        """Of the slots from ``start`` on (a verified token tree, one sequence), keep those at offsets ``nodes``
+        (``[n]``, root first: the accepted path), moved to ``start .. start + n``; the rest leave. Keys keep the
+        positions they were computed at (a node's depth), which the path's tokens now hold.
+
+        Example:
+            >>> cache = RetrievalCache(num_layers=1, chunk_size=2)
+            >>> _ = cache.update(torch.arange(5.0).view(1, 1, 5, 1), torch.zeros(1, 1, 5, 1), 0)
+            >>> cache.keep_path(2, torch.tensor([0, 2]))  # a root at slot 2, its accepted child at slot 4
+            >>> cache.layers[0].keys[0, 0, :, 0].tolist()
+            [0.0, 1.0, 2.0, 4.0]
+        """
+        for layer in self.layers:
+            length = layer.buffer.length
+            if torch.equal(nodes.cpu(), torch.arange(nodes.shape[0])):  # a chain: the leading slots, in place
+                layer.crop(start + nodes.shape[0] - length)
+                continue
+            keys, values = layer.buffer.read(start, length)
+            keys, values = keys.index_select(2, nodes.to(keys.device)), values.index_select(2, nodes.to(keys.device))
+            layer.crop(start - length)
+            layer.update(keys, values)
+
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Only the batch rows at ``rows`` (``[B']`` indices) remain."""
         self.summaries.keep_rows(rows)

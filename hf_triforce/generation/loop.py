@@ -26,15 +26,18 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from ..caches.retrieval import RetrievalCache
 from ..caches.slots import CacheSlots, SlotMask
 from ..config import TriForceConfig
-from ..hf.attention import capturing_queries, slot_attention
+from ..hf.attention import capturing_queries, slot_attention, tree_attention
 from ..hf.generate import eos_token_ids, pad_token_id
 from ..hf.processors import for_row
 from ..hf.progress import prefill_progress, show_progress
 from ..hf.versions import cache_kwargs
 from ..hierarchy import Drafter, Level1Drafter, ModelDrafter
-from ..hierarchy.judge import Drafts, judge_rows
+from ..hierarchy.judge import Drafts, judge_rows, node_scores
 from ..hierarchy.level1 import RowDraft, padded_tokens
+from ..hierarchy.planner import Plan
 from ..hierarchy.static_steps import RunnerSlot
+from ..hierarchy.token_tree import TokenTree
+from ..sampling import verify_tree
 from ..stats import TriForceStats
 
 
@@ -197,6 +200,8 @@ class TriForceRun:
     def _round(self, streamer) -> None:
         plan = self.level1.plan_round()
         max_length = self.generation_config.max_length
+        if plan.tree is not None and max_length - self.active[0].ids.shape[0] - 1 > 0:
+            return self._tree_round(plan, min(plan.tree.depth, max_length - self.active[0].ids.shape[0] - 1), streamer)
         budgets = [min(plan.gamma2, max_length - row.ids.shape[0] - 1) for row in self.active]
         drafts = self.level1.draft(plan, self.active, budgets)
         width = max(d.tokens.shape[0] for d in drafts) + 1
@@ -217,8 +222,65 @@ class TriForceRun:
         self.cache.crop(self.slots.keep(torch.tensor(kept), width))
         self.stats.target_forwards += 1
         self.stats.decoded_tokens += sum(kept)
-        self.level1.observe_verification(plan, [d.tokens.shape[0] for d in drafts], accepted, seconds)
+        rank = self._missed_rank(plan, drafts, verdicts)
+        self.level1.observe_verification(plan, [d.tokens.shape[0] for d in drafts], accepted, seconds, rank)
         self._drop_finished()
+
+    def _missed_rank(self, plan: Plan, drafts: list[RowDraft], verdicts) -> int | None:
+        """One greedy sequence's level-1 round that ended on a rejection: the rank of level 2's token in level 1's
+        scores there (0: level 1's first choice), what token trees' candidates would have caught; else ``None``."""
+        if self.batched or self.do_sample or plan.kind != "levels" or drafts[0].scores is None:
+            return None
+        n, token, _ = verdicts[0]
+        if n >= drafts[0].tokens.shape[0]:
+            return None
+        scores = drafts[0].scores[n]
+        return int((scores > scores[token]).sum())
+
+    # -- a token-tree round (one sequence) -------------------------------------------------------------------
+
+    def _tree_round(self, plan: Plan, budget: int, streamer) -> None:
+        """Level 1 drafts the plan's token tree (no node deeper than ``budget``), one full-cache forward verifies every
+        node with a tree mask, the accepted path's tokens are appended (stopping as plain ``generate()`` stops) and
+        only that path stays in the full cache."""
+        row = self.active[0]
+        tree = self.level1.draft_tree(plan.tree, row, budget)
+        start = time.perf_counter()
+        with self.stats.phases.measure("level2"):
+            raw = self._tree_forward(tree)
+        seconds = time.perf_counter() - start
+        scores = node_scores(row.processors, [tree.context(row.ids, n) for n in range(tree.size)], raw)
+        tokens = tree.token_tensor(raw.device)
+        if self.do_sample:
+            draft = tree.draft_matrix(raw.shape[-1], raw.device)
+            path, token, ranks = verify_tree(tokens, tree.children, scores.softmax(-1), draft)
+        else:
+            path, token, ranks = verify_tree(tokens, tree.children, scores)
+        nodes = [0, *path]
+        kept = self._append(
+            row, torch.cat([tokens[path], tokens.new_tensor([token])]), scores[nodes], raw[nodes], streamer
+        )
+        self.cache.keep_path(self.cache.get_seq_length() - tree.size, torch.tensor(nodes[:kept]))
+        self.slots.keep(torch.tensor([kept]), tree.size)
+        for stats in (row.stats, self.stats):
+            stats.target_forwards += 1
+            stats.decoded_tokens += kept
+        self.level1.observe_tree(tree, path, ranks, seconds, kept)
+        self._drop_finished()
+
+    def _tree_forward(self, tree: TokenTree) -> torch.Tensor:
+        """Full-cache forward over every node of ``tree`` (one sequence), each at the root's position plus its depth and
+        seeing the cache and its ancestors; float32 logits ``[N, V]``."""
+        n, device = tree.size, self.input_ids.device
+        positions = (self.slots.positions[0] + torch.tensor(tree.depths, device=device))[None]
+        self.slots.append(n)
+        visibility = tree.visibility(list(range(n)), list(range(n))).to(device)
+        with capturing_queries(self.model, self.level1.capture, n), tree_attention(self.model, visibility):
+            out = self.model(
+                input_ids=tree.token_tensor(device)[None], position_ids=positions, use_cache=True, logits_to_keep=n,
+                **cache_kwargs(self.cache),
+            )  # fmt: skip
+        return out.logits[0, -n:].float()
 
     def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """Full-cache forward over ``inputs`` ``[B, q]`` at each row's next positions; float32 logits ``[B, q, V]``."""

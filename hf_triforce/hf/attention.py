@@ -25,7 +25,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ..errors import UnsupportedModelError
-from ..kernels.attention import gqa_sdpa_attention, masked_gqa_attention, slot_attention_mask
+from ..kernels.attention import gqa_sdpa_attention, masked_gqa_attention, slot_attention_mask, tree_attention_mask
 from ..kernels.dispatch import triton_enabled
 from ..kernels.verification import MAX_ROWS, verify_attention
 
@@ -34,6 +34,8 @@ _ACTIVE_CAPTURE: contextvars.ContextVar[QueryCapture | None] = contextvars.Conte
 """The :class:`QueryCapture` of the forward in progress inside :func:`capturing_queries` (``None`` elsewhere)."""
 _ACTIVE_SLOTS: contextvars.ContextVar[Any] = contextvars.ContextVar("triforce_slots", default=None)
 """The key-slot validity of the forward in progress inside :func:`slot_attention` (``None`` elsewhere)."""
+_ACTIVE_TREE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("triforce_tree", default=None)
+"""The token-tree visibility of the forward in progress inside :func:`tree_attention` (``None`` elsewhere)."""
 
 
 class QueryCapture:
@@ -84,6 +86,9 @@ def _make_capturing_attention(base: str) -> Callable:
         capture = _ACTIVE_CAPTURE.get()
         if capture is not None:
             capture.store(module.layer_idx, query)
+        tree = _ACTIVE_TREE.get()
+        if tree is not None:  # a token tree: each node sees its ancestors, not its cousins
+            return _tree_attention(base, tree, module, query, key, value, **kwargs)
         slots = _ACTIVE_SLOTS.get()
         if slots is not None:  # a batch: padding and holes come from the slots, not transformers' mask
             return _slot_attention(base, slots, module, query, key, value, **kwargs)
@@ -117,6 +122,31 @@ def _slot_attention(base: str, slots: Any, module, query, key, value, **kwargs):
         raise UnsupportedModelError(f"Batched TriForce attends through sdpa or eager attention, not {base!r}.")
     with _attn_implementation_as(module.config, base):
         return _base_attention(base, module)(module, query, key, value, mask, **kwargs)
+
+
+def _tree_attention(base: str, rows: torch.Tensor, module, query, key, value, **kwargs):
+    """Attention of a token tree's nodes (the forward's queries, the last of the tree's keys): every key before the
+    tree, and within it each node's ancestors and itself (``rows`` ``[q, m]`` over the tree's ``m`` keys). Plain
+    attention through :func:`~hf_triforce.kernels.attention.gqa_sdpa_attention` (each key read once per KV head);
+    soft-capping or learned sinks through the model's own sdpa or eager attention, given that mask."""
+    if kwargs.get("sliding_window") is not None:
+        raise UnsupportedModelError("Token trees need full attention in every layer; this layer slides a window.")
+    mask = tree_attention_mask(rows, key.shape[2])
+    if _plain_attention(kwargs):
+        return gqa_sdpa_attention(module, query, key, value, mask, scaling=kwargs.get("scaling"))
+    if base == "eager":
+        mask = torch.where(mask, 0.0, torch.finfo(query.dtype).min).to(query.dtype)
+    elif base != "sdpa":
+        raise UnsupportedModelError(f"Token trees attend through sdpa or eager attention, not {base!r}.")
+    with _attn_implementation_as(module.config, base):
+        return _base_attention(base, module)(module, query, key, value, mask, **kwargs)
+
+
+def active_tree_mask(kv_len: int) -> torch.Tensor | None:
+    """``[1, 1, q, kv_len]`` bool mask of the token tree whose forward is in progress (:func:`tree_attention`), or
+    ``None`` outside one: what level 1's direct forward attends with."""
+    rows = _ACTIVE_TREE.get()
+    return None if rows is None else tree_attention_mask(rows, kv_len)
 
 
 @contextlib.contextmanager
@@ -215,6 +245,23 @@ def slot_attention(model: torch.nn.Module, slots: Any) -> Iterator[dict[str, Any
     """
     with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
         with _active(_ACTIVE_SLOTS, slots):
+            yield {}
+
+
+@contextlib.contextmanager
+def tree_attention(model: torch.nn.Module, rows: torch.Tensor) -> Iterator[dict[str, Any]]:
+    """Within the block, the model's forwards are token-tree steps: their ``q`` queries are the last ``q`` of the
+    tree's ``m`` keys (the last ``m`` of the cache's), and query ``i`` sees every key before the tree and the tree's
+    keys where ``rows[i]`` (``[q, m]`` bool: its ancestors and itself) is ``True``. Yields the forwards' kwargs
+    (none, as for :func:`capturing_queries`); nests with it.
+
+    Example:
+        >>> rows = torch.tensor([[True, False, False], [True, True, False], [True, False, True]])
+        >>> with tree_attention(model, rows):  # root, then two candidates after it  # doctest: +SKIP
+        ...     model(input_ids=ids, position_ids=torch.tensor([[9, 10, 10]]), past_key_values=cache)
+    """
+    with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
+        with _active(_ACTIVE_TREE, rows):
             yield {}
 
 

@@ -34,6 +34,7 @@ from ..kernels.attention import gqa_sdpa_attention
 from ..kernels.int4_linear import Int4Weight, int4_kernel_supports, int4_linear, quantize_int4
 from ..kernels.int8_linear import Int8Weight, int8_kernel_supports, int8_linear, quantize_int8, use_int8_linear
 from ..kernels.linear import linear_forward
+from .attention import active_tree_mask
 from .distributed import tensor_parallel_size
 from .linears import kept_beside, weight_fingerprint
 from .model import apply_rope, decoder_layers, is_dispatched
@@ -165,7 +166,11 @@ class DirectLayer:
 
 
 def _attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scaling: float) -> torch.Tensor:
-    """``[1, H, q, D]`` queries (the last ``q`` of the ``[1, H_kv, L, D]`` keys) -> ``[1, q, H, D]``, causal."""
+    """``[1, H, q, D]`` queries (the last ``q`` of the ``[1, H_kv, L, D]`` keys) -> ``[1, q, H, D]``, causal (inside
+    :func:`~hf_triforce.hf.attention.tree_attention`: each token-tree node over its ancestors)."""
+    tree = active_tree_mask(keys.shape[2])
+    if tree is not None:
+        return gqa_sdpa_attention(None, query, keys, values, tree, scaling=scaling)[0]
     if query.shape[2] == 1:
         grouped = query.shape[1] != keys.shape[1]
         return F.scaled_dot_product_attention(query, keys, values, scale=scaling, enable_gqa=grouped).transpose(1, 2)
@@ -205,11 +210,12 @@ class DirectDecoder:
     def logits(
         self,
         tokens: torch.Tensor,
-        position: int,
+        position: int | torch.Tensor,
         cache: Cache,
         on_query: Callable[[int, torch.Tensor], None] | None = None,
     ) -> torch.Tensor:
-        """float32 logits ``[q, V]`` of ``tokens`` ``[q]`` at true positions ``position ..``; appends them to ``cache``.
+        """float32 logits ``[q, V]`` of ``tokens`` ``[q]`` at true positions ``position ..`` (or ``position`` ``[q]``:
+        one per token); appends them to ``cache``.
 
         ``cache`` is any transformers ``Cache`` of batch 1 whose ``layers[i].update`` appends ``[1, H_kv, q, D]``
         keys/values and returns all of the layer's (the retrieval view); attention is causal over its keys. With
@@ -218,7 +224,10 @@ class DirectDecoder:
         :meth:`~hf_triforce.caches.chunk_swap.ChunkSwapper.reselect_layer` swaps in the chunks that query needs).
         """
         x = self.embed.weight[tokens]
-        positions = torch.arange(position, position + tokens.shape[0], device=tokens.device)[None]
+        if isinstance(position, torch.Tensor):  # each token's own (a token tree's nodes share their depth's)
+            positions = position.to(tokens.device)[None]
+        else:
+            positions = torch.arange(position, position + tokens.shape[0], device=tokens.device)[None]
         cos, sin = self.rotary(x[None], positions)
         cos, sin = cos[:, None], sin[:, None]
         for i, (layer, cache_layer) in enumerate(zip(self.layers, cache.layers, strict=True)):

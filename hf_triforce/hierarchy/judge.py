@@ -96,6 +96,19 @@ def _head_scores(head: LogitsProcessorList, rows: list[Drafts], members: list[tu
     return head(contexts, logits)
 
 
+def node_scores(processors: LogitsProcessorList, contexts: list[torch.Tensor], logits: torch.Tensor) -> torch.Tensor:
+    """Processed scores ``[q, V]`` of one sequence's token-tree nodes: node ``i``'s logits ``logits[i]`` through
+    ``processors`` with its own context ``contexts[i]`` (the row's tokens, then the path to the node), as
+    :func:`processed_scores` processes a chain's positions.
+
+    Example:
+        >>> node_scores(LogitsProcessorList(), [torch.tensor([3]), torch.tensor([3, 1])], torch.zeros(2, 4)).shape
+        torch.Size([2, 4])
+    """
+    rows = [Drafts(context, context[:0], None, logits[i : i + 1]) for i, context in enumerate(contexts)]
+    return torch.cat(processed_scores([processors] * len(rows), rows))
+
+
 def judge_rows(
     processors: list[LogitsProcessorList], do_sample: bool, rows: list[Drafts]
 ) -> list[tuple[int, int, torch.Tensor]]:

@@ -21,20 +21,22 @@ from ..caches.chunk_swap import nominate
 from ..caches.retrieval import RetrievalCache
 from ..caches.slots import SlotMask
 from ..config import TriForceConfig
-from ..errors import UnsupportedDeviceError
+from ..errors import TriForceConfigError, UnsupportedDeviceError
 from ..hf.attention import QueryCapture
 from ..hf.direct_forward import direct_decoder, resolve_level1_forward
 from ..hf.distributed import RankConsensus
 from ..hf.linears import int4_weight_copy, int8_weight_copy, resolve_level1_weights
-from ..hf.model import layer_windows
+from ..hf.model import attn_implementation, layer_windows
 from ..stats import TriForceStats
 from .drafter import Drafter
-from .judge import Drafts, judge_rows
+from .judge import Drafts, judge_rows, node_scores
 from .level1_steps import DirectSteps, ModelSteps, StaticSteps
 from .model_drafter import ModelDrafter
 from .planner import Plan, Planner
 from .schedule import RefreshRule
 from .static_steps import RunnerSlot, StepMode, planned_step_mode, resolve_step_mode
+from .token_tree import TokenTree
+from .tree_shape import TreeShape
 
 
 def runs_direct_forward(config: TriForceConfig, model: torch.nn.Module, step_mode: StepMode | None = None) -> bool:
@@ -202,10 +204,13 @@ class Level1Drafter:
         self.capture = QueryCapture()
         rows = slots.valid.shape[0]
         consensus = RankConsensus.for_model(model)  # one sequence: its rounds may stop by confidence (not under TP)
-        self.planner = Planner(config, has_drafter=drafters is not None, consensus=consensus, one_sequence=rows == 1)
         self.refresh = RefreshRule(config)
         self.windows = layer_windows(model)  # a sliding layer's view keeps to its window
         self.steps = level1_steps(model, cache, config, slots if masked else None, stats, runner_slot)
+        trees = self._tree_problem(masked or rows > 1, consensus) is None
+        self.planner = Planner(
+            config, has_drafter=drafters is not None, consensus=consensus, one_sequence=rows == 1, trees=trees
+        )
         for row in row_stats or ():
             row.level1_weights, row.level1_forward = stats.level1_weights, stats.level1_forward
         self._queries: list[torch.Tensor] | None = None
@@ -217,6 +222,28 @@ class Level1Drafter:
                 if isinstance(drafter, ModelDrafter):
                     draft_mode = resolve_step_mode(config.cuda_graphs, drafter.model, "draft model")
                     drafter.use_static_steps(draft_mode, strict=config.cuda_graphs is True)
+
+    def _tree_problem(self, batch: bool, consensus: RankConsensus) -> str | None:
+        """Why this call cannot draft token trees (``None``: it can); raises for an explicit ``tree_budget=N``."""
+        problem = None
+        if batch:
+            problem = "a batch (or a left-padded row) verifies chains: trees need one unpadded sequence"
+        elif any(window is not None for window in self.windows):
+            problem = "the model has sliding-window layers, and a tree's mask covers full attention only"
+        elif attn_implementation(self.model) not in ("sdpa", "eager"):
+            problem = f"trees attend through sdpa or eager attention, not {attn_implementation(self.model)!r}"
+        elif isinstance(self.steps, StaticSteps):
+            problem = "level 1 runs fixed shapes (cuda_graphs), and a tree's frontier changes width"
+        elif self.stats.step_selection:
+            problem = "step_selection re-ranks chunks inside chain steps"
+        elif consensus.active:
+            problem = "tensor-parallel ranks agree on chains only"
+        if problem is not None and self.config.tree_budget not in (0, "auto"):
+            raise TriForceConfigError(
+                f"TriForceConfig(tree_budget={self.config.tree_budget}) cannot run here: {problem}. Use "
+                "tree_budget='auto' (chains where trees cannot run) or 0."
+            )
+        return problem
 
     # -- the round -------------------------------------------------------------------------------------------
 
@@ -247,21 +274,91 @@ class Level1Drafter:
         self._prepare_view()
         return self._level1_drafts(rows, budgets)
 
+    def draft_tree(self, shape: TreeShape, row, budget: int) -> TokenTree:
+        """One sequence's token tree for level 2, expanded by level 1 depth by depth along ``shape``: at each depth one
+        forward over the nodes that get children (a tree mask over the view), whose processed scores give each its
+        candidates (greedy: the top ones; sampling: drawn without replacement, the distribution kept for the
+        verification). No node deeper than ``budget`` gets children, nor an end of sequence."""
+        if self.drafters is not None:
+            with self.stats.phases.measure("level0"):
+                self.drafters[0].commit(row.real_ids())
+        self._prepare_view()
+        tree, shape_children = TokenTree.rooted(int(row.ids[-1])), shape.children
+        position, forwarded, frontier = int(self.slots.positions[0]), [], [0]
+        while frontier:
+            internal = [n for n in frontier if self._expands(tree, n, shape_children, budget)]
+            if not internal:
+                break
+            forwarded += internal
+            scores = self._tree_step(tree, row, internal, forwarded, position + tree.depths[internal[0]])
+            frontier = []
+            for node, node_scores_ in zip(internal, scores, strict=True):
+                planned = shape_children[tree.shape_nodes[node]]
+                tokens, probs = self._candidates(node_scores_, len(planned))
+                tree.draft_probs[node] = probs
+                frontier += [tree.add(t, node, planned[rank]) for rank, t in enumerate(tokens)]
+        return tree
+
+    def _expands(self, tree: TokenTree, node: int, shape_children: list[list[int]], budget: int) -> bool:
+        """Whether level 1 draws children for ``node``: the shape gives it some, it is not at the budget's depth, and
+        it is the root or not an end of sequence."""
+        ended = node > 0 and tree.tokens[node] in self.eos_token_ids
+        return bool(shape_children[tree.shape_nodes[node]]) and tree.depths[node] < budget and not ended
+
+    def _tree_step(self, tree: TokenTree, row, internal: list[int], forwarded: list[int], position: int):
+        """Level 1's forward over the tree nodes ``internal`` (one depth, at true ``position``), each seeing the
+        view and its ancestors among ``forwarded``; their processed scores ``[q, V]``."""
+        tokens = torch.tensor([tree.tokens[n] for n in internal], device=row.ids.device)
+        start = time.perf_counter()
+        with self.stats.phases.measure("level1"):
+            logits = self.steps.tree_logits(tokens, position, tree.visibility(internal, forwarded))
+        self.planner.observe_tree_step(len(internal), time.perf_counter() - start)
+        return node_scores(row.processors, [tree.context(row.ids, n) for n in internal], logits)
+
+    def _candidates(self, scores: torch.Tensor, k: int) -> tuple[list[int], torch.Tensor | None]:
+        """Up to ``k`` distinct candidates from processed ``scores`` ``[V]``: the top ones (greedy), or drawn without
+        replacement from their softmax, which is returned (sampling); never a token of zero probability."""
+        if not self.do_sample:
+            k = min(k, int(torch.isfinite(scores).sum()))
+            return scores.topk(k).indices.tolist(), None
+        probs = scores.float().softmax(-1)
+        k = min(k, int((probs > 0).sum()))
+        return torch.multinomial(probs, k, replacement=False).tolist(), probs
+
+    def observe_tree(self, tree: TokenTree, path: list[int], ranks: list[int], seconds: float, kept: int) -> None:
+        """Record a tree round's verdict: the accepted ``path`` (nodes), the rank taken at each node visited (``-1``:
+        none), the verification's ``seconds``; ``kept`` of the path's tokens (the root first) entered the cache, and
+        the newest one's query is the next selection's."""
+        self._round = (self._round[0], len(path) + 1)
+        newest = ([0] + path)[kept - 1]
+        self._queries = [self.capture.queries[i][:, :, newest] for i in sorted(self.capture.queries)]
+        children = tree.children
+        visited = [0] + path
+        counts = [len(children[n]) for n in visited if children[n]]
+        self.planner.observe_tree(ranks, counts, seconds, tree.size)
+        self._record(0, "level1", len(ranks), len(path))
+        self.refresh.observe(len(ranks), len(path))
+        self.stats.tree_rounds += 1
+        self.stats.tree_nodes += tree.size
+
     def observe_prefill(self) -> None:
         """Keep each row's last prompt query (captured during the prefill) for the first selection."""
         self._queries = self.capture.at(-1)
 
-    def observe_verification(self, plan: Plan, drafted: list[int], accepted: list[int], seconds: float) -> None:
+    def observe_verification(
+        self, plan: Plan, drafted: list[int], accepted: list[int], seconds: float, rank: int | None = None
+    ) -> None:
         """Record row ``b``'s verdict (``accepted[b]`` of ``drafted[b]``; the forward took ``seconds``) and keep the
         query of its newest cached token (position ``accepted[b]`` of the verification's inputs) for the next
         selection (with step selection, those of every token it accepted: the chunks any of them ranks high are
-        nominated)."""
+        nominated). ``rank``: one greedy sequence, the rank of the verifier's token in level 1's scores where it
+        rejected (:meth:`~hf_triforce.hierarchy.planner.Planner.observe_level2`)."""
         self._round = (self._round[0], sum(accepted) + len(accepted))
         self._queries = self._accepted_queries(accepted)
         confidences = self._confidences if len(accepted) == 1 else None
         level = {"levels": "level1", "level0": "level0_to_level2"}.get(plan.kind)
         for b, (d, a) in enumerate(zip(drafted, accepted, strict=True)):
-            self.planner.observe_level2(plan, d, a, seconds, confidences)
+            self.planner.observe_level2(plan, d, a, seconds, confidences, rank)
             if level is not None and d:
                 self._record(b, level, d, a)
                 if plan.kind == "levels":

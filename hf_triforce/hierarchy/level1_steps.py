@@ -34,7 +34,7 @@ from ..caches.slots import SlotMask, ViewSlots, gathered_validity
 from ..caches.static_view import StaticRetrievalView, StaticViewSlots
 from ..caches.view import RetrievalView
 from ..config import TriForceConfig
-from ..hf.attention import slot_attention, view_attention
+from ..hf.attention import slot_attention, tree_attention, view_attention
 from ..hf.direct_forward import DirectDecoder
 from ..hf.linears import LowBitCopy, low_bit_linears
 from ..hf.versions import cache_kwargs
@@ -104,6 +104,19 @@ class ModelSteps:
             )  # fmt: skip
         return out.logits[:, -q:].float()
 
+    def tree_logits(self, tokens: torch.Tensor, position: int, visibility: torch.Tensor) -> torch.Tensor:
+        """float32 logits ``[q, V]`` of one sequence's token-tree nodes ``tokens`` ``[q]``, all at true ``position``
+        (one depth), appended to the view; node ``i`` sees the view and the tree's keys where ``visibility[i]``
+        (``[q, m]``: the last ``m`` keys are the tree's, these nodes last) is ``True``."""
+        q = tokens.shape[0]
+        position_ids = torch.full((1, q), position, device=tokens.device)
+        with low_bit_linears(self.low_bit), tree_attention(self.model, visibility.to(tokens.device)):
+            out = self.model(
+                input_ids=tokens[None], position_ids=position_ids, use_cache=True, logits_to_keep=q,
+                **cache_kwargs(self.view),
+            )  # fmt: skip
+        return out.logits[0, -q:].float()
+
     def keep(self, kept: list[int], width: int) -> None:
         """Of a step's last ``width`` view slots, row ``b`` keeps its first ``kept[b]`` (its accepted drafts and the
         token level 1 chose); the rest leave the view."""
@@ -161,6 +174,12 @@ class DirectSteps(ModelSteps):
         self.stats.phases.add("reselect", self._reselect_seconds)
         self.stats.chunks_swapped += int(self._swapped)  # the forward is queued: reading it waits only as logits do
         return logits[None]
+
+    def tree_logits(self, tokens: torch.Tensor, position: int, visibility: torch.Tensor) -> torch.Tensor:
+        """:meth:`ModelSteps.tree_logits` through the direct forward."""
+        positions = torch.full_like(tokens, position)
+        with tree_attention(self.model, visibility.to(tokens.device)):
+            return self.direct.logits(tokens, positions, self.view)
 
     def _reselect_layer(self, layer: int, query: torch.Tensor) -> None:
         """Before layer ``layer``'s attention: re-rank its chunks with its post-RoPE queries ``[1, H_q, q, D]`` (all

@@ -43,18 +43,26 @@ from ..config import TriForceConfig
 from ..hf.distributed import RankConsensus
 from .cost_model import ConfidenceAcceptance, RunningRate, StepCost, StreakAcceptance, expected_tokens
 from .schedule import Level0Gate
+from .tree_shape import MAX_BRANCH, PositionalAcceptance, TreeShape, best_tree
 
 PROBE_EVERY = 16  # rounds between re-tries of a schedule that is not chosen
+AUTO_TREE_SIZES = (8, 16, 32, 64)
+"""The tree sizes ``tree_budget='auto'`` weighs against the chain."""
+TREE_MARGIN = 1.1
+"""How much faster than the chain a tree must be modeled before ``'auto'`` drafts it (the model extrapolates the
+verification's cost to widths the call has not run yet)."""
 Kind = Literal["levels", "level0", "plain"]
 KINDS: tuple[Kind, ...] = ("levels", "level0", "plain")  # the wire order of a plan's kind across ranks
 
 
 @dataclass(frozen=True)
 class Plan:
-    """One round's schedule: ``kind`` and the tokens drafted for level 2 (``gamma2``, 0 for ``"plain"``)."""
+    """One round's schedule: ``kind`` and the tokens drafted for level 2 (``gamma2``, 0 for ``"plain"``); ``tree``:
+    the token tree level 1 drafts instead of a chain (a ``"levels"`` round with ``TriForceConfig.tree_budget``)."""
 
     kind: Kind
     gamma2: int
+    tree: TreeShape | None = None
 
 
 class Planner:
@@ -70,11 +78,13 @@ class Planner:
             not under tensor parallelism (rank 0 would have to decide every step), its ``"levels"`` rounds may draft
             up to ``gamma2`` tokens and stop by :meth:`keep_drafting` (:attr:`confidence_stops`); otherwise the
             plan's ``gamma2`` is the round's length.
+        trees: the call can draft token trees (``TriForceConfig.tree_budget``; one unpadded sequence, full attention,
+            dynamic shapes): a ``"levels"`` plan then carries the tree (:meth:`tree_for`).
 
     Example:
         >>> planner = Planner(TriForceConfig(gamma1=2, gamma2=6), has_drafter=True)
         >>> planner.plan_round()  # nothing measured yet: the first rounds try each schedule, speculating first
-        Plan(kind='levels', gamma2=6)
+        Plan(kind='levels', gamma2=6, tree=None)
     """
 
     def __init__(
@@ -83,8 +93,11 @@ class Planner:
         has_drafter: bool,
         consensus: RankConsensus | None = None,
         one_sequence: bool = False,
+        trees: bool = False,
     ) -> None:
         self.config, self.has_drafter = config, has_drafter
+        self.trees = trees and config.tree_budget != 0 and not (consensus is not None and consensus.active)
+        self.positional = PositionalAcceptance()  # p_k of level 1's k-th candidate, for the trees' shape
         self.adaptive = config.adaptive
         self.by_confidence = ConfidenceAcceptance()
         self.reached = RunningRate()  # tokens per second of whole rounds so far
@@ -105,12 +118,54 @@ class Planner:
         """The schedule of the next round."""
         self.rounds += 1
         if not self.adaptive:
-            return Plan("levels", self.config.gamma2)
+            return self._with_tree(Plan("levels", self.config.gamma2))
         plan = self._agreed(self._probe() or self._best())
         self.last_tried[plan.kind] = self.rounds
-        if plan.kind == "levels" and self.confidence_stops:
+        if plan.kind == "levels":
+            tree = self._with_tree(plan)
+            if tree.tree is not None or not self.confidence_stops:
+                return tree
             return Plan("levels", self.config.gamma2)  # the round's length is decided by keep_drafting
         return plan
+
+    def tree_for(self, plan: Plan) -> TreeShape | None:
+        """The token tree a ``"levels"`` round drafts (``None``: a chain): with ``tree_budget=N`` the best tree of
+        ``N`` nodes and depth ``gamma2`` for the measured positional acceptance; with ``'auto'`` the size of
+        :data:`AUTO_TREE_SIZES` with the most expected tokens per second, where that beats the chain ``plan`` by
+        :data:`TREE_MARGIN` (from the measured costs: the verification by width, level 1's forwards by width, a
+        refresh per round).
+
+        Example:
+            >>> planner = Planner(TriForceConfig(tree_budget=8, gamma2=4), has_drafter=False, trees=True)
+            >>> planner.tree_for(Plan("levels", 4)).size <= 8
+            True
+        """
+        budget = self.config.tree_budget
+        if not self.trees or budget == 0:
+            return None
+        vector = self.positional.vector(MAX_BRANCH)
+        if budget != "auto":
+            return best_tree(vector, budget, self.config.gamma2)
+        if len(self.level2.fastest) < 2 or not self.level1.known:
+            return None  # the verification's cost by width is not measured yet
+        chain_rate = self.rate(Plan(plan.kind, plan.gamma2))
+        shapes = [best_tree(vector, size, self.config.gamma2) for size in AUTO_TREE_SIZES]
+        best = max(shapes, key=self.tree_rate)
+        return best if self.tree_rate(best) > TREE_MARGIN * chain_rate else None
+
+    def tree_rate(self, shape: TreeShape) -> float:
+        """Expected tokens per second of a round that drafts and verifies the tree ``shape`` (0 when a cost it needs is
+        unknown)."""
+        verify = self.level2(shape.size)
+        steps = [self.level1(width) for width in tree_widths(shape)]
+        if verify is None or any(step is None for step in steps):
+            return 0.0
+        seconds = verify + sum(steps) + self._refresh_per_round(shape.expected_tokens)
+        return shape.expected_tokens / seconds
+
+    def _with_tree(self, plan: Plan) -> Plan:
+        tree = self.tree_for(plan)
+        return plan if tree is None else Plan(plan.kind, plan.gamma2, tree)
 
     def keep_drafting(self, drafted: int, survival: float) -> bool:
         """Whether a ``"levels"`` round that drafted ``drafted`` tokens should draft one more.
@@ -223,10 +278,18 @@ class Planner:
     # -- observations -----------------------------------------------------------------------------------------
 
     def observe_level2(
-        self, plan: Plan, drafted: int, accepted: int, seconds: float, confidences: list[float] | None = None
+        self,
+        plan: Plan,
+        drafted: int,
+        accepted: int,
+        seconds: float,
+        confidences: list[float] | None = None,
+        rank: int | None = None,
     ) -> None:
         """A round's verification: ``accepted`` of ``drafted`` tokens, a forward of ``drafted + 1`` in ``seconds``;
-        ``confidences``: level 1's probability of each drafted token (a ``"levels"`` round)."""
+        ``confidences``: level 1's probability of each drafted token (a ``"levels"`` round); ``rank``: greedy only,
+        the 0-based rank of the verifier's token in level 1's scores where it rejected (what a token tree's
+        candidates there would have caught)."""
         self.level2.observe(drafted + 1, seconds)
         if plan.kind != "levels":
             self.a1.idle(accepted + 1)
@@ -234,6 +297,13 @@ class Planner:
             self.a02.idle(accepted + 1)
         if plan.kind == "levels":
             self.a1.observe(drafted, accepted)
+            if rank is None:
+                self.positional.observe_chain(drafted, accepted)
+            else:  # greedy: the rank of the verifier's token among level 1's candidates at the first miss
+                for _ in range(accepted):
+                    self.positional.observe(MAX_BRANCH, 0)
+                if accepted < drafted:
+                    self.positional.observe(MAX_BRANCH, rank if rank < MAX_BRANCH else -1)
             if confidences:
                 self.by_confidence.observe(confidences, accepted)
         elif plan.kind == "level0":
@@ -244,6 +314,20 @@ class Planner:
         self.level1.observe(drafted + 1, seconds)
         self.a0.observe(drafted, accepted)
         self.gate.record(drafted, accepted)
+
+    def observe_tree_step(self, width: int, seconds: float) -> None:
+        """A level-1 forward over ``width`` nodes of a token tree's frontier took ``seconds``."""
+        self.level1.observe(width, seconds)
+
+    def observe_tree(self, ranks: list[int], children: list[int], seconds: float, size: int) -> None:
+        """A token tree's verification: at each node visited from the root, the rank accepted (``-1``: none) of its
+        ``children`` candidates; the forward of ``size`` nodes took ``seconds``."""
+        self.level2.observe(size, seconds)
+        for rank, count in zip(ranks, children, strict=True):
+            self.positional.observe(count, rank)
+        accepted = sum(1 for rank in ranks if rank >= 0)
+        self.a1.observe(len(ranks), accepted)
+        self.a02.idle(accepted + 1)
 
     def observe_level0(self, requested: int, seconds: float) -> None:
         """One level-0 proposal of up to ``requested`` tokens took ``seconds``."""
@@ -256,3 +340,18 @@ class Planner:
     def observe_refresh(self, seconds: float) -> None:
         """One re-selection of the retrieval chunks took ``seconds``."""
         self.refresh.observe(1, seconds)
+
+
+def tree_widths(shape: TreeShape) -> list[int]:
+    """Level 1's forward widths to expand ``shape``: per depth, the nodes there that have children.
+
+    Example:
+        >>> tree_widths(TreeShape([-1, 0, 0, 1, 2, 2], 1.0))
+        [1, 2]
+    """
+    children = shape.children
+    widths: dict[int, int] = {}
+    for node, depth in enumerate(shape.depths):
+        if children[node]:
+            widths[depth] = widths.get(depth, 0) + 1
+    return [widths[d] for d in sorted(widths)]

@@ -122,6 +122,21 @@ def slot_attention_mask(
     return mask
 
 
+def tree_attention_mask(rows: torch.Tensor, kv_len: int) -> torch.Tensor:
+    """The ``[1, 1, q, kv_len]`` bool mask (``True``: attend) of a token tree's ``q`` nodes whose keys are the last
+    ``q`` of the tree's ``m`` keys, themselves the last ``m`` of ``kv_len``: every key before the tree, and the tree's
+    keys where ``rows`` (``[q, m]``: each node's ancestors and itself) says.
+
+    Example:
+        >>> rows = torch.tensor([[True, True, False], [True, False, True]])  # two siblings under one root
+        >>> tree_attention_mask(rows, 5)[0, 0].int().tolist()
+        [[1, 1, 1, 1, 0], [1, 1, 1, 0, 1]]
+    """
+    q, m = rows.shape
+    before = torch.ones(q, kv_len - m, dtype=torch.bool, device=rows.device)
+    return torch.cat([before, rows.bool()], dim=1)[None, None]
+
+
 def masked_gqa_attention(
     query: torch.Tensor,
     key: torch.Tensor,
