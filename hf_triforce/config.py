@@ -160,8 +160,8 @@ class TriForceConfig:
             "full-cache forward verifies every node with a tree mask. 0: chains, one draft per position (the "
             "behaviour before 0.2). N >= 2: a tree of at most N nodes (the root included), depth at most gamma2, "
             "shaped by Sequoia's dynamic program for the positional acceptance the call measures. 'auto' (the "
-            "default): a tree where the call's measured forward costs say it yields more tokens per second than the "
-            "chain, else the chain (on the CPU at long context, where a verification's cost grows with its width, "
+            "default): with adaptive=True, a tree where the call's measured forward costs say it yields more tokens "
+            "per second than the chain, else the chain (on the CPU at long context, where a verification's cost grows with its width, "
             "that is the chain: docs/trees.md). Trees need one unpadded sequence, full attention in every layer and "
             "level 1 on dynamic shapes; 'auto' uses chains elsewhere."
         },

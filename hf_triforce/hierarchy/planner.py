@@ -130,10 +130,10 @@ class Planner:
 
     def tree_for(self, plan: Plan) -> TreeShape | None:
         """The token tree a ``"levels"`` round drafts (``None``: a chain): with ``tree_budget=N`` the best tree of
-        ``N`` nodes and depth ``gamma2`` for the measured positional acceptance; with ``'auto'`` the size of
-        :data:`AUTO_TREE_SIZES` with the most expected tokens per second, where that beats the chain ``plan`` by
-        :data:`TREE_MARGIN` (from the measured costs: the verification by width, level 1's forwards by width, a
-        refresh per round).
+        ``N`` nodes and depth ``gamma2`` for the measured positional acceptance; with ``'auto'`` (and ``adaptive``: a
+        fixed schedule drafts chains) the size of :data:`AUTO_TREE_SIZES` with the most expected tokens per second,
+        where that beats the chain ``plan`` by :data:`TREE_MARGIN` (from the measured costs: the verification by
+        width, level 1's forwards by width, a refresh per round).
 
         Example:
             >>> planner = Planner(TriForceConfig(tree_budget=8, gamma2=4), has_drafter=False, trees=True)
@@ -146,7 +146,7 @@ class Planner:
         vector = self.positional.vector(MAX_BRANCH)
         if budget != "auto":
             return best_tree(vector, budget, self.config.gamma2)
-        if len(self.level2.fastest) < 2 or not self.level1.known:
+        if not self.adaptive or len(self.level2.fastest) < 2 or not self.level1.known:
             return None  # the verification's cost by width is not measured yet
         chain_rate = self.rate(Plan(plan.kind, plan.gamma2))
         shapes = [best_tree(vector, size, self.config.gamma2) for size in AUTO_TREE_SIZES]

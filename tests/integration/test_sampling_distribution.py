@@ -206,7 +206,7 @@ class Sampler:
         assistant = self.draft if drafter in ("model", "auto") else None
         levels = ("level0", "level1", "level0_to_level2")
         totals = {f"{level}_{count}": 0 for level in levels for count in ("drafted", "accepted", "rejections")}
-        totals["retrieval_refreshes"] = totals["reused_tokens"] = totals["levels_rounds"] = 0
+        totals["retrieval_refreshes"] = totals["reused_tokens"] = totals["levels_rounds"] = totals["tree_rounds"] = 0
         sequences = []
         prefix = self.prefilled(cached) if cached else None
         with torch.random.fork_rng(devices=[]):
@@ -229,6 +229,7 @@ class Sampler:
                     for count in ("drafted", "accepted", "rejections"):
                         totals[f"{level}_{count}"] += stats["levels"][level][count]
                 totals["retrieval_refreshes"] += stats["retrieval_refreshes"]
+                totals["tree_rounds"] += stats["tree_rounds"]
                 totals["levels_rounds"] += stats["rounds"].get("levels", 0)
                 totals["reused_tokens"] = stats["reused_tokens"]
         return np.concatenate([self.codes(s) for s in sequences]), totals
@@ -344,6 +345,39 @@ def test_sampled_triforce_with_the_cache_offloaded(sampler):
     got, totals = sampler.triforce(processors, "model", options={"offload_kv": True})
     same_distribution(sampler.plain(processors), got, f"TriForce sampling with offload_kv ({totals})")
     check_paths(totals, "model")
+
+
+TREE_CASES = [
+    pytest.param({"temperature": 0.9, "top_k": 5}, "none", id="temperature0.9-top_k5-none"),
+    pytest.param({"repetition_penalty": 1.5}, "ngram", id="repetition_penalty1.5-ngram"),
+]
+
+
+@pytest.mark.parametrize("processors, drafter", TREE_CASES)
+def test_sampled_token_trees_match_plain_generate(sampler, processors, drafter):
+    """``tree_budget=8``: level 1 drafts a token tree (candidates drawn without replacement from its distribution at
+    each node), level 2 verifies it with the multi-candidate rule: the same distribution; every run's first round a
+    tree, level 1's candidates both accepted and rejected. With repetition penalty each node's scores read its own
+    path."""
+    plain = sampler.plain(processors)
+    got, totals = sampler.triforce(processors, drafter, options={"tree_budget": 8})
+    same_distribution(plain, got, f"TriForce token trees ({drafter=}, {processors}; totals {totals})")
+    assert totals["tree_rounds"] >= NUM_SAMPLES, totals  # every run's first round (later ones may be plain steps)
+    assert 0 < totals["level1_accepted"] < totals["level1_drafted"], totals
+    assert totals["levels_rounds"] > totals["level1_rejections"], f"no tree accepted to a leaf: {totals}"
+
+
+def test_power_against_a_tree_rule_without_the_residual(sampler, monkeypatch):
+    """The same test rejects token trees whose later candidates are judged against ``p`` instead of the residual."""
+    processors = {"temperature": 0.9, "top_k": 5}
+    original = hf_triforce.sampling.after_rejection  # p stays p; q still loses the rejected candidate
+    monkeypatch.setattr(hf_triforce.sampling, "after_rejection", lambda p, q, token: (p, original(p, q, token)[1]))
+    got, totals = sampler.triforce(processors, "none", memoize=False, options={"tree_budget": 8})
+    p_value, table = detected(sampler.plain(processors), got)
+    assert p_value < WINDOW_ALPHA, (
+        f"the homogeneity test did not detect token trees judged without the residual (smallest p-value "
+        f"{p_value:.3g}; totals {totals}): raise NUM_SAMPLES.\n{table}"
+    )
 
 
 SCHEDULE_CASES = [

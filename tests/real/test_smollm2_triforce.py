@@ -51,6 +51,19 @@ def test_greedy_identical_and_retrieval_accepted(model_and_ids, plain_output, dr
     assert retrieval["acceptance_rate"] >= 0.8, stats
 
 
+def test_greedy_token_trees_identical(model_and_ids, plain_output):
+    """Level 1 drafts 16-node token trees (Sequoia's shape for the call's measured acceptance), the full cache verifies
+    each in one forward: plain greedy output, and more tokens per verification than the trees' depth-first chain
+    alone would give at this acceptance."""
+    model, ids = model_and_ids
+    config = TriForceConfig(retrieval_budget=BUDGET, drafter="none", tree_budget=16, adaptive=False)
+    out = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, triforce_config=config)
+    assert torch.equal(out, plain_output)
+    stats = hf_triforce.last_stats(model)
+    assert stats.tree_rounds >= stats.target_forwards - 1 and stats.tree_nodes >= 12 * stats.tree_rounds
+    assert stats.mean_accepted_length > 2.5, stats.to_dict()
+
+
 def _chat(model, tokenizer, turns: list[str], **extra) -> Chat:
     chat = Chat(model, tokenizer, {"max_new_tokens": 24, "do_sample": False, **extra})
     for text in turns:

@@ -325,3 +325,48 @@ def test_a_verification_that_streams_the_cache_lengthens_the_rounds():
     feed(offloaded, c2=(2.75, 0.004), c1=(0.03, 0.004), a1=0.8)
     assert offloaded.plan_round() == Plan("levels", 16)
     assert on_device.plan_round().gamma2 < 16
+
+
+# -- token trees (TriForceConfig.tree_budget) -----------------------------------------------------------------------
+
+
+def _tree_planner(level2: dict[int, float], level1: dict[int, float], **config) -> Planner:
+    planner = Planner(TriForceConfig(gamma2=6, **config), has_drafter=False, one_sequence=True, trees=True)
+    for width, seconds in level2.items():
+        planner.level2.observe(width, seconds)
+    for width, seconds in level1.items():
+        planner.level1.observe(width, seconds)
+    for _ in range(40):  # a greedy call's chains: level 1's first choice right 85% of the time, its second 8%
+        planner.positional.observe(8, 0)
+    for rank in [1] * 4 + [2] * 2 + [-1] * 2:
+        planner.positional.observe(8, rank)
+    return planner
+
+
+def test_auto_keeps_chains_where_a_verification_s_cost_grows_with_its_width():
+    """This CPU at 7K (benchmarks/experiments/verification_width.py): 75 ms for 1 token, 112 for 8, 3.6 ms a token
+    more; level 1 15 ms a step. A 16-node tree yields more tokens than a 7-token chain but costs more than it gains."""
+    cpu = _tree_planner({1: 0.075, 7: 0.105, 8: 0.112}, {1: 0.015, 2: 0.017, 3: 0.019}, adaptive=True)
+    assert cpu.tree_for(Plan("levels", 6)) is None
+
+
+def test_auto_drafts_wide_trees_where_width_is_nearly_free():
+    """A GPU at long context: a verification of 64 tokens costs about what one of 1 does (the cache read dominates)."""
+    gpu = _tree_planner({1: 0.043, 7: 0.0432, 8: 0.0433}, {1: 0.005, 2: 0.0051, 3: 0.0052}, adaptive=True)
+    tree = gpu.tree_for(Plan("levels", 6))
+    assert tree is not None and tree.size >= 16 and not tree.is_chain()
+    assert gpu.tree_rate(tree) > 1.1 * gpu.rate(Plan("levels", 6))
+
+
+def test_auto_waits_for_measured_widths_and_a_fixed_schedule_drafts_chains():
+    assert _tree_planner({1: 0.04}, {1: 0.005}, adaptive=True).tree_for(Plan("levels", 6)) is None
+    flat = _tree_planner({1: 0.043, 8: 0.0433}, {1: 0.005, 2: 0.0051}, adaptive=False)
+    assert flat.tree_for(Plan("levels", 6)) is None
+    assert _tree_planner({}, {}, adaptive=False, tree_budget=12).tree_for(Plan("levels", 6)).size <= 12
+
+
+def test_a_node_count_builds_sequoia_s_tree_for_the_measured_vector():
+    planner = _tree_planner({}, {}, tree_budget=16)
+    tree = planner.tree_for(Plan("levels", 6))
+    assert tree.size == 16 and tree.depth <= 6 and not tree.is_chain()
+    assert Planner(TriForceConfig(tree_budget=16), has_drafter=False, trees=False).tree_for(Plan("levels", 6)) is None
