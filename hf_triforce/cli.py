@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .config import DRAFTERS, LEVEL1_WEIGHTS
+from .config import DRAFTERS, LEVEL1_WEIGHTS, TriForceConfig
 from .demo import DEFAULT_REPETITION_PENALTY, DemoOptions, run_demo
 from .errors import TriForceConfigError
 from .evaluation.bench.plain_baselines import DEFAULT_PLAIN
@@ -98,6 +98,11 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperatures", default="0,0.6", help="comma-separated temperatures (default 0,0.6)")
     p.add_argument("--budgets", default="512", help="comma-separated retrieval budgets (default 512)")
     p.add_argument("--drafters", default="ngram", help=f"comma-separated drafters among {DRAFTERS} (default ngram)")
+    p.add_argument(
+        "--tree-budgets", default="auto",
+        help="comma-separated TriForceConfig.tree_budget values, each its own rows: 'auto', 0 (chains) or a node "
+        "count, e.g. 0,16 to compare chains with 16-node token trees (default auto)",
+    )  # fmt: skip
     p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per run (default 128)")
     p.add_argument("--gamma1", type=int, default=None, help="level-0 draft length (default: TriForceConfig's)")
     p.add_argument("--gamma2", type=int, default=None, help="level-1 draft length (default: TriForceConfig's)")
@@ -299,6 +304,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         temperatures=_temperatures(args.temperatures),
         budgets=_ints(args.budgets),
         drafters=args.drafters.split(","),
+        tree_budgets=_tree_budgets(args.tree_budgets),
         new_tokens=args.new_tokens,
         top_p=args.top_p,
         gamma1=args.gamma1,
@@ -355,6 +361,19 @@ def _temperatures(text: str) -> list[float]:
     values = parse_fractions(text)
     if not values:
         raise TriForceConfigError(f"temperatures {text!r}: give comma-separated numbers, e.g. 0,0.6.")
+    return values
+
+
+def _tree_budgets(text: str) -> list[int | str]:
+    """``"0,16,auto"`` -> ``[0, 16, "auto"]``; each checked as ``TriForceConfig`` checks it (a clear error first).
+
+    Example:
+        >>> _tree_budgets("0,16,auto")
+        [0, 16, 'auto']
+    """
+    values: list[int | str] = [item if item == "auto" else int(item) for item in text.split(",")]
+    for value in values:
+        TriForceConfig(tree_budget=value)
     return values
 
 

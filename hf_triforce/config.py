@@ -157,13 +157,13 @@ class TriForceConfig:
         metadata={
             "help": "Token trees (Sequoia) between level 1 and the full cache: level 1 drafts a tree, a node's "
             "children being its top candidates (greedy) or candidates drawn without replacement (sampling), and one "
-            "full-cache forward verifies every node with a tree mask. 0: chains, one draft per position (the "
-            "behaviour before 0.2). N >= 2: a tree of at most N nodes (the root included), depth at most gamma2, "
-            "shaped by Sequoia's dynamic program for the positional acceptance the call measures. 'auto' (the "
-            "default): with adaptive=True, a tree where the call's measured forward costs say it yields more tokens "
-            "per second than the chain, else the chain (on the CPU at long context, where a verification's cost grows with its width, "
-            "that is the chain: docs/trees.md). Trees need one unpadded sequence, full attention in every layer and "
-            "level 1 on dynamic shapes; 'auto' uses chains elsewhere."
+            "full-cache forward verifies every node with a tree mask. 0: chains, one draft per position. N >= 2: a "
+            "tree of at most N nodes (the root included), depth at most gamma2, shaped by Sequoia's dynamic program "
+            "for the positional acceptance the call measures. 'auto' (the default): with adaptive=True, a tree where "
+            "the call's measured forward costs say it yields more tokens per second than the chain, else the chain "
+            "(on the CPU at long context a verification's cost grows with its width, so 'auto' keeps chains there: "
+            "docs/trees.md). Trees need one unpadded sequence, full attention in every layer and level 1 on dynamic "
+            "shapes; 'auto' uses chains elsewhere, and a node count is refused there."
         },
     )
     adaptive: bool = field(

@@ -241,7 +241,10 @@ class TriForceStats:
     top-level figures are then the batch's totals, and its ``target_forwards`` counts batched forwards.
     ``tree_rounds`` counts the rounds whose level-1 drafts were a token tree (``TriForceConfig.tree_budget``) and
     ``tree_nodes`` their nodes, the root included (what those verifications forwarded); a tree round's level-1 verdict
-    counts the nodes judged on the way down from the root as drafted.
+    counts the nodes judged on the way down from the root as drafted. ``positional_acceptance`` holds what one
+    sequence's call measured of level 1's candidates by rank (``trials[k]`` nodes offered a candidate of 0-based rank
+    ``k``, ``accepted[k]`` took it; greedy chains count a rejection at the rank of the verifier's token among level
+    1's choices, up to 8): the vector a tree's shape is built for.
 
     Example:
         >>> stats = TriForceStats(); stats.level1.record(6, 2); stats.level1.record(6, 6)
@@ -259,6 +262,7 @@ class TriForceStats:
     retrieval_refreshes: int = 0
     tree_rounds: int = 0
     tree_nodes: int = 0
+    positional_acceptance: dict[str, list[float]] = field(default_factory=dict)
     step_selection: bool = False
     chunks_swapped: int = 0
     full_cache_bytes: int = 0

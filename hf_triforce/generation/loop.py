@@ -337,6 +337,8 @@ class TriForceRun:
 
     def _final_stats(self) -> None:
         self.stats.full_cache_bytes = self.cache.kv_nbytes()
+        if not self.batched:
+            self.stats.positional_acceptance = self.level1.planner.positional.to_dict()
         if self.cache.transfers is not None:
             self.stats.kv_bytes_to_device = self.cache.transfers.to_device
             self.stats.kv_bytes_to_host = self.cache.transfers.to_host

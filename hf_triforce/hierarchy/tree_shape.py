@@ -195,6 +195,10 @@ class PositionalAcceptance:
         if accepted < drafted:
             self.observe(1, -1)
 
+    def to_dict(self) -> dict[str, list[float]]:
+        """The raw counts per rank (``trials``, ``accepted``): what a call measured, without the priors."""
+        return {"trials": list(self.trials), "accepted": list(self.successes)}
+
     def vector(self, ranks: int) -> list[float]:
         """``[p_1 .. p_ranks]``, the measured rates shrunk toward the priors (their sum is at most 1)."""
         out: list[float] = []

@@ -44,6 +44,7 @@ KEPT = {
     "prefill_chunk_size",
     "cuda_graphs",
     "offload_kv",  # issue 54: the cache in host memory where it does not fit the GPU
+    "tree_budget",  # issue 53: token trees where a verification's width is nearly free (docs/trees.md)
 }
 """The fields kept, each for a measured setting (docs/tuning.md, "Every knob")."""
 

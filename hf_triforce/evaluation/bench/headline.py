@@ -68,6 +68,8 @@ def floor_section(rows: list[dict[str, Any]], names: list[str]) -> list[str]:
 
 def _summary_line(s: dict[str, Any]) -> str:
     where = f"T={s['temperature']:g}, budget {s['budget']}, {s['drafter']}"
+    if s.get("tree_budget", "auto") != "auto":
+        where += ", chains" if str(s["tree_budget"]) == "0" else f", trees of {s['tree_budget']} nodes"
     if not s["prompts"]:
         return f"- {where}: every answer looped ({', '.join(s['left_out'])}); no median."
     left = f"; left out (answers loop): {', '.join(s['left_out'])}" if s["left_out"] else ""
@@ -78,8 +80,13 @@ def _summary_line(s: dict[str, Any]) -> str:
     return (
         f"- {where}: **{s['median_speedup_best_plain']:.2f}x best plain** ({s['median_speedup_default']:.2f}x the "
         f"default), over {s['prompts']} prompt{plural} (TriForce {s['median_triforce_tokens_per_second']:.2f} tok/s, "
-        f"best plain {s['median_best_plain_tokens_per_second']:.2f}){same}{floor_text}{left}."
+        f"best plain {s['median_best_plain_tokens_per_second']:.2f}{_per_verification(s)}){same}{floor_text}{left}."
     )
+
+
+def _per_verification(s: dict[str, Any]) -> str:
+    tokens = s.get("median_tokens_per_verification")
+    return "" if tokens is None else f"; {tokens:.2f} tokens per verification"
 
 
 def _plain_names(rows: list[dict[str, Any]]) -> list[str]:

@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class BenchOptions(DocumentQuestion):
-    """A sweep: every combination of prompt, prompt length, temperature, budget and drafter is measured.
+    """A sweep: every combination of prompt, prompt length, temperature, budget, drafter and tree budget is measured.
 
     By default the prompts are the seven documents and questions of
     :data:`~hf_triforce.evaluation.common.prompt_set.BENCH_PROMPTS` (one per genre); a ``document`` or a
@@ -68,6 +68,7 @@ class BenchOptions(DocumentQuestion):
     temperatures: list[float] = field(default_factory=lambda: [0.0, 0.6])
     budgets: list[int] = field(default_factory=lambda: [512])
     drafters: list[str] = field(default_factory=lambda: ["ngram"])
+    tree_budgets: list[int | str] = field(default_factory=lambda: ["auto"])  # TriForceConfig.tree_budget, each a row
     new_tokens: int = 128
     top_p: float = 0.9
     gamma1: int | None = None
@@ -123,8 +124,9 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
     for prompt, tokens in tqdm(list(itertools.product(prompts, prompt_lengths)), desc="prompts", disable=quiet):
         ids = bench_prompt(options, tokenizer, prompt, tokens, limit, model)
         prefix = _prefix(options, model, ids)
-        for temperature, budget, drafter in itertools.product(options.temperatures, options.budgets, options.drafters):
-            row = _measure_row(options, model, assistant, ids, prefix, temperature, budget, drafter)
+        sweep = itertools.product(options.temperatures, options.budgets, options.drafters, options.tree_budgets)
+        for temperature, budget, drafter, tree_budget in sweep:
+            row = _measure_row(options, model, assistant, ids, prefix, temperature, budget, drafter, tree_budget)
             row.update(_answer_facts(prompt, row, prefix))
             rows.append(row)
             if options.tp > 1:
@@ -139,9 +141,11 @@ def run_benchmark(options: BenchOptions, command: str = "") -> dict[str, Any]:
     return results
 
 
-def _measure_row(options: BenchOptions, model, assistant, ids, prefix, temperature, budget, drafter) -> dict[str, Any]:
+def _measure_row(
+    options: BenchOptions, model, assistant, ids, prefix, temperature, budget, drafter, tree_budget="auto"
+) -> dict[str, Any]:
     """One comparison (plain decodings, TriForce, prompt lookup) on ``ids``; its JSON-ready row."""
-    config = _config(options, budget, drafter)
+    config = _config(options, budget, drafter, tree_budget)
     kwargs = generate_kwargs(options.new_tokens, temperature, options.top_p, min_new_tokens=options.new_tokens)
     if options.repetition_penalty not in (None, 1.0) and options.preset is None:
         kwargs.update(answer_repetition_penalty(options.repetition_penalty, ids.shape[1]))
@@ -153,6 +157,7 @@ def _measure_row(options: BenchOptions, model, assistant, ids, prefix, temperatu
                          plain_prefill_chunk_size=options.prefill_chunk_size, prefix=prefix, plain_decodings=plain,
                          prompt_lookup_tokens=options.prompt_lookup, **extra, **kwargs)  # fmt: skip
     row = {"prompt_tokens": ids.shape[1], "temperature": temperature, "budget": budget, "drafter": drafter}
+    row["tree_budget"] = tree_budget
     row.update(result.to_dict(), config=config.to_dict(), weight_bytes=_weight_bytes(model))
     if model.device.type == "cuda":  # what the level-1 floor reads: floors exist on a GPU only
         row["level1_weight_bytes"] = _level1_weight_bytes(model, row["triforce"]["triforce"].get("level1_weights"))
@@ -267,12 +272,12 @@ def _memory_cases(options: BenchOptions) -> list[dict[str, Any]]:
     ]
 
 
-def _config(options: BenchOptions, budget: int, drafter: str) -> TriForceConfig:
+def _config(options: BenchOptions, budget: int, drafter: str, tree_budget: int | str = "auto") -> TriForceConfig:
     names = ("gamma1", "gamma2", "prefill_chunk_size", "rescore_candidates", "level1_weights", "level1_forward")
     extra = {k: getattr(options, k) for k in names if getattr(options, k) is not None}
     return TriForceConfig(
         retrieval_budget=budget, drafter=drafter, cuda_graphs=options.cuda_graphs, adaptive=options.adaptive,
-        step_selection=options.step_selection, offload_kv=options.offload_kv, **extra,
+        step_selection=options.step_selection, offload_kv=options.offload_kv, tree_budget=tree_budget, **extra,
     )  # fmt: skip
 
 

@@ -13,27 +13,29 @@ from typing import Any
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (temperature, budget, drafter): medians over the prompts whose answers do not loop.
+    """Per (temperature, budget, drafter, tree budget): medians over the prompts whose answers do not loop.
 
-    Each entry: ``temperature``, ``budget``, ``drafter``, ``prompts`` (rows summarized), ``left_out`` (names of
-    the prompts whose answers loop), ``median_speedup_best_plain``, ``median_speedup_default``,
+    Each entry: ``temperature``, ``budget``, ``drafter``, ``tree_budget``, ``prompts`` (rows summarized),
+    ``left_out`` (names of the prompts whose answers loop), ``median_speedup_best_plain``, ``median_speedup_default``,
     ``median_triforce_tokens_per_second``, ``median_best_plain_tokens_per_second``, ``best_plain`` (the fastest
     plain decoding of each summarized row, by name), ``identical`` (greedy rows with identical text, of
-    ``prompts``; None when sampled) and, on a GPU of known bandwidth, ``median_fraction_of_floor``.
+    ``prompts``; None when sampled), ``median_tokens_per_verification`` and, on a GPU of known bandwidth,
+    ``median_fraction_of_floor``.
 
     Example:
         >>> summarize(rows)[0]["median_speedup_best_plain"]  # doctest: +SKIP
         1.21
     """
-    key = lambda r: (r["temperature"], r["budget"], r["drafter"])  # noqa: E731
+    key = lambda r: (r["temperature"], r["budget"], r["drafter"], str(r.get("tree_budget", "auto")))  # noqa: E731
     out = []
-    for (temperature, budget, drafter), group in itertools.groupby(sorted(rows, key=key), key=key):
+    for (temperature, budget, drafter, tree_budget), group in itertools.groupby(sorted(rows, key=key), key=key):
         group = list(group)
         kept = [r for r in group if not r.get("loops")]
         entry = {
             "temperature": temperature,
             "budget": budget,
             "drafter": drafter,
+            "tree_budget": tree_budget,
             "prompts": len(kept),
             "left_out": [_name(r) for r in group if r.get("loops")],
         }
@@ -41,6 +43,11 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             entry.update(_medians(kept, greedy=temperature == 0))
         out.append(entry)
     return out
+
+
+def _tokens_per_verification(row: dict[str, Any]) -> float:
+    """Tokens one full-cache verification yielded in a row's TriForce call (its stats' ``mean_accepted_length``)."""
+    return float(row["triforce"].get("triforce", {}).get("mean_accepted_length", 0.0))
 
 
 def _medians(rows: list[dict[str, Any]], greedy: bool) -> dict[str, Any]:
@@ -53,6 +60,7 @@ def _medians(rows: list[dict[str, Any]], greedy: bool) -> dict[str, Any]:
         "median_best_plain_tokens_per_second": statistics.median(b["tokens_per_second"] for b in best),
         "best_plain": [r.get("best_plain", "dynamic") for r in rows],
         "identical": sum(bool(r["identical_output"]) for r in rows) if greedy else None,
+        "median_tokens_per_verification": statistics.median(_tokens_per_verification(r) for r in rows),
     }
     fractions = [r["floor"]["triforce_fraction"] for r in rows if r.get("floor")]
     if fractions:
