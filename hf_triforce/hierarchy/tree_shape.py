@@ -92,11 +92,22 @@ def best_tree(acceptance: list[float], size: int, depth: int) -> TreeShape:
         >>> best_tree([0.6, 0.3], size=3, depth=1).parents  # depth 1: candidates side by side
         [-1, 0, 0]
     """
-    p = tuple(float(a) for a in acceptance[:MAX_BRANCH])
-    if size < 1 or depth < 0:
-        raise ValueError(f"best_tree needs size >= 1 and depth >= 0, got size={size}, depth={depth}.")
-    value, splits = _program(p, size, depth)
-    return TreeShape(_breadth_first(splits, size, depth), value)
+    return best_trees(acceptance, [size], depth)[0]
+
+
+def best_trees(acceptance: list[float], sizes: list[int], depth: int) -> list[TreeShape]:
+    """:func:`best_tree` for each of ``sizes`` from one run of the program (it solves every smaller size on the way);
+    the vector is rounded to 3 decimals, so the rounds of a call that measured about the same reuse one run.
+
+    Example:
+        >>> [t.size for t in best_trees([0.6, 0.3], [2, 4], depth=2)]
+        [2, 4]
+    """
+    p = tuple(round(float(a), 3) for a in acceptance[:MAX_BRANCH])
+    if min(sizes) < 1 or depth < 0:
+        raise ValueError(f"best_tree needs sizes >= 1 and depth >= 0, got sizes={sizes}, depth={depth}.")
+    _, splits, best = _program(p, max(sizes), depth)
+    return [TreeShape(_breadth_first(splits, size, depth), best[(size, depth)]) for size in sizes]
 
 
 @functools.lru_cache(maxsize=64)
@@ -109,7 +120,7 @@ def _program(p: tuple[float, ...], size: int, depth: int):
         table, choice = _split_table(p, size - 1, [0.0] + [best[(j, d - 1)] for j in range(1, size)])
         for n in range(1, size + 1):
             best[(n, d)], splits[(n, d)] = 1.0 + table[0][n - 1], _parts(choice, n - 1)
-    return best[(size, depth)], splits
+    return best[(size, depth)], splits, best
 
 
 def _split_table(p: tuple[float, ...], m: int, subtree: list[float]):

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from hf_triforce.hierarchy.tree_shape import PositionalAcceptance, TreeShape, best_tree, chain
+from hf_triforce.hierarchy.tree_shape import PositionalAcceptance, TreeShape, best_tree, best_trees, chain
 from hf_triforce.sampling import acceptance_probability, after_rejection, verify_candidates, verify_tree
 
 pytestmark = pytest.mark.unit
@@ -162,6 +162,18 @@ def test_sequoia_program_is_optimal(p, size, depth):
     for i in range(1, shape.size):
         reach[i] = reach[shape.parents[i]] * p[shape.children[shape.parents[i]].index(i)]
     assert sum(reach) == pytest.approx(shape.expected_tokens)
+
+
+@pytest.mark.parametrize("p", [[0.9], [0.6, 0.3], [0.5, 0.2, 0.1]])
+def test_one_program_run_gives_every_size(p):
+    shapes = best_trees(p, [1, 3, 5, 7], depth=3)
+    for shape, size in zip(shapes, [1, 3, 5, 7], strict=True):
+        assert shape.size <= size and shape.depth <= 3
+        assert shape.expected_tokens == pytest.approx(_brute_force(p, size, 3))
+        reach = [1.0] * shape.size
+        for i in range(1, shape.size):
+            reach[i] = reach[shape.parents[i]] * p[shape.children[shape.parents[i]].index(i)]
+        assert sum(reach) == pytest.approx(shape.expected_tokens)
 
 
 def test_breadth_first_order_and_chain():
