@@ -227,13 +227,14 @@ class TriForceRun:
         self._drop_finished()
 
     def _missed_rank(self, plan: Plan, drafts: list[RowDraft], verdicts) -> int | None:
-        """One greedy sequence's level-1 round that ended on a rejection: the rank of level 2's token in level 1's
-        scores there (0: level 1's first choice), what token trees' candidates would have caught; else ``None``."""
+        """One greedy sequence's level-1 round: the rank of level 2's token in level 1's scores at the first rejection
+        (0 where every draft was accepted), what token trees' candidates would have caught; ``None`` where the round
+        says nothing about ranks (sampling, batches, level-0 drafts)."""
         if self.batched or self.do_sample or plan.kind != "levels" or drafts[0].scores is None:
             return None
         n, token, _ = verdicts[0]
         if n >= drafts[0].tokens.shape[0]:
-            return None
+            return 0  # no miss: every node still counts as a trial for every rank (p_k is unconditional)
         scores = drafts[0].scores[n]
         return int((scores > scores[token]).sum())
 

@@ -43,7 +43,7 @@ from ..config import TriForceConfig
 from ..hf.distributed import RankConsensus
 from .cost_model import ConfidenceAcceptance, RunningRate, StepCost, StreakAcceptance, expected_tokens
 from .schedule import Level0Gate
-from .tree_shape import MAX_BRANCH, PositionalAcceptance, TreeShape, best_tree
+from .tree_shape import MAX_BRANCH, PositionalAcceptance, TreeShape, best_tree, best_trees
 
 PROBE_EVERY = 16  # rounds between re-tries of a schedule that is not chosen
 AUTO_TREE_SIZES = (8, 16, 32, 64)
@@ -101,6 +101,9 @@ class Planner:
         self.adaptive = config.adaptive
         self.by_confidence = ConfidenceAcceptance()
         self.reached = RunningRate()  # tokens per second of whole rounds so far
+        self.reached_by_shape = {"tree": RunningRate(), "chain": RunningRate()}  # the same, of "levels" rounds
+        self._last: Plan | None = None  # the plan of the round observe_round() times
+        self._tree_tried = self._chain_tried = -PROBE_EVERY  # the last rounds that drafted a tree, a chain
         self.consensus = consensus if consensus is not None else RankConsensus(None)
         stops = config.adaptive and config.confidence_stops and not self.consensus.active
         self.confidence_stops = one_sequence and stops
@@ -117,6 +120,14 @@ class Planner:
     def plan_round(self) -> Plan:
         """The schedule of the next round."""
         self.rounds += 1
+        self._last = self._plan_round()
+        if self._last.tree is not None:
+            self._tree_tried = self.rounds
+        elif self._last.kind == "levels":
+            self._chain_tried = self.rounds
+        return self._last
+
+    def _plan_round(self) -> Plan:
         if not self.adaptive:
             return self._with_tree(Plan("levels", self.config.gamma2))
         plan = self._agreed(self._probe() or self._best())
@@ -133,7 +144,8 @@ class Planner:
         ``N`` nodes and depth ``gamma2`` for the measured positional acceptance; with ``'auto'`` (and ``adaptive``: a
         fixed schedule drafts chains) the size of :data:`AUTO_TREE_SIZES` with the most expected tokens per second,
         where that beats the chain ``plan`` by :data:`TREE_MARGIN` (from the measured costs: the verification by
-        width, level 1's forwards by width, a refresh per round).
+        width, level 1's forwards by width, a refresh per round) and the tree rounds run so far were not measured
+        slower than the chain rounds. Each shape is re-tried every :data:`PROBE_EVERY` rounds, so both are measured.
 
         Example:
             >>> planner = Planner(TriForceConfig(tree_budget=8, gamma2=4), has_drafter=False, trees=True)
@@ -149,9 +161,19 @@ class Planner:
         if not self.adaptive or len(self.level2.fastest) < 2 or not self.level1.known:
             return None  # the verification's cost by width is not measured yet
         chain_rate = self.rate(Plan(plan.kind, plan.gamma2))
-        shapes = [best_tree(vector, size, self.config.gamma2) for size in AUTO_TREE_SIZES]
+        shapes = best_trees(vector, list(AUTO_TREE_SIZES), self.config.gamma2)
         best = max(shapes, key=self.tree_rate)
-        return best if self.tree_rate(best) > TREE_MARGIN * chain_rate else None
+        if self.tree_rate(best) <= TREE_MARGIN * chain_rate:
+            return None
+        if self._tree_tried > self._chain_tried and self.rounds - self._chain_tried >= PROBE_EVERY:
+            return None  # a chain now and then among trees, so the rounds measure both shapes
+        return None if self._trees_measured_slower() and self.rounds - self._tree_tried < PROBE_EVERY else best
+
+    def _trees_measured_slower(self) -> bool:
+        """Whether the call's tree rounds gave fewer tokens per second than its chain rounds (the model's estimates
+        of wide forwards are extrapolated; the rounds' own times are not)."""
+        tree, chain = self.reached_by_shape["tree"].rate, self.reached_by_shape["chain"].rate
+        return tree is not None and chain is not None and tree < chain
 
     def tree_rate(self, shape: TreeShape) -> float:
         """Expected tokens per second of a round that drafts and verifies the tree ``shape`` (0 when a cost it needs is
@@ -289,7 +311,8 @@ class Planner:
         """A round's verification: ``accepted`` of ``drafted`` tokens, a forward of ``drafted + 1`` in ``seconds``;
         ``confidences``: level 1's probability of each drafted token (a ``"levels"`` round); ``rank``: greedy only,
         the 0-based rank of the verifier's token in level 1's scores where it rejected (what a token tree's
-        candidates there would have caught)."""
+        candidates there would have caught; any value where nothing was rejected). Greedy rounds count every node
+        as a trial for every rank, the ones that accepted everything included, so ``p_k`` stays unconditional."""
         self.level2.observe(drafted + 1, seconds)
         if plan.kind != "levels":
             self.a1.idle(accepted + 1)
@@ -336,6 +359,8 @@ class Planner:
     def observe_round(self, tokens: int, seconds: float) -> None:
         """A whole round (drafting, verification and what the loop did around them) gave ``tokens`` in ``seconds``."""
         self.reached.observe(tokens, seconds)
+        if self._last is not None and self._last.kind == "levels":
+            self.reached_by_shape["chain" if self._last.tree is None else "tree"].observe(tokens, seconds)
 
     def observe_refresh(self, seconds: float) -> None:
         """One re-selection of the retrieval chunks took ``seconds``."""

@@ -145,3 +145,16 @@ def test_chains_stay_chains():
         planner.level2.observe(width, 0.01)
     planner.level1.observe(1, 0.001)
     assert planner.tree_for(Plan("levels", 6)) is None
+
+
+def test_greedy_chains_measure_every_rank_at_every_node(zoo):
+    """``stats.positional_acceptance`` of a greedy chain call (what 'auto' and the GPU model build trees from): each
+    verified node is a trial for every rank, the rounds that accepted all their drafts included, so ``p_k`` is the
+    unconditional rate Sequoia's program takes. A half-sparse view: some rounds accept everything, some miss."""
+    model = zoo("llama")
+    cfg = TriForceConfig(**{**SPARSE, "retrieval_budget": 128}, tree_budget=0, gamma2=4)
+    model.generate(prompt(2), max_new_tokens=NEW_TOKENS, do_sample=False, triforce_config=cfg)
+    stats = hf_triforce.last_stats(model)
+    counts = stats.positional_acceptance
+    assert counts["trials"][0] > 0 and len(set(counts["trials"])) == 1  # every rank tried at every node
+    assert sum(counts["accepted"]) <= counts["trials"][0]

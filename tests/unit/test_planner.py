@@ -14,6 +14,7 @@ from hf_triforce.hierarchy.cost_model import (
     expected_tokens,
 )
 from hf_triforce.hierarchy.planner import PROBE_EVERY, Plan, Planner
+from hf_triforce.hierarchy.tree_shape import PositionalAcceptance
 
 pytestmark = pytest.mark.unit
 
@@ -370,3 +371,34 @@ def test_a_node_count_builds_sequoia_s_tree_for_the_measured_vector():
     tree = planner.tree_for(Plan("levels", 6))
     assert tree.size == 16 and tree.depth <= 6 and not tree.is_chain()
     assert Planner(TriForceConfig(tree_budget=16), has_drafter=False, trees=False).tree_for(Plan("levels", 6)) is None
+
+
+def test_greedy_rounds_measure_unconditional_rank_rates():
+    """A greedy round that accepted all its drafts still counts each node as a trial for every rank: otherwise the
+    rate of rank 2 is measured over the rounds that missed only, and a tree over-builds its second branches."""
+    planner = _tree_planner({}, {})
+    planner.positional = PositionalAcceptance(prior_first=0.8, weight=0.0)
+    for _ in range(3):
+        planner.observe_level2(Plan("levels", 6), 6, 6, 0.1, rank=0)  # 18 nodes accepted, no miss
+    planner.observe_level2(Plan("levels", 6), 6, 1, 0.1, rank=1)  # 1 accepted, the miss caught by rank 2
+    counts = planner.positional.to_dict()
+    assert counts["trials"][:2] == [20.0, 20.0] and counts["accepted"][:2] == [19.0, 1.0]
+    assert planner.positional.vector(2) == pytest.approx([0.95, 0.05])
+
+
+@pytest.mark.parametrize("trees_pay", [True, False])
+def test_auto_keeps_trees_only_while_their_rounds_are_measured_faster(trees_pay):
+    """The model prices a tree's wide forwards by extrapolating narrower ones; the rounds' own times decide. Where
+    tree rounds give fewer tokens per second than chain rounds, 'auto' drafts chains and re-tries a tree every
+    PROBE_EVERY rounds; where they give more, it keeps drafting trees."""
+    gpu = _tree_planner({1: 0.043, 7: 0.0432, 8: 0.0433}, {1: 0.005, 2: 0.0051, 3: 0.0052}, adaptive=True)
+    shapes = []
+    for _ in range(3 * PROBE_EVERY):
+        plan = gpu.plan_round()
+        shapes.append(plan.tree is not None)
+        tree_tokens = 8 if trees_pay else 2
+        gpu.observe_round(tree_tokens if plan.tree is not None else 5, 0.1)
+    if trees_pay:
+        assert sum(shapes) >= 2 * PROBE_EVERY
+    else:
+        assert 2 <= sum(shapes) <= 5  # the first tree, then one re-try per PROBE_EVERY rounds
