@@ -68,8 +68,9 @@ def floor_section(rows: list[dict[str, Any]], names: list[str]) -> list[str]:
 
 def _summary_line(s: dict[str, Any]) -> str:
     where = f"T={s['temperature']:g}, budget {s['budget']}, {s['drafter']}"
-    if s.get("tree_budget", "auto") != "auto":
-        where += ", chains" if str(s["tree_budget"]) == "0" else f", trees of {s['tree_budget']} nodes"
+    trees = {"auto": ", tree budget auto", "0": ", chains"}
+    if "tree_budget" in s:
+        where += trees.get(str(s["tree_budget"]), f", trees of {s['tree_budget']} nodes")
     if not s["prompts"]:
         return f"- {where}: every answer looped ({', '.join(s['left_out'])}); no median."
     left = f"; left out (answers loop): {', '.join(s['left_out'])}" if s["left_out"] else ""
