@@ -122,20 +122,15 @@ def vector(paths: list[str], temperature: float) -> list[float]:
 
 def model(shape: dict, p: list[float], efficiency: float, level1: float) -> list[tuple[str, float, float]]:
     """``(schedule, tokens per verification, ms per token)`` of the best chain and the best tree of each size."""
-    rows = []
-    chains = [chain(g, p) for g in range(1, GAMMA2 + 1)]
-    best_chain = min(
-        chains, key=lambda c: round_ms(shape, [1] * c.depth, c.size, level1, efficiency) / c.expected_tokens
-    )
-    ms = round_ms(shape, [1] * best_chain.depth, best_chain.size, level1, efficiency) / best_chain.expected_tokens
-    rows.append((f"chain of {best_chain.depth}", best_chain.expected_tokens, ms))
+
+    def per_token(t) -> float:  # level 1's forwards as wide as each depth's parents (a chain's: one token each)
+        return round_ms(shape, tree_widths(t), t.size, level1, efficiency) / t.expected_tokens
+
+    best_chain = min((chain(g, p) for g in range(1, GAMMA2 + 1)), key=per_token)
+    rows = [(f"chain of {best_chain.depth}", best_chain.expected_tokens, per_token(best_chain))]
     for size in SIZES:
-        candidates = [best_tree(p, size, d) for d in range(1, MAX_DEPTH + 1)]
-        tree = max(
-            candidates, key=lambda t: t.expected_tokens / round_ms(shape, tree_widths(t), t.size, level1, efficiency)
-        )
-        ms = round_ms(shape, tree_widths(tree), tree.size, level1, efficiency) / tree.expected_tokens
-        rows.append((f"tree of {tree.size}, depth {tree.depth}", tree.expected_tokens, ms))
+        tree = min((best_tree(p, size, d) for d in range(1, MAX_DEPTH + 1)), key=per_token)
+        rows.append((f"tree of {tree.size}, depth {tree.depth}", tree.expected_tokens, per_token(tree)))
     return rows
 
 

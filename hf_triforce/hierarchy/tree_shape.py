@@ -106,21 +106,21 @@ def best_trees(acceptance: list[float], sizes: list[int], depth: int) -> list[Tr
     p = tuple(round(float(a), 3) for a in acceptance[:MAX_BRANCH])
     if min(sizes) < 1 or depth < 0:
         raise ValueError(f"best_tree needs sizes >= 1 and depth >= 0, got sizes={sizes}, depth={depth}.")
-    _, splits, best = _program(p, max(sizes), depth)
+    splits, best = _program(p, max(sizes), depth)
     return [TreeShape(_breadth_first(splits, size, depth), best[(size, depth)]) for size in sizes]
 
 
 @functools.lru_cache(maxsize=64)
 def _program(p: tuple[float, ...], size: int, depth: int):
-    """Sequoia's program for vector ``p`` up to ``size`` nodes and ``depth``: the best value of ``(size, depth)`` and
-    each ``(n, d)``'s best children sizes (``splits[(n, d)]``: one subtree size per rank, in rank order)."""
+    """Sequoia's program for vector ``p`` up to ``size`` nodes and ``depth``: each ``(n, d)``'s best children sizes
+    (``splits[(n, d)]``: one subtree size per rank, in rank order) and best value (``best[(n, d)]``)."""
     best = {(n, 0): 1.0 for n in range(1, size + 1)}
     splits: dict[tuple[int, int], tuple[int, ...]] = {(n, 0): () for n in range(1, size + 1)}
     for d in range(1, depth + 1):
         table, choice = _split_table(p, size - 1, [0.0] + [best[(j, d - 1)] for j in range(1, size)])
         for n in range(1, size + 1):
             best[(n, d)], splits[(n, d)] = 1.0 + table[0][n - 1], _parts(choice, n - 1)
-    return best[(size, depth)], splits, best
+    return splits, best
 
 
 def _split_table(p: tuple[float, ...], m: int, subtree: list[float]):

@@ -158,10 +158,15 @@ def test_sequoia_program_is_optimal(p, size, depth):
     shape = best_tree(p, size, depth)
     assert shape.size <= size and shape.depth <= depth
     assert shape.expected_tokens == pytest.approx(_brute_force(p, size, depth))
-    reach = [1.0] * shape.size  # the shape's own expected tokens, recomputed from its parents
+    assert _reached(shape, p) == pytest.approx(shape.expected_tokens)
+
+
+def _reached(shape: TreeShape, p: list[float]) -> float:
+    """The shape's own expected tokens, recomputed from its parents: the sum of each node's chance of being reached."""
+    reach = [1.0] * shape.size
     for i in range(1, shape.size):
         reach[i] = reach[shape.parents[i]] * p[shape.children[shape.parents[i]].index(i)]
-    assert sum(reach) == pytest.approx(shape.expected_tokens)
+    return sum(reach)
 
 
 @pytest.mark.parametrize("p", [[0.9], [0.6, 0.3], [0.5, 0.2, 0.1]])
@@ -170,10 +175,7 @@ def test_one_program_run_gives_every_size(p):
     for shape, size in zip(shapes, [1, 3, 5, 7], strict=True):
         assert shape.size <= size and shape.depth <= 3
         assert shape.expected_tokens == pytest.approx(_brute_force(p, size, 3))
-        reach = [1.0] * shape.size
-        for i in range(1, shape.size):
-            reach[i] = reach[shape.parents[i]] * p[shape.children[shape.parents[i]].index(i)]
-        assert sum(reach) == pytest.approx(shape.expected_tokens)
+        assert _reached(shape, p) == pytest.approx(shape.expected_tokens)
 
 
 def test_breadth_first_order_and_chain():
