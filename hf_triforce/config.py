@@ -286,11 +286,14 @@ class TriForceConfig:
         default=False,
         metadata={
             "help": "Run the level-1 (widths 1..gamma1+1) and level-0 (width 1) decoding steps on fixed-shape buffers "
-            "replayed as CUDA graphs. 'auto': on when the model is on CUDA and supports it, else the dynamic-shape "
-            "forwards; True: required (an error on a non-CUDA model); False: dynamic-shape forwards; 'eager': the "
-            "fixed-shape steps without graphs on any device (the CPU reference of the graph path). Off by default: "
-            "the graph path has run on H100/H200 GPUs with random weights only, so its end-to-end gain with real "
-            "acceptance is modeled, not measured on a real checkpoint."
+            "replayed as CUDA graphs, and one sequence's full-cache verification (widths 1..gamma1+gamma2+1) over "
+            "the full cache's fixed storage where every layer attends in full and the cache is not offloaded (not "
+            "yet run on a GPU; elsewhere it verifies on dynamic shapes, just as exactly). 'auto': on when the model "
+            "is on CUDA and supports it, else the dynamic-shape forwards; True: required (an error on a non-CUDA "
+            "model); False: dynamic-shape forwards; 'eager': the fixed-shape steps without graphs on any device (the "
+            "CPU reference of the graph path). Off by default: the level-0/1 graphs have run on H100/H200 GPUs with "
+            "random weights only, so its end-to-end gain with real acceptance is modeled, not measured on a real "
+            "checkpoint."
         },
     )
     offload_kv: bool = field(

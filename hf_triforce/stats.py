@@ -235,7 +235,9 @@ class TriForceStats:
     memory and ``kv_bytes_to_device``/``kv_bytes_to_host`` count the key/value bytes copied over the bus each way
     (the prefill included). ``level1_weights`` says which weights level 1 drafted with
     (``"full"``, ``"int4"`` or ``"int8"``, ``TriForceConfig.level1_weights``), and ``level1_forward`` which forward
-    ran them (``"direct"`` or ``"transformers"``, ``TriForceConfig.level1_forward``). ``rows`` is filled by a
+    ran them (``"direct"`` or ``"transformers"``, ``TriForceConfig.level1_forward``); ``verification_steps`` how the
+    full-cache verifications ran (``"dynamic"`` shapes, or one sequence's fixed shapes: ``"graphs"`` replayed or
+    ``"eager"``, see :mod:`hf_triforce.generation.fixed_verification`). ``rows`` is filled by a
     batched call only: one :class:`TriForceStats` per row of the batch, in its order, with that row's own acceptance
     at every level, its new tokens, and the verification forwards it took part in (``target_forwards``); the
     top-level figures are then the batch's totals, and its ``target_forwards`` counts batched forwards.
@@ -272,6 +274,7 @@ class TriForceStats:
     kv_bytes_to_host: int = 0
     level1_weights: str = "full"
     level1_forward: str = "transformers"
+    verification_steps: str = "dynamic"
     level0: LevelStats = field(default_factory=LevelStats)
     level1: LevelStats = field(default_factory=LevelStats)
     level0_to_level2: LevelStats = field(default_factory=LevelStats)

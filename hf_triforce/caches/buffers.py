@@ -62,6 +62,45 @@ class KVBuffer:
             new_v[:, :, : self.length] = self.values
         self._k, self._v = new_k, new_v
 
+    def fix_capacity(self) -> None:
+        """Allocate at least ``capacity`` slots now, zero the ones past ``length`` and make ``capacity`` the storage's
+        size: from here on, slot writes (:meth:`index_write`) within it never move the storage (what a replayed
+        CUDA graph needs), and a mask over all of it hides only finite values (a masked ``NaN`` of uninitialized
+        memory would still poison an attention output: ``0 * NaN``). Needs a stored token (the layout to allocate).
+
+        Example:
+            >>> buf = KVBuffer(capacity=6); _ = buf.append(torch.ones(1, 1, 2, 4), torch.ones(1, 1, 2, 4))
+            >>> buf.fix_capacity(); buf.capacity, buf.storage[0][0, 0, :, 0].tolist()
+            (6, [1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+        """
+        self.reserve(self.capacity, self.like())
+        self._k[:, :, self.length :].zero_()
+        self._v[:, :, self.length :].zero_()
+        self.capacity = self._k.shape[-2]
+
+    @property
+    def storage(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole ``[B, H, allocated, D]`` key and value storage (views of every slot, written or not)."""
+        return self._k, self._v
+
+    def index_write(
+        self, slots: torch.Tensor, key_states: torch.Tensor, value_states: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``[B, H, q, D]`` states at ``slots`` (``[q]`` long tensor) of the allocated storage; returns the whole
+        storage. Device work only (``index_copy_``): the host-side ``length`` is not touched (see :meth:`advance`)."""
+        self._k.index_copy_(2, slots, key_states)
+        self._v.index_copy_(2, slots, value_states)
+        return self._k, self._v
+
+    def advance(self, count: int) -> None:
+        """Count ``count`` more slots as stored (after :meth:`index_write` wrote them)."""
+        if self._k is None or self.length + count > self._k.shape[-2]:
+            raise self._overflow(self.length + count)
+        self.length += count
+
+    def _overflow(self, size: int) -> RuntimeError:
+        return RuntimeError(f"{size} slots written at fixed addresses overflow a KV buffer's storage (a bug).")
+
     def copy_chunks(self, source: KVBuffer, heads: torch.Tensor, target: torch.Tensor, chunks: torch.Tensor, size: int):
         """Copy batch row 0's keys/values of ``source``'s chunks ``chunks`` (slots ``[c * size, (c + 1) * size)``)
         into this buffer's chunks ``target``, in KV heads ``heads`` (all ``[n]``); one ``index_select`` and one

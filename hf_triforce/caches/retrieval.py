@@ -19,18 +19,34 @@ from .selection import (
     with_key_scores,
 )
 from .slots import SlotMask
+from .static_buffer import StepSlots
 from .summaries import ChunkSummaries
 from .view import RetrievalView
 
 
 class RetrievalLayer(BufferedLayer):
     """One layer of the full cache: keys/values in a growable buffer, and chunk means computed lazily, kept in the
-    cache's :class:`~hf_triforce.caches.summaries.ChunkSummaries` (every layer's side by side)."""
+    cache's :class:`~hf_triforce.caches.summaries.ChunkSummaries` (every layer's side by side).
+
+    After :meth:`RetrievalCache.fix_capacity`, a forward run while the shared ``slots`` hold a step's slots (a
+    fixed-shape verification, :class:`~hf_triforce.hierarchy.static_steps.StaticStepRunner`) writes there and
+    attends over the whole fixed storage; every other forward appends as before.
+    """
 
     def __init__(self, capacity: int = 0, chunk_size: int = 8, buffer: KVBuffer | None = None) -> None:
         super().__init__(KVBuffer(capacity, align=chunk_size) if buffer is None else buffer)
         self.chunk_size = chunk_size
+        self.slots: StepSlots | None = None
         self.share_summaries(ChunkSummaries([self], chunk_size), 0)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if self.slots is None or self.slots.positions is None:
+            return super().update(key_states, value_states, *args, **kwargs)
+        return self.buffer.index_write(self.slots.positions, key_states, value_states)
+
+    def advance(self, count: int) -> None:
+        """Count the ``count`` slots a fixed-shape step wrote as stored (host-side bookkeeping, after the step)."""
+        self.buffer.advance(count)
 
     def share_summaries(self, summaries: ChunkSummaries, index: int) -> None:
         """Keep this layer's chunk means in ``summaries`` (a cache's, for all its layers), as layer ``index``."""
@@ -261,6 +277,29 @@ class RetrievalCache(BufferedCache):
         if rescore_candidates:
             scores = rescore(scores, query, layer.buffer, *layout, rescore_candidates)
         return scores
+
+    def fix_capacity(self) -> StepSlots:
+        """Prepare every layer for fixed-shape forwards (a verification replayable as a CUDA graph): storage allocated
+        to ``capacity`` and never moved, its unwritten slots zeroed (:meth:`KVBuffer.fix_capacity`), and one
+        :class:`~hf_triforce.caches.static_buffer.StepSlots` shared by the layers, returned: while its
+        ``positions`` hold a step's slots, a forward writes there (see :class:`RetrievalLayer`). After the prefill
+        (the storage's layout comes from it); not for an offloaded cache.
+
+        Example:
+            >>> cache = RetrievalCache(num_layers=1, chunk_size=8, capacity=16)
+            >>> _ = cache.update(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4), layer_idx=0)
+            >>> slots = cache.fix_capacity(); slots.positions = torch.tensor([5, 6])
+            >>> keys, _ = cache.update(torch.randn(1, 2, 2, 4), torch.randn(1, 2, 2, 4), layer_idx=0)
+            >>> keys.shape, cache.get_seq_length()  # the whole storage; the length moves when the step is counted
+            (torch.Size([1, 2, 16, 4]), 5)
+        """
+        if self.transfers is not None:
+            raise ValueError("An offloaded full cache streams its layers to the device: it has no fixed storage.")
+        slots = StepSlots()
+        for layer in self.layers:
+            layer.buffer.fix_capacity()
+            layer.slots = slots
+        return slots
 
     def keep_path(self, start: int, nodes: torch.Tensor) -> None:
         """Of the slots from ``start`` on (a verified token tree, one sequence), keep those at offsets ``nodes``

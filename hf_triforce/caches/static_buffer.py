@@ -50,28 +50,13 @@ class StaticKVBuffer(KVBuffer):
             shape = (*like.shape[:2], self.capacity, like.shape[-1])
             self._k, self._v = like.new_zeros(shape), like.new_zeros(shape)
 
-    @property
-    def storage(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The full ``[B, H, capacity, D]`` key and value storage (fixed addresses once allocated)."""
-        return self._k, self._v
-
     def index_write(
         self, slots: torch.Tensor, key_states: torch.Tensor, value_states: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write ``[B, H, q, D]`` states at ``slots`` (``[q]`` long tensor); returns the full storage.
-
-        Device work only (``index_copy_``): the host-side ``length`` is not touched (see :meth:`advance`).
-        """
+        """Write ``[B, H, q, D]`` states at ``slots`` (``[q]`` long tensor), allocating the storage on first use;
+        returns the full storage (see :meth:`KVBuffer.index_write`)."""
         self.reserve(self.capacity, key_states)
-        self._k.index_copy_(2, slots, key_states)
-        self._v.index_copy_(2, slots, value_states)
-        return self._k, self._v
-
-    def advance(self, count: int) -> None:
-        """Count ``count`` more slots as visible (after a step wrote them)."""
-        if self.length + count > self.capacity:
-            raise self._overflow(self.length + count)
-        self.length += count
+        return super().index_write(slots, key_states, value_states)
 
     def _overflow(self, size: int) -> RuntimeError:
         return RuntimeError(

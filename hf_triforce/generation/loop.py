@@ -39,6 +39,7 @@ from ..hierarchy.static_steps import RunnerSlot
 from ..hierarchy.token_tree import TokenTree
 from ..sampling import verify_tree
 from ..stats import TriForceStats
+from .fixed_verification import FixedShapeVerification, verification_mode
 
 
 @dataclass
@@ -130,6 +131,8 @@ class TriForceRun:
             model, cache, self.slots, config, self.do_sample, drafters, self.stats,
             self.stats.rows or None, eos_token_ids(gc), masked=batched, runner_slot=runner_slot,
         )  # fmt: skip
+        self.stats.verification_steps = verification_mode(config, model, batched)
+        self.fixed: FixedShapeVerification | None = None  # made at the first verification (after the prefill)
 
     def _row(self, b: int, ids: torch.Tensor, mask: torch.Tensor, logits_processor: LogitsProcessorList) -> Row:
         if not self.batched:
@@ -287,6 +290,8 @@ class TriForceRun:
         """Full-cache forward over ``inputs`` ``[B, q]`` at each row's next positions; float32 logits ``[B, q, V]``."""
         q = inputs.shape[1]
         positions = self.slots.append(q)
+        if self.stats.verification_steps != "dynamic":
+            return self._fixed_verification().logits(inputs[0])[None]
         with contextlib.ExitStack() as stack:
             stack.enter_context(capturing_queries(self.model, self.level1.capture, q))
             if self.batched:  # padding and holes: each row attends to its own real slots
@@ -295,6 +300,15 @@ class TriForceRun:
                 input_ids=inputs, position_ids=positions, use_cache=True, logits_to_keep=q, **cache_kwargs(self.cache)
             )
         return out.logits[:, -q:].float()
+
+    def _fixed_verification(self) -> FixedShapeVerification:
+        """The call's fixed-shape verification (one sequence), made at its first use: the storage is the prefill's."""
+        if self.fixed is None:
+            # a round verifies up to gamma2 level-1 drafts, or gamma1 + gamma2 of level 0's in its own rounds
+            mode, widths = self.stats.verification_steps, range(1, self.config.gamma1 + self.config.gamma2 + 2)
+            strict = self.config.cuda_graphs is True
+            self.fixed = FixedShapeVerification(self.model, self.cache, self.level1.capture, mode, widths, strict)
+        return self.fixed
 
     def _judge(self, drafts: list[RowDraft], raw: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:
         """Every active row's verdict on its drafts against its ``[q, V]`` share of ``raw`` ``[B, q, V]``."""

@@ -36,6 +36,9 @@ _ACTIVE_SLOTS: contextvars.ContextVar[Any] = contextvars.ContextVar("triforce_sl
 """The key-slot validity of the forward in progress inside :func:`slot_attention` (``None`` elsewhere)."""
 _ACTIVE_TREE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("triforce_tree", default=None)
 """The token-tree visibility of the forward in progress inside :func:`tree_attention` (``None`` elsewhere)."""
+_ACTIVE_LENGTH: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("triforce_length", default=None)
+"""The visible length (``[1]`` long, on the device) of the fixed-capacity cache, inside
+:func:`fixed_capacity_attention`."""
 
 
 class QueryCapture:
@@ -92,8 +95,10 @@ def _make_capturing_attention(base: str) -> Callable:
         slots = _ACTIVE_SLOTS.get()
         if slots is not None:  # a batch: padding and holes come from the slots, not transformers' mask
             return _slot_attention(base, slots, module, query, key, value, **kwargs)
-        if _use_split_kv(base, query, key, attention_mask, kwargs):
-            return verify_attention(query, key, value, kwargs.get("scaling")).transpose(1, 2).contiguous(), None
+        length = _ACTIVE_LENGTH.get()
+        if _use_split_kv(base, query, key, attention_mask, kwargs, length is not None):
+            out = verify_attention(query, key, value, kwargs.get("scaling"), length)
+            return out.transpose(1, 2).contiguous(), None
         if _use_grouped_sdpa(base, query, key, attention_mask, kwargs):
             return gqa_sdpa_attention(module, query, key, value, attention_mask, **kwargs)
         # Show the base implementation its own name: flash attention looks its kernel up by
@@ -179,16 +184,20 @@ def _use_grouped_sdpa(base: str, query: torch.Tensor, key: torch.Tensor, mask, k
     return base == "sdpa" and plain and grouped and on_cpu and mask is not None and query.shape[2] > 1
 
 
-def _use_split_kv(base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any]) -> bool:
+def _use_split_kv(
+    base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any], fixed: bool = False
+) -> bool:
     """The full-cache verification on CUDA: the split-KV kernel (:mod:`~hf_triforce.kernels.verification`).
 
     Only inside :func:`capturing_queries` and :func:`view_attention` (TriForce's own verification and level-1
     forwards: batch 1, no padding, the new tokens' keys last), where the mask is bottom-right causal, which the
-    kernel computes instead of reading.
+    kernel computes instead of reading. ``fixed``: inside :func:`fixed_capacity_attention`, where the keys are a
+    fixed-capacity storage and the kernel reads the visible length on the device (one-token steps too: the kernel is
+    then the only thing that knows where the cache ends without the mask).
     """
     plain = _plain_attention(kwargs) and kwargs.get("sliding_window") is None and query.shape[0] == 1
     rows = query.shape[2] * query.shape[1] // key.shape[1]  # a verification's few tokens, not a prefill chunk
-    multi = mask is not None and query.shape[2] > 1 and rows <= MAX_ROWS
+    multi = mask is not None and (query.shape[2] > 1 or fixed) and rows <= MAX_ROWS
     return base == "sdpa" and plain and multi and triton_enabled(query, key)
 
 
@@ -263,6 +272,21 @@ def tree_attention(model: torch.nn.Module, rows: torch.Tensor) -> Iterator[dict[
     with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
         with _active(_ACTIVE_TREE, rows):
             yield {}
+
+
+@contextlib.contextmanager
+def fixed_capacity_attention(model: torch.nn.Module, length: torch.Tensor) -> Iterator[None]:
+    """Within the block, the model's forwards attend over a fixed-capacity full cache whose first ``length`` slots
+    (``[1]`` long, on the device; the forward's own tokens last among them) are its tokens.
+
+    The forward is given the exact mask over every slot, which the CPU paths read (grouped sdpa, or the model's own
+    attention); on CUDA with Triton, plain attention goes through the split-KV kernel reading ``length`` on the
+    device, so neither the unused capacity nor the mask is read, and no host read happens (a CUDA graph can hold
+    the forward). Nests inside :func:`capturing_queries`.
+    """
+    with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
+        with _active(_ACTIVE_LENGTH, length):
+            yield
 
 
 @contextlib.contextmanager

@@ -32,16 +32,17 @@ What the forward reads on the host, and how this design keeps it out of the capt
   drafts can change, never the output.
 * Models dispatched by accelerate (``hf_device_map``: offload or several devices) are refused for static steps
   (``cuda_graphs=True`` or ``"eager"``); ``"auto"`` runs them on the dynamic path.
-* Outside the captured region on purpose: the logits processors, the verification (``.item()``-style
-  reads of the chosen tokens), re-selection, ``sync``/``crop``/eviction and the copy of the step's
-  inputs into the static buffers.
+* Outside the captured region on purpose: the logits processors, the judging of a verification's drafts
+  (``.item()``-style reads of the chosen tokens; the verification's forward itself runs here too, see
+  :mod:`~hf_triforce.generation.fixed_verification`), re-selection, ``sync``/``crop``/eviction and the copy of the
+  step's inputs into the static buffers.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, Protocol
 
 import torch
@@ -206,6 +207,7 @@ class StaticStepRunner:
         logits_to_keep: int = 0,
         strict: bool = False,
         slot_validity: Any = None,
+        forward_context: Callable[[torch.Tensor], contextlib.AbstractContextManager] | None = None,
     ) -> None:
         kind = mask_kind(model)
         if kind is None:
@@ -225,6 +227,7 @@ class StaticStepRunner:
         self._stream: torch.cuda.Stream | None = None
         self.counts = {"eager": 0, "replay": 0, "capture": 0}
         self.slot_validity = slot_validity
+        self.forward_context = forward_context
 
     @property
     def visible_length(self) -> int:
@@ -264,6 +267,8 @@ class StaticStepRunner:
             if self.slot_validity is not None:
                 self.slot_validity.query_slots = inputs.slots
                 stack.enter_context(slot_attention(self.model, self.slot_validity))
+            if self.forward_context is not None:
+                stack.enter_context(self.forward_context(inputs.slots))
             out = self.model(
                 input_ids=inputs.ids,
                 position_ids=inputs.positions,

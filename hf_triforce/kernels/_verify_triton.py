@@ -25,7 +25,7 @@ def _add(a, b):
 
 
 def split_kv_kernel(
-    q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr,
+    q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr, kv_len_ptr,
     kv_heads, q_len, kv_len, head_dim, split_len, scale,
     stride_qb, stride_qh, stride_qq, stride_qd,
     stride_kb, stride_kh, stride_kl, stride_kd,
@@ -33,7 +33,7 @@ def split_kv_kernel(
     stride_ab, stride_ah, stride_as, stride_am,
     stride_mb, stride_mh, stride_ms,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr,
+    PRECISION: tl.constexpr, LENGTH_FROM_DEVICE: tl.constexpr,
 ):  # fmt: skip
     """One program: KV head ``(b, h)``, keys ``[pid_s * split_len, +split_len)``, every query row of its group.
 
@@ -43,7 +43,13 @@ def split_kv_kernel(
     max ``m`` and sum ``l`` (float32) for the log-sum-exp merge done by the caller. Loads are widened to
     float32 (the dots then run in ``PRECISION``: ``tf32`` for half-precision inputs, whose mantissa it
     covers, ``ieee`` for float32); the kernel is bandwidth-bound (few query rows), not compute-bound.
+
+    ``LENGTH_FROM_DEVICE``: ``kv_len`` is read from ``kv_len_ptr`` (one int64 on the device) instead of the
+    argument, so a replayed CUDA graph attends over a fixed-capacity cache's visible keys only: splits that start
+    past it load nothing (their ``m`` stays ``-inf``, weight 0 in the merge).
     """
+    if LENGTH_FROM_DEVICE:
+        kv_len = tl.load(kv_len_ptr)
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
     b = (pid_bh // kv_heads).to(tl.int64)

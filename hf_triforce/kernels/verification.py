@@ -13,6 +13,10 @@ keys each. :func:`verify_attention_triton` is flash-decoding for that case:
 * the causal mask is computed, not read: query ``i`` of ``q`` sees keys ``0 .. L - q + i`` (bottom-right),
   which is what the verification's mask is (the tests check it on every verification forward).
 
+Over a fixed-capacity cache (a fixed-shape verification, replayable as a CUDA graph: the storage's shape never
+changes, the step's length does) ``kv_len`` gives the visible keys as a one-element device tensor: the kernel
+reads it on the device, so keys past it are neither read nor attended, with no host read and no mask.
+
 Its pure-torch reference is :func:`verify_attention_reference` (``scaled_dot_product_attention`` with that
 mask). :func:`verify_attention` dispatches: the kernel on CUDA when Triton is enabled
 (:func:`~hf_triforce.kernels.dispatch.triton_enabled`), the reference otherwise. It has not run on a GPU
@@ -32,7 +36,11 @@ MAX_ROWS = 64  # query tokens x GQA group the kernel takes (one tile of rows, re
 
 
 def verify_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float | None = None,
+    kv_len: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Bottom-right causal attention of ``q`` new tokens over ``L`` cached keys, GQA heads unexpanded.
 
@@ -41,6 +49,8 @@ def verify_attention(
         key: ``[B, H_kv, L, D]`` (``L >= q``, the query tokens' own keys last); ``H_q`` a multiple of ``H_kv``.
         value: ``[B, H_kv, L, D]``.
         scale: softmax scale, default ``D ** -0.5``.
+        kv_len: ``[1]`` long tensor on the keys' device: only the first ``kv_len`` of the ``L`` slots are the
+            cache (the query tokens' keys last among them), the rest unused capacity; ``None``: all ``L``.
 
     Returns:
         ``[B, H_q, q, D]`` in ``query.dtype``.
@@ -49,43 +59,73 @@ def verify_attention(
         >>> q, k = torch.randn(1, 4, 3, 16), torch.randn(1, 2, 40, 16)
         >>> verify_attention(q, k, k).shape
         torch.Size([1, 4, 3, 16])
+        >>> prefix = k[:, :, :30]  # a 40-slot storage holding 30 tokens
+        >>> torch.allclose(verify_attention(q, k, k, kv_len=torch.tensor([30])), verify_attention(q, prefix, prefix))
+        True
     """
-    args = (query, key, value, scale)
+    args = (query, key, value, scale, kv_len)
     if triton_enabled(query, key, value):
         return first_launch_guard("verify_attention", verify_attention_triton, verify_attention_reference, *args)
     return verify_attention_reference(*args)
 
 
 def verify_attention_reference(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float | None = None,
+    kv_len: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The pure-torch reference of :func:`verify_attention` (``scaled_dot_product_attention``, explicit mask)."""
-    return gqa_sdpa_attention(None, query, key, value, None, scaling=scale)[0].transpose(1, 2)
+    """The pure-torch reference of :func:`verify_attention` (``scaled_dot_product_attention``, explicit mask; with
+    ``kv_len``, a mask over every slot built on the device, no host read)."""
+    mask = None if kv_len is None else visible_mask(query.shape[2], key.shape[2], kv_len)
+    return gqa_sdpa_attention(None, query, key, value, mask, scaling=scale)[0].transpose(1, 2)
+
+
+def visible_mask(q_len: int, capacity: int, kv_len: torch.Tensor) -> torch.Tensor:
+    """``[1, 1, q, capacity]`` bool: query ``i``, the ``i``-th of the last ``q`` of ``kv_len`` tokens, sees the slots
+    ``<= kv_len - q + i``.
+
+    Example:
+        >>> visible_mask(2, 5, torch.tensor([3]))[0, 0].int().tolist()
+        [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]
+    """
+    rows = torch.arange(q_len, device=kv_len.device)
+    last = kv_len.reshape(1) - q_len + rows
+    return (torch.arange(capacity, device=kv_len.device)[None, :] <= last[:, None])[None, None]
 
 
 def verify_attention_triton(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None, splits: int | None = None
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float | None = None,
+    kv_len: torch.Tensor | None = None,
+    splits: int | None = None,
 ) -> torch.Tensor:
     """:func:`verify_attention` as one split-KV Triton launch and a log-sum-exp merge.
 
-    ``splits`` key ranges are processed in parallel (default: about two programs per multiprocessor).
-    CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``.
+    ``splits`` key ranges are processed in parallel (default: about two programs per multiprocessor), sized over
+    all ``L`` slots (with ``kv_len``, those past it do nothing). CUDA tensors, or CPU tensors under
+    ``TRITON_INTERPRET=1``.
     """
     import triton
 
-    b, hq, q_len, d = _check_inputs(query, key, value)
-    hkv, kv_len = key.shape[1], key.shape[2]
+    b, hq, q_len, d = _check_inputs(query, key, value, kv_len)
+    hkv, capacity = key.shape[1], key.shape[2]
     group = hq // hkv
     block_m, block_d = max(16, triton.next_power_of_2(group * q_len)), max(16, triton.next_power_of_2(d))
-    split_len = BLOCK_N * triton.cdiv(triton.cdiv(kv_len, splits or _default_splits(b * hkv, kv_len, key)), BLOCK_N)
-    n_splits = triton.cdiv(kv_len, split_len)
+    split_len = BLOCK_N * triton.cdiv(triton.cdiv(capacity, splits or _default_splits(b * hkv, capacity, key)), BLOCK_N)
+    n_splits = triton.cdiv(capacity, split_len)
     acc = torch.empty(b, hkv, n_splits, block_m, d, dtype=torch.float32, device=query.device)
     m, s = (torch.empty(b, hkv, n_splits, block_m, dtype=torch.float32, device=query.device) for _ in range(2))
     precision = "ieee" if query.dtype == torch.float32 else "tf32"
+    length = m if kv_len is None else kv_len  # a pointer the kernel reads only when told to
     _launch()[(b * hkv, n_splits)](
-        query, key, value, acc, m, s, hkv, q_len, kv_len, d, split_len, scale or d**-0.5,
+        query, key, value, acc, m, s, length, hkv, q_len, capacity, d, split_len, scale or d**-0.5,
         *query.stride(), *key.stride(), *value.stride(), *acc.stride()[:4], *m.stride()[:3],
         GROUP=group, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_D=block_d, PRECISION=precision,
+        LENGTH_FROM_DEVICE=kv_len is not None,
     )  # fmt: skip
     return merge_splits(acc, m, s, group, q_len).to(query.dtype)
 
@@ -107,7 +147,9 @@ def _default_splits(programs: int, kv_len: int, like: torch.Tensor) -> int:
     return max(1, min(-(-kv_len // BLOCK_N), -(-2 * sms // programs)))
 
 
-def _check_inputs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[int, int, int, int]:
+def _check_inputs(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_len: torch.Tensor | None = None
+) -> tuple[int, int, int, int]:
     if query.dim() == 4 and key.dim() == 4 and query.shape[1] * query.shape[2] > MAX_ROWS * key.shape[1]:
         raise ValueError(f"verify_attention_triton takes at most {MAX_ROWS} query rows per KV head (tokens x group).")
     if query.dim() != 4 or key.shape != value.shape or key.dim() != 4:
@@ -115,6 +157,8 @@ def _check_inputs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -
     b, hq, q_len, d = query.shape
     if key.shape[0] != b or key.shape[3] != d or hq % key.shape[1] or not 0 < q_len <= key.shape[2]:
         raise ValueError(f"incompatible query {tuple(query.shape)} and key {tuple(key.shape)}.")
+    if kv_len is not None and (kv_len.numel() != 1 or kv_len.dtype != torch.long or kv_len.device != key.device):
+        raise ValueError(f"kv_len must be one int64 on the keys' device, got {tuple(kv_len.shape)} {kv_len.dtype}.")
     check_device("verify_attention_triton", query, key, value)
     return b, hq, q_len, d
 

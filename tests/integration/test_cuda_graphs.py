@@ -88,19 +88,26 @@ def test_graphs_on_and_off_give_identical_greedy_output(model_factory, make_prom
     assistant = _on_cuda(model_factory, num_layers=1, seed=101, enable=False) if drafter == "model" else None
     prompt = make_prompt(200, seed=3).to(CUDA)
     kwargs = dict(max_new_tokens=48, do_sample=False, assistant_model=assistant)
+    logits = dict(return_dict_in_generate=True, output_logits=True)
     plain = model.generate(prompt, max_new_tokens=48, do_sample=False)
-    outputs, levels = {}, {}
+    outputs, levels, verified = {}, {}, {}
     for mode in (True, "eager", False):
         cfg = TriForceConfig(**SMALL, drafter=drafter, cuda_graphs=mode, draft_cache_budget=40, draft_sinks=4)
-        outputs[mode] = model.generate(prompt, triforce_config=cfg, **kwargs)
-        levels[mode] = hf_triforce.last_stats(model).to_dict()["levels"]
+        out = model.generate(prompt, triforce_config=cfg, **kwargs, **logits)
+        outputs[mode], verified[mode] = out.sequences, torch.cat(out.logits)
+        stats = hf_triforce.last_stats(model)
+        levels[mode] = stats.to_dict()["levels"]
         assert torch.equal(outputs[mode], plain), f"cuda_graphs={mode!r} differs from plain generate()"
         assert levels[mode]["level1"]["drafted"] > 0, levels[mode]
-    # Replay and eager static steps run the same kernels on the same buffers: the same drafts.
+        assert stats.verification_steps == {True: "graphs", "eager": "eager", False: "dynamic"}[mode]
+    # Replay and eager static steps run the same kernels on the same buffers: the same drafts, and the very same
+    # verification logits (the fixed-shape verification replayed as a graph per width, or run eagerly).
     assert levels[True] == levels["eager"]
+    assert torch.equal(verified[True], verified["eager"])
     graphed = [r for r in runners if r.use_graphs]
     assert graphed and all(r.counts["replay"] > 0 for r in graphed)
-    assert len(graphed) == (2 if drafter == "model" else 1)
+    verification = [r for r in graphed if isinstance(r.cache, RetrievalCache)]
+    assert len(verification) == 1 and len(graphed) == (2 if drafter == "model" else 1) + 1
 
 
 @pytest.mark.parametrize("drafter", ["none", "model"])

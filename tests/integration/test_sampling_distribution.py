@@ -347,6 +347,16 @@ def test_sampled_triforce_with_the_cache_offloaded(sampler):
     check_paths(totals, "model")
 
 
+def test_sampled_triforce_on_fixed_shapes(sampler):
+    """``cuda_graphs="eager"``: level 1's static steps and the full-cache verification over the cache's fixed storage
+    (the forwards CUDA graphs replay; ``test_static_steps.py`` checks both run for this family): the same
+    distribution, every level's rejection rule run."""
+    processors = {"temperature": 0.8, "top_k": 6}
+    got, totals = sampler.triforce(processors, "model", options={"cuda_graphs": "eager"})
+    same_distribution(sampler.plain(processors), got, f"TriForce sampling on fixed shapes ({totals})")
+    check_paths(totals, "model")
+
+
 TREE_CASES = [
     pytest.param({"temperature": 0.9, "top_k": 5}, "none", id="temperature0.9-top_k5-none"),
     pytest.param({"repetition_penalty": 1.5}, "ngram", id="repetition_penalty1.5-ngram"),
