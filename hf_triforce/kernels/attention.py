@@ -81,10 +81,19 @@ def _packed_gqa(
     return out.reshape(b, h_q, q_len, value.shape[-1]).transpose(1, 2).contiguous()
 
 
-def _bottom_right_causal(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
-    """``[1, 1, q, L]`` boolean mask: query ``i`` sees keys ``0 .. L - q + i``."""
+def _bottom_right_causal(
+    q_len: int, kv_len: int | torch.Tensor, device: torch.device, capacity: int | None = None
+) -> torch.Tensor:
+    """``[1, 1, q, capacity]`` boolean mask: query ``i`` sees keys ``0 .. kv_len - q + i`` (``capacity``: ``kv_len``
+    by default; a ``[1]`` tensor ``kv_len``, the visible length of a fixed-capacity storage, is read on the device).
+
+    Example:
+        >>> _bottom_right_causal(2, torch.tensor([3]), torch.device("cpu"), 5)[0, 0].int().tolist()
+        [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]
+    """
     rows = torch.arange(q_len, device=device)[:, None] + (kv_len - q_len)
-    return (torch.arange(kv_len, device=device)[None, :] <= rows)[None, None]
+    keys = torch.arange(kv_len if capacity is None else capacity, device=device)
+    return (keys[None, :] <= rows)[None, None]
 
 
 def slot_attention_mask(

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from .attention import gqa_sdpa_attention
+from .attention import _bottom_right_causal, gqa_sdpa_attention
 from .dispatch import check_device, interpreting, triton_enabled
 from .guard import first_launch_guard
 
@@ -78,21 +78,8 @@ def verify_attention_reference(
 ) -> torch.Tensor:
     """The pure-torch reference of :func:`verify_attention` (``scaled_dot_product_attention``, explicit mask; with
     ``kv_len``, a mask over every slot built on the device, no host read)."""
-    mask = None if kv_len is None else visible_mask(query.shape[2], key.shape[2], kv_len)
+    mask = None if kv_len is None else _bottom_right_causal(query.shape[2], kv_len, kv_len.device, key.shape[2])
     return gqa_sdpa_attention(None, query, key, value, mask, scaling=scale)[0].transpose(1, 2)
-
-
-def visible_mask(q_len: int, capacity: int, kv_len: torch.Tensor) -> torch.Tensor:
-    """``[1, 1, q, capacity]`` bool: query ``i``, the ``i``-th of the last ``q`` of ``kv_len`` tokens, sees the slots
-    ``<= kv_len - q + i``.
-
-    Example:
-        >>> visible_mask(2, 5, torch.tensor([3]))[0, 0].int().tolist()
-        [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]
-    """
-    rows = torch.arange(q_len, device=kv_len.device)
-    last = kv_len.reshape(1) - q_len + rows
-    return (torch.arange(capacity, device=kv_len.device)[None, :] <= last[:, None])[None, None]
 
 
 def verify_attention_triton(
