@@ -80,7 +80,7 @@ def main() -> None:
     document = "\n\n".join(topics[key] for key in sorted(topics))
     input_ids = question_ids(tokenizer, document, QUESTION, DOCUMENT_TOKENS)
     logger.info("prompt: %d tokens; draft model: %s", input_ids.shape[1], args.draft or "SmolLM2-135M (stand-in)")
-    config = TriForceConfig(retrieval_budget=256, drafter="model", gamma1=2, draft_cache_budget=256, draft_sinks=16)
+    config = TriForceConfig(retrieval_budget=256, drafter="model", gamma1=2, draft_cache_budget=256)
     kwargs = dict(max_new_tokens=NEW_TOKENS, do_sample=False)
     with torch.inference_mode():
         fast = model.generate(input_ids, triforce_config=config, assistant_model=draft, **kwargs)

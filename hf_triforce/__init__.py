@@ -13,8 +13,6 @@ Without ``enable``, transformers' own convention for decoding methods works too:
     ...                      triforce_config=TriForceConfig(), max_new_tokens=64)  # doctest: +SKIP
 """
 
-import warnings
-
 from .caches import RetrievalCache, RetrievalView, StreamingLLMCache
 from .config import TriForceConfig
 from .errors import (
@@ -25,14 +23,12 @@ from .errors import (
     UnsupportedModelError,
 )
 from .generation import CUSTOM_GENERATE_DIR, disable, enable, is_enabled, last_stats, triforce_generate
-from .hf.model import SUPPORTED_MODEL_TYPES
 from .stats import TriForceStats
 
-__version__ = "0.2.0.dev0"
+__version__ = "0.3.0"
 
 __all__ = [
     "CUSTOM_GENERATE_DIR",
-    "SUPPORTED_MODEL_TYPES",
     "RetrievalCache",
     "RetrievalView",
     "StreamingLLMCache",
@@ -49,19 +45,3 @@ __all__ = [
     "last_stats",
     "triforce_generate",
 ]
-
-
-def __getattr__(name: str):
-    """``TriForceCandidateGenerator`` (0.1) is :class:`hf_triforce.hierarchy.Level1Drafter`; removed in 0.3."""
-    if name == "TriForceCandidateGenerator":
-        warnings.warn(
-            "hf_triforce.TriForceCandidateGenerator is now hf_triforce.hierarchy.Level1Drafter (it never was driven "
-            "by transformers' assisted generation, and its methods are draft/observe_verification); the old name is "
-            "removed in hf_triforce 0.3.",
-            FutureWarning,
-            stacklevel=2,
-        )
-        from .hierarchy import Level1Drafter
-
-        return Level1Drafter
-    raise AttributeError(f"module 'hf_triforce' has no attribute {name!r}")

@@ -7,8 +7,7 @@ One vocabulary names the three levels everywhere (stats, phases, docs, CLI outpu
 * ``level2``: the target with its full KV cache, whose output is the output.
 
 ``levels["level0"]`` counts level-0 drafts judged by level 1, ``levels["level1"]`` level-1 drafts judged by
-level 2. The names of hf_triforce 0.1 (``levels["draft"]``/``["retrieval"]``, phases ``"draft"``/``"verify"``,
-``stats.draft``/``stats.retrieval``) still resolve, with a ``FutureWarning``, until 0.3.
+level 2.
 """
 
 from __future__ import annotations
@@ -17,53 +16,11 @@ import contextlib
 import copy
 import statistics
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
-
-LEVEL_ALIASES = {"draft": "level0", "retrieval": "level1"}
-"""Renamed ``levels`` keys (0.1 name -> name), resolved with a ``FutureWarning`` until 0.3."""
-PHASE_ALIASES = {"draft": "level0", "verify": "level2"}
-"""Renamed ``phases`` keys (0.1 name -> name), resolved with a ``FutureWarning`` until 0.3."""
-
-
-def _renamed(old: str, new: str, where: str) -> None:
-    warnings.warn(
-        f"TriForce stats: {where} {old!r} is now {new!r}; the old name is removed in hf_triforce 0.3.",
-        FutureWarning,
-        stacklevel=3,
-    )
-
-
-class AliasedDict(dict):
-    """A dict in which renamed keys still resolve (``d[old]``, ``d.get(old)``) with a ``FutureWarning``.
-
-    Only the new keys are stored, so iteration and JSON show the new vocabulary alone.
-
-    Example:
-        >>> d = AliasedDict({"level1": 3}, {"retrieval": "level1"}, "levels key")
-        >>> list(d), d["level1"]
-        (['level1'], 3)
-    """
-
-    def __init__(self, data: Any = (), aliases: dict[str, str] | None = None, what: str = "key") -> None:
-        super().__init__(data)
-        self.aliases, self.what = aliases or {}, what
-
-    def __missing__(self, key: str) -> Any:
-        if key not in self.aliases:
-            raise KeyError(key)
-        _renamed(key, self.aliases[key], self.what)
-        return self[self.aliases[key]]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        if key in self or key not in getattr(self, "aliases", {}):
-            return super().get(key, default)
-        _renamed(key, self.aliases[key], self.what)
-        return super().get(self.aliases[key], default)
 
 
 @dataclass
@@ -185,8 +142,8 @@ class PhaseTimes:
         """Add one call of ``seconds`` to ``phase`` (timed by the caller: work spread over a forward's layers).
 
         Example:
-            >>> times = PhaseTimes(); times.add("reselect", 0.5); times.add("reselect", 0.25)
-            >>> times.seconds["reselect"], times.calls["reselect"]
+            >>> times = PhaseTimes(); times.add("level1", 0.5); times.add("level1", 0.25)
+            >>> times.seconds["level1"], times.calls["level1"]
             (0.75, 2)
         """
         self.durations.setdefault(phase, []).append(seconds)
@@ -203,7 +160,7 @@ class PhaseTimes:
             >>> {k: round(v, 1) for k, v in times.to_dict()["refresh"].items()}
             {'seconds': 1.0, 'calls': 3, 'ms_per_call': 336.7, 'ms_median': 6.0, 'ms_max': 1000.0}
         """
-        return AliasedDict({k: _phase_dict(each) for k, each in self.durations.items()}, PHASE_ALIASES, "phase")
+        return {k: _phase_dict(each) for k, each in self.durations.items()}
 
 
 def _phase_dict(each: list[float]) -> dict[str, float]:
@@ -226,9 +183,7 @@ class TriForceStats:
     ``target_forwards`` counts full-cache verification forwards (the prefill excluded) and ``mean_accepted_length``
     is the mean number of tokens each of them produced. ``phases`` times the level-0 drafts (``level0``), the
     level-1 forwards (``level1``), retrieval re-selections (``refresh``), the full-cache verifications (``level2``),
-    the re-rankings of the view's chunks inside level-1 forwards (``reselect``, one call per level-1 forward, its
-    time also inside ``level1``; ``TriForceConfig.step_selection``: ``step_selection`` says whether they ran and
-    ``chunks_swapped`` counts the chunks they copied in), the ``prefill`` (of the uncached prompt tokens) and
+    the ``prefill`` (of the uncached prompt tokens) and
     ``reuse`` (starting from a caller's cache and handing it back). ``reused_tokens`` counts the prompt tokens a
     caller's cache already held. ``*_bytes`` are the key/value bytes allocated by the full cache, the largest
     retrieval view, and the level-0 draft cache; with ``TriForceConfig.offload_kv`` the full cache lives in host
@@ -265,8 +220,6 @@ class TriForceStats:
     tree_rounds: int = 0
     tree_nodes: int = 0
     positional_acceptance: dict[str, list[float]] = field(default_factory=dict)
-    step_selection: bool = False
-    chunks_swapped: int = 0
     full_cache_bytes: int = 0
     view_bytes: int = 0
     draft_cache_bytes: int = 0
@@ -283,18 +236,6 @@ class TriForceStats:
     rows: list[TriForceStats] = field(default_factory=list)
 
     @property
-    def draft(self) -> LevelStats:
-        """Deprecated name of :attr:`level0` (removed in 0.3)."""
-        _renamed("draft", "level0", "attribute")
-        return self.level0
-
-    @property
-    def retrieval(self) -> LevelStats:
-        """Deprecated name of :attr:`level1` (removed in 0.3)."""
-        _renamed("retrieval", "level1", "attribute")
-        return self.level1
-
-    @property
     def mean_accepted_length(self) -> float:
         """Tokens produced per full-cache verification forward."""
         return self.decoded_tokens / self.target_forwards if self.target_forwards else 0.0
@@ -306,30 +247,8 @@ class TriForceStats:
         out["mean_accepted_length"] = self.mean_accepted_length
         levels = {"level0": self.level0.to_dict(), "level1": self.level1.to_dict()}
         levels["level0_to_level2"] = self.level0_to_level2.to_dict()
-        out["levels"] = AliasedDict(levels, LEVEL_ALIASES, "levels key")
+        out["levels"] = levels
         out["phases"] = self.phases.to_dict()
         if self.rows:
             out["rows"] = [row.to_dict() for row in self.rows]
         return out
-
-
-def upgrade_stats_dicts(data: Any) -> Any:
-    """Rename hf_triforce 0.1 keys in every stats dict inside ``data`` (recorded results, in place) and return it.
-
-    A stats dict is one with ``"levels"`` and ``"phases"`` (``TriForceStats.to_dict()``); files written by 0.1
-    name the levels ``draft``/``retrieval`` and the phases ``draft``/``verify``.
-
-    Example:
-        >>> upgrade_stats_dicts({"run": {"levels": {"retrieval": 1}, "phases": {"verify": 2}}})
-        {'run': {'levels': {'level1': 1}, 'phases': {'level2': 2}}}
-    """
-    if isinstance(data, list):
-        for item in data:
-            upgrade_stats_dicts(item)
-    elif isinstance(data, dict):
-        if isinstance(data.get("levels"), dict) and isinstance(data.get("phases"), dict):
-            for key, aliases in (("levels", LEVEL_ALIASES), ("phases", PHASE_ALIASES)):
-                data[key] = {aliases.get(k, k): v for k, v in data[key].items()}
-        for value in data.values():
-            upgrade_stats_dicts(value)
-    return data

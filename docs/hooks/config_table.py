@@ -1,7 +1,7 @@
 """mkdocs hook: replace ``<!-- triforce-config-table -->`` with a table of every ``TriForceConfig`` field.
 
-The table (name, default, kept or deprecated, what it does) is built from the dataclass fields and their ``help``
-and ``deprecated`` metadata, so the documentation cannot drift from the code.
+The table (name, default, what it does) is built from the dataclass fields and the class docstring's ``Args``
+(``hf_triforce.config.field_docs``), so the documentation cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -19,17 +19,14 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 
 
 def config_table() -> str:
-    """Markdown table of ``TriForceConfig``'s fields: ``| knob | default | status | what it does |``; the status
-    of a deprecated field (``metadata["deprecated"]``) says so and what replaces it."""
+    """Markdown table of ``TriForceConfig``'s fields: ``| field | default | what it does |``."""
     from hf_triforce import TriForceConfig
-    from hf_triforce.config import REMOVED_IN
+    from hf_triforce.config import field_docs
 
-    lines = ["| knob | default | status | what it does |", "|---|---|---|---|"]
+    docs = field_docs()
+    lines = ["| field | default | what it does |", "|---|---|---|"]
     for field in dataclasses.fields(TriForceConfig):
-        help_text = _cell(field.metadata.get("help", ""))
-        instead = field.metadata.get("deprecated")
-        status = "kept" if instead is None else f"**deprecated**, removed in {REMOVED_IN}: {_cell(instead)}"
-        lines.append(f"| `{field.name}` | `{field.default!r}` | {status} | {help_text} |")
+        lines.append(f"| `{field.name}` | `{field.default!r}` | {_cell(docs[field.name])} |")
     return "\n".join(lines)
 
 

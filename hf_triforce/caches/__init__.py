@@ -2,7 +2,7 @@
 
 * :mod:`.retrieval`: the target's full cache with chunk summaries (:class:`RetrievalCache`);
 * :mod:`.view` and :mod:`.static_view`: its sparse level-1 views (:class:`RetrievalView`, fixed-capacity form);
-* :mod:`.selection`: which tokens a view keeps; :mod:`.chunk_swap`: re-ranking a view's chunks before every step;
+* :mod:`.selection`: which tokens a view keeps;
 * :mod:`.streaming` and :mod:`.static_streaming`: the level-0 draft model's StreamingLLM cache;
 * :mod:`.base`, :mod:`.buffers`, :mod:`.static_buffer`: the layer base and the storage under every layer.
 """

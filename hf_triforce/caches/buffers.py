@@ -21,7 +21,7 @@ class KVBuffer:
 
     def __init__(self, capacity: int = 0, align: int = 1) -> None:
         self.capacity = capacity
-        self.align = align  # storage sizes are multiples of it (whole chunks: :meth:`copy_chunks` copies chunk rows)
+        self.align = align  # storage sizes are multiples of it (whole chunks)
         self.length = 0
         self._k: torch.Tensor | None = None
         self._v: torch.Tensor | None = None
@@ -100,31 +100,6 @@ class KVBuffer:
 
     def _overflow(self, size: int) -> RuntimeError:
         return RuntimeError(f"{size} slots written at fixed addresses overflow a KV buffer's storage (a bug).")
-
-    def copy_chunks(self, source: KVBuffer, heads: torch.Tensor, target: torch.Tensor, chunks: torch.Tensor, size: int):
-        """Copy batch row 0's keys/values of ``source``'s chunks ``chunks`` (slots ``[c * size, (c + 1) * size)``)
-        into this buffer's chunks ``target``, in KV heads ``heads`` (all ``[n]``); one ``index_select`` and one
-        ``index_copy_`` per tensor over its token rows, in place (advanced indexing of a chunk grid was several
-        times slower on the CPU).
-
-        Example:
-            >>> a, b = KVBuffer(), KVBuffer()
-            >>> _ = a.append(torch.arange(8.).view(1, 2, 4, 1), torch.zeros(1, 2, 4, 1))
-            >>> _ = b.append(torch.zeros(1, 2, 4, 1), torch.zeros(1, 2, 4, 1))
-            >>> b.copy_chunks(a, torch.tensor([1]), torch.tensor([0]), torch.tensor([1]), 2)
-            >>> b.keys[0, :, :, 0].tolist()
-            [[0.0, 0.0, 0.0, 0.0], [6.0, 7.0, 0.0, 0.0]]
-        """
-        width, capacities = size, (self._k.shape[2], source._k.shape[2])
-        if capacities[0] % size or capacities[1] % size:  # rows of one token each
-            offsets, width = torch.arange(size, device=heads.device), 1
-            rows = ((heads * capacities[1] + chunks * size)[:, None] + offsets).flatten()
-            into = ((heads * capacities[0] + target * size)[:, None] + offsets).flatten()
-        else:  # rows of a whole chunk each: 8x fewer, 2.5x faster on the CPU
-            rows, into = heads * (capacities[1] // size) + chunks, heads * (capacities[0] // size) + target
-        for dst, src in ((self._k, source._k), (self._v, source._v)):
-            by_row = dst[0].view(-1, width * dst.shape[-1])
-            by_row.index_copy_(0, into, src[0].view(-1, width * src.shape[-1]).index_select(0, rows))
 
     # What readers of a full-cache layer call: views here, explicit copies where the storage is offloaded
     # (:class:`~hf_triforce.caches.offload.HostKVBuffer`).

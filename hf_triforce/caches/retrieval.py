@@ -9,6 +9,7 @@ from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
 from .offload import DeviceWindow, HostKVBuffer, Transfers
 from .selection import (
+    LOOKAHEAD,
     keys_scores,
     nominate_chunks,
     outside_window,
@@ -117,35 +118,31 @@ class RetrievalCache(BufferedCache):
         queries: list[torch.Tensor],
         budget: int,
         recent_window: int,
-        lookahead: int = 0,
         slots: SlotMask | None = None,
         rescore_candidates: int = 0,
-        length: int | None = None,
         windows: list[int | None] | None = None,
     ) -> list[torch.Tensor]:
         """Per-layer token indices ``[B, H_kv, S]`` of the best chunks for ``queries[l]`` (``[B, H_q, D]``).
 
-        ``lookahead`` chunks after each top-scoring chunk share its score (see
+        One look-ahead chunk after each top-scoring chunk shares its score (see
         :func:`~hf_triforce.caches.selection.select_token_indices`). With ``slots`` (a batch), chunks of padding
         or holes only are never preferred to chunks of real tokens, and each row's first real chunk is kept as
         its attention sink. With ``rescore_candidates = N > 0`` the summaries nominate ``N`` times as many chunks as
         the view has room for, and those are ranked by their keys
         (:func:`~hf_triforce.kernels.retrieval.chunk_key_scores`, see
-        :func:`~hf_triforce.caches.selection.rescore`). ``length`` selects among the first ``length`` cached tokens
-        (default: all; :class:`~hf_triforce.caches.chunk_swap.ChunkSwapper` re-selects at a view's own length).
-        ``windows`` gives each layer's sliding window (``None``: full attention; default: every layer full): a
-        sliding layer's view keeps to what that layer attends to (:func:`~hf_triforce.caches.selection.window_layout`).
+        :func:`~hf_triforce.caches.selection.rescore`). ``windows`` gives each layer's sliding window (``None``: full
+        attention; default: every layer full): a sliding layer's view keeps to what that layer attends to
+        (:func:`~hf_triforce.caches.selection.window_layout`).
 
         Chunk scoring runs as a Triton kernel on CUDA (:func:`hf_triforce.kernels.retrieval.chunk_scores`),
         the pure-torch ``score_chunks`` otherwise; top-k and the token indices are torch either way. Without
         ``slots`` every layer is scored and ranked at once (:meth:`_select_stacked`).
         """
-        length = self.get_seq_length() if length is None else length
+        length = self.get_seq_length()
         windows = [None] * len(self.layers) if windows is None else windows
         if slots is None and self._stackable(queries, budget, length):
-            settings = (budget, recent_window, lookahead, length, rescore_candidates, windows)
-            return self._select_stacked(queries, *settings)
-        settings = (budget, recent_window, lookahead, slots, rescore_candidates, length)
+            return self._select_stacked(queries, budget, recent_window, length, rescore_candidates, windows)
+        settings = (budget, recent_window, slots, rescore_candidates)
         pairs = enumerate(zip(queries, windows, strict=True))
         return [self.select_layer(i, query, *settings, window=window) for i, (query, window) in pairs]
 
@@ -163,7 +160,6 @@ class RetrievalCache(BufferedCache):
         queries: list[torch.Tensor],
         budget: int,
         recent_window: int,
-        lookahead: int,
         length: int,
         rescore_candidates: int,
         windows: list[int | None],
@@ -188,7 +184,7 @@ class RetrievalCache(BufferedCache):
         indices: list[torch.Tensor] = [None] * len(self.layers)
         for recent in {recent for recent, _ in kinds}:  # one indexing per recent window (one without sliding layers)
             layers = [i for i, (r, _) in enumerate(kinds) if r == recent]
-            chosen = select_token_indices(per_layer[layers].flatten(0, 1), *layout[:3], recent, lookahead)
+            chosen = select_token_indices(per_layer[layers].flatten(0, 1), *layout[:3], recent, LOOKAHEAD)
             for i, layer_indices in zip(layers, chosen.unflatten(0, (len(layers), -1)).unbind(0), strict=True):
                 indices[i] = layer_indices
         return indices
@@ -222,10 +218,8 @@ class RetrievalCache(BufferedCache):
         query: torch.Tensor,
         budget: int,
         recent_window: int,
-        lookahead: int = 0,
         slots: SlotMask | None = None,
         rescore_candidates: int = 0,
-        length: int | None = None,
         window: int | None = None,
     ) -> torch.Tensor:
         """Token indices ``[B, H_kv, S]`` of layer ``layer_idx``'s best chunks for ``query`` ``[B, H_q, D]``: one
@@ -233,11 +227,11 @@ class RetrievalCache(BufferedCache):
         attention). ``query`` may hold several queries per query head (``[B, H_q * m, D]``, each KV head's group
         together): the summaries sum them, the keys take the largest logit of any.
         """
-        length = self.get_seq_length() if length is None else length
+        length = self.get_seq_length()
         recent, start = window_layout(length, self.chunk_size, budget, recent_window, window)
         settings = (budget, recent_window, slots, rescore_candidates, length, start)
         scores = self.chunk_ranking(layer_idx, query, *settings)
-        return select_token_indices(scores, length, self.chunk_size, budget, recent, lookahead)
+        return select_token_indices(scores, length, self.chunk_size, budget, recent, LOOKAHEAD)
 
     def chunk_ranking(
         self,

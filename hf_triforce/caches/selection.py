@@ -10,6 +10,11 @@ import torch
 
 from ..kernels.retrieval import chunk_key_scores, score_all_chunk_keys
 
+LOOKAHEAD = 1
+"""Chunks after each top-scoring chunk that a view also keeps: a copy is read forward, so a round's drafts need the
+chunk after the one the query attends to now (``docs/changelog.md``: one lifted the worst copy-task depth from 0.919
+to 0.950 at budget 1/8; two and three were no better)."""
+
 
 def select_token_indices(
     scores: torch.Tensor, length: int, chunk_size: int, budget: int, recent_window: int, lookahead: int = 0
@@ -60,11 +65,9 @@ def top_middle_chunks(
     budget: int,
     recent_window: int,
     lookahead: int = 0,
-    extra: int = 0,
 ) -> torch.Tensor:
     """``[B, H_kv, k]`` ids of the chunks :func:`select_token_indices` takes between the sink and the recent tokens,
-    best first (``length > budget``; same arguments); with ``extra = r``, the next ``r`` of the ranking follow them
-    (as many as there are candidates).
+    best first (``length > budget``; same arguments).
 
     Example:
         >>> top_middle_chunks(torch.tensor([[[0.0, 1.0, 5.0, 2.0, 4.0, 0.0, 0.0]]]), 56, 8, 32, 8)
@@ -74,7 +77,7 @@ def top_middle_chunks(
     middle = spread_forward(scores[:, :, 1 : 1 + candidates], lookahead)
     if k <= 0:
         return scores.new_zeros((*scores.shape[:2], 0), dtype=torch.long)
-    return middle.topk(min(candidates, k + extra), dim=-1).indices + 1
+    return middle.topk(min(candidates, k), dim=-1).indices + 1
 
 
 def chunk_layout(length: int, chunk_size: int, budget: int, recent_window: int) -> tuple[int, int, int]:
@@ -201,11 +204,6 @@ def with_key_scores(scores: torch.Tensor, nominated: torch.Tensor, by_keys: torc
     """
     out = torch.full_like(scores, float("-inf"), dtype=torch.float32).scatter(-1, nominated, by_keys)
     return torch.where(scores.isinf(), scores.float(), out)
-
-
-EVERY_CHUNK = 1 << 30
-"""A ``rescore_candidates`` factor that nominates every candidate chunk: all are ranked by their keys
-(:func:`ranks_every_chunk`; what level 1's per-layer re-ranking uses, ``TriForceConfig.step_selection``)."""
 
 
 def ranks_every_chunk(length: int, chunk_size: int, budget: int, recent_window: int, factor: int) -> bool:

@@ -1,8 +1,9 @@
-"""One TriForce ``generate()`` call: switched on per model, validated, prefilled, then decoded in rounds.
+"""One TriForce ``generate()`` call: switched on per model, planned, prefilled, then decoded in rounds.
 
 * :mod:`.enable`: ``enable``/``disable``/``last_stats`` (the public switches) and :mod:`.state`, the one state
   object per enabled model;
-* :mod:`.call`: the ``custom_generate`` entry point: checks (:mod:`.validate`) and wiring of the three levels;
+* :mod:`.plan`: what the call runs, decided once from the capability table, before any forward;
+* :mod:`.call`: the ``custom_generate`` entry point: the plan, and the wiring of the three levels;
 * :mod:`.loop`: the prefill and the rounds (level-1 drafting, level-2 verification, stopping), one loop for one
   sequence or a batch;
 * :mod:`.custom`: the same call through transformers' ``generate(custom_generate=...)`` convention, without

@@ -1,4 +1,4 @@
-"""One TriForce ``generate()`` call: checked, wired (level 0, level 1, level 2) and run as ``custom_generate``."""
+"""One TriForce ``generate()`` call: planned (:mod:`.plan`), wired (level 0, level 1, level 2) and run."""
 
 from __future__ import annotations
 
@@ -9,40 +9,21 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from ..caches.streaming import StreamingLLMCache
-from ..config import TriForceConfig
+from ..config import DRAFT_SINKS, TriForceConfig, as_config
 from ..hf.caches import callers_cache
-from ..hf.distributed import RankConsensus, check_same_random_state
 from ..hf.generate import decoder_only_output
 from ..hf.linears import small_batch_linears
 from ..hf.model import layer_rotary, num_layers
-from ..hierarchy import (
-    Drafter,
-    ModelDrafter,
-    NGramDrafter,
-    SuffixDrafter,
-    level1_weights,
-    runs_direct_forward,
-    step_selection,
-)
+from ..hierarchy import Drafter, ModelDrafter, NGramDrafter, SuffixDrafter
 from ..stats import TriForceStats
 from .loop import TriForceRun
-from .offload_fit import check_offload_fits
+from .plan import Call, CallPlan, check_generate_kwargs, plan_call
 from .reuse import hand_back, start_cache
 from .state import state_of
-from .validate import (
-    as_config,
-    check_assistant,
-    check_cache_implementation,
-    check_offload,
-    is_batched,
-    resolve_drafter,
-    validate_batch,
-    validate_generation,
-)
 
 
 def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generate_kwargs: dict[str, Any]):
-    """Validate what can be checked from the call's kwargs and build the ``custom_generate`` callable.
+    """Check what must be refused before ``generate()`` prepares anything, and build the ``custom_generate`` callable.
 
     Pops ``assistant_model`` from ``generate_kwargs`` (TriForce runs the draft model itself).
 
@@ -55,20 +36,11 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
     if state is not None:
         state.begin_call()  # before any check: a refused call leaves no statistics behind, not the last call's
     config = as_config(triforce_config)
-    check_cache_implementation(model, generate_kwargs)
-    check_offload(config, model)
-    direct = runs_direct_forward(config, model)  # a direct forward or static steps it cannot run raise now
-    level1_weights(config, model, direct)  # so do weights it cannot draft with
-    step_selection(config, direct)  # and per-step re-selection without the direct forward
-    assistant = generate_kwargs.pop("assistant_model", None)
-    drafter = resolve_drafter(config, assistant)
-    if assistant is not None and drafter == "model":
-        check_assistant(model, assistant)
+    check_generate_kwargs(model, generate_kwargs)
     return functools.partial(
         triforce_decode,
         triforce_config=config,
-        assistant_model=assistant if drafter == "model" else None,
-        drafter_kind=drafter,
+        assistant_model=generate_kwargs.pop("assistant_model", None),
         triforce_streamer=generate_kwargs.get("streamer"),
     )
 
@@ -84,7 +56,6 @@ def triforce_decode(
     *,
     triforce_config: TriForceConfig,
     assistant_model=None,
-    drafter_kind: str = "ngram",
     triforce_streamer=None,
     **model_kwargs,
 ):
@@ -102,28 +73,20 @@ def triforce_decode(
         ``[B, prompt + new]`` token ids, or a ``GenerateDecoderOnlyOutput`` when
         ``return_dict_in_generate=True`` (``sequences``, the cache, and ``scores``/``logits`` when requested).
     """
-    validate_generation(input_ids, generation_config, model_kwargs, model.config)
-    check_offload_fits(model, triforce_config, input_ids.shape[0], generation_config.max_length)
     streamer = streamer or triforce_streamer
-    batched = is_batched(input_ids, model_kwargs)
-    consensus = RankConsensus.for_model(model)
-    mask = None
-    if batched:
-        mask = validate_batch(
-            model, input_ids, generation_config, model_kwargs, triforce_config, streamer, stopping_criteria
-        )
-    if generation_config.do_sample:  # tensor-parallel ranks must draw alike (a no-op on one process)
-        check_same_random_state(consensus)
-    stats = TriForceStats()
+    call = Call(input_ids, generation_config, model_kwargs, streamer, stopping_criteria, assistant_model, model)
+    plan = plan_call(model, triforce_config, call)
+    stats = TriForceStats(level1_weights=plan.level1_weights, level1_forward=plan.level1_forward)
+    stats.verification_steps = plan.verification
     with stats.phases.measure("reuse"):
         start = start_cache(
-            model, triforce_config, input_ids, generation_config.max_length, callers_cache(model_kwargs), batched
+            model, triforce_config, input_ids, generation_config.max_length, callers_cache(model_kwargs), plan.batched
         )
-    do_sample, rows = bool(generation_config.do_sample), input_ids.shape[0]
-    drafters = _drafters(triforce_config, drafter_kind, assistant_model, logits_processor, do_sample, rows)
+    drafters = _drafters(triforce_config, plan, assistant_model, logits_processor, bool(generation_config.do_sample))
+    mask = call.mask if plan.batched else None
     run = TriForceRun(
-        model, input_ids, mask, logits_processor, stopping_criteria, generation_config, triforce_config, start.cache,
-        start.reused, stats, drafters, batched, runner_slot=state_of(model),
+        model, input_ids, mask, logits_processor, stopping_criteria, generation_config, triforce_config, plan,
+        start.cache, start.reused, stats, drafters, runner_slot=state_of(model),
     )  # fmt: skip
     with small_batch_linears(model, assistant_model):
         sequences = run.decode(streamer)
@@ -136,27 +99,28 @@ def triforce_decode(
 
 
 def _drafters(
-    config: TriForceConfig, drafter_kind: str, assistant_model, logits_processor, do_sample: bool, rows: int
+    config: TriForceConfig, plan: CallPlan, assistant_model, logits_processor, do_sample: bool
 ) -> list[Drafter] | None:
-    """One level-0 drafter per row of ``drafter_kind``: ``"suffix"``, ``"ngram"``, ``"model"`` (each with its own
-    StreamingLLM cache of the draft model), or ``None`` for ``"none"`` (two levels)."""
-    if drafter_kind == "none":
+    """One level-0 drafter per row, of the plan's kind (a draft model's with its own StreamingLLM cache), or
+    ``None`` for ``"none"`` (two levels)."""
+    if plan.drafter == "none":
         return None
-    if drafter_kind == "model":
-        return [_model_drafter(config, assistant_model, logits_processor, do_sample) for _ in range(rows)]
-    return [_row_drafter(config, drafter_kind) for _ in range(rows)]
+    if plan.drafter == "model":
+        return [_model_drafter(config, plan, assistant_model, logits_processor, do_sample) for _ in range(plan.rows)]
+    return [NGramDrafter() if plan.drafter == "ngram" else SuffixDrafter() for _ in range(plan.rows)]
 
 
-def _row_drafter(config: TriForceConfig, drafter_kind: str) -> Drafter:
-    if drafter_kind == "ngram":
-        return NGramDrafter(config.ngram_max, config.ngram_min)
-    return SuffixDrafter(config.suffix_min_match)
-
-
-def _model_drafter(cfg: TriForceConfig, assistant_model, logits_processor, do_sample: bool) -> ModelDrafter:
-    """A draft-model drafter with its own StreamingLLM cache."""
+def _model_drafter(config: TriForceConfig, plan: CallPlan, assistant_model, logits_processor, do_sample: bool):
+    """A draft-model drafter with its own StreamingLLM cache, on the plan's steps."""
     freqs, interleaved = layer_rotary(assistant_model)
     cache = StreamingLLMCache(
-        num_layers(assistant_model), cfg.draft_cache_budget, cfg.draft_sinks, freqs, cfg.draft_evict_batch, interleaved
+        num_layers(assistant_model),
+        config.draft_cache_budget,
+        DRAFT_SINKS,
+        freqs,
+        config.draft_evict_batch,
+        interleaved,
     )
-    return ModelDrafter(assistant_model, cache, logits_processor, do_sample)
+    drafter = ModelDrafter(assistant_model, cache, logits_processor, do_sample)
+    drafter.use_static_steps(plan.draft_steps, strict=plan.strict_graphs)
+    return drafter

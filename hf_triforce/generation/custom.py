@@ -23,9 +23,10 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from ..config import TriForceConfig
+from ..errors import UnsupportedGenerationError
 from ..hf.generate import class_generate, dropped_generate_arguments, routed_kwargs
-from ..hf.model import check_model_supported
 from .call import prepare_triforce_call
+from .plan import check_model
 from .state import TriForceState, attach_state, state_of
 
 CUSTOM_GENERATE_DIR = str(Path(__file__).resolve().parents[1] / "hub")
@@ -77,7 +78,9 @@ def triforce_generate(
     _state(model)
     dropped = dropped_generate_arguments()
     if draft_model is not None and dropped.get("assistant_model") not in (None, draft_model):
-        raise ValueError("generate() got two draft models, assistant_model= and draft_model=: pass one of them.")
+        raise UnsupportedGenerationError(
+            "generate() got two draft models, assistant_model= and draft_model=: pass one of them."
+        )
     draft_model = draft_model if draft_model is not None else dropped.get("assistant_model")
     streamer = streamer if streamer is not None else dropped.get("streamer")
     generate_kwargs = {"assistant_model": draft_model, "streamer": streamer, "generation_config": generation_config}
@@ -105,6 +108,6 @@ def _state(model: torch.nn.Module) -> TriForceState:
     never called; the model is checked first."""
     state = state_of(model)
     if state is None:
-        check_model_supported(model)
+        check_model(model)
         state = attach_state(model, enabled=False)
     return state

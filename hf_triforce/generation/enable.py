@@ -7,9 +7,9 @@ import torch
 from ..hf.direct_forward import drop_direct_decoder
 from ..hf.generate import unwrap_generate, wrap_generate
 from ..hf.linears import drop_int8_copy
-from ..hf.model import check_model_supported
 from ..stats import TriForceStats
 from .call import prepare_triforce_call
+from .plan import check_model
 from .state import attach_state, detach_state, state_of
 
 
@@ -21,19 +21,19 @@ def enable(model: torch.nn.Module) -> torch.nn.Module:
     set with ``model.generation_config.triforce_config = cfg``.
 
     Args:
-        model: a transformers causal LM of a supported family (see ``SUPPORTED_MODEL_TYPES``).
+        model: a transformers causal LM TriForce can serve (``docs/supported-models.md``).
 
     Returns:
         the same model.
 
     Raises:
-        UnsupportedModelError: the model's family or attention implementation is not supported.
+        UnsupportedModelError: TriForce cannot serve the model (``docs/compatibility.md``).
 
     Example:
         >>> hf_triforce.enable(model)  # doctest: +SKIP
         >>> out = model.generate(input_ids, max_new_tokens=64, triforce_config=TriForceConfig())  # doctest: +SKIP
     """
-    check_model_supported(model)
+    check_model(model)
     state = state_of(model)
     if state is not None and state.enabled:
         return model

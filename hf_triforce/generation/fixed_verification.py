@@ -17,50 +17,18 @@ or the same static forward eagerly (``cuda_graphs="eager"``: the CPU reference t
 
 It serves one unpadded sequence whose every layer attends in full (a sliding-window layer needs its window in the
 mask; the static mask is plain causal), with the full cache on the device; everything else verifies on the dynamic
-path (:func:`verification_mode`), which is just as exact.
+path, which is just as exact (the call's plan decides: :mod:`~hf_triforce.generation.plan`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 
 import torch
 
 from ..caches.retrieval import RetrievalCache
-from ..config import TriForceConfig
 from ..hf.attention import QueryCapture, capturing_queries, fixed_capacity_attention
-from ..hf.model import layer_windows
-from ..hierarchy.static_steps import StaticStepRunner, StepMode, resolve_step_mode
-
-logger = logging.getLogger(__name__)
-
-
-def verification_mode(config: TriForceConfig, model: torch.nn.Module, batched: bool) -> StepMode:
-    """How a call's full-cache verifications run: ``"graphs"``, ``"eager"`` (fixed shapes) or ``"dynamic"``.
-
-    Fixed shapes where ``config.cuda_graphs`` gives level 1 static steps (the same resolution, so ``"auto"`` on a
-    GPU graphs both), for one unpadded sequence (``batched`` False), with the full cache on the device
-    (``offload_kv`` False) and every layer attending in full; else ``"dynamic"``.
-
-    Example:
-        >>> verification_mode(TriForceConfig(cuda_graphs="eager"), llama, batched=False)  # doctest: +SKIP
-        'eager'
-        >>> verification_mode(TriForceConfig(), torch.nn.Linear(2, 2), batched=False)  # cuda_graphs=False
-        'dynamic'
-    """
-    mode = resolve_step_mode(config.cuda_graphs, model, "target model")
-    if mode == "dynamic":
-        return mode
-    reasons = [
-        *(["a batch (padding and holes are masked per slot)"] if batched else []),
-        *(["offload_kv=True (the full cache streams from host memory)"] if config.offload_kv else []),
-        *(["sliding-window layers"] if any(w is not None for w in layer_windows(model)) else []),
-    ]
-    if reasons:
-        logger.info("Full-cache verification on dynamic shapes: %s.", "; ".join(reasons))
-        return "dynamic"
-    return mode
+from ..hierarchy.static_steps import StaticStepRunner, StepMode
 
 
 class FixedShapeVerification:
@@ -70,7 +38,7 @@ class FixedShapeVerification:
         model: the target model.
         cache: the call's full cache, prefilled (its storage is fixed here, see
             :meth:`~hf_triforce.caches.retrieval.RetrievalCache.fix_capacity`).
-        capture: level 1's :class:`~hf_triforce.hf.attention.QueryCapture`: after each forward it holds that
+        capture: the loop's :class:`~hf_triforce.hf.attention.QueryCapture`: after each forward it holds that
             forward's queries, as after a dynamic one (a replayed graph's are copied out of the graph's outputs).
         mode: ``"graphs"`` (CUDA) or ``"eager"``.
         widths: the verification widths to capture as graphs (others run eagerly on the same buffers).

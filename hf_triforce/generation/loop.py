@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
 
 import torch
 from tqdm.auto import tqdm
@@ -26,41 +25,19 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from ..caches.retrieval import RetrievalCache
 from ..caches.slots import CacheSlots, SlotMask
 from ..config import TriForceConfig
-from ..hf.attention import capturing_queries, slot_attention, tree_attention
+from ..hf.attention import QueryCapture, capturing_queries, slot_attention, tree_attention
 from ..hf.generate import eos_token_ids, pad_token_id
 from ..hf.processors import for_row
 from ..hf.progress import prefill_progress, show_progress
 from ..hf.versions import cache_kwargs
-from ..hierarchy import Drafter, Level1Drafter, ModelDrafter
+from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, Row, RowDraft, padded_tokens
 from ..hierarchy.judge import Drafts, judge_rows, node_scores
-from ..hierarchy.level1 import RowDraft, padded_tokens
 from ..hierarchy.planner import Plan
 from ..hierarchy.static_steps import RunnerSlot
-from ..hierarchy.token_tree import TokenTree
 from ..sampling import verify_tree
 from ..stats import TriForceStats
-from .fixed_verification import FixedShapeVerification, verification_mode
-
-
-@dataclass
-class Row:
-    """One row of a call: its tokens so far (``ids`` ``[n]``, as plain ``generate()`` lays them out: padding
-    included), its prompt's real tokens (``None``: the prompt has no padding), its logits processors (the call's,
-    with this row's batch index), state and statistics."""
-
-    index: int
-    ids: torch.Tensor
-    real_prompt: torch.Tensor | None = None
-    processors: LogitsProcessorList = field(default_factory=LogitsProcessorList)
-    stats: TriForceStats = field(default_factory=TriForceStats)
-    done: bool = False
-    prompt_length: int = 0
-
-    def real_ids(self) -> torch.Tensor:
-        """``[m]`` the row's tokens without its padding: what its level-0 drafter reads."""
-        if self.real_prompt is None:
-            return self.ids
-        return torch.cat([self.real_prompt, self.ids[self.prompt_length :]])
+from .fixed_verification import FixedShapeVerification
+from .plan import CallPlan
 
 
 class TriForceRun:
@@ -80,20 +57,19 @@ class TriForceRun:
         stopping_criteria: the call's stopping criteria, applied to each row.
         generation_config: the call's generation config.
         config: the :class:`~hf_triforce.config.TriForceConfig`.
+        plan: the call's :class:`~hf_triforce.generation.plan.CallPlan` (rows with padding or holes: ``batched``).
         cache: the full cache, holding the first ``reused`` tokens of every row already.
         reused: tokens of ``input_ids`` already in ``cache`` (a caller's prefix, see
             :mod:`~hf_triforce.generation.reuse`); only the rest is prefilled.
         stats: the :class:`~hf_triforce.stats.TriForceStats` to fill (totals; ``stats.rows`` per row when
             ``batched``).
         drafters: one level-0 drafter per row, or ``None`` (two levels).
-        batched: the call is a batch (several rows, or a padded one): rows may carry padding and holes, and each
-            row's statistics are kept (``stats.rows``). ``False``: one unpadded row.
         runner_slot: where a static level-1 runner is kept between calls (the model's state), or ``None``.
 
     Example:
         >>> cache = RetrievalCache(num_layers=30, chunk_size=8)  # doctest: +SKIP
         >>> cfg = TriForceConfig()
-        >>> run = TriForceRun(model, ids, None, processors, criteria, gen_config, cfg, cache)  # doctest: +SKIP
+        >>> run = TriForceRun(model, ids, None, processors, criteria, gen_config, cfg, plan, cache)  # doctest: +SKIP
         >>> sequences = run.decode(streamer=None)  # [B, prompt + new]  # doctest: +SKIP
     """
 
@@ -106,32 +82,34 @@ class TriForceRun:
         stopping_criteria: StoppingCriteriaList,
         generation_config: GenerationConfig,
         config: TriForceConfig,
+        plan: CallPlan,
         cache: RetrievalCache,
         reused: int = 0,
         stats: TriForceStats | None = None,
         drafters: list[Drafter] | None = None,
-        batched: bool = False,
         runner_slot: RunnerSlot | None = None,
     ) -> None:
-        self.model, self.input_ids, self.config = model, input_ids, config
+        self.model, self.input_ids, self.config, self.plan = model, input_ids, config, plan
         self.logits_processor, self.stopping_criteria = logits_processor, stopping_criteria
         self.generation_config, self.do_sample = generation_config, bool(generation_config.do_sample)
-        self.cache, self.reused, self.batched, self.drafters = cache, reused, batched, drafters
+        self.cache, self.reused, self.batched, self.drafters = cache, reused, plan.batched, drafters
         self.stats = stats if stats is not None else TriForceStats()
         self.stats.reused_tokens = reused
         mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         self.rows = [self._row(b, input_ids[b], mask[b], logits_processor) for b in range(input_ids.shape[0])]
-        self.stats.rows = [row.stats for row in self.rows] if batched else []
+        self.stats.rows = [row.stats for row in self.rows] if self.batched else []
+        for row in self.stats.rows:
+            row.level1_weights, row.level1_forward = plan.level1_weights, plan.level1_forward
         self.active = list(self.rows)
         self.slots = SlotMask(mask)
         gc = generation_config
         self.scores = () if gc.return_dict_in_generate and gc.output_scores else None
         self.raw_logits = () if gc.return_dict_in_generate and gc.output_logits else None
+        self.capture = QueryCapture()  # each full-cache forward's queries, handed to level 1 for its selections
         self.level1 = Level1Drafter(
-            model, cache, self.slots, config, self.do_sample, drafters, self.stats,
-            self.stats.rows or None, eos_token_ids(gc), masked=batched, runner_slot=runner_slot,
+            model, cache, self.slots, config, plan, self.do_sample, drafters, self.stats, self.stats.rows or None,
+            eos_token_ids(gc), runner_slot=runner_slot,
         )  # fmt: skip
-        self.stats.verification_steps = verification_mode(config, model, batched)
         self.fixed: FixedShapeVerification | None = None  # made at the first verification (after the prefill)
 
     def _row(self, b: int, ids: torch.Tensor, mask: torch.Tensor, logits_processor: LogitsProcessorList) -> Row:
@@ -145,7 +123,7 @@ class TriForceRun:
         start = time.perf_counter()
         with self.stats.phases.measure("prefill"):
             logits = self._prefill_forward()
-        self.level1.observe_prefill()
+        self.level1.observe_prefill(self.capture)
         self._first_tokens(logits, streamer)
         self.stats.prefill_seconds = time.perf_counter() - start
         self._drop_finished()
@@ -183,7 +161,7 @@ class TriForceRun:
             masking["attention_mask"] = valid.long()
         else:
             positions = torch.arange(first, end, device=self.input_ids.device)[None]
-        with capturing_queries(self.model, self.level1.capture, 1):
+        with capturing_queries(self.model, self.capture, 1):
             out = self.model(
                 input_ids=self.input_ids[:, first:end], position_ids=positions, use_cache=True, logits_to_keep=1,
                 **cache_kwargs(self.cache), **masking,
@@ -212,7 +190,7 @@ class TriForceRun:
         inputs = torch.stack([padded_tokens(torch.cat([r.ids[-1:], d.tokens]), width) for r, d in rows])
         start = time.perf_counter()
         with self.stats.phases.measure("level2"):
-            raw = self._forward(inputs)
+            raw = self._verify(inputs, self.slots.append(width))
         seconds = time.perf_counter() - start
         kept, accepted = [], []
         verdicts = self._judge(drafts, raw)
@@ -226,7 +204,8 @@ class TriForceRun:
         self.stats.target_forwards += 1
         self.stats.decoded_tokens += sum(kept)
         rank = self._missed_rank(plan, drafts, verdicts)
-        self.level1.observe_verification(plan, [d.tokens.shape[0] for d in drafts], accepted, seconds, rank)
+        drafted = [d.tokens.shape[0] for d in drafts]
+        self.level1.observe_verification(plan, drafted, accepted, seconds, self.capture, rank)
         self._drop_finished()
 
     def _missed_rank(self, plan: Plan, drafts: list[RowDraft], verdicts) -> int | None:
@@ -251,7 +230,10 @@ class TriForceRun:
         tree = self.level1.draft_tree(plan.tree, row, budget)
         start = time.perf_counter()
         with self.stats.phases.measure("level2"):
-            raw = self._tree_forward(tree)
+            positions = (self.slots.positions[0] + torch.tensor(tree.depths, device=self.input_ids.device))[None]
+            self.slots.append(tree.size)
+            visibility = tree.visibility(list(range(tree.size)), list(range(tree.size)))
+            raw = self._verify(tree.token_tensor(self.input_ids.device)[None], positions, visibility)[0]
         seconds = time.perf_counter() - start
         scores = node_scores(row.processors, [tree.context(row.ids, n) for n in range(tree.size)], raw)
         tokens = tree.token_tensor(raw.device)
@@ -269,31 +251,21 @@ class TriForceRun:
         for stats in (row.stats, self.stats):
             stats.target_forwards += 1
             stats.decoded_tokens += kept
-        self.level1.observe_tree(tree, path, ranks, seconds, kept)
+        self.level1.observe_tree(tree, path, ranks, seconds, kept, self.capture)
         self._drop_finished()
 
-    def _tree_forward(self, tree: TokenTree) -> torch.Tensor:
-        """Full-cache forward over every node of ``tree`` (one sequence), each at the root's position plus its depth and
-        seeing the cache and its ancestors; float32 logits ``[N, V]``."""
-        n, device = tree.size, self.input_ids.device
-        positions = (self.slots.positions[0] + torch.tensor(tree.depths, device=device))[None]
-        self.slots.append(n)
-        visibility = tree.visibility(list(range(n)), list(range(n))).to(device)
-        with capturing_queries(self.model, self.level1.capture, n), tree_attention(self.model, visibility):
-            out = self.model(
-                input_ids=tree.token_tensor(device)[None], position_ids=positions, use_cache=True, logits_to_keep=n,
-                **cache_kwargs(self.cache),
-            )  # fmt: skip
-        return out.logits[0, -n:].float()
-
-    def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Full-cache forward over ``inputs`` ``[B, q]`` at each row's next positions; float32 logits ``[B, q, V]``."""
+    def _verify(
+        self, inputs: torch.Tensor, positions: torch.Tensor, visibility: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Full-cache forward over ``inputs`` ``[B, q]`` at ``positions`` ``[B, q]`` (a token tree's nodes with their
+        ``visibility`` ``[q, q]``, one sequence); float32 logits ``[B, q, V]``. Its queries land in :attr:`capture`."""
         q = inputs.shape[1]
-        positions = self.slots.append(q)
-        if self.stats.verification_steps != "dynamic":
+        if self.plan.verification != "dynamic" and visibility is None:
             return self._fixed_verification().logits(inputs[0])[None]
         with contextlib.ExitStack() as stack:
-            stack.enter_context(capturing_queries(self.model, self.level1.capture, q))
+            stack.enter_context(capturing_queries(self.model, self.capture, q))
+            if visibility is not None:  # a token tree: each node sees the cache and its ancestors
+                stack.enter_context(tree_attention(self.model, visibility.to(inputs.device)))
             if self.batched:  # padding and holes: each row attends to its own real slots
                 stack.enter_context(slot_attention(self.model, CacheSlots(self.slots)))
             out = self.model(
@@ -305,9 +277,11 @@ class TriForceRun:
         """The call's fixed-shape verification (one sequence), made at its first use: the storage is the prefill's."""
         if self.fixed is None:
             # a round verifies up to gamma2 level-1 drafts, or gamma1 + gamma2 of level 0's in its own rounds
-            mode, widths = self.stats.verification_steps, range(1, self.config.gamma1 + self.config.gamma2 + 2)
-            strict = self.config.cuda_graphs is True
-            self.fixed = FixedShapeVerification(self.model, self.cache, self.level1.capture, mode, widths, strict)
+            widths = range(1, self.config.gamma1 + self.config.gamma2 + 2)
+            plan = self.plan
+            self.fixed = FixedShapeVerification(
+                self.model, self.cache, self.capture, plan.verification, widths, plan.strict_graphs
+            )
         return self.fixed
 
     def _judge(self, drafts: list[RowDraft], raw: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:

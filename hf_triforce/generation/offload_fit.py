@@ -4,7 +4,7 @@ With ``TriForceConfig(offload_kv=True)`` a call needs, for a cache of ``capacity
 (:meth:`~hf_triforce.config.TriForceConfig.full_cache_capacity`), ``capacity x (KV bytes per token)`` of host memory
 per row and, on the device beside the weights already there, the two layers a full-cache forward streams through,
 the chunk means (a key per ``chunk_size`` tokens) and the retrieval views. A call that cannot fit is refused with the
-longest ``max_length`` that does (:class:`~hf_triforce.errors.UnsupportedGenerationError`), before any work.
+longest ``max_length`` that does, before any work (:mod:`~hf_triforce.generation.plan`).
 """
 
 from __future__ import annotations
@@ -14,21 +14,18 @@ import os
 import torch
 
 from ..config import TriForceConfig
-from ..errors import UnsupportedGenerationError
 from ..hf.model import kv_shape, num_layers
 
 VIEWS_ALIVE = 2  # a re-selection builds the new view before the old one is dropped (dynamic path)
 
 
-def check_offload_fits(model: torch.nn.Module, config: TriForceConfig, rows: int, max_length: int) -> None:
-    """Raise :class:`~hf_triforce.errors.UnsupportedGenerationError` when ``rows`` offloaded caches for ``max_length``
-    tokens do not fit the host's available memory, or what streams does not fit the device's free memory (on CUDA).
+def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: int, max_length: int) -> str | None:
+    """Why ``rows`` offloaded caches for ``max_length`` tokens do not fit the host's available memory, or what
+    streams does not fit the device's free memory (on CUDA); ``None`` when they fit.
 
     Example:
-        >>> check_offload_fits(model, TriForceConfig(offload_kv=True), 1, 131072)  # doctest: +SKIP
+        >>> offload_fit_problem(model, TriForceConfig(offload_kv=True), 1, 131072)  # doctest: +SKIP
     """
-    if not config.offload_kv:
-        return
     per_token, device_per_slot = _bytes_per_slot(model, rows, config.chunk_size)
     views = VIEWS_ALIVE * (config.retrieval_budget + config.view_extra_capacity) * per_token
     limits = {"host memory": (host_available_bytes(), per_token, 0)}
@@ -38,12 +35,12 @@ def check_offload_fits(model: torch.nn.Module, config: TriForceConfig, rows: int
     capacity = config.full_cache_capacity(max_length)
     for where, (available, per_slot, fixed) in limits.items():
         if capacity * per_slot + fixed > available:
-            raise UnsupportedGenerationError(
-                f"TriForceConfig(offload_kv=True) needs {(capacity * per_slot + fixed) / 2**30:.1f} GiB of {where} "
-                f"for {rows} row(s) of {max_length} tokens, and {available / 2**30:.1f} GiB are available: the "
-                f"longest that fits is max_length={_longest(config, available, per_slot, fixed)}. Shorten the "
-                "prompt or max_new_tokens, or pass fewer rows."
+            return (
+                f"it needs {(capacity * per_slot + fixed) / 2**30:.1f} GiB of {where} for {rows} row(s) of "
+                f"{max_length} tokens, and {available / 2**30:.1f} GiB are available: the longest that fits is "
+                f"max_length={_longest(config, available, per_slot, fixed)}"
             )
+    return None
 
 
 def _bytes_per_slot(model: torch.nn.Module, rows: int, chunk_size: int) -> tuple[int, int]:

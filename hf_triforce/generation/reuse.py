@@ -17,7 +17,7 @@ question; or pass the cache a call returned (``return_dict_in_generate=True``) t
   the caller passed none, TriForce's own full cache (a transformers ``Cache`` holding ``sequences`` minus the
   last token, usable by plain ``generate()`` too).
 
-A cache TriForce cannot start from is refused before any work (:class:`~hf_triforce.errors.UnsupportedGenerationError`).
+A cache TriForce cannot start from is refused before any work (:func:`callers_cache_problem`, read by the call's plan).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import torch
 
 from ..caches.retrieval import RetrievalCache
 from ..config import TriForceConfig
-from ..errors import UnsupportedGenerationError
 from ..hf.caches import describe, plain_kv_layers
 from ..hf.model import is_dispatched, kv_shape, num_layers
 
@@ -67,9 +66,7 @@ def start_cache(
     to it, rows that stopped early included (the keys and values of the padding it feeds them), which TriForce never
     computes; the output carries no cache.
 
-    Raises:
-        UnsupportedGenerationError: a cache TriForce cannot start from (another kind, another model, more tokens
-            than ``n - 1``), before any work.
+    The caller's cache was checked by the call's plan (:func:`callers_cache_problem`).
 
     Example:
         >>> start = start_cache(model, TriForceConfig(), ids, max_length=600, callers=prefilled)  # doctest: +SKIP
@@ -81,7 +78,7 @@ def start_cache(
     if callers is None:
         cache = RetrievalCache(num_layers(model), config.chunk_size, capacity, offload_to)
         return StartingCache(cache, 0, None, None if batched else cache)
-    reused = _check_callers_cache(model, callers, input_ids.shape)
+    reused = callers.get_seq_length() if _layouts(callers) else 0
     if batched:
         cache = RetrievalCache(num_layers(model), config.chunk_size, capacity, offload_to)
         for i, (keys, values) in enumerate(_key_values(callers)):
@@ -129,32 +126,34 @@ def _layouts(cache: Any) -> list[tuple[torch.Tensor, int]]:
     return [(layer.keys, layer.keys.shape[2]) for layer in cache.layers if layer.is_initialized]
 
 
-def _check_callers_cache(model: torch.nn.Module, cache: Any, input_shape: torch.Size) -> int:
-    """Tokens in the caller's ``cache``; raises unless a call over ``input_shape`` ``(rows, tokens)`` can start from
-    it."""
+def callers_cache_problem(model: torch.nn.Module, cache: Any | None, input_shape: torch.Size) -> str | None:
+    """Why a call over ``input_shape`` ``(rows, tokens)`` cannot start from the caller's ``cache`` (``None``: it can,
+    or no cache was passed).
+
+    Example:
+        >>> callers_cache_problem(model, DynamicCache(config=model.config), (1, 10)) is None  # doctest: +SKIP
+        True
+    """
+    if cache is None:
+        return None
     rows, input_length = input_shape
     if not (isinstance(cache, RetrievalCache) or plain_kv_layers(cache)):
-        raise UnsupportedGenerationError(
-            f"TriForce cannot start from a {describe(cache)}: it needs the plain key/value tensors of every cached "
-            "token (a sliding-window layer keeps only its window). Pass a DynamicCache of plain layers (DynamicCache() "
-            "for a model with sliding-window layers, else DynamicCache(config=model.config) works too), prefilled by "
-            "a forward or by plain generate(), the cache an earlier TriForce call returned "
-            "(return_dict_in_generate=True), or no cache."
+        return (
+            f"it is a {describe(cache)}, and TriForce needs the plain key/value tensors of every cached token (a "
+            "sliding-window layer keeps only its window; DynamicCache() keeps every token of every layer)"
         )
     layouts = _layouts(cache)
     cached = cache.get_seq_length() if layouts else 0
-    if layouts:
-        _check_same_model(model, layouts, rows)
-    if cached > input_length - 1:
-        raise UnsupportedGenerationError(
-            f"The cache holds {cached} tokens but input_ids has {input_length}: as in plain generate(), the cached "
-            f"tokens are the first {cached} of input_ids and input_ids[:, {cached}:] is fed, so input_ids must extend "
-            "the cached tokens by at least one token. Pass the whole sequence (cached prefix + new tokens)."
+    problem = _other_model(model, layouts, rows) if layouts else None
+    if problem is None and cached > input_length - 1:
+        problem = (
+            f"it holds {cached} tokens and input_ids has {input_length}: as in plain generate(), input_ids must be "
+            "the cached tokens followed by at least one new one (pass the whole sequence)"
         )
-    return cached
+    return problem
 
 
-def _check_same_model(model: torch.nn.Module, layouts: list[tuple[torch.Tensor, int]], rows: int) -> None:
+def _other_model(model: torch.nn.Module, layouts: list[tuple[torch.Tensor, int]], rows: int) -> str | None:
     layers, (kv_heads, head_dim) = num_layers(model), kv_shape(model)
     parameter = next(model.parameters())
     problems = []
@@ -176,7 +175,5 @@ def _check_same_model(model: torch.nn.Module, layouts: list[tuple[torch.Tensor, 
     elif {(k.dtype, k.device) for k, _ in layouts} != {(parameter.dtype, parameter.device)}:
         problems.append(f"keys in {keys.dtype} on {keys.device}, the model is {parameter.dtype} on {parameter.device}")
     if problems:
-        raise UnsupportedGenerationError(
-            f"The cache passed to generate() does not fit this model: it holds {'; '.join(problems)}. It was made by "
-            "another model or configuration: prefill a cache with this model, or pass no cache."
-        )
+        return f"it holds {'; '.join(problems)} (it was made by another model or configuration)"
+    return None

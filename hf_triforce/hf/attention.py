@@ -63,16 +63,17 @@ class QueryCapture:
         """Per-layer ``[B, H_q, D]`` query at ``index`` of the kept positions."""
         return [self.queries[i][:, :, index] for i in sorted(self.queries)]
 
-    def upto(self, index: int) -> list[torch.Tensor]:
-        """Per-layer ``[B, H_q * m, D]`` queries of the kept positions ``0 .. index`` (``m = index + 1``), each query
-        head's ``m`` together (the layout :meth:`~hf_triforce.caches.retrieval.RetrievalCache.chunk_ranking` takes).
+    def rows_at(self, positions: list[int]) -> list[torch.Tensor]:
+        """Per-layer ``[B, H_q, D]`` queries, row ``b``'s at its kept position ``positions[b]``.
 
         Example:
-            >>> cap = QueryCapture(); cap.keep = 3; cap.store(0, torch.randn(1, 4, 3, 8))
-            >>> cap.upto(1)[0].shape
-            torch.Size([1, 8, 8])
+            >>> cap = QueryCapture(); cap.keep = 3; cap.store(0, torch.arange(6.0).view(2, 1, 3, 1))
+            >>> cap.rows_at([2, 0])[0].flatten().tolist()
+            [2.0, 3.0]
         """
-        return [self.queries[i][:, :, : index + 1].flatten(1, 2) for i in sorted(self.queries)]
+        index = torch.tensor(positions, device=self.queries[0].device)
+        rows = torch.arange(index.shape[0], device=index.device)
+        return [self.queries[i][rows, :, index] for i in sorted(self.queries)]
 
 
 def _base_attention(base: str, module: torch.nn.Module) -> Callable:
@@ -121,28 +122,26 @@ def _slot_attention(base: str, slots: Any, module, query, key, value, **kwargs):
         return masked_gqa_attention(query, key, value, valid, kwargs.get("scaling"), query_slots)
     mask = slot_attention_mask(valid, query.shape[2], in_window, query_slots)
     mask = mask.repeat_interleave(query.shape[1] // mask.shape[1], dim=1)  # per KV head -> per query head
-    if base == "eager":
-        mask = torch.where(mask, 0.0, torch.finfo(query.dtype).min).to(query.dtype)
-    elif base != "sdpa":
-        raise UnsupportedModelError(f"Batched TriForce attends through sdpa or eager attention, not {base!r}.")
-    with _attn_implementation_as(module.config, base):
-        return _base_attention(base, module)(module, query, key, value, mask, **kwargs)
+    return _base_with_mask(base, module, query, key, value, mask, **kwargs)
 
 
 def _tree_attention(base: str, rows: torch.Tensor, module, query, key, value, **kwargs):
     """Attention of a token tree's nodes (the forward's queries, the last of the tree's keys): every key before the
     tree, and within it each node's ancestors and itself (``rows`` ``[q, m]`` over the tree's ``m`` keys). Plain
     attention through :func:`~hf_triforce.kernels.attention.gqa_sdpa_attention` (each key read once per KV head);
-    soft-capping or learned sinks through the model's own sdpa or eager attention, given that mask."""
-    if kwargs.get("sliding_window") is not None:
-        raise UnsupportedModelError("Token trees need full attention in every layer; this layer slides a window.")
+    soft-capping or learned sinks through the model's own sdpa or eager attention, given that mask (the call's plan
+    runs trees only where every layer attends in full)."""
     mask = tree_attention_mask(rows, key.shape[2])
     if _plain_attention(kwargs):
         return gqa_sdpa_attention(module, query, key, value, mask, scaling=kwargs.get("scaling"))
+    return _base_with_mask(base, module, query, key, value, mask, **kwargs)
+
+
+def _base_with_mask(base: str, module, query, key, value, mask: torch.Tensor, **kwargs):
+    """The model's own sdpa or eager attention (the only ones the call's plan lets through here) with a bool
+    ``mask`` (True: attend), additive for eager."""
     if base == "eager":
         mask = torch.where(mask, 0.0, torch.finfo(query.dtype).min).to(query.dtype)
-    elif base != "sdpa":
-        raise UnsupportedModelError(f"Token trees attend through sdpa or eager attention, not {base!r}.")
     with _attn_implementation_as(module.config, base):
         return _base_attention(base, module)(module, query, key, value, mask, **kwargs)
 

@@ -20,7 +20,6 @@ view is a compacted selection, no true window either way: only drafts can change
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -135,18 +134,13 @@ class DirectLayer:
             heads, kv_heads, attn.head_dim, float(attn.scaling),
         )  # fmt: skip
 
-    def __call__(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer, on_query=None
-    ) -> torch.Tensor:
-        """``x`` ``[q, H]`` after this layer; the new keys/values are appended to ``cache_layer`` (``on_query``, when
-        given, is called with the post-RoPE queries ``[1, heads, q, head_dim]`` before the attention reads it)."""
-        x = x + self.o(self.attention(rms_norm(x, *self.input_norm), cos, sin, cache_layer, on_query))
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer) -> torch.Tensor:
+        """``x`` ``[q, H]`` after this layer; the new keys/values are appended to ``cache_layer``."""
+        x = x + self.o(self.attention(rms_norm(x, *self.input_norm), cos, sin, cache_layer))
         gate, up = self.gate_up(rms_norm(x, *self.post_norm)).chunk(2, dim=-1)
         return x + self.down(self.act(gate) * up)
 
-    def attention(
-        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer, on_query=None
-    ) -> torch.Tensor:
+    def attention(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer) -> torch.Tensor:
         """Self-attention of ``h`` ``[q, H]`` over the cache layer and itself (causal): ``[q, heads * head_dim]``."""
         q, d = h.shape[0], self.head_dim
         query, key, value = self.qkv(h).split([self.heads * d, self.kv_heads * d, self.kv_heads * d], dim=-1)
@@ -155,8 +149,6 @@ class DirectLayer:
             self._head_norm(key.view(q, self.kv_heads, d), self.k_norm),
         )
         query, key = apply_rope(query.transpose(0, 1)[None], cos, sin), apply_rope(key.transpose(0, 1)[None], cos, sin)
-        if on_query is not None:
-            on_query(query)
         keys, values = cache_layer.update(key, value.view(q, self.kv_heads, d).transpose(0, 1)[None])
         return _attend(query, keys, values, self.scaling).reshape(q, self.heads * d)
 
@@ -212,16 +204,12 @@ class DirectDecoder:
         tokens: torch.Tensor,
         position: int | torch.Tensor,
         cache: Cache,
-        on_query: Callable[[int, torch.Tensor], None] | None = None,
     ) -> torch.Tensor:
         """float32 logits ``[q, V]`` of ``tokens`` ``[q]`` at true positions ``position ..`` (or ``position`` ``[q]``:
         one per token); appends them to ``cache``.
 
         ``cache`` is any transformers ``Cache`` of batch 1 whose ``layers[i].update`` appends ``[1, H_kv, q, D]``
-        keys/values and returns all of the layer's (the retrieval view); attention is causal over its keys. With
-        ``on_query``, each layer ``i`` calls ``on_query(i, query)`` with its post-RoPE queries ``[1, H_q, q, D]``
-        before its attention reads the cache layer (where
-        :meth:`~hf_triforce.caches.chunk_swap.ChunkSwapper.reselect_layer` swaps in the chunks that query needs).
+        keys/values and returns all of the layer's (the retrieval view); attention is causal over its keys.
         """
         x = self.embed.weight[tokens]
         if isinstance(position, torch.Tensor):  # each token's own (a token tree's nodes share their depth's)
@@ -230,8 +218,8 @@ class DirectDecoder:
             positions = torch.arange(position, position + tokens.shape[0], device=tokens.device)[None]
         cos, sin = self.rotary(x[None], positions)
         cos, sin = cos[:, None], sin[:, None]
-        for i, (layer, cache_layer) in enumerate(zip(self.layers, cache.layers, strict=True)):
-            x = layer(x, cos, sin, cache_layer, None if on_query is None else functools.partial(on_query, i))
+        for layer, cache_layer in zip(self.layers, cache.layers, strict=True):
+            x = layer(x, cos, sin, cache_layer)
         return self.head(rms_norm(x, *self.norm)).float()
 
 
@@ -281,29 +269,6 @@ def direct_decoder(model: torch.nn.Module, weights: str) -> DirectDecoder:
     """
     key = (weights, *(weight_fingerprint(p) for p in model.parameters()))
     return kept_beside(_DECODERS, model, key, lambda: DirectDecoder(model, weights))
-
-
-def resolve_level1_forward(choice: str, model: torch.nn.Module) -> str:
-    """``"direct"`` or ``"transformers"``: the forward level 1 runs for ``TriForceConfig.level1_forward == choice``.
-
-    ``"auto"`` is ``"direct"`` for a CPU model :func:`direct_forward_problem` finds no problem with (on a GPU the
-    static path's CUDA graphs already remove the per-module overhead), else ``"transformers"``; an explicit
-    ``"direct"`` that cannot run raises :class:`~hf_triforce.errors.UnsupportedModelError` (before any work).
-
-    Example:
-        >>> resolve_level1_forward("auto", torch.nn.Linear(2, 2)), resolve_level1_forward("transformers", None)
-        ('transformers', 'transformers')
-    """
-    if choice == "transformers":
-        return "transformers"
-    problem = direct_forward_problem(model)
-    if choice == "direct" and problem is not None:
-        raise UnsupportedModelError(
-            f"TriForceConfig(level1_forward='direct') cannot run this model: {problem}. Use level1_forward="
-            "'transformers' (the model's own forward) or 'auto'."
-        )
-    on_cpu = next(model.parameters()).device.type == "cpu"
-    return "direct" if problem is None and (choice == "direct" or on_cpu) else "transformers"
 
 
 def drop_direct_decoder(model: torch.nn.Module) -> None:

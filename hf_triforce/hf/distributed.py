@@ -18,8 +18,6 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from ..errors import UnsupportedGenerationError
-
 
 def tensor_parallel_size(model: torch.nn.Module) -> int:
     """How many ranks ``model``'s weights are sharded over (1: not sharded).
@@ -103,24 +101,20 @@ def random_state_fingerprint() -> int:
     return zlib.crc32(b"".join(state.numpy().tobytes() for state in states))
 
 
-def check_same_random_state(consensus: RankConsensus) -> None:
-    """Raise :class:`UnsupportedGenerationError` on every rank unless all ranks' random states are equal.
+def random_states_differ(consensus: RankConsensus) -> bool:
+    """Whether the ranks' random states differ (on every rank alike).
 
     A sampling call under tensor parallelism draws on every rank; ranks seeded differently would accept different
     drafts, and their next forwards would differ in width inside the same all-reduce (a hang on NCCL). One
     all-reduce of two ints; nothing when ``consensus`` is not active.
 
     Example:
-        >>> check_same_random_state(RankConsensus(None))  # one process: nothing to compare
+        >>> random_states_differ(RankConsensus(None))  # one process: nothing to compare
+        False
     """
     if not consensus.active:
-        return
+        return False
     fingerprint = random_state_fingerprint()
     tensor = torch.tensor([fingerprint, -fingerprint], dtype=torch.int64, device=consensus._device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=consensus.group)
-    if int(tensor[0]) != -int(tensor[1]):
-        raise UnsupportedGenerationError(
-            "The ranks of this tensor-parallel model start sampling from different random states, so they would "
-            "draw different tokens (and their next forwards would not match). Seed every rank alike before "
-            "generate(): torch.manual_seed(seed) or transformers.set_seed(seed) on every rank."
-        )
+    return int(tensor[0]) != -int(tensor[1])

@@ -19,19 +19,15 @@ from typing import TypeVar
 
 import torch
 
-from ..errors import UnsupportedDeviceError
-from ..kernels.int4_linear import Int4Weight, int4_kernel_available, int4_kernel_supports, int4_linear, quantize_int4
+from ..kernels.int4_linear import Int4Weight, int4_kernel_supports, int4_linear, quantize_int4
 from ..kernels.int8_linear import (
     Int8Weight,
-    int8_kernel_available,
     int8_kernel_supports,
     int8_linear,
     quantize_int8,
     use_int8_linear,
 )
 from ..kernels.linear import linear_forward
-from .distributed import RankConsensus
-from .model import is_dispatched
 
 logger = logging.getLogger(__name__)
 
@@ -70,102 +66,9 @@ def small_batch_linears(*models: torch.nn.Module | None) -> Iterator[None]:
             del layer.forward
 
 
-def int8_level1_problem(model: torch.nn.Module) -> str | None:
-    """Why level 1 cannot draft with an int8 weight copy of ``model`` (``None``: it can).
-
-    It needs ``torch._weight_int8pack_mm`` and a model held whole on the CPU in float32 or bfloat16: not on a
-    GPU, not dispatched or offloaded by accelerate, not sharded across tensor-parallel ranks.
-
-    Example:
-        >>> int8_level1_problem(torch.nn.Linear(16, 4)) is None
-        True
-    """
-    param = next(model.parameters(), None)
-    if param is None or param.device.type != "cpu":
-        return f"the model is on {getattr(param, 'device', 'no device')}, and the int8 kernel is CPU-only"
-    if param.dtype not in (torch.float32, torch.bfloat16):
-        return f"the model's dtype is {param.dtype} (float32 or bfloat16 needed)"
-    if is_dispatched(model) or RankConsensus.for_model(model).active:
-        return "the model is dispatched by accelerate or sharded across tensor-parallel ranks"
-    if not int8_kernel_available():
-        return f"this torch ({torch.__version__}) has no torch._weight_int8pack_mm"
-    return None
-
-
-def int4_cuda_level1_problem(model: torch.nn.Module) -> str | None:
-    """Why level 1 cannot draft with an int4 weight copy of ``model`` held on a CUDA GPU (``None``: it can).
-
-    It needs ``torch._weight_int4pack_mm`` on a GPU of compute capability 8.0 or newer, and a model held whole on
-    that GPU (not dispatched or offloaded by accelerate, not sharded across tensor-parallel ranks).
-
-    Example:
-        >>> int4_cuda_level1_problem(torch.nn.Linear(16, 4))
-        'the model is on cpu'
-    """
-    param = next(model.parameters(), None)
-    if param is None or param.device.type != "cuda":
-        return f"the model is on {getattr(param, 'device', 'no device')}"
-    if is_dispatched(model) or RankConsensus.for_model(model).active:
-        return "the model is dispatched by accelerate or sharded across tensor-parallel ranks"
-    if not int4_kernel_available(param.device):
-        return f"this torch ({torch.__version__}) or GPU has no torch._weight_int4pack_mm (compute capability 8.0+)"
-    return None
-
-
 def _on_cuda(model: torch.nn.Module) -> bool:
     param = next(model.parameters(), None)
     return param is not None and param.device.type == "cuda"
-
-
-def resolve_level1_weights(choice: str, model: torch.nn.Module, direct: bool = False) -> str:
-    """``"full"``, ``"int8"`` or ``"int4"``: the weights level 1 drafts with for ``TriForceConfig.level1_weights ==
-    choice``, where level 1 runs its direct forward (``direct``: one sequence on the CPU) or transformers' forward.
-
-    ``"auto"`` is ``"int4"`` for the direct forward where the int4 kernel exists, else ``"int8"``, where
-    :func:`int8_level1_problem` finds no problem; else ``"full"``. An explicit ``"int8"`` or ``"int4"`` that cannot
-    run raises :class:`~hf_triforce.errors.UnsupportedDeviceError` (before any work). Either forward runs either copy
-    (the direct forward its stacked projections, transformers' forward :func:`low_bit_linears`).
-
-    On a CUDA GPU, ``"int4"`` runs the tinygemm kernel (:func:`int4_cuda_level1_problem` says where it cannot);
-    ``"int8"`` is refused (its kernel is CPU-only) and ``"auto"`` is ``"full"``: no GPU run has yet measured the
-    int4 copy faster end to end (``benchmarks/gpu_run.sh``, step ``8b-int4``).
-
-    Example:
-        >>> resolve_level1_weights("full", torch.nn.Linear(4, 4)), resolve_level1_weights("auto", torch.nn.Linear(4, 4))
-        ('full', 'int8')
-        >>> resolve_level1_weights("auto", torch.nn.Linear(4, 4), direct=True) == ("int4" if int4_kernel_available()
-        ...                                                                         else "int8")
-        True
-    """
-    if choice == "full":
-        return "full"
-    if _on_cuda(model):
-        return _resolve_on_cuda(choice, model)
-    problem = int8_level1_problem(model)
-    if choice == "int4" and problem is None and not int4_kernel_available():
-        problem = f"this torch ({torch.__version__}) has no torch._weight_int4pack_mm_for_cpu"
-    if problem is None:
-        int4 = choice == "int4" or (choice == "auto" and direct and int4_kernel_available())
-        return "int4" if int4 else "int8"
-    if choice in ("int8", "int4"):
-        raise UnsupportedDeviceError(
-            f"TriForceConfig(level1_weights={choice!r}) cannot run here: {problem}. Use level1_weights='full' "
-            "(the target's own weights) or 'auto' (int8 only where it runs)."
-        )
-    return "full"
-
-
-def _resolve_on_cuda(choice: str, model: torch.nn.Module) -> str:
-    """:func:`resolve_level1_weights` for a model on a CUDA GPU."""
-    problem = int4_cuda_level1_problem(model) if choice == "int4" else None
-    if choice == "int8":
-        problem = "the int8 kernel is CPU-only (level1_weights='int4' runs on CUDA GPUs of compute capability 8.0+)"
-    if problem is not None:
-        raise UnsupportedDeviceError(
-            f"TriForceConfig(level1_weights={choice!r}) cannot run here: {problem}. Use level1_weights='full' "
-            "(the target's own weights) or 'auto'."
-        )
-    return "int4" if choice == "int4" else "full"
 
 
 def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:

@@ -10,7 +10,6 @@ import torch
 
 from ..errors import UnsupportedModelError
 from .distributed import tensor_parallel_size
-from .masks import has_mask_function
 from .versions import cache_layer_types
 
 TESTED_MODEL_TYPES = (
@@ -19,36 +18,9 @@ TESTED_MODEL_TYPES = (
     "exaone4", "helium", "gpt_oss",
 )  # fmt: skip
 """``config.model_type`` of the families in the test matrix (tiny random models; SmolLM2, a Llama, with real weights:
-``docs/supported-models.md``). :func:`check_model_supported` decides from what a model is, not from this list."""
-SUPPORTED_MODEL_TYPES = TESTED_MODEL_TYPES
-"""The families hf_triforce is tested on (the name of hf_triforce 0.1, when it was also the list enable() accepted)."""
+``docs/supported-models.md``). :func:`model_problem` decides from what a model is, not from this list."""
 SERVED_LAYER_TYPES = ("full_attention", "sliding_attention")
 """KV-cache layer kinds TriForce serves: per-token keys and values, attended in full or in a sliding window."""
-_WHAT_IS_SERVED = (
-    "hf_triforce serves decoder-only causal LMs whose attention goes through transformers' attention interface, with "
-    "rotary position embeddings and full or sliding-window attention layers (tested: "
-    + ", ".join(TESTED_MODEL_TYPES)
-    + ")"
-)
-
-
-def check_model_supported(model: torch.nn.Module) -> None:
-    """Raise :class:`UnsupportedModelError` unless TriForce can serve ``model``, judged from what it is
-    (:func:`model_problem`), and its attention implementation has a causal-mask function."""
-    problem = model_problem(model)
-    if problem is not None:
-        config = getattr(model, "config", None)
-        name = f"{type(model).__name__} (model_type={getattr(config, 'model_type', None)!r})"
-        raise UnsupportedModelError(
-            f"hf_triforce cannot serve {name}: {problem}. {_WHAT_IS_SERVED}; use plain generate() for this model "
-            "(docs/supported-models.md)."
-        )
-    base = model.config._attn_implementation
-    if base != "eager" and not has_mask_function(base):
-        raise UnsupportedModelError(
-            f"attn_implementation={base!r} has no causal-mask function; load the model with "
-            "attn_implementation='sdpa' or 'eager'."
-        )
 
 
 def model_problem(model: torch.nn.Module) -> str | None:
@@ -218,38 +190,6 @@ def attn_implementation(model: torch.nn.Module) -> str:
     return model.config._attn_implementation
 
 
-def batched_attention_problem(model: torch.nn.Module) -> str | None:
-    """Why a batched TriForce call cannot attend over ``model``'s slots (``None``: it can).
-
-    A batch's padding and holes are masked per slot. Plain attention runs through
-    :func:`~hf_triforce.kernels.attention.masked_gqa_attention`; a layer that soft-caps its logits, has learned
-    attention sinks or a sliding window runs the model's own attention with the slots as its mask, which sdpa and
-    eager take and flash attention (no mask tensor) does not.
-
-    Example:
-        >>> batched_attention_problem(torch.nn.Linear(2, 2)) is None
-        True
-    """
-    config = getattr(model, "config", None)
-    if config is None or attn_implementation(model) in ("sdpa", "eager"):
-        return None
-    text = config.get_text_config()
-    needs = []
-    if "sliding_attention" in cache_layer_types(text):
-        needs.append("sliding windows")
-    if getattr(text, "attn_logit_softcapping", None):
-        needs.append("soft-capped attention logits")
-    if any(hasattr(m, "sinks") for m in model.modules()):
-        needs.append("learned attention sinks")
-    if not needs:
-        return None
-    return (
-        f"{' and '.join(needs)} under attn_implementation={attn_implementation(model)!r} (a batch's padding and "
-        "holes are masked per slot, and this implementation takes no mask tensor; load the model with "
-        "attn_implementation='sdpa')"
-    )
-
-
 def rope_types(model: torch.nn.Module) -> list[str]:
     """The RoPE type(s) of the model's rotary embedding (``["default"]`` when it names none)."""
     rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
@@ -282,18 +222,6 @@ def kv_shape(model: torch.nn.Module) -> tuple[int, int]:
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     return kv_heads // tensor_parallel_size(model), head_dim
-
-
-def eos_token_ids(generation_config) -> list[int]:
-    """The end-of-sequence ids ``generate()`` stops at: ``generation_config.eos_token_id`` as a list.
-
-    Example:
-        >>> from transformers import GenerationConfig
-        >>> eos_token_ids(GenerationConfig(eos_token_id=2)), eos_token_ids(GenerationConfig(eos_token_id=[2, 7]))
-        ([2], [2, 7])
-    """
-    eos = generation_config.eos_token_id
-    return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
 
 
 def truncated_model(model: torch.nn.Module, num_layers: int) -> torch.nn.Module:

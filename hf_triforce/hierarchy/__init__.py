@@ -6,14 +6,14 @@
   row of a call (one sequence is a batch of one); :mod:`.level1_steps`: how its forwards run (transformers' forward,
   the direct forward, fixed shapes and CUDA graphs), one strategy per call;
 * :mod:`.judge`: one sequence's verdict on its drafts (processed scores, then the exact rule), at any level;
-* :mod:`.schedule`: when level 0 drafts and when level 1 re-selects;
 * :mod:`.static_steps`: fixed-shape decoding steps (CUDA graphs) for levels 0 and 1.
 """
 
 from .drafter import Drafter
-from .level1 import Level1Drafter, level1_weights, runs_direct_forward, step_selection
+from .level1 import Level1Drafter
 from .model_drafter import ModelDrafter
 from .ngram import NGramDrafter
+from .rows import Row, RowDraft, padded_tokens
 from .suffix import SuffixDrafter
 
 __all__ = [
@@ -21,8 +21,8 @@ __all__ = [
     "Level1Drafter",
     "ModelDrafter",
     "NGramDrafter",
+    "Row",
+    "RowDraft",
     "SuffixDrafter",
-    "level1_weights",
-    "runs_direct_forward",
-    "step_selection",
+    "padded_tokens",
 ]

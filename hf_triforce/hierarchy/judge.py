@@ -130,25 +130,3 @@ def judge_rows(
             accepted, token = verify_greedy(row.tokens, scores)
         verdicts.append((accepted, token, scores))
     return verdicts
-
-
-def judge_row(
-    logits_processor: LogitsProcessorList,
-    do_sample: bool,
-    prefix: torch.Tensor,
-    drafts: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    logits: torch.Tensor,
-) -> tuple[int, int, torch.Tensor]:
-    """Verify one sequence's ``[k]`` drafts after its ``[n]`` tokens ``prefix`` against its float32 ``logits``
-    ``[>= k + 1, V]``: :func:`judge_rows` for one row.
-
-    Returns:
-        ``(drafts accepted, the verifier's next token, processed scores [k + 1, V])``.
-
-    Example:
-        >>> judge_row(LogitsProcessorList(), False, torch.tensor([3]), torch.tensor([1]), None,
-        ...           torch.tensor([[0.0, 1.0], [1.0, 0.0]]))[:2]
-        (1, 0)
-    """
-    return judge_rows([logits_processor], do_sample, [Drafts(prefix, drafts, draft_probs, logits)])[0]

@@ -14,7 +14,7 @@ with the most tokens per second, within the user's ``gamma1``/``gamma2`` maxima.
 exactly, so the choice changes speed, never the output's distribution. Schedules not chosen are re-tried now
 and then (every ``PROBE_EVERY`` rounds) so that their estimates follow the call.
 
-For one sequence on one process (``one_sequence``, with ``TriForceConfig.confidence_stops``) a ``"levels"`` round
+For one sequence on one process (``one_sequence``, with ``TriForceConfig.adaptive``) a ``"levels"`` round
 is not given its length up front: it may draft up to ``gamma2`` tokens, and after each level-1 step
 :meth:`Planner.keep_drafting` weighs one more token against what it costs. What one more token is worth is the
 chance that every draft so far survives verification, estimated token by token from level 1's confidence in each
@@ -25,8 +25,7 @@ for themselves; iterating the rule on the rate it reaches converges to the best 
 does for any ratio). A round of tokens level 1 is sure of runs to ``gamma2``; a round that drew from spread
 distributions stops after a few.
 
-With ``TriForceConfig.adaptive=False`` the planner always returns ``"levels"`` with ``gamma2``, and ``gamma1``
-unless the level-0 gate (``draft_acceptance_floor``) pauses level 0.
+With ``TriForceConfig.adaptive=False`` the planner always returns ``"levels"`` with ``gamma2``, and ``gamma1``.
 
 Under tensor parallelism every rank runs the same forwards, so every rank must take the same decisions; each rank
 times itself, so the adaptive decisions are taken by rank 0 and broadcast (a
@@ -42,7 +41,6 @@ from typing import Literal
 from ..config import TriForceConfig
 from ..hf.distributed import RankConsensus
 from .cost_model import ConfidenceAcceptance, RunningRate, StepCost, StreakAcceptance, expected_tokens
-from .schedule import Level0Gate
 from .tree_shape import MAX_BRANCH, PositionalAcceptance, TreeShape, best_tree, best_trees
 
 PROBE_EVERY = 16  # rounds between re-tries of a schedule that is not chosen
@@ -74,12 +72,12 @@ class Planner:
         has_drafter: whether a level-0 drafter exists.
         consensus: how ranks of a tensor-parallel model agree on each adaptive decision (rank 0's is taken);
             ``None``: one process, every decision is local.
-        one_sequence: the planner serves one sequence (not a batch): with ``adaptive`` and ``confidence_stops``, and
+        one_sequence: the planner serves one sequence (not a batch): with ``adaptive``, and
             not under tensor parallelism (rank 0 would have to decide every step), its ``"levels"`` rounds may draft
             up to ``gamma2`` tokens and stop by :meth:`keep_drafting` (:attr:`confidence_stops`); otherwise the
             plan's ``gamma2`` is the round's length.
-        trees: the call can draft token trees (``TriForceConfig.tree_budget``; one unpadded sequence, full attention,
-            dynamic shapes): a ``"levels"`` plan then carries the tree (:meth:`tree_for`).
+        trees: the call's plan lets level 1 draft token trees (``TriForceConfig.tree_budget``): a ``"levels"`` plan
+            then carries the tree (:meth:`tree_for`).
 
     Example:
         >>> planner = Planner(TriForceConfig(gamma1=2, gamma2=6), has_drafter=True)
@@ -96,7 +94,7 @@ class Planner:
         trees: bool = False,
     ) -> None:
         self.config, self.has_drafter = config, has_drafter
-        self.trees = trees and config.tree_budget != 0 and not (consensus is not None and consensus.active)
+        self.trees = trees
         self.positional = PositionalAcceptance()  # p_k of level 1's k-th candidate, for the trees' shape
         self.adaptive = config.adaptive
         self.by_confidence = ConfidenceAcceptance()
@@ -105,14 +103,12 @@ class Planner:
         self._last: Plan | None = None  # the plan of the round observe_round() times
         self._tree_tried = self._chain_tried = -PROBE_EVERY  # the last rounds that drafted a tree, a chain
         self.consensus = consensus if consensus is not None else RankConsensus(None)
-        stops = config.adaptive and config.confidence_stops and not self.consensus.active
-        self.confidence_stops = one_sequence and stops
+        self.confidence_stops = one_sequence and config.adaptive and not self.consensus.active
         self.level2, self.level1, self.level0 = StepCost(), StepCost(), StepCost()
         self.refresh = StepCost()  # one re-selection, as a width-1 "forward"
         self.a1, self.a0, self.a02 = StreakAcceptance(0.8), StreakAcceptance(0.6), StreakAcceptance(0.5)
         self.rounds = 0
         self.last_tried: dict[Kind, int] = {}
-        self.gate = Level0Gate(config.draft_acceptance_floor)
         self._steps_without_level0 = 0
 
     # -- decisions --------------------------------------------------------------------------------------------
@@ -220,7 +216,7 @@ class Planner:
         if not self.has_drafter:
             return 0
         if not self.adaptive:
-            return self.config.gamma1 if self.gate.should_draft() else 0
+            return self.config.gamma1
         if not self.a0.verdicts:  # level 0 never judged yet: try it first
             return self.config.gamma1
         best = max(range(self.config.gamma1 + 1), key=self._level1_rate)
@@ -336,7 +332,6 @@ class Planner:
         """A level-1 step over ``drafted`` level-0 drafts (``accepted`` kept), ``drafted + 1`` wide."""
         self.level1.observe(drafted + 1, seconds)
         self.a0.observe(drafted, accepted)
-        self.gate.record(drafted, accepted)
 
     def observe_tree_step(self, width: int, seconds: float) -> None:
         """A level-1 forward over ``width`` nodes of a token tree's frontier took ``seconds``."""

@@ -25,7 +25,7 @@ What the forward reads on the host, and how this design keeps it out of the capt
 * ``update`` writes with ``index_copy_`` at the slots tensor and returns fixed-shape storage; the
   host-side lengths are advanced by the runner after the step (never inside ``update``).
 * RoPE types ``dynamic``/``longrope`` read ``max(position_ids)`` on the host every forward: graphs are
-  refused for them (:func:`graph_blockers`). Default, ``linear``, ``llama3`` and ``yarn`` RoPE are static.
+  refused for them (the call's plan). Default, ``linear``, ``llama3`` and ``yarn`` RoPE are static.
 * Attention implementations other than sdpa/eager (flash, flex) take masks the static path does not
   build: refused. Models with sliding-window attention get the full causal mask over the view (the
   dynamic path applies the window to *compacted* slot distances, which is no true window either); only
@@ -48,10 +48,8 @@ from typing import Any, Literal, Protocol
 import torch
 from transformers import Cache
 
-from ..errors import UnsupportedDeviceError, UnsupportedModelError
 from ..hf.attention import slot_attention
 from ..hf.masks import MaskKind, mask_kind
-from ..hf.model import attn_implementation, is_dispatched, rope_types
 from ..hf.versions import cache_kwargs
 
 logger = logging.getLogger(__name__)
@@ -80,80 +78,6 @@ def static_causal_mask(
         return visible
     zero = torch.zeros((), dtype=dtype, device=slots.device)
     return torch.where(visible, zero, torch.finfo(dtype).min)
-
-
-def graph_blockers(model: torch.nn.Module) -> list[str]:
-    """Reasons ``model``'s forward cannot be captured in a CUDA graph by :class:`StaticStepRunner` (empty: it can)."""
-    reasons = static_blockers(model)
-    for rope in rope_types(model):
-        if "dynamic" in rope or rope == "longrope":
-            reasons.append(f"RoPE type {rope!r} recomputes its frequencies from max(position_ids) on the host")
-    return reasons
-
-
-def static_blockers(model: torch.nn.Module) -> list[str]:
-    """Reasons the static-shape path cannot run ``model`` at all, graphs or not."""
-    if mask_kind(model) is None:
-        return [f"attn_implementation={attn_implementation(model)!r} (the static path needs sdpa or eager)"]
-    if is_dispatched(model):  # its buffers would sit on one device; the layers' weights are elsewhere or on disk
-        return ["the model is dispatched by accelerate (device_map over several devices, or offloaded)"]
-    return []
-
-
-def resolve_step_mode(setting: bool | str, model: torch.nn.Module, role: str = "model") -> StepMode:
-    """Turn ``TriForceConfig.cuda_graphs`` into how ``model``'s decoding steps run.
-
-    ``False`` -> ``"dynamic"`` (growing-shape forwards); ``"eager"`` -> ``"eager"`` (static shapes, no graphs,
-    any device); ``"auto"`` -> ``"graphs"`` on CUDA when nothing blocks capture, else ``"dynamic"``;
-    ``True`` -> ``"graphs"``, raising :class:`UnsupportedDeviceError` off CUDA and
-    :class:`UnsupportedModelError` when something blocks capture.
-
-    Example:
-        >>> resolve_step_mode("auto", cpu_model)  # doctest: +SKIP
-        'dynamic'
-    """
-    if setting is False:
-        return "dynamic"
-    if setting == "eager":
-        _raise_if(static_blockers(model), role, "cuda_graphs='eager'")
-        return "eager"
-    device = next(model.parameters()).device
-    if setting == "auto":
-        mode = planned_step_mode(setting, model)
-        if mode == "dynamic" and device.type == "cuda":
-            logger.info("CUDA graphs off for the %s: %s.", role, "; ".join(graph_blockers(model)))
-        return mode
-    if device.type != "cuda":
-        raise UnsupportedDeviceError(
-            f"cuda_graphs=True needs the {role} on a CUDA device, but it is on {device}. Use cuda_graphs='auto' "
-            "(graphs where available), 'eager' (the same static-shape steps without graphs) or False."
-        )
-    _raise_if(graph_blockers(model), role, "cuda_graphs=True")
-    return "graphs"
-
-
-def planned_step_mode(setting: bool | str, model: torch.nn.Module) -> StepMode:
-    """The step mode :func:`resolve_step_mode` gives ``setting`` where it does not raise, without checking whether
-    ``model`` can run it: what a check that only needs the mode asks (``"auto"``: ``"graphs"`` on CUDA when nothing
-    blocks capture).
-
-    Example:
-        >>> planned_step_mode(True, torch.nn.Linear(2, 2)), planned_step_mode("auto", torch.nn.Linear(2, 2))
-        ('graphs', 'dynamic')
-    """
-    if setting is False:
-        return "dynamic"
-    if setting == "eager":
-        return "eager"
-    if setting is True:
-        return "graphs"
-    on_cuda = next(model.parameters()).device.type == "cuda"
-    return "graphs" if on_cuda and not graph_blockers(model) else "dynamic"
-
-
-def _raise_if(blockers: list[str], role: str, what: str) -> None:
-    if blockers:
-        raise UnsupportedModelError(f"{what} is not supported for this {role}: {'; '.join(blockers)}. Use False.")
 
 
 class _StepInputs:
@@ -210,8 +134,8 @@ class StaticStepRunner:
         forward_context: Callable[[torch.Tensor], contextlib.AbstractContextManager] | None = None,
     ) -> None:
         kind = mask_kind(model)
-        if kind is None:
-            _raise_if(static_blockers(model), "model", "The static decoding step")
+        if kind is None:  # the call's plan never asks for fixed shapes then
+            raise ValueError("Fixed-shape steps need sdpa or eager attention.")
         self.model, self.cache, self.kind = model, cache, kind
         self.slots = cache.layers[0].slots
         self.capacity = cache.layers[0].buffer.capacity

@@ -34,6 +34,7 @@ from transformers import (
 )
 
 import hf_triforce
+from hf_triforce.hf import facts
 from hf_triforce.hierarchy import static_steps
 from hf_triforce.hierarchy.planner import Planner
 from hf_triforce.stats import TriForceStats
@@ -200,6 +201,13 @@ def assert_greedy_equal() -> Callable[..., torch.Tensor]:
 
 
 @pytest.fixture
+def transformers_level1(monkeypatch) -> None:
+    """Level 1 runs transformers' forward, as on a GPU, where the plan would run its direct forward on these CPU
+    models: the plan reads the model's layout as one the direct forward does not run."""
+    monkeypatch.setattr(facts, "direct_forward_problem", lambda model: "the test asks for transformers' forward")
+
+
+@pytest.fixture
 def force_plans() -> Iterator[Callable[..., None]]:
     """``force_plans("levels", "level0", "plain")``: every planner of the test plans its rounds from the kinds in
     turn (a call without a level-0 drafter runs ``"levels"`` where ``"level0"`` comes)."""
@@ -231,7 +239,7 @@ def self_draft_config() -> Callable[..., hf_triforce.TriForceConfig]:
 
     def make(budget: int, **overrides) -> hf_triforce.TriForceConfig:
         shared = dict(chunk_size=8, retrieval_budget=budget, recent_window=16, gamma1=3, gamma2=8, drafter="model",
-                      draft_cache_budget=budget, draft_sinks=4, adaptive=False)  # fmt: skip
+                      draft_cache_budget=budget, adaptive=False)  # fmt: skip
         return hf_triforce.TriForceConfig(**{**shared, **overrides})
 
     return make

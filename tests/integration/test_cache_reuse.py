@@ -21,14 +21,10 @@ import hf_triforce
 from hf_triforce import RetrievalCache, TriForceConfig, UnsupportedGenerationError
 from hf_triforce.hf.versions import CACHE_ARG, cache_kwargs, output_cache
 
-# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
-]
+pytestmark = pytest.mark.integration
 
 CFG = dict(
-    retrieval_budget=64, recent_window=16, chunk_size=8, gamma1=2, gamma2=4, draft_cache_budget=48, draft_sinks=4,
+    retrieval_budget=64, recent_window=16, chunk_size=8, gamma1=2, gamma2=4, draft_cache_budget=48,
     adaptive=False,  # a fixed schedule: every round speculates, so each case's assert_ran holds on any machine
 )  # fmt: skip
 FAMILIES = ("llama_mha", "llama_gqa", "mistral", "qwen2", "qwen3")
@@ -189,7 +185,7 @@ def test_cache_longer_than_input(llama, make_prompt, forward_counter):
     cache = prefilled(llama, ids)
     counter = forward_counter(llama)
     try:
-        _refused(llama, ids, cache, r"holds 100 tokens but input_ids has 100.*at least one token")
+        _refused(llama, ids, cache, r"holds 100 tokens and input_ids has 100.*at least one new one")
     finally:
         counter.remove()
     assert cache.get_seq_length() == 100
@@ -202,7 +198,7 @@ def test_cache_of_another_model(llama, make_prompt, model_factory, forward_count
     for cache, match in ((prefilled(other, ids[:, :40]), "3 layers"), (prefilled(mha, ids[:, :40]), "KV heads")):
         counter = forward_counter(llama)
         try:
-            _refused(llama, ids, cache, f"does not fit this model.*{match}")
+            _refused(llama, ids, cache, f"cannot run here: it holds .*{match}.*made by another model")
         finally:
             counter.remove()
 
@@ -228,11 +224,11 @@ def test_unusable_cache_kinds(llama, watched, make_prompt, model_factory):
         "sliding": DynamicCache(config=sliding.config),
     }
     for cache in caches.values():
-        _refused(llama, ids, cache, "cannot start from a DynamicCache")
+        _refused(llama, ids, cache, "it is a DynamicCache")
     quantized = QuantizedCache.__new__(QuantizedCache)  # no quantization backend is installed; the type is the point
     quantized.layers = []
     quantized._is_user_defined = True
-    _refused(llama, ids, quantized, "cannot start from a QuantizedCache")
+    _refused(llama, ids, quantized, "it is a QuantizedCache")
 
 
 @pytest.mark.parametrize("implementation", ["static", "offloaded", "quantized"])

@@ -16,11 +16,7 @@ from hf_triforce import TriForceConfig
 from hf_triforce.hierarchy.level1 import Level1Drafter
 from hf_triforce.hierarchy.planner import Plan, Planner
 
-# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.filterwarnings("ignore:confidence_stops:FutureWarning"),
-]
+pytestmark = pytest.mark.integration
 
 SMALL = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, drafter="none", gamma2=5)
 
@@ -91,14 +87,3 @@ def test_sampled_rounds_that_stop_early(llama, make_prompt, monkeypatch, stop):
     )  # fmt: skip
     assert out.shape[1] == 90 + 16
     assert hf_triforce.last_stats(llama).new_tokens == 16
-
-
-def test_confidence_stops_off_keeps_the_planned_length(llama, make_prompt, assert_greedy_equal, monkeypatch):
-    """``confidence_stops=False``: every round drafts the length planned at its start, whatever keep_drafting says."""
-    seen = rounds_seen(monkeypatch)
-    monkeypatch.setattr(Planner, "keep_drafting", lambda self, drafted, survival: False)
-    monkeypatch.setattr(Planner, "_probe", lambda self: None)
-    monkeypatch.setattr(Planner, "_best", lambda self: Plan("levels", 3))
-    config = TriForceConfig(**{**SMALL, "confidence_stops": False})
-    assert_greedy_equal(llama, make_prompt(90, seed=7), config, 24)
-    assert seen and all(drafted == min(3, room) for room, drafted, _ in seen)

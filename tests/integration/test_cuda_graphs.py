@@ -21,11 +21,9 @@ from hf_triforce.evaluation.common.divergence import first_divergence
 from hf_triforce.hf.versions import cache_kwargs
 from hf_triforce.hierarchy import static_steps
 
-# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.gpu,
-    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
 ]
 
 SMALL = dict(
@@ -92,7 +90,7 @@ def test_graphs_on_and_off_give_identical_greedy_output(model_factory, make_prom
     plain = model.generate(prompt, max_new_tokens=48, do_sample=False)
     outputs, levels, verified = {}, {}, {}
     for mode in (True, "eager", False):
-        cfg = TriForceConfig(**SMALL, drafter=drafter, cuda_graphs=mode, draft_cache_budget=40, draft_sinks=4)
+        cfg = TriForceConfig(**SMALL, drafter=drafter, cuda_graphs=mode, draft_cache_budget=40)
         out = model.generate(prompt, triforce_config=cfg, **kwargs, **logits)
         outputs[mode], verified[mode] = out.sequences, torch.cat(out.logits)
         stats = hf_triforce.last_stats(model)

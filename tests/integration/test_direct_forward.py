@@ -3,8 +3,8 @@
 The decoder must compute what the model's forward computes over the same cache (float32 tolerance with the
 model's weights, bfloat16 tolerance with the int8 copy, checked against the model's forward with its layers
 patched to the per-layer int8 copy), for every layout it serves: separate and fused projections, biases, per-head
-norms, partial RoPE. The greedy and sampling suites run it too (``level1_forward="auto"`` is ``"direct"`` on these
-CPU models); the tests here name the choice, check that it is the one run, and that it is refused where it cannot.
+norms, partial RoPE. The greedy and sampling suites run it too (the plan runs it on these CPU models); the tests
+here check that the plan's choice is the forward that runs, and that it is not chosen where it cannot run.
 """
 
 from __future__ import annotations
@@ -15,25 +15,13 @@ from transformers import DynamicCache
 
 import hf_triforce
 from hf_triforce import TriForceConfig
-from hf_triforce.config import TriForceConfigError
-from hf_triforce.errors import UnsupportedModelError
-from hf_triforce.hf.direct_forward import (
-    _DECODERS,
-    DirectDecoder,
-    direct_decoder,
-    direct_forward_problem,
-    resolve_level1_forward,
-)
+from hf_triforce.hf.direct_forward import _DECODERS, DirectDecoder, direct_decoder, direct_forward_problem
 from hf_triforce.hf.linears import int8_weight_copy, low_bit_linears
 from hf_triforce.hf.versions import cache_kwargs
 from hf_triforce.kernels.int4_linear import int4_kernel_available, quantize_int4
 from hf_triforce.kernels.int8_linear import int8_kernel_available, quantize_int8
 
-# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.filterwarnings("ignore:level1_forward:FutureWarning"),
-]
+pytestmark = pytest.mark.integration
 
 SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamma2=5, adaptive=False)
 needs_int8 = pytest.mark.skipif(not int8_kernel_available(), reason="torch has no _weight_int8pack_mm")
@@ -73,27 +61,6 @@ def test_equals_the_models_forward_over_the_same_cache(model_factory, make_promp
     for a, b in zip(ours.layers, theirs.layers, strict=True):  # the same keys/values were appended
         torch.testing.assert_close(a.keys, b.keys, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(a.values, b.values, rtol=1e-5, atol=1e-5)
-
-
-def test_on_query_runs_in_each_layer_before_its_attention_reads_the_cache(llama, make_prompt):
-    """``on_query(i, query)`` (where step selection swaps a layer's chunks) gets layer ``i``'s ``[1, H_q, q, D]``
-    queries, in layer order, before that layer attends: a hook that rewrites the layer's cached values in place
-    gives the logits of the model's forward over a cache rewritten the same way beforehand."""
-    ours, theirs = prefilled_pair(llama, make_prompt(40, seed=4))
-    tokens, seen = make_prompt(2, seed=9)[0], []
-
-    def rewrite(layer: int, query: torch.Tensor) -> None:
-        seen.append((layer, tuple(query.shape)))
-        ours.layers[layer].values[:, :, :8] = 0.0
-
-    with torch.no_grad():
-        got = DirectDecoder(llama, weights="full").logits(tokens, 40, ours, on_query=rewrite)
-    for layer in theirs.layers:
-        layer.values[:, :, :8] = 0.0
-    torch.testing.assert_close(got, model_logits(llama, tokens, 40, theirs), rtol=1e-4, atol=1e-4)
-    config = llama.config
-    shape = (1, config.num_attention_heads, 2, config.hidden_size // config.num_attention_heads)
-    assert seen == [(i, shape) for i in range(config.num_hidden_layers)]
 
 
 @needs_int8
@@ -159,9 +126,11 @@ def test_over_a_retrieval_view_equals_the_models_forward_over_it(llama, make_pro
 
 @pytest.mark.parametrize("layout", ["llama_gqa", "qwen2", "phi3"])
 @pytest.mark.parametrize("forward", ["direct", "transformers"])
-def test_greedy_equals_plain_generate(model_factory, layout, forward, make_prompt, assert_greedy_equal):
+def test_greedy_equals_plain_generate(model_factory, layout, forward, make_prompt, assert_greedy_equal, request):
     model = model_factory(layout)
-    cfg = TriForceConfig(drafter="ngram", level1_forward=forward, **SMALL)
+    if forward == "transformers":
+        request.getfixturevalue("transformers_level1")
+    cfg = TriForceConfig(drafter="ngram", **SMALL)
     assert_greedy_equal(model, make_prompt(120, seed=3, repetitive=True), cfg, 40)
     stats = hf_triforce.last_stats(model)
     assert stats.level1_forward == forward and stats.level1.drafted > 0
@@ -173,9 +142,11 @@ def test_auto_is_direct_on_the_cpu(llama, make_prompt):
 
 
 @pytest.mark.parametrize("forward", ["direct", "transformers"])
-def test_only_the_chosen_forward_runs_level1(llama, make_prompt, monkeypatch, forward):
-    """With 'direct', the model's forward never runs over a retrieval view (level 1's steps); with 'transformers',
-    it does, and the direct decoder never runs."""
+def test_only_the_chosen_forward_runs_level1(llama, make_prompt, monkeypatch, forward, request):
+    """With the direct forward, the model's forward never runs over a retrieval view (level 1's steps); with
+    transformers', it does, and the direct decoder never runs."""
+    if forward == "transformers":
+        request.getfixturevalue("transformers_level1")
     from hf_triforce.caches.view import RetrievalView
     from hf_triforce.hf import direct_forward
 
@@ -193,8 +164,9 @@ def test_only_the_chosen_forward_runs_level1(llama, make_prompt, monkeypatch, fo
 
     monkeypatch.setattr(type(llama), "forward", counting_forward)
     monkeypatch.setattr(direct_forward.DirectDecoder, "logits", counting_logits)
-    cfg = TriForceConfig(drafter="none", level1_forward=forward, **SMALL)
+    cfg = TriForceConfig(drafter="none", **SMALL)
     llama.generate(make_prompt(80), max_new_tokens=20, do_sample=False, triforce_config=cfg)
+    assert hf_triforce.last_stats(llama).level1_forward == forward
     level1_steps = hf_triforce.last_stats(llama).phases.calls["level1"]
     assert level1_steps > 0
     assert sum(over_view) == (level1_steps if forward == "transformers" else 0)
@@ -222,30 +194,12 @@ class _QuantizedLinear(torch.nn.Linear):
     """Stands for an integration's own linear class (bitsandbytes, quanto...): a subclass of nn.Linear."""
 
 
-def test_a_model_with_subclassed_linears_is_refused_by_direct_and_auto_runs_transformers(
-    model_factory, make_prompt, monkeypatch
-):
+def test_a_model_with_subclassed_linears_runs_transformers_forward(model_factory, make_prompt):
     model = model_factory("llama_gqa")
     old = model.model.layers[0].self_attn.q_proj
     new = _QuantizedLinear(old.in_features, old.out_features, bias=False)
     new.load_state_dict(old.state_dict())
     model.model.layers[0].self_attn.q_proj = new
     assert "not plain nn.Linear" in direct_forward_problem(model)
-    assert resolve_level1_forward("auto", model) == "transformers"
-    forwards = []
-    monkeypatch.setattr(model, "forward", lambda *a, **k: forwards.append(1))
-    with pytest.raises(UnsupportedModelError, match="level1_forward='direct'"):
-        model.generate(make_prompt(40), max_new_tokens=4, triforce_config=TriForceConfig(level1_forward="direct"))
-    assert not forwards  # refused before any work
-    monkeypatch.undo()
     model.generate(make_prompt(60), max_new_tokens=8, do_sample=False, triforce_config=TriForceConfig(**SMALL))
     assert hf_triforce.last_stats(model).level1_forward == "transformers"
-
-
-def test_config_refuses_bad_values():
-    with pytest.raises(TriForceConfigError, match="level1_forward"):
-        TriForceConfig(level1_forward="fast")
-    with pytest.raises(TriForceConfigError, match="cuda_graphs=False"):
-        TriForceConfig(level1_forward="direct", cuda_graphs="eager")
-    config = TriForceConfig(level1_forward="transformers")
-    assert TriForceConfig.from_dict(config.to_dict()) == config

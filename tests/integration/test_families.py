@@ -41,17 +41,13 @@ from tests.support.families import BY_TYPE, FAMILIES, SAMPLED, build, markdown_t
 from tests.support.homogeneity import describe, homogeneity_test, window_codes
 from tests.support.speculation import Ran
 
-# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
-]
+pytestmark = pytest.mark.integration
 
 TYPES = [family.model_type for family in FAMILIES]
 PROMPT = 200
 NEW_TOKENS = 24
 SPARSE = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, adaptive=False,
-              draft_cache_budget=48, draft_sinks=4)  # fmt: skip
+              draft_cache_budget=48)  # fmt: skip
 ALL_SLIDING = [family.model_type for family in FAMILIES if family.all_sliding]
 """Families whose every layer slides. At budget 64 their level 1 is the target (each view ends with its layer's
 whole 48-token window: :func:`test_a_sliding_layer_s_view_is_its_window`), so level 1 never rejects; the matrix's
@@ -186,7 +182,7 @@ ALPHA = 1e-3
 WINDOWS = ((0, 1, 2), (3, 4, 5))
 SAMPLING = {"do_sample": True, "temperature": 0.8, "top_p": 0.9}
 SAMPLING_CONFIG = dict(retrieval_budget=32, chunk_size=4, recent_window=8, refresh_every=2, gamma1=2, gamma2=4,
-                       draft_cache_budget=40, draft_sinks=4, drafter="model", adaptive=False)  # fmt: skip
+                       draft_cache_budget=40, drafter="model", adaptive=False)  # fmt: skip
 
 
 def new_tokens(sequences: torch.Tensor, start: int) -> np.ndarray:

@@ -17,11 +17,7 @@ import transformers.modeling_flash_attention_utils as flash_utils
 
 from hf_triforce import TriForceConfig
 
-# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
-]
+pytestmark = pytest.mark.integration
 
 CFG = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, gamma1=3, gamma2=4, adaptive=False)
 
@@ -71,7 +67,7 @@ def test_draft_model_under_flash(model_factory, make_prompt, flash3, monkeypatch
     """A level-0 draft model with its StreamingLLM cache, both models on flash attention."""
     model = _flash(model_factory("llama_gqa", seed=7), monkeypatch)
     draft = _flash(model_factory("llama_gqa", num_layers=1, seed=107, enable=False), monkeypatch)
-    cfg = TriForceConfig(drafter="model", draft_cache_budget=48, draft_sinks=4, **CFG)
+    cfg = TriForceConfig(drafter="model", draft_cache_budget=48, **CFG)
     assert_greedy_equal(model, make_prompt(300, seed=6), cfg, 40, assistant_model=draft)
 
 

@@ -8,24 +8,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import DynamicCache
 
 import hf_triforce
-import hf_triforce.generation.call
-import hf_triforce.hierarchy.level1
 from hf_triforce import TriForceConfig
-from hf_triforce.errors import UnsupportedDeviceError, UnsupportedGenerationError
-from hf_triforce.hf.linears import int4_weight_copy, int8_weight_copy, resolve_level1_weights
-from hf_triforce.hf.versions import cache_kwargs
+from hf_triforce.errors import UnsupportedDeviceError, UnsupportedModelError
+from hf_triforce.hf.linears import int4_weight_copy, int8_weight_copy
 from hf_triforce.kernels.int4_linear import Int4Weight, int4_kernel_available
 from hf_triforce.kernels.int8_linear import int8_kernel_available
 
-# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not int8_kernel_available(), reason="torch has no _weight_int8pack_mm"),
-    pytest.mark.filterwarnings("ignore:level1_forward:FutureWarning"),
-    pytest.mark.filterwarnings("ignore:step_selection:FutureWarning"),
 ]
 
 SMALL = dict(chunk_size=8, retrieval_budget=48, recent_window=16, gamma1=2, gamma2=5, adaptive=False)
@@ -44,7 +37,9 @@ def test_greedy_equals_plain_generate(zoo, make_prompt, assert_greedy_equal, fam
     assert stats.level1.drafted > 0  # level 1 did draft, with those weights
 
 
-def test_level1_forwards_run_the_copy_and_level2_does_not(llama, make_prompt, monkeypatch, assert_ran):
+def test_level1_forwards_run_the_copy_and_level2_does_not(
+    llama, make_prompt, monkeypatch, assert_ran, transformers_level1
+):
     """The copy serves level 1's forwards only: with 'full' it is never called, with 'int8' it is, and then only
     for level 1's few rows (never the full-cache verification or the prefill); the text is the same. (The model's
     own forward with its layers patched; the direct forward's fused copy: tests/integration/test_direct_forward.py.)"""
@@ -61,7 +56,7 @@ def test_level1_forwards_run_the_copy_and_level2_does_not(llama, make_prompt, mo
     prompt, outputs = make_prompt(120, seed=5), {}
     for weights in ("full", "int8"):
         calls.clear()
-        cfg = TriForceConfig(drafter="ngram", level1_weights=weights, level1_forward="transformers", **SMALL)
+        cfg = TriForceConfig(drafter="ngram", level1_weights=weights, **SMALL)
         outputs[weights] = llama.generate(prompt, max_new_tokens=40, do_sample=False, triforce_config=cfg)
         level1 = hf_triforce.last_stats(llama).phases.calls.get("level1", 0)
         assert_ran(llama, rejected=("level1",))
@@ -94,11 +89,11 @@ def test_copy_covers_the_decoder_and_lm_head(llama):
     assert int8_weight_copy(llama) is copy  # made once, kept beside the model
 
 
-def test_disable_frees_the_copy(model_factory, make_prompt):
+def test_disable_frees_the_copy(model_factory, make_prompt, transformers_level1):
     from hf_triforce.hf.linears import _INT8_COPIES
 
     model = model_factory("llama_gqa")
-    cfg = TriForceConfig(level1_forward="transformers", **SMALL)  # the direct forward keeps its own copy
+    cfg = TriForceConfig(**SMALL)  # transformers' forward (the direct forward keeps its own copy)
     model.generate(make_prompt(60), max_new_tokens=8, do_sample=False, triforce_config=cfg)
     assert model in _INT8_COPIES
     hf_triforce.disable(model)
@@ -109,7 +104,7 @@ def test_explicit_int8_is_refused_before_any_work_where_it_cannot_run(model_fact
     model = model_factory("llama_gqa").half()  # float16: the kernel takes bfloat16 or float32 only
     forwards = []
     monkeypatch.setattr(model, "forward", lambda *a, **k: forwards.append(1))
-    with pytest.raises(UnsupportedDeviceError, match="float16"):
+    with pytest.raises(UnsupportedModelError, match="neither float32 nor bfloat16"):
         model.generate(make_prompt(40), max_new_tokens=4, triforce_config=TriForceConfig(level1_weights="int8"))
     assert not forwards
 
@@ -131,71 +126,6 @@ def test_int4_samples_run_to_length_and_use_the_int4_copy(llama, make_prompt, mo
                          temperature=0.8, top_p=0.9, triforce_config=cfg)  # fmt: skip
     assert out.shape[1] == 150 and hf_triforce.last_stats(llama).level1_weights == "int4"
     assert rows and max(rows) <= 1 + SMALL["gamma1"]
-
-
-@pytest.mark.parametrize(
-    "config, batch, error",
-    [
-        ({"level1_forward": "transformers"}, False, UnsupportedDeviceError),
-        ({"cuda_graphs": "eager"}, False, UnsupportedDeviceError),  # static steps run transformers' forward
-        ({}, True, UnsupportedGenerationError),  # batches run transformers' forward
-    ],
-    ids=["transformers-forward", "static-steps", "batch"],
-)
-@pytest.mark.parametrize("option, match", [({"step_selection": True}, "step_selection")], ids=["step-selection"])
-def test_direct_forward_options_are_refused_before_any_work_where_the_direct_forward_does_not_run(
-    llama, make_prompt, config, batch, error, option, match
-):
-    """Per-step re-selection needs level 1's direct forward (tests/integration/test_step_selection.py covers the rest
-    of step_selection). int4 weights run on either forward (test_batch_options.py)."""
-    prompt = make_prompt(40).repeat(2 if batch else 1, 1)
-    cfg = TriForceConfig(**option, **config, **SMALL)
-    calls = []
-    handle = llama.register_forward_pre_hook(lambda *a: calls.append(1))
-    try:
-        with pytest.raises(error, match=match):
-            llama.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0, triforce_config=cfg)
-    finally:
-        handle.remove()
-    assert not calls
-
-
-@pytest.mark.parametrize(
-    "option, match",
-    [
-        ({"level1_forward": "direct"}, "resolved to 'graphs'"),
-        ({"step_selection": True}, "step_selection"),
-    ],
-    ids=["direct-forward", "step-selection"],
-)
-def test_graphs_chosen_by_auto_refuse_direct_forward_options_before_the_callers_cache_is_taken(
-    llama, make_prompt, monkeypatch, option, match
-):
-    """``cuda_graphs='auto'`` resolves to CUDA graphs on a GPU, where level 1 runs transformers' forward: an option
-    that needs the direct forward is refused by the call's first checks, before the full cache is built from the
-    caller's (here the planned step mode stands in for the GPU's, so the check runs on the CPU)."""
-    planned = hf_triforce.hierarchy.level1.planned_step_mode
-    monkeypatch.setattr(
-        hf_triforce.hierarchy.level1,
-        "planned_step_mode",
-        lambda setting, model: "graphs" if setting == "auto" else planned(setting, model),
-    )
-    built = []  # the full cache the call starts from: a copy of the caller's KV, the work the checks must precede
-    start = hf_triforce.generation.call.start_cache
-    monkeypatch.setattr(hf_triforce.generation.call, "start_cache", lambda *a: built.append(1) or start(*a))
-    prompt = make_prompt(40)
-    cache = DynamicCache(config=llama.config)
-    with torch.no_grad():
-        llama(input_ids=prompt[:, :30], use_cache=True, **cache_kwargs(cache))
-    calls = []
-    handle = llama.register_forward_pre_hook(lambda *a: calls.append(1))
-    try:
-        with pytest.raises(UnsupportedDeviceError, match=match):
-            llama.generate(prompt, max_new_tokens=4, do_sample=False, triforce_config=TriForceConfig(
-                cuda_graphs="auto", **option, **SMALL), **cache_kwargs(cache))  # fmt: skip
-    finally:
-        handle.remove()
-    assert not built and not calls and cache.get_seq_length() == 30
 
 
 def test_auto_falls_back_to_full_weights_where_int8_cannot_run(model_factory, make_prompt):
@@ -234,6 +164,7 @@ def test_int4_on_cuda_equals_plain_generate(model_factory, make_prompt, assert_g
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_cuda_auto_is_full_and_int8_is_refused(model_factory, make_prompt):
     model = model_factory("llama_gqa").cuda()
-    assert resolve_level1_weights("auto", model) == "full"
-    with pytest.raises(UnsupportedDeviceError, match="int8 kernel is CPU-only"):
+    model.generate(make_prompt(120).cuda(), max_new_tokens=4, triforce_config=TriForceConfig(drafter="none", **SMALL))
+    assert hf_triforce.last_stats(model).level1_weights == "full"
+    with pytest.raises(UnsupportedDeviceError, match="the int8 kernel runs on the CPU only"):
         model.generate(make_prompt(120).cuda(), max_new_tokens=4, triforce_config=TriForceConfig(level1_weights="int8"))

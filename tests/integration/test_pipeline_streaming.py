@@ -20,11 +20,7 @@ import hf_triforce
 from hf_triforce import TriForceConfig
 from hf_triforce.errors import UnsupportedGenerationError
 
-# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
-]
+pytestmark = pytest.mark.integration
 
 # A fixed schedule: every round speculates, so each case's assert_ran holds whatever the machine's timings.
 CFG = TriForceConfig(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, adaptive=False)

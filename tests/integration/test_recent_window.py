@@ -1,5 +1,5 @@
 """``TriForceConfig.recent_window``: level 1 selects with the window the config resolves (``'auto'``: a quarter of the
-budget), on every path that re-selects (one sequence, a batch, step selection's nominations), and stays lossless.
+budget), on every path that re-selects (one sequence, a batch), and stays lossless.
 
 The arithmetic of ``recent_tokens`` and the refusals of bad values: tests/integration/test_errors.py. What the window
 buys (acceptance on natural text and copy tasks): benchmarks/results/recent-window-*.md.
@@ -12,41 +12,31 @@ import torch
 
 from hf_triforce import TriForceConfig
 from hf_triforce.caches.retrieval import RetrievalCache
-from hf_triforce.hierarchy import level1
 
-# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.filterwarnings("ignore:step_selection:FutureWarning"),
-]
+pytestmark = pytest.mark.integration
 
 BASE = dict(chunk_size=8, retrieval_budget=96, gamma1=2, gamma2=4, refresh_every=4, adaptive=False)
 
 
 @pytest.fixture
 def windows(monkeypatch) -> list[int]:
-    """The ``recent_window`` of every selection level 1 makes during the test (cache.select and step selection's
-    nominate), recorded around the package's own functions."""
+    """The ``recent_window`` of every selection level 1 makes during the test, recorded around the package's own
+    ``RetrievalCache.select``."""
     seen: list[int] = []
-    select, nominate = RetrievalCache.select, level1.nominate
+    select = RetrievalCache.select
 
     def recording_select(self, queries, budget, recent_window, *args, **kwargs):
         seen.append(recent_window)
         return select(self, queries, budget, recent_window, *args, **kwargs)
 
-    def recording_nominate(cache, queries, budget, recent_window, *args, **kwargs):
-        seen.append(recent_window)
-        return nominate(cache, queries, budget, recent_window, *args, **kwargs)
-
     monkeypatch.setattr(RetrievalCache, "select", recording_select)
-    monkeypatch.setattr(level1, "nominate", recording_nominate)
     return seen
 
 
 @pytest.mark.parametrize("window,expected", [("auto", 24), (8, 8), (0, 0)])
-@pytest.mark.parametrize("path", ["single", "batch", "step_selection"])
+@pytest.mark.parametrize("path", ["single", "batch"])
 def test_level1_selects_with_the_resolved_window(llama, make_prompt, windows, assert_ran, window, expected, path):
-    cfg = TriForceConfig(recent_window=window, step_selection=path == "step_selection", **BASE)
+    cfg = TriForceConfig(recent_window=window, **BASE)
     assert cfg.recent_tokens == expected
     prompt = make_prompt(200, seed=3)
     kwargs = dict(max_new_tokens=24, do_sample=False)

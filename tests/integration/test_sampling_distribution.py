@@ -60,11 +60,7 @@ from hf_triforce.hf.versions import CACHE_ARG, cache_kwargs
 from hf_triforce.hierarchy.planner import Plan, Planner
 from tests.support.homogeneity import describe, homogeneity_test, window_codes
 
-# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
-]
+pytestmark = pytest.mark.integration
 
 ALPHA = 1e-3
 """Significance level of every two-sample test (see the module docstring)."""
@@ -96,7 +92,6 @@ SPARSE = dict(
     gamma1=2,
     gamma2=4,
     draft_cache_budget=40,
-    draft_sinks=4,
 )
 
 # Each logits processor at least once, each drafter at least once, three-level cases with top-k and top-p, and

@@ -21,18 +21,16 @@ import hf_triforce
 from hf_triforce import TriForceConfig
 from hf_triforce.caches.retrieval import RetrievalCache
 from hf_triforce.caches.streaming import StreamingLLMCache
-from hf_triforce.errors import TriForceConfigError, TriForceError, UnsupportedDeviceError, UnsupportedModelError
+from hf_triforce.errors import TriForceConfigError, TriForceError, UnsupportedDeviceError
+from hf_triforce.generation import plan
+from hf_triforce.generation.plan import Facts
 from hf_triforce.generation.state import state_of
+from hf_triforce.hf.facts import model_facts
 from hf_triforce.hf.model import layer_rotary
 from hf_triforce.hierarchy import ModelDrafter, static_steps
 from tests.support.speculation import Ran
 
-# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
-    pytest.mark.filterwarnings("ignore:refresh_below_acceptance:FutureWarning"),
-]
+pytestmark = pytest.mark.integration
 
 SMALL = dict(
     chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, adaptive=False
@@ -62,7 +60,7 @@ def test_greedy_equal_with_static_steps(zoo, make_prompt, assert_greedy_equal, r
     assistant = zoo.draft("llama_gqa") if drafter == "model" else None
     prompt = make_prompt(200, seed=3, repetitive=drafter == "ngram")
     # A 40-token draft cache with 4 sinks evicts (and restarts) many times over 48 new tokens.
-    cfg = TriForceConfig(**SMALL, drafter=drafter, cuda_graphs="eager", draft_cache_budget=40, draft_sinks=4)
+    cfg = TriForceConfig(**SMALL, drafter=drafter, cuda_graphs="eager", draft_cache_budget=40)
     kept_before = _kept_level1_steps(model)
     _static_equals_dynamic(model, prompt, assert_greedy_equal, cfg, 48, assistant)
     level1 = [r for r in runners if r.graph_widths == {1, 2, 3}]
@@ -115,9 +113,7 @@ def test_greedy_equal_with_full_acceptance(zoo, make_prompt, assert_greedy_equal
 
 def test_greedy_equal_qwen2_with_refreshes(zoo, make_prompt, assert_greedy_equal):
     model, assistant = zoo.target("qwen2"), zoo.draft("qwen2")
-    cfg = TriForceConfig(
-        **{**SMALL, "refresh_every": 2}, drafter="model", cuda_graphs="eager", refresh_below_acceptance=0.5
-    )
+    cfg = TriForceConfig(**{**SMALL, "refresh_every": 2}, drafter="model", cuda_graphs="eager")
     _static_equals_dynamic(model, make_prompt(150, seed=4), assert_greedy_equal, cfg, 32, assistant)
     assert hf_triforce.last_stats(model).retrieval_refreshes >= 3
 
@@ -174,7 +170,7 @@ def test_graphs_on_a_cpu_model_raise_before_any_forward(zoo, make_prompt):
     calls = []
     handle = model.register_forward_pre_hook(lambda *_: calls.append(1))
     try:
-        with pytest.raises(UnsupportedDeviceError, match="cuda_graphs=True needs the target model on a CUDA device"):
+        with pytest.raises(UnsupportedDeviceError, match=r"cuda_graphs=True\) cannot run here: the model is on cpu"):
             model.generate(make_prompt(20), max_new_tokens=4, triforce_config=TriForceConfig(**SMALL, cuda_graphs=True))
     finally:
         handle.remove()
@@ -190,22 +186,18 @@ def test_default_cpu_path_is_dynamic(zoo, make_prompt, runners, setting):
     assert TriForceConfig().cuda_graphs is False and not runners
 
 
-def test_resolve_step_mode_on_cpu(zoo):
-    model = zoo.target("llama_gqa")
-    assert static_steps.resolve_step_mode(False, model) == "dynamic"
-    assert static_steps.resolve_step_mode("auto", model) == "dynamic"
-    assert static_steps.resolve_step_mode("eager", model) == "eager"
-    with pytest.raises(UnsupportedDeviceError):
-        static_steps.resolve_step_mode(True, model)
+def test_the_plan_reads_the_steps_a_cpu_model_can_run(zoo):
+    facts = Facts(model_facts(zoo.target("llama_gqa")), TriForceConfig())
+    assert [plan._steps(facts, setting) for setting in (False, "auto", "eager")] == ["dynamic", "dynamic", "eager"]
+    with pytest.raises(UnsupportedDeviceError, match="not a CUDA device"):
+        plan._steps(facts, True)
 
 
-def test_blockers(model_factory, monkeypatch):
+def test_model_facts_see_what_blocks_graphs(model_factory, monkeypatch):
     model = model_factory("llama_gqa", enable=False)
-    assert static_steps.graph_blockers(model) == [] and static_steps.mask_kind(model) == "bool"
+    facts = model_facts(model)
+    assert not facts.dynamic_rope and facts.fixed_masks and static_steps.mask_kind(model) == "bool"
     monkeypatch.setattr(model.model.rotary_emb, "rope_type", "dynamic")
-    assert any("RoPE type 'dynamic'" in r for r in static_steps.graph_blockers(model))
-    assert static_steps.static_blockers(model) == []  # eager static steps do not mind host reads
+    assert model_facts(model).dynamic_rope  # graphs refused; eager fixed-shape steps do not mind host reads
     flash = SimpleNamespace(config=SimpleNamespace(_attn_implementation="flash_attention_2"))
     assert static_steps.mask_kind(flash) is None
-    with pytest.raises(UnsupportedModelError, match="sdpa or eager"):
-        static_steps.resolve_step_mode("eager", flash)

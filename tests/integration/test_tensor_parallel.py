@@ -40,11 +40,9 @@ from hf_triforce import TriForceConfig
 from tests.support.homogeneity import describe, homogeneity_test, window_codes
 from tests.support.speculation import Ran, check_ran
 
-# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
-    pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning"),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,7 +175,7 @@ class Vocab8:
             "samples": NUM_TP_SAMPLES,
             "seed": 0,
             "sampling": SAMPLING,
-            "triforce": {**SPARSE, "drafter": "model", "draft_cache_budget": 40, "draft_sinks": 4, "adaptive": False},
+            "triforce": {**SPARSE, "drafter": "model", "draft_cache_budget": 40, "adaptive": False},
         }
 
     def plain_codes(self, sampling: dict) -> np.ndarray:

@@ -13,11 +13,11 @@ import torch
 
 import hf_triforce
 from hf_triforce import TriForceConfig
-from hf_triforce.errors import TriForceConfigError
+from hf_triforce.errors import TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError
 from tests.support.families import FAMILIES, build
 from tests.support.speculation import Ran
 
-pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:draft_sinks:FutureWarning")]
+pytestmark = pytest.mark.integration
 
 FULL_ATTENTION = [family.model_type for family in FAMILIES if not family.sliding]
 SLIDING = [family.model_type for family in FAMILIES if family.sliding]
@@ -111,7 +111,7 @@ def test_trees_are_refused_where_they_cannot_run(zoo, model_type):
     """A model with sliding-window layers: an explicit node count is refused before any work; ``'auto'`` drafts
     chains there."""
     model = zoo(model_type)
-    with pytest.raises(TriForceConfigError, match="sliding-window"):
+    with pytest.raises(UnsupportedModelError, match="sliding-window"):
         model.generate(prompt(), max_new_tokens=4, triforce_config=TriForceConfig(**SPARSE, tree_budget=8))
     model.generate(prompt(), max_new_tokens=8, triforce_config=TriForceConfig(**SPARSE, tree_budget="auto"))
     assert tree_rounds(model) == 0
@@ -120,7 +120,7 @@ def test_trees_are_refused_where_they_cannot_run(zoo, model_type):
 def test_trees_are_refused_for_batches_and_fixed_shapes(zoo):
     model = zoo("llama")
     batch = torch.cat([prompt(5), prompt(6)])
-    with pytest.raises(TriForceConfigError, match="one unpadded sequence"):
+    with pytest.raises(UnsupportedGenerationError, match="a batch verifies chains"):
         model.generate(batch, max_new_tokens=4, triforce_config=TriForceConfig(**SPARSE, tree_budget=8))
     with pytest.raises(TriForceConfigError, match="fixed shapes"):
         model.generate(

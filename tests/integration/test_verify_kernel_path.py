@@ -20,11 +20,7 @@ from hf_triforce import TriForceConfig
 from hf_triforce.kernels.attention import _bottom_right_causal
 from hf_triforce.kernels.verification import MAX_ROWS
 
-# TriForceConfig fields deprecated in 0.2 (removed in 0.3) that these tests still exercise
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.filterwarnings("ignore:level1_forward:FutureWarning"),
-]
+pytestmark = pytest.mark.integration
 
 CFG = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, gamma1=2, gamma2=4, adaptive=False)
 
@@ -32,7 +28,7 @@ CFG = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4,
 @pytest.mark.parametrize("family", ["llama_gqa", "llama_mha", "mistral", "qwen3"])
 @pytest.mark.parametrize("drafter", ["none", "ngram"])
 def test_verification_and_view_masks_are_bottom_right_causal(zoo, make_prompt, monkeypatch, assert_greedy_equal,
-                                                             family, drafter):  # fmt: skip
+                                                             family, drafter, transformers_level1):  # fmt: skip
     seen = []
 
     def spy(base, query, key, mask, kwargs, fixed=False):
@@ -42,8 +38,8 @@ def test_verification_and_view_masks_are_bottom_right_causal(zoo, make_prompt, m
     monkeypatch.setattr(integration, "_use_split_kv", spy)
     monkeypatch.setattr(integration, "triton_enabled", lambda *tensors: True)  # level-1 steps wrapped, as on CUDA
     prompt = make_prompt(260, seed=3, repetitive=drafter == "ngram")
-    # level1_forward="transformers": the level-1 steps a CUDA model runs (the direct forward is "auto" on the CPU only)
-    cfg = TriForceConfig(drafter=drafter, level1_forward="transformers", **CFG)
+    # transformers_level1: the level-1 steps a CUDA model runs (the plan takes the direct forward on the CPU only)
+    cfg = TriForceConfig(drafter=drafter, **CFG)
     assert_greedy_equal(zoo.target(family), prompt, cfg, 30)
     masked = [(q, k, m) for q, k, m in seen if q > 1 and m is not None]
     assert any(k >= 260 for _, k, _ in masked), "no masked multi-token verification forward was seen"
@@ -65,7 +61,7 @@ def _force_the_kernel(monkeypatch) -> None:
 
 @pytest.mark.parametrize("family,chunk", [("llama_gqa", 80), ("llama_mha", 48)])
 def test_triforce_through_the_split_kv_kernel(model_factory, make_prompt, monkeypatch, assert_greedy_equal, family,
-                                              chunk):  # fmt: skip
+                                              chunk, transformers_level1):  # fmt: skip
     """Verifications, level-1 steps with level-0 drafts, and prefill chunks of at most MAX_ROWS rows (tokens x
     group) go through the kernel."""
     _force_the_kernel(monkeypatch)
@@ -78,7 +74,7 @@ def test_triforce_through_the_split_kv_kernel(model_factory, make_prompt, monkey
 
     monkeypatch.setattr(kv, "verify_attention_triton", counted)
     model = model_factory(family, seed=11)
-    cfg = TriForceConfig(drafter="ngram", prefill_chunk_size=chunk, level1_forward="transformers", **CFG)
+    cfg = TriForceConfig(drafter="ngram", prefill_chunk_size=chunk, **CFG)
     assert_greedy_equal(model, make_prompt(100, seed=8, repetitive=True), cfg, 10)
     group = model.config.num_attention_heads // model.config.num_key_value_heads
     launches = [q for q, _ in calls]

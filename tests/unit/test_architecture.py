@@ -10,7 +10,6 @@ import pytest
 import tomllib
 
 import hf_triforce
-from hf_triforce.hierarchy import Level1Drafter
 
 pytestmark = pytest.mark.unit
 
@@ -27,12 +26,10 @@ def test_every_public_name_imports_and_is_documented(name):
         assert obj.__doc__ and obj.__doc__.strip(), f"hf_triforce.{name} has no docstring"
 
 
-def test_candidate_generator_is_a_deprecated_alias():
-    with pytest.warns(FutureWarning, match="Level1Drafter"):
-        from hf_triforce import TriForceCandidateGenerator
-    assert TriForceCandidateGenerator is Level1Drafter
-    with pytest.raises(AttributeError):
-        hf_triforce.NoSuchName  # noqa: B018
+def test_the_01_names_are_gone():
+    for name in ("TriForceCandidateGenerator", "SUPPORTED_MODEL_TYPES", "NoSuchName"):
+        with pytest.raises(AttributeError):
+            getattr(hf_triforce, name)
 
 
 def _contract(contract_id: str) -> dict:

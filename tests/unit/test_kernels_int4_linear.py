@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_triforce.errors import UnsupportedDeviceError
-from hf_triforce.hf.linears import int4_cuda_level1_problem, resolve_level1_weights
 from hf_triforce.kernels.int4_linear import (
     GROUP_SIZE,
     inner_k_tiles,
@@ -87,15 +85,6 @@ def test_shapes_the_kernel_cannot_serve_are_refused():
         quantize_int4(torch.zeros(8, 64))
 
 
-def test_level1_weights_int4_resolution():
-    model = torch.nn.Linear(64, 16)
-    assert resolve_level1_weights("int4", model) == "int4"
-    assert resolve_level1_weights("auto", model) == "int8"  # transformers' forward: the int8 copy
-    assert resolve_level1_weights("auto", model, direct=True) == "int4"  # level 1's direct forward
-    with pytest.raises(UnsupportedDeviceError, match="level1_weights='int4'.*float16"):
-        resolve_level1_weights("int4", model.half())
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # CUDA: the tinygemm kernel (torch._weight_int4pack_mm), same quantization, same reference
 
@@ -113,7 +102,6 @@ def test_nibbles_hold_two_values_a_byte_even_channel_high():
 def test_cuda_tiles_and_refusals_off_cuda():
     assert [inner_k_tiles(k) for k in (4096, 14336, 576, 96, 32)] == [8, 8, 4, 2, 2]
     assert not int4_kernel_available("meta")
-    assert int4_cuda_level1_problem(torch.nn.Linear(64, 16)) == "the model is on cpu"
 
 
 @pytest.mark.gpu

@@ -6,14 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hf_triforce.errors import UnsupportedDeviceError
-from hf_triforce.hf.linears import (
-    int8_level1_problem,
-    int8_weight_copy,
-    low_bit_linears,
-    resolve_level1_weights,
-    small_batch_linears,
-)
+from hf_triforce.hf.linears import int8_weight_copy, low_bit_linears, small_batch_linears
 from hf_triforce.kernels.int8_linear import (
     int8_kernel_available,
     int8_kernel_supports,
@@ -119,21 +112,3 @@ def test_wide_forwards_use_the_layers_own_weights():
         with low_bit_linears(int8_weight_copy(model)):
             assert torch.equal(model(wide), expected_wide)
             assert not torch.equal(model(narrow), expected_narrow)  # the copy served these
-
-
-def test_level1_weights_resolution():
-    model = _model()
-    assert int8_level1_problem(model) is None
-    assert resolve_level1_weights("auto", model) == "int8"
-    assert resolve_level1_weights("full", model.half()) == "full"
-    assert resolve_level1_weights("auto", model) == "full"  # float16: not served, auto falls back
-    assert "float16" in int8_level1_problem(model)
-    with pytest.raises(UnsupportedDeviceError, match="level1_weights='full'"):
-        resolve_level1_weights("int8", model)
-
-
-def test_meta_model_is_refused():
-    model = torch.nn.Linear(16, 4, device="meta")
-    assert "meta" in int8_level1_problem(model)
-    with pytest.raises(UnsupportedDeviceError):
-        resolve_level1_weights("int8", model)

@@ -27,7 +27,7 @@ import torch
 pytest.importorskip("triton")
 
 from hf_triforce.caches.retrieval import RetrievalCache  # noqa: E402
-from hf_triforce.caches.selection import nominate_chunks, select_token_indices  # noqa: E402
+from hf_triforce.caches.selection import LOOKAHEAD, nominate_chunks, select_token_indices, spread_forward  # noqa: E402
 from hf_triforce.kernels import retrieval as kr  # noqa: E402
 from hf_triforce.kernels.dispatch import DISABLE_ENV  # noqa: E402
 from hf_triforce.kernels.retrieval import chunk_means, gather_tokens, score_chunk_keys, score_chunks  # noqa: E402
@@ -449,6 +449,7 @@ def test_view_from_kernels_equals_reference_path(monkeypatch, q_heads, kv_heads,
     for layer in range(layers):
         full = cache.layers[layer].buffer
         truth = score_chunks(queries[layer].double(), cache.layers[layer].summaries().double())[0]
+        truth[:, 1:] = spread_forward(truth[:, 1:], LOOKAHEAD)  # a chunk also lifts the one after it
         if dtype == torch.float32:
             assert torch.equal(indices[layer], ref_indices[layer])
         for h in range(kv_heads):
@@ -487,12 +488,12 @@ def test_rescored_selection_from_kernels_equals_reference_path(monkeypatch, resc
     layers, length, chunk, budget, window, head_dim = 3, 331, 8, 64, 16, 64
     cache = _filled_cache(g, layers, 3, length, head_dim, torch.float32, chunk)
     queries = [torch.randn(1, 9, head_dim, generator=g) for _ in range(layers)]
-    reference = cache.select(queries, budget, window, 1, rescore_candidates=rescore)
+    reference = cache.select(queries, budget, window, rescore_candidates=rescore)
     calls = []
     kernel = kr.score_chunk_keys_triton
     monkeypatch.setattr(kr, "triton_enabled", lambda *tensors: True)
     monkeypatch.setattr(kr, "score_chunk_keys_triton", lambda *args: calls.append(args) or kernel(*args))
-    chosen = cache.select(queries, budget, window, 1, rescore_candidates=rescore)
+    chosen = cache.select(queries, budget, window, rescore_candidates=rescore)
     assert len(calls) == layers
     assert all(torch.equal(a, b) for a, b in zip(chosen, reference, strict=True))
 
@@ -538,7 +539,7 @@ def test_cuda_kernels_match_reference(dtype, monkeypatch):
     # the wired cache: kernel-selected view on CUDA == the same selection gathered by hand
     cache = RetrievalCache(num_layers=1, chunk_size=chunk, capacity=length)
     cache.update(keys, values, 0)
-    cache_indices = cache.select([query], budget, window, lookahead=1)[0]  # the generator's default lookahead
+    cache_indices = cache.select([query], budget, window)[0]  # one look-ahead chunk, always
     cache_scores = kr.score_chunks_triton(query, cache.layers[0].summaries())
     assert torch.equal(cache_indices, select_token_indices(cache_scores, length, chunk, budget, window, 1))
     indices = cache_indices

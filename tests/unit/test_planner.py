@@ -249,9 +249,6 @@ def test_confidence_stops_let_levels_rounds_run_to_gamma2():
     assert planned.plan_round().gamma2 < 6 and planned.keep_drafting(1, survival=0.0)
     fixed = planner(one_sequence=True, adaptive=False)
     assert not fixed.confidence_stops and fixed.keep_drafting(1, survival=0.0)
-    with pytest.warns(FutureWarning, match="confidence_stops"):  # deprecated, removed in 0.3
-        switched_off = planner(one_sequence=True, confidence_stops=False)
-    assert not switched_off.confidence_stops and switched_off.keep_drafting(1, survival=0.0)
 
 
 def test_keep_drafting_weighs_one_more_token_against_the_reached_rate():

@@ -359,9 +359,9 @@ def test_retrieval_cache_select_rescores_when_asked():
     keys[0, 0, 16:24, 0], keys[0, 0, 43, 0] = 1.0, 5.0
     cache.update(keys, torch.randn(1, 1, 96, 4), layer_idx=0)
     query = [torch.tensor([[[1.0, 0.0, 0.0, 0.0]]])]
-    plain = cache.select(query, 32, 16)[0][0, 0, 8:16].tolist()
-    rescored = cache.select(query, 32, 16, rescore_candidates=8)[0][0, 0, 8:16].tolist()
-    assert plain == list(range(16, 24)) and rescored == list(range(40, 48))
+    plain = cache.select(query, 40, 16)[0][0, 0, 8:24].tolist()  # room for a chunk and its look-ahead chunk
+    rescored = cache.select(query, 40, 16, rescore_candidates=8)[0][0, 0, 8:24].tolist()
+    assert plain == list(range(16, 32)) and rescored == list(range(40, 56))
 
 
 def _sliding_cache(layers: int, length: int, seed: int = 0) -> tuple[RetrievalCache, list[torch.Tensor]]:

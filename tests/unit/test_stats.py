@@ -1,5 +1,5 @@
-"""TriForceStats: one vocabulary for the levels, the 0.1 names as deprecated aliases, and the two acceptance figures
-(the round rate and the per-token acceptance alpha)."""
+"""TriForceStats: one vocabulary for the levels, and the two acceptance figures (the round rate and the per-token
+acceptance alpha)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from hf_triforce import TriForceStats
 from hf_triforce.evaluation.common.formatting import acceptances, per_token_acceptance, phase_cell
-from hf_triforce.stats import LEVEL_ALIASES, PHASE_ALIASES, AliasedDict, LevelStats, PhaseTimes, upgrade_stats_dicts
+from hf_triforce.stats import LevelStats, PhaseTimes
 
 pytestmark = pytest.mark.unit
 
@@ -56,51 +56,11 @@ def test_to_dict_uses_the_level_vocabulary_only():
     }
 
 
-@pytest.mark.parametrize(("old", "new"), sorted(LEVEL_ALIASES.items()))
-def test_old_level_keys_resolve_with_a_warning(old, new):
-    levels = _stats().to_dict()["levels"]
-    with pytest.warns(FutureWarning, match=f"'{old}' is now '{new}'"):
-        assert levels[old] == levels[new]
-    with pytest.warns(FutureWarning):
-        assert levels.get(old) == levels[new]
-
-
-@pytest.mark.parametrize(("old", "new"), sorted(PHASE_ALIASES.items()))
-def test_old_phase_keys_resolve_with_a_warning(old, new):
-    phases = _stats().to_dict()["phases"]
-    with pytest.warns(FutureWarning):
-        assert phases[old] == phases[new]
-
-
-def test_old_attributes_resolve_with_a_warning():
+def test_the_01_names_are_gone():
     stats = _stats()
-    with pytest.warns(FutureWarning, match="'draft' is now 'level0'"):
-        assert stats.draft is stats.level0
-    with pytest.warns(FutureWarning, match="'retrieval' is now 'level1'"):
-        assert stats.retrieval is stats.level1
-
-
-def test_unknown_keys_still_raise():
-    d = AliasedDict({"a": 1}, {"b": "a"})
+    assert not hasattr(stats, "draft") and not hasattr(stats, "retrieval")
     with pytest.raises(KeyError):
-        d["c"]
-    assert d.get("c", 7) == 7
-
-
-def test_recorded_01_results_are_upgraded():
-    old = {
-        "rows": [
-            {
-                "triforce": {
-                    "levels": {"draft": {"drafted": 1}, "retrieval": {"drafted": 2}},
-                    "phases": {"verify": {"calls": 3}, "draft": {"calls": 4}, "level1": {"calls": 5}},
-                }
-            }
-        ]
-    }
-    new = upgrade_stats_dicts(old)["rows"][0]["triforce"]
-    assert new["levels"] == {"level0": {"drafted": 1}, "level1": {"drafted": 2}}
-    assert new["phases"] == {"level2": {"calls": 3}, "level0": {"calls": 4}, "level1": {"calls": 5}}
+        stats.to_dict()["levels"]["retrieval"]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,95 @@
+"""What a call's plan needs to know about a model, read off it once: device, attention, layers, kernels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..kernels.int4_linear import int4_kernel_available
+from ..kernels.int8_linear import int8_kernel_available
+from .direct_forward import direct_forward_problem
+from .distributed import tensor_parallel_size
+from .masks import mask_kind
+from .model import attn_implementation, is_dispatched, layer_windows, model_problem, rope_types
+from .versions import cache_layer_types
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The facts about one model that decide what a TriForce call can run on it
+    (:mod:`hf_triforce.generation.plan` turns them into a plan).
+
+    Attributes:
+        unsupported: why TriForce cannot serve the model at all (``None``: it can; the other facts are then read).
+        device: where its weights are (``"cpu"``, ``"cuda"``, ...).
+        dtype: its weights' dtype.
+        attention: ``config._attn_implementation``.
+        fixed_masks: hf_triforce can build this attention's mask for fixed-shape steps (sdpa or eager).
+        sliding: some layer attends through a sliding window.
+        softcap: its attention soft-caps the logits.
+        sinks: its attention has learned sinks.
+        dispatched: accelerate placed it over several devices or offloaded it.
+        tensor_parallel: it is sharded over several ranks.
+        dynamic_rope: its RoPE recomputes frequencies from the positions (a CUDA graph cannot hold that).
+        direct_layout: why level 1's direct forward cannot run its layers (``None``: it can).
+        int8_kernel: this torch has the CPU int8 weight-only kernel.
+        int4_kernel: this torch has the int4 weight-only kernel for the model's device.
+
+    Example:
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> config = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        ...                      num_attention_heads=2, num_key_value_heads=1)
+        >>> facts = model_facts(LlamaForCausalLM(config))
+        >>> facts.unsupported, facts.device, facts.sliding, facts.direct_layout is None
+        (None, 'cpu', False, True)
+        >>> model_facts(torch.nn.Linear(2, 2)).unsupported
+        'Linear (model_type=None): it is not a transformers model (no PreTrainedConfig)'
+
+    """
+
+    unsupported: str | None
+    device: str
+    dtype: torch.dtype
+    attention: str
+    fixed_masks: bool
+    sliding: bool
+    softcap: bool
+    sinks: bool
+    dispatched: bool
+    tensor_parallel: bool
+    dynamic_rope: bool
+    direct_layout: str | None
+    int8_kernel: bool
+    int4_kernel: bool
+
+
+def model_facts(model: torch.nn.Module) -> ModelFacts:
+    """:class:`ModelFacts` of ``model``; for a model TriForce cannot serve, only :attr:`ModelFacts.unsupported` is
+    read off it."""
+    unsupported = model_problem(model)
+    if unsupported is not None:
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
+        unsupported = f"{type(model).__name__} (model_type={model_type!r}): {unsupported}"
+    parameter = next(model.parameters())
+    if unsupported is not None:
+        return ModelFacts(unsupported, parameter.device.type, parameter.dtype, "", False, False, False, False, False,
+                          False, False, unsupported, False, False)  # fmt: skip
+    text = model.config.get_text_config()
+    return ModelFacts(
+        unsupported=None,
+        device=parameter.device.type,
+        dtype=parameter.dtype,
+        attention=attn_implementation(model),
+        fixed_masks=mask_kind(model) is not None,
+        sliding=any(window is not None for window in layer_windows(model))
+        or "sliding_attention" in cache_layer_types(text),
+        softcap=bool(getattr(text, "attn_logit_softcapping", None)),
+        sinks=any(hasattr(m, "sinks") for m in model.modules()),
+        dispatched=is_dispatched(model),
+        tensor_parallel=tensor_parallel_size(model) > 1,
+        dynamic_rope=any("dynamic" in rope or rope == "longrope" for rope in rope_types(model)),
+        direct_layout=direct_forward_problem(model),
+        int8_kernel=int8_kernel_available(),
+        int4_kernel=int4_kernel_available(parameter.device),
+    )
