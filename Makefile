@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 CONSTRAINTS ?= constraints.txt
 LATEST_VENV ?= .venv-latest
 
-.PHONY: venv test test-latest lint demo bench docs plots tuning clean distclean
+.PHONY: venv test test-latest lint demo bench docs clean distclean
 
 venv: $(STAMP)
 
@@ -69,14 +69,6 @@ bench: venv
 # The documentation site (site/); --strict fails on any warning: broken links, bad docstrings, missing API names.
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
-
-# Figures and tables of the docs (docs/assets/plots/), regenerated from the recorded results.
-plots: venv
-	$(VPY) -m hf_triforce.evaluation.figures.plots benchmarks/results docs/assets/plots
-
-# The tuning guide's sweep (one TriForceConfig knob at a time, ~15 min, one thread); then: make plots.
-tuning: venv
-	$(VPY) -m hf_triforce.evaluation.bench.tuning --threads 1 --output benchmarks/results/cpu-smollm2-tuning.json
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

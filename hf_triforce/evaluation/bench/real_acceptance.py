@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from ..common.results import read_results
-from ..drafts.summary import pooled
 
 DEFAULT_PATH = Path("benchmarks/results/eval-drafts.json")
 
@@ -77,7 +76,9 @@ def _from_eval_drafts(results: dict[str, Any], fraction: float, temperature: flo
         raise ValueError(f"{path} holds no natural-text retrieval rows: is it an eval-drafts result?")
     near_f = _nearest({v["budget_fraction"] for v in views}, fraction, log=True)
     near_t = _nearest({v["temperature"] for v in views}, temperature)
-    rate, positions = pooled(views, budget_fraction=near_f, temperature=near_t)
+    chosen = [v for v in views if v["budget_fraction"] == near_f and v["temperature"] == near_t]
+    positions = sum(v["positions"] for v in chosen)
+    rate = sum(v["accepted_sum"] for v in chosen) / positions if positions else float("nan")
     budget = next(v["budget"] for v in views if v["budget_fraction"] == near_f)
     context = results["options"]["context_tokens"]
     source = (

@@ -1,4 +1,5 @@
-"""A multi-turn chat that continues each turn from the cache the previous ``generate()`` call returned."""
+"""A multi-turn chat that continues each turn from the cache the previous ``generate()`` call returned (the real
+model tests' helper; examples/multi_turn_chat.py shows the same reuse as a tutorial)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 
 import torch
 
-from ...hf.versions import cache_kwargs, output_cache
-from ...hierarchy.drafter import common_prefix_length
+from hf_triforce.hf.versions import cache_kwargs, output_cache
+from hf_triforce.hierarchy.drafter import common_prefix_length
 
 
 @dataclass
