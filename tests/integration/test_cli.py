@@ -21,11 +21,11 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from hf_triforce.bench.bandwidth import modeled_speedup
+from hf_triforce.bench.documents import DocumentError, question_prompt, read_document
+from hf_triforce.bench.loading import ModelLoadError
+from hf_triforce.bench.plain_baselines import DEFAULT_PLAIN
 from hf_triforce.cli import main
-from hf_triforce.evaluation.bench.plain_baselines import DEFAULT_PLAIN
-from hf_triforce.evaluation.common.documents import DocumentError, question_prompt, read_document
-from hf_triforce.evaluation.common.loading import ModelLoadError
-from hf_triforce.evaluation.models.bandwidth import modeled_speedup
 
 pytestmark = pytest.mark.integration
 
@@ -426,7 +426,7 @@ def no_loading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the --tp launch was checked")
 
-    monkeypatch.setattr("hf_triforce.evaluation.bench.run.load_model", refuse)
+    monkeypatch.setattr("hf_triforce.bench.run.load_model", refuse)
 
 
 def test_bench_tp_outside_torchrun_names_the_command(capsys, monkeypatch, model_dir, no_loading):

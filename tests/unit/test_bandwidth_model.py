@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hf_triforce.evaluation.models.bandwidth import (
+from hf_triforce.bench.bandwidth import (
     PEAK_BANDWIDTH,
     device_bandwidth,
     expected_tokens,
@@ -16,7 +16,7 @@ from hf_triforce.evaluation.models.bandwidth import (
     step_floor_ms,
     weight_bytes,
 )
-from hf_triforce.evaluation.models.shapes import PRESETS, preset_config, random_model
+from hf_triforce.bench.shapes import PRESETS, preset_config, random_model
 
 pytestmark = pytest.mark.unit
 

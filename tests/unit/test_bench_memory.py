@@ -1,4 +1,4 @@
-"""The GPU benchmark's memory model (hf_triforce.evaluation.models.memory): exact terms, monotonicity, the fit check."""
+"""The GPU benchmark's memory model (hf_triforce.bench.memory): exact terms, monotonicity, the fit check."""
 
 from __future__ import annotations
 
@@ -13,11 +13,8 @@ from transformers.integrations.sdpa_attention import use_gqa_in_sdpa
 from transformers.masking_utils import sdpa_mask
 
 import hf_triforce
-from hf_triforce.caches import RetrievalCache
-from hf_triforce.config import TriForceConfig
-from hf_triforce.errors import TriForceError
-from hf_triforce.evaluation.models.bandwidth import weight_bytes
-from hf_triforce.evaluation.models.memory import (
+from hf_triforce.bench.bandwidth import weight_bytes
+from hf_triforce.bench.memory import (
     GIB,
     draft_cache_bytes,
     logits_bytes,
@@ -30,14 +27,17 @@ from hf_triforce.evaluation.models.memory import (
     triforce_kv_bytes,
     view_bytes,
 )
-from hf_triforce.evaluation.models.memory_fit import (
+from hf_triforce.bench.memory_fit import (
     H100_BYTES,
     MemoryBudgetError,
     check_fits,
     longest_context,
     required_bytes,
 )
-from hf_triforce.evaluation.models.shapes import preset_config, random_model
+from hf_triforce.bench.shapes import preset_config, random_model
+from hf_triforce.caches import RetrievalCache
+from hf_triforce.config import TriForceConfig
+from hf_triforce.errors import TriForceError
 from hf_triforce.hf.versions import cache_kwargs, output_cache
 
 pytestmark = pytest.mark.unit
@@ -263,7 +263,7 @@ def gpu_with_free(monkeypatch):
 
 
 def _bench_options(**kw):
-    from hf_triforce.evaluation.bench.run import BenchOptions
+    from hf_triforce.bench.run import BenchOptions
 
     base = dict(preset="llama2-7b", device="cuda", dtype="bfloat16", temperatures=[0.0], budgets=[4096],
                 drafters=["none"], new_tokens=128)  # fmt: skip
@@ -271,7 +271,7 @@ def _bench_options(**kw):
 
 
 def test_bench_resolves_max_to_the_longest_prompt_that_fits(gpu_with_free):
-    from hf_triforce.evaluation.bench.run import _checked_prompt_lengths
+    from hf_triforce.bench.run import _checked_prompt_lengths
 
     gpu_with_free(H100_BYTES)
     lengths = _checked_prompt_lengths(_bench_options(prompt_tokens=[32768, "max"]))
@@ -280,7 +280,7 @@ def test_bench_resolves_max_to_the_longest_prompt_that_fits(gpu_with_free):
 
 
 def test_bench_refuses_a_prompt_that_does_not_fit_before_loading_anything(gpu_with_free):
-    from hf_triforce.evaluation.bench.run import BenchOptions, run_benchmark
+    from hf_triforce.bench.run import BenchOptions, run_benchmark
 
     gpu_with_free(40 * GIB)
     with pytest.raises(MemoryBudgetError, match="The longest context that fits is"):
@@ -290,7 +290,7 @@ def test_bench_refuses_a_prompt_that_does_not_fit_before_loading_anything(gpu_wi
 
 
 def test_a_static_view_kept_from_an_earlier_call_counts_in_the_plain_run():
-    from hf_triforce.evaluation.models.memory_fit import _estimates
+    from hf_triforce.bench.memory_fit import _estimates
 
     cfg = preset_config("llama3.1-8b", 1)
     dynamic, static = TriForceConfig(retrieval_budget=4096), TriForceConfig(retrieval_budget=4096, cuda_graphs=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hf_triforce.evaluation.common.documents import DocumentError
-from hf_triforce.evaluation.common.haystacks import HAYSTACKS, haystack_text, html_text
+from hf_triforce.bench.documents import DocumentError
+from hf_triforce.bench.haystacks import HAYSTACKS, haystack_text, html_text
 
 pytestmark = pytest.mark.unit
 

@@ -1,14 +1,18 @@
-"""The benchmark's figure (``hf-triforce bench --plot``): speedup and per-level step latency against context length."""
+"""The benchmark's figure (``hf-triforce bench --plot``): speedup and per-level step latency against context length.
+
+matplotlib is the optional ``bench`` extra: it is imported when the figure is drawn, not when the package is, so
+``hf-triforce`` and the tables work without it.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from ..common.formatting import phase_ms
-from ..common.machine import device_name
-from .pyplot import pyplot
+from .formatting import phase_ms
+from .machine import device_name
 
 LEVELS = (("level1", "level-1 step (retrieval view)"), ("level2", "level-2 verification (full cache)"))
 
@@ -49,6 +53,16 @@ def write_plot(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def pyplot() -> ModuleType:
+    """``matplotlib.pyplot`` with the non-interactive Agg backend (files only, no display needed)."""
+    import matplotlib  # the optional `bench` extra, and slow to import: only when a figure is drawn
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _lookup_speedup(row: dict[str, Any]) -> float:

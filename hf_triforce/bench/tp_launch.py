@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from ...errors import TriForceConfigError
-from ...hf.progress import quiet_transformers
-from ..common.loading import model_kv_heads
+from ..errors import TriForceConfigError
+from ..hf.progress import quiet_transformers
+from .loading import model_kv_heads
 
 
 class TensorParallelLaunchError(TriForceConfigError):
@@ -51,7 +51,7 @@ def check_launch(tp: int, command: str = "", env: Mapping[str, str] | None = Non
         >>> check_launch(2, "hf-triforce bench --tp 2", env={})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        hf_triforce.evaluation.bench.tp_launch.TensorParallelLaunchError: --tp 2 runs one process per rank, ...
+        hf_triforce.bench.tp_launch.TensorParallelLaunchError: --tp 2 runs one process per rank, ...
     """
     env = os.environ if env is None else env
     if tp < 1:
@@ -74,7 +74,7 @@ def check_options(tp: int, preset: str | None, device: str | None) -> None:
         >>> check_options(2, preset="tiny", device=None)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        hf_triforce.evaluation.bench.tp_launch.TensorParallelLaunchError: --preset cannot be combined with --tp: ...
+        hf_triforce.bench.tp_launch.TensorParallelLaunchError: --preset cannot be combined with --tp: ...
     """
     if tp > 1 and preset is not None:
         raise TensorParallelLaunchError(
@@ -97,7 +97,7 @@ def check_kv_heads(tp: int, kv_heads: int, model: str) -> None:
         >>> check_kv_heads(2, 3, "SmolLM2")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        hf_triforce.evaluation.bench.tp_launch.TensorParallelLaunchError: --tp 2 splits the KV heads over 2 ...
+        hf_triforce.bench.tp_launch.TensorParallelLaunchError: --tp 2 splits the KV heads over 2 ...
     """
     if kv_heads % tp == 0:
         return

@@ -6,7 +6,7 @@ token) / B``. For Llama-2-7B (MHA, fp16) that is 0.5 MiB of KV per token; at 128
 ~13.5 GB of weights plus ~64 GB of KV.
 
 Example:
-    >>> from hf_triforce.evaluation.models.shapes import preset_config
+    >>> from hf_triforce.bench.shapes import preset_config
     >>> cfg = preset_config("llama2-7b", context=131072)
     >>> kv_bytes_per_token(cfg, 2) / 2**20
     0.5
@@ -109,7 +109,7 @@ def modeled_batch_speedup(
         plain step).
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> figures = modeled_batch_speedup(preset_config("llama3.1-8b", 1), 2, 8, 32768, 4096, 0.9, 6)
         >>> round(figures["speedup"], 2), round(figures["kv_share"], 2)
         (1.52, 0.68)

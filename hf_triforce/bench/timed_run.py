@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from ...config import TriForceConfig
-from ...generation import last_stats
+from ..config import TriForceConfig
+from ..generation import last_stats
 from .timing_streamer import TimingStreamer
 
 WARM_UP_TOKENS = 8
@@ -28,7 +28,7 @@ class RunResult:
         stats: ``hf_triforce.last_stats(model).to_dict()`` of a TriForce call, else None.
         peak_gpu_bytes: peak ``torch.cuda.max_memory_allocated`` during the call (CUDA only).
         logits: with ``measure(..., keep_logits=True)``, ``generate()``'s per-step logits (each ``[1, vocab]``),
-            to explain where two greedy outputs differ (:mod:`hf_triforce.evaluation.common.divergence`).
+            to explain where two greedy outputs differ (:mod:`hf_triforce.bench.divergence`).
     """
 
     sequences: torch.LongTensor

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..common.divergence import identical_cell
-from ..common.formatting import tokens_per_second
+from .divergence import identical_cell
+from .formatting import tokens_per_second
 
 ROW_NOTE = (
     "Tokens per second of decoding (prefill excluded; {start}, forced to the same number of new tokens, the same "

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import transformers
 
-from ... import __version__
+from .. import __version__
 
 
 def machine_info() -> dict[str, Any]:
@@ -55,21 +55,6 @@ def library_versions(machine: dict[str, Any]) -> str:
         'torch 2.13.0, transformers 5.24.0, hf_triforce 0.2.0'
     """
     return f"torch {machine['torch']}, transformers {machine['transformers']}, hf_triforce {machine['hf_triforce']}"
-
-
-def device_line(results: dict[str, Any]) -> str:
-    """One line naming the device and the library versions a result was measured with (the docs' captions).
-
-    Example:
-        >>> m = {"cpu": "AMD EPYC", "torch_threads": 2, "cuda_device": None, "torch": "2.13.0+cpu",
-        ...      "transformers": "5.23.0", "hf_triforce": "0.1.0", "python": "3.11.7", "date": "2026-11-23T00:21"}
-        >>> device_line({"machine": m})[:60]
-        'Device: AMD EPYC, 2 threads, no GPU. torch 2.13.0+cpu, trans'
-    """
-    m = results["machine"]
-    threads = f"{m['torch_threads']} thread" + ("s" if m["torch_threads"] != 1 else "")
-    device = m["cuda_device"] or f"{m['cpu']}, {threads}, no GPU"
-    return f"Device: {device}. {library_versions(m)}, Python {m['python']}; {m['date'][:10]}."
 
 
 def _cpu_model() -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..common.formatting import number
+from .formatting import number
 
 
 def rank_section(results: dict[str, Any]) -> list[str]:

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..common.formatting import phase_ms
 from .comparison import Comparison
+from .formatting import phase_ms
 
 logger = logging.getLogger(__name__)
 

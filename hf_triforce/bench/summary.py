@@ -1,6 +1,6 @@
 """The bench's headline figures: medians over prompts against best plain, and each GPU figure beside its floor.
 
-A row whose answer loops (:func:`~hf_triforce.evaluation.common.repetition.loops`) is left out of every summary:
+A row whose answer loops (:func:`~hf_triforce.bench.repetition.loops`) is left out of every summary:
 n-gram drafting predicts a loop perfectly, so its speedup says nothing about natural text. The ratio to
 ``generate()``'s defaults stays beside the one to the fastest plain decoding measured ("best plain").
 """

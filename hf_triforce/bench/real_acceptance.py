@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..common.results import read_results
+from .results import read_results
 
 DEFAULT_PATH = Path("benchmarks/results/eval-drafts.json")
 

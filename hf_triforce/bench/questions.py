@@ -23,10 +23,10 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from ...config import TriForceConfig
-from ...hf.versions import cache_kwargs
-from ...hierarchy.drafter import common_prefix_length
-from ..common.documents import DEFAULT_QUESTION
+from ..config import TriForceConfig
+from ..hf.versions import cache_kwargs
+from ..hierarchy.drafter import common_prefix_length
+from .documents import DEFAULT_QUESTION
 from .timed_run import RunResult, measure
 
 MODES = ("plain", "plain_reuse", "triforce_reuse")

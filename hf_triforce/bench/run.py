@@ -15,32 +15,32 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ...config import TriForceConfig
-from ...errors import TriForceConfigError
-from ...generation import enable
-from ...hf.backend import preferred_attn_implementation
-from ...hf.linears import int4_weight_copy, int8_weight_copy
-from ...hf.model import attn_implementation, context_limit
-from ...hf.processors import answer_repetition_penalty, custom_processor_replaces_builtin
-from ...hf.sharding import local_shard, sharded_loading_kwargs
-from ..common.documents import DEFAULT_QUESTION, DocumentError, DocumentQuestion, question_prompt
-from ..common.generate_kwargs import generate_kwargs
-from ..common.loading import load_model
-from ..common.machine import machine_info
-from ..common.prompt_set import BENCH_PROMPTS, BenchPrompt, prompt_record, user_prompt
-from ..common.prompt_set import bench_prompt as bench_prompt_named
-from ..common.repetition import DEFAULT_REPETITION_PENALTY, loops, repeated_fraction
-from ..models.bandwidth import device_bandwidth, kv_bytes_per_token
-from ..models.memory_fit import check_batch_fits, check_fits, longest_context
-from ..models.shapes import kv_heads, preset_config, random_model
+from ..config import TriForceConfig
+from ..errors import TriForceConfigError
+from ..generation import enable
+from ..hf.backend import preferred_attn_implementation
+from ..hf.linears import int4_weight_copy, int8_weight_copy
+from ..hf.model import attn_implementation, context_limit
+from ..hf.processors import answer_repetition_penalty, custom_processor_replaces_builtin
+from .bandwidth import device_bandwidth, kv_bytes_per_token
 from .batch import modeled_batch_results, run_batch_benchmark
 from .comparison import compare
+from .documents import DEFAULT_QUESTION, DocumentError, DocumentQuestion, question_prompt
+from .generate_kwargs import generate_kwargs
+from .loading import load_model
+from .machine import machine_info
+from .memory_fit import check_batch_fits, check_fits, longest_context
 from .plain_baselines import DEFAULT_PLAIN
 from .prefix import Prefix
 from .profile import profile_phases
+from .prompt_set import BENCH_PROMPTS, BenchPrompt, prompt_record, user_prompt
+from .prompt_set import bench_prompt as bench_prompt_named
 from .rank_figures import attach_rank_figures, gather_rank_figures, is_report_rank, rank_figures
 from .real_acceptance import real_acceptance
+from .repetition import DEFAULT_REPETITION_PENALTY, loops, repeated_fraction
 from .report import modeled_speedups
+from .shapes import kv_heads, preset_config, random_model
+from .sharding import local_shard, sharded_loading_kwargs
 from .summary import attach_floors, summarize
 from .tp_launch import check_tensor_parallel, quiet_other_ranks, rank_device, torchrun_command
 
@@ -52,7 +52,7 @@ class BenchOptions(DocumentQuestion):
     """A sweep: every combination of prompt, prompt length, temperature, budget, drafter and tree budget is measured.
 
     By default the prompts are the seven documents and questions of
-    :data:`~hf_triforce.evaluation.common.prompt_set.BENCH_PROMPTS` (one per genre); a ``document`` or a
+    :data:`~hf_triforce.bench.prompt_set.BENCH_PROMPTS` (one per genre); a ``document`` or a
     ``question`` of the user's replaces them with that one prompt (the question defaulting to the demo's).
     Every row times the plain decodings of ``plain`` (the fastest is "best plain") beside TriForce, each from a
     copy of the prompt's one prefill (:mod:`.prefix`), with the demo's penalty on the answer's own repetitions
@@ -254,7 +254,7 @@ def _checked_prompt_lengths(options: BenchOptions) -> list[int]:
 
 
 def _memory_cases(options: BenchOptions) -> list[dict[str, Any]]:
-    """The :func:`~hf_triforce.evaluation.models.memory_fit.check_fits` arguments of each budget and drafter of a shape
+    """The :func:`~hf_triforce.bench.memory_fit.check_fits` arguments of each budget and drafter of a shape
     preset on a CUDA device, against the GPU's free memory now; empty otherwise (nothing to check)."""
     device = torch.device(options.device or "cpu")
     if options.preset is None or device.type != "cuda":
@@ -334,7 +334,7 @@ def load_bench_models(options: BenchOptions, longest_prompt: int):
 
 
 def bench_prompts(options: BenchOptions) -> list[BenchPrompt]:
-    """The prompts ``options`` asks for: :data:`~hf_triforce.evaluation.common.prompt_set.BENCH_PROMPTS` (or those
+    """The prompts ``options`` asks for: :data:`~hf_triforce.bench.prompt_set.BENCH_PROMPTS` (or those
     named by ``options.prompts``), or one prompt of the user's ``document``/``question``.
 
     Raises:

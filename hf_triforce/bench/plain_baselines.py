@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ...hf.plain_decoding import PlainDecoding, PlainDecodingUnavailable, generate_batch_one, plain_decoding
+from ..hf.plain_decoding import PlainDecoding, PlainDecodingUnavailable, generate_batch_one, plain_decoding
 from .prefix import Prefix
 from .timed_run import WARM_UP_TOKENS, RunResult, measure
 

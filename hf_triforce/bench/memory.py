@@ -1,7 +1,7 @@
 """Peak device memory of plain and TriForce ``generate()`` calls, by term, known before anything is loaded.
 
 Whether a benchmark row fits a GPU, and the longest context that does, is
-:mod:`hf_triforce.evaluation.models.memory_fit`. Each estimate is a :class:`MemoryEstimate` of named terms, in bytes:
+:mod:`hf_triforce.bench.memory_fit`. Each estimate is a :class:`MemoryEstimate` of named terms, in bytes:
 
 * *exact* terms are allocation sizes read off the code that allocates them: the weights, transformers'
   ``DynamicCache``, hf_triforce's ``RetrievalCache``, its chunk summaries, its retrieval views and the draft
@@ -43,7 +43,7 @@ alive during a re-selection on the dynamic path; one fixed ``StaticRetrievalView
 ``TriForceConfig.view_capacity`` slots on the fixed-shape path).
 
 Example:
-    >>> from hf_triforce.evaluation.models.shapes import preset_config
+    >>> from hf_triforce.bench.shapes import preset_config
     >>> from hf_triforce.config import TriForceConfig
     >>> est = triforce_generate_estimate(preset_config("llama3.1-8b", 131072), 131072, 2, TriForceConfig())
     >>> est.describe()
@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ...config import TriForceConfig
+from ..config import TriForceConfig
 from .bandwidth import kv_bytes_per_token, weight_bytes
 from .shapes import head_dim, kv_heads, text_config
 
@@ -118,7 +118,7 @@ def layer_keys_bytes(config, tokens: int, dtype_bytes: int) -> int:
     """Bytes of one layer's keys (or values) for ``tokens`` tokens: ``[1, kv_heads, tokens, head_dim]``. Exact.
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> layer_keys_bytes(preset_config("llama2-7b", 4096), 1024, 2) / 2**20  # MiB
         8.0
     """
@@ -138,7 +138,7 @@ def activation_bytes_per_token(config, dtype_bytes: int) -> int:
     (live tensor storage tracked with a ``TorchDispatchMode``).
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> activation_bytes_per_token(preset_config("llama2-7b", 4096), 2)  # 8 + (2 x 128 + 4 x 4096 + 3 x 11008) x 2
         99336
     """
@@ -168,7 +168,7 @@ def repeat_kv_bytes(config, keys: int, dtype_bytes: int) -> int:
     """Bytes of transformers' ``repeat_kv`` copy of one layer's ``keys`` tokens (GQA with a mask). Exact when it runs.
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> repeat_kv_bytes(preset_config("llama3.1-8b", 4096), 1024, 2) / 2**20  # 32 query heads, K and V
         16.0
     """
@@ -181,7 +181,7 @@ def logits_bytes(config, positions: int, dtype_bytes: int) -> int:
     """Logits of ``positions`` positions: the model's (its dtype), a float32 copy and processed scores. Estimate.
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> logits_bytes(preset_config("llama2-7b", 4096), 1, 2)
         320000
     """
@@ -195,7 +195,7 @@ def forward_bytes(config, tokens: int, attended: int, dtype_bytes: int, keep: in
     tokens), the mask and a GQA model's ``repeat_kv`` copy; plus the logits of the last ``keep`` positions.
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> cfg = preset_config("llama2-7b", 4096)
         >>> forward_bytes(cfg, 4096, 4096, 2) == 4096 * activation_bytes_per_token(cfg, 2) + logits_bytes(cfg, 1, 2)
         True
@@ -213,7 +213,7 @@ def prefill_bytes(config, prompt: int, dtype_bytes: int, chunk: int | None = Non
     ``[chunk, prompt]`` mask (and a GQA copy of one layer's cache); a one-forward prefill has no mask.
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> cfg = preset_config("llama2-7b", 131072)
         >>> prefill_bytes(cfg, 131072, 2, chunk=8192) < prefill_bytes(cfg, 131072, 2)
         True
@@ -233,7 +233,7 @@ def plain_generate_estimate(
     the regrowth of one layer's keys per chunk when chunked. ``prompt_tokens`` defaults to ``context``.
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> est = plain_generate_estimate(preset_config("llama2-7b", 4096), 4096, 2)
         >>> est.kv / 2**30, est.prefill_bound
         (2.0, True)
@@ -254,7 +254,7 @@ def plain_generate_bytes(config, context: int, dtype_bytes: int, prefill_chunk: 
     """Peak bytes of plain ``model.generate()`` over ``context`` tokens (:func:`plain_generate_estimate`).
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> round(plain_generate_bytes(preset_config("llama2-7b", 131072), 120000, 2) / 2**30, 1)  # GiB
         82.2
     """
@@ -265,7 +265,7 @@ def triforce_kv_bytes(config, context: int, dtype_bytes: int, triforce_config: T
     """Bytes of the ``RetrievalCache``'s keys and values (``RetrievalCache.kv_nbytes()``). Exact.
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> triforce_kv_bytes(preset_config("llama2-7b", 4096), 1000, 2, TriForceConfig(gamma2=6)) / 2**19
         1008.0
     """
@@ -276,7 +276,7 @@ def summaries_bytes(config, context: int, dtype_bytes: int, triforce_config: Tri
     """Bytes of the chunk summaries: ``capacity // chunk_size + 1`` mean keys per layer and KV head. Exact.
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> summaries_bytes(preset_config("llama2-7b", 4096), 1000, 2, TriForceConfig(chunk_size=8)) / 2**13 / 32
         127.0
     """
@@ -311,7 +311,7 @@ def view_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForce
     cases, else an upper bound (``TriForceStats.view_bytes`` reports the measured size).
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> view_bytes(preset_config("llama2-7b", 4096), 10**5, 2, TriForceConfig(retrieval_budget=4096)) / 2**20
         2056.0
     """
@@ -341,7 +341,7 @@ def draft_cache_bytes(draft_config, dtype_bytes: int, triforce_config: TriForceC
     """Bytes of the level-0 model's StreamingLLM cache: ``draft_cache_budget`` tokens per layer. Exact.
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> draft_cache_bytes(preset_config("draft-68m", 4096), 2, TriForceConfig(draft_cache_budget=256)) / 2**20
         1.5
     """
@@ -352,7 +352,7 @@ def draft_weight_bytes(draft_config, target_config, dtype_bytes: int) -> int:
     """Bytes of the draft model's weights once the benchmark resizes its embeddings to the target's vocabulary.
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> draft, target = preset_config("draft-68m", 4096), preset_config("llama2-7b", 4096)
         >>> draft_weight_bytes(draft, target, 2) == weight_bytes(draft, 2)  # same 32000-token vocabulary
         True
@@ -367,7 +367,7 @@ def draft_bytes(draft_config, target_config, dtype_bytes: int, triforce_config: 
     """Level-0 model: weights, StreamingLLM cache and its largest forward (a window after the sinks).
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> draft, target = preset_config("draft-68m", 4096), preset_config("llama2-7b", 4096)
         >>> 0 < draft_bytes(draft, target, 2, TriForceConfig()) - draft_weight_bytes(draft, target, 2) < 2**30
         True
@@ -395,7 +395,7 @@ def triforce_generate_estimate(
     :func:`_triforce_decode_bytes`; ``draft`` is :func:`draft_bytes` when a draft model's config is given.
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> est = triforce_generate_estimate(preset_config("llama2-7b", 4096), 32768, 2, TriForceConfig())
         >>> round(est.kv / 2**30, 3), round(est.summaries / est.kv, 3)  # the summaries: 1/16 of the cache
         (16.004, 0.063)
@@ -419,7 +419,7 @@ def triforce_generate_bytes(
     """Peak bytes of TriForce ``generate()`` over ``context`` tokens (:func:`triforce_generate_estimate`).
 
     Example:
-        >>> from hf_triforce.evaluation.models.shapes import preset_config
+        >>> from hf_triforce.bench.shapes import preset_config
         >>> cfg, tc = preset_config("llama2-7b", 131072), TriForceConfig(prefill_chunk_size=8192)
         >>> round(triforce_generate_bytes(cfg, 120000, 2, tc) / 2**30, 1)  # GiB
         79.0

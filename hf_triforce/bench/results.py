@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ...stats import upgrade_stats_dicts
+from ..stats import upgrade_stats_dicts
 
 
 def read_results(path: str | os.PathLike[str]) -> dict[str, Any]:

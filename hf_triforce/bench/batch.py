@@ -1,7 +1,7 @@
 """Plain batched ``generate()`` against batched TriForce: decode throughput over the batch, same process.
 
 Each row asks its own question about its own document (the four offline haystacks of
-:mod:`~hf_triforce.evaluation.common.haystacks` in turn, or ``--document`` for every row); the prompts are
+:mod:`~hf_triforce.bench.haystacks` in turn, or ``--document`` for every row); the prompts are
 left-padded into one batch. Both sides are forced to ``new_tokens`` tokens per row (``min_new_tokens``), so every
 row decodes the same number of tokens.
 
@@ -21,17 +21,17 @@ import torch
 from tqdm.auto import tqdm
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from ...config import TriForceConfig
-from ...generation import last_stats
-from ...hf.linears import small_batch_linears
-from ..common.documents import question_prompt, read_document
-from ..common.generate_kwargs import generate_kwargs
-from ..common.haystacks import haystack_text
-from ..common.machine import machine_info
-from ..models.bandwidth import modeled_batch_speedup
-from ..models.memory_fit import H100_BYTES, largest_batch
-from ..models.shapes import preset_config
+from ..config import TriForceConfig
+from ..generation import last_stats
+from ..hf.linears import small_batch_linears
+from .bandwidth import modeled_batch_speedup
+from .documents import question_prompt, read_document
+from .generate_kwargs import generate_kwargs
+from .haystacks import haystack_text
+from .machine import machine_info
+from .memory_fit import H100_BYTES, largest_batch
 from .questions import DEFAULT_QUESTIONS
+from .shapes import preset_config
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def run_batch_benchmark(options, model, tokenizer, configs, command: str = "") -
     """Every ``(prompt length, temperature, config)`` of the sweep on a batch of ``options.batch_size`` rows.
 
     Args:
-        options: the :class:`~hf_triforce.evaluation.bench.run.BenchOptions` (``batch_size``, ``prompt_tokens``,
+        options: the :class:`~hf_triforce.bench.run.BenchOptions` (``batch_size``, ``prompt_tokens``,
             ``temperatures``, ``new_tokens``, ``top_p``, ``seed``, ``document``).
         model: the TriForce-enabled target.
         tokenizer: its tokenizer (a batch of questions needs one).
@@ -200,7 +200,7 @@ ASSUMED_ACCEPTANCE = 0.9  # level-1 per-token acceptance when --real-acceptance 
 def modeled_batch_results(options, command: str = "") -> dict[str, Any]:
     """``--preset P --batch-size N``: the bandwidth model's figures for batches 8-32 (and N) at 32K-128K tokens per
     row, for each budget, with the largest batch that fits one 80 GB GPU (the memory model of
-    :func:`~hf_triforce.evaluation.models.memory_fit.largest_batch`); nothing is run (labelled as modeled)."""
+    :func:`~hf_triforce.bench.memory_fit.largest_batch`); nothing is run (labelled as modeled)."""
     config = preset_config(options.preset, 1)
     dtype_bytes = getattr(torch, options.dtype or "bfloat16").itemsize
     acceptance = options.real_acceptance if isinstance(options.real_acceptance, float) else ASSUMED_ACCEPTANCE

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ...errors import TriForceError
+from ..errors import TriForceError
 
 DEFAULT_QUESTION = (
     "Using only the document above: what is the difference between __getattr__ and __getattribute__, and when "

@@ -1,4 +1,4 @@
-"""Loading the model a demo, benchmark or evaluation runs: the embedded SmolLM2, or a local directory."""
+"""Loading the model the demo or the benchmark runs: the embedded SmolLM2, or a local directory."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from ...errors import TriForceError
-from ..models.shapes import kv_heads
+from ..errors import TriForceError
+from .shapes import kv_heads
 from .smollm2 import SMOLLM2_FACTS, load_smollm2
 
 
@@ -36,7 +36,7 @@ def load_model(
         attn_implementation: attention backend passed to ``from_pretrained``.
         dtype: the weights' dtype (float32 by default).
         from_pretrained: more ``from_pretrained`` arguments (e.g.
-            :func:`hf_triforce.hf.sharding.sharded_loading_kwargs` under ``torchrun``).
+            :func:`hf_triforce.bench.sharding.sharded_loading_kwargs` under ``torchrun``).
 
     Raises:
         ModelLoadError: the path does not exist, holds no model, or the model cannot be loaded; the message
@@ -70,7 +70,7 @@ def check_model_path(path: str) -> None:
         >>> check_model_path("/no/such/model")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        hf_triforce.evaluation.common.loading.ModelLoadError: model path /no/such/model does not exist: ...
+        hf_triforce.bench.loading.ModelLoadError: model path /no/such/model does not exist: ...
     """
     if not Path(path).expanduser().exists():
         raise ModelLoadError(

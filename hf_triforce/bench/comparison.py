@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
-from ...config import TriForceConfig
-from ...generation import enable
-from ...hf.linears import small_batch_linears
-from ...hf.versions import cache_kwargs
-from ..common.divergence import Divergence, first_divergence
+from ..config import TriForceConfig
+from ..generation import enable
+from ..hf.linears import small_batch_linears
+from ..hf.versions import cache_kwargs
+from .divergence import Divergence, first_divergence
 from .plain_baselines import best_plain, measure_plain_decodings
 from .prefix import Prefix
 from .timed_run import WARM_UP_TOKENS, RunResult, measure, peak_rss_bytes, warm_up
@@ -27,7 +27,7 @@ class Comparison:
 
     With several interleaved (plain, TriForce) pairs (``compare(..., repeats=N)``), ``pairs`` holds them all and
     ``plain``/``triforce`` are the pair of median speedup. ``dtype`` is the model's (``compare()`` records it):
-    it bounds a near-tie (:func:`~hf_triforce.evaluation.common.divergence.first_divergence`).
+    it bounds a near-tie (:func:`~hf_triforce.bench.divergence.first_divergence`).
     """
 
     plain: RunResult
