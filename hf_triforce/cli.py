@@ -127,16 +127,6 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         "full-cache forward (the stats report the bytes copied each way: kv_bytes_to_device / kv_bytes_to_host)",
     )  # fmt: skip
     p.add_argument(
-        "--step-selection", action="store_true",
-        help="deprecated, removed in hf_triforce 0.3 (warns): TriForceConfig.step_selection=True: level 1 re-ranks "
-        "its chunks at every forward (needs level 1's direct forward: on CUDA also --cuda-graphs off)",
-    )  # fmt: skip
-    p.add_argument(
-        "--level1-forward", default=None, choices=("auto", "direct", "transformers"),
-        help="deprecated, removed in hf_triforce 0.3 (warns unless auto): TriForceConfig.level1_forward (default: "
-        "the config's, auto)",
-    )  # fmt: skip
-    p.add_argument(
         "--repeats", type=int, default=1, metavar="N",
         help="measure N interleaved (plain, TriForce) pairs per configuration and report the median pair "
         "(the JSON keeps every pair); for timings on a shared machine",
@@ -235,8 +225,6 @@ def _run_bench(args: argparse.Namespace) -> int:
         prefill_chunk_size=args.prefill_chunk_size,
         rescore_candidates=args.rescore_candidates,
         level1_weights=args.level1_weights,
-        level1_forward=args.level1_forward,
-        step_selection=args.step_selection,
         offload_kv=args.offload_kv,
         repeats=args.repeats,
         attn_implementation=args.attn_implementation,

@@ -364,7 +364,8 @@ def draft_weight_bytes(draft_config, target_config, dtype_bytes: int) -> int:
 
 
 def draft_bytes(draft_config, target_config, dtype_bytes: int, triforce_config: TriForceConfig) -> int:
-    """Level-0 model: weights, StreamingLLM cache and its largest forward (a window after the sinks).
+    """Level-0 model: weights, StreamingLLM cache and its largest forward: the window after the sinks, bounded here by
+    ``draft_cache_budget - 1`` new tokens over the whole cache (whatever the number of sinks the cache keeps).
 
     Example:
         >>> from hf_triforce.bench.shapes import preset_config
@@ -373,8 +374,7 @@ def draft_bytes(draft_config, target_config, dtype_bytes: int, triforce_config: 
         True
     """
     tc = triforce_config
-    window = tc.draft_cache_budget - tc.draft_sinks
-    forward = forward_bytes(text_config(draft_config), window, tc.draft_cache_budget, dtype_bytes)
+    forward = forward_bytes(text_config(draft_config), tc.draft_cache_budget - 1, tc.draft_cache_budget, dtype_bytes)
     weights = draft_weight_bytes(draft_config, target_config, dtype_bytes)
     return weights + draft_cache_bytes(draft_config, dtype_bytes, tc) + forward
 

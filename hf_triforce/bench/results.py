@@ -1,8 +1,5 @@
-"""Result files: every result is written and read here, so recorded files all go through one loader.
-
-:func:`read_results` upgrades the stats written by hf_triforce 0.1 (levels ``draft``/``retrieval``, phases
-``draft``/``verify``) to the one vocabulary (``level0``/``level1``, ``level0``/``level2``) with
-:func:`hf_triforce.stats.upgrade_stats_dicts`, so no reader meets the old names.
+"""Result files: the benchmark and the demo write their JSON here; recorded results are read back as they were
+written.
 
 Example:
     >>> path = write_json({"rows": []}, "/tmp/hf_triforce-doctest/results.json")
@@ -18,22 +15,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..stats import upgrade_stats_dicts
-
 
 def read_results(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The JSON result at ``path``, with 0.1 stats keys renamed to the current vocabulary.
+    """The JSON result at ``path``.
 
     Raises:
         OSError: the file cannot be read.
         ValueError: it is not JSON.
-
-    Example:
-        >>> stats = read_results("benchmarks/results/cpu-smollm2-7k.json")["rows"][0]["triforce"]["triforce"]
-        >>> sorted(stats["levels"]), "verify" in stats["phases"]  # doctest: +SKIP
-        (['level0', 'level1'], False)
     """
-    return upgrade_stats_dicts(json.loads(Path(path).read_text()))
+    return json.loads(Path(path).read_text())
 
 
 def write_json(results: Any, path: str | os.PathLike[str], indent: int = 2, strict: bool = False) -> Path:

@@ -82,8 +82,6 @@ class BenchOptions(DocumentQuestion):
     prefill_chunk_size: int | None = None
     rescore_candidates: int | None = None  # TriForceConfig.rescore_candidates (None: the config's default)
     level1_weights: str | None = None  # TriForceConfig.level1_weights (None: the config's default)
-    level1_forward: str | None = None  # TriForceConfig.level1_forward (None: the config's default)
-    step_selection: bool = False  # TriForceConfig.step_selection
     offload_kv: bool = False  # TriForceConfig.offload_kv
     attn_implementation: str = "auto"
     real_acceptance: str | float | None = None
@@ -273,11 +271,11 @@ def _memory_cases(options: BenchOptions) -> list[dict[str, Any]]:
 
 
 def _config(options: BenchOptions, budget: int, drafter: str, tree_budget: int | str = "auto") -> TriForceConfig:
-    names = ("gamma1", "gamma2", "prefill_chunk_size", "rescore_candidates", "level1_weights", "level1_forward")
+    names = ("gamma1", "gamma2", "prefill_chunk_size", "rescore_candidates", "level1_weights")
     extra = {k: getattr(options, k) for k in names if getattr(options, k) is not None}
     return TriForceConfig(
         retrieval_budget=budget, drafter=drafter, cuda_graphs=options.cuda_graphs, adaptive=options.adaptive,
-        step_selection=options.step_selection, offload_kv=options.offload_kv, tree_budget=tree_budget, **extra,
+        offload_kv=options.offload_kv, tree_budget=tree_budget, **extra,
     )  # fmt: skip
 
 
