@@ -106,8 +106,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-chunk-size", type=int, default=None, help="chunked prefill (long prompts)")
     p.add_argument(
         "--real-acceptance", default=None,
-        help="level-1 acceptance for the modeled speedup: a rate, or an eval-drafts JSON (default for --preset: "
-        "benchmarks/results/eval-drafts.json when present)",
+        help="level-1 acceptance for the modeled speedup: a rate, or a recorded eval-drafts JSON (default for "
+        "--preset: benchmarks/results/eval-drafts.json when present)",
     )  # fmt: skip
     p.add_argument(
         "--prompt-lookup", type=int, default=None, metavar="N",

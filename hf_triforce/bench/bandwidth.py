@@ -10,7 +10,8 @@ Example:
     >>> cfg = preset_config("llama2-7b", context=131072)
     >>> kv_bytes_per_token(cfg, 2) / 2**20
     0.5
-    >>> round(step_floor_ms(cfg, 131072, 2, PEAK_BANDWIDTH["H100"]), 1)  # 128K context
+    >>> step_bytes = weight_bytes(cfg, 2) + 131072 * kv_bytes_per_token(cfg, 2)  # a step at 128K
+    >>> round(1e3 * step_bytes / PEAK_BANDWIDTH["H100"], 1)  # ms
     24.5
 """
 
@@ -42,12 +43,6 @@ def weight_bytes(config, dtype_bytes: int) -> int:
     layer = attention + 3 * h * config.intermediate_size + 2 * h
     embeddings = config.vocab_size * h * (1 if config.tie_word_embeddings else 2)
     return dtype_bytes * (config.num_hidden_layers * layer + embeddings + h)
-
-
-def step_floor_ms(config, attended_tokens: int, dtype_bytes: int, bandwidth: float) -> float:
-    """Bandwidth floor of one decoding step attending to ``attended_tokens`` cached tokens, in ms."""
-    total = weight_bytes(config, dtype_bytes) + attended_tokens * kv_bytes_per_token(config, dtype_bytes)
-    return 1e3 * total / bandwidth
 
 
 def expected_tokens(acceptance: float, gamma: int) -> float:

@@ -1,4 +1,4 @@
-"""How numbers are printed in the CLI output, the result tables and the docs' tables: one way each.
+"""How numbers are printed in the CLI output and the result tables: one way each.
 
 ``-`` stands for a figure that does not exist (nothing drafted, no such run, NaN).
 

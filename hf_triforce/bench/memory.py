@@ -250,17 +250,6 @@ def plain_generate_estimate(
     )
 
 
-def plain_generate_bytes(config, context: int, dtype_bytes: int, prefill_chunk: int | None = None) -> int:
-    """Peak bytes of plain ``model.generate()`` over ``context`` tokens (:func:`plain_generate_estimate`).
-
-    Example:
-        >>> from hf_triforce.bench.shapes import preset_config
-        >>> round(plain_generate_bytes(preset_config("llama2-7b", 131072), 120000, 2) / 2**30, 1)  # GiB
-        82.2
-    """
-    return plain_generate_estimate(config, context, dtype_bytes, prefill_chunk).total
-
-
 def triforce_kv_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForceConfig) -> int:
     """Bytes of the ``RetrievalCache``'s keys and values (``RetrievalCache.kv_nbytes()``). Exact.
 
@@ -411,20 +400,6 @@ def triforce_generate_estimate(
         view=views_alive(tc) * view_bytes(config, context, dtype_bytes, tc),
         draft=0 if draft_config is None else draft_bytes(draft_config, config, dtype_bytes, tc),
     )
-
-
-def triforce_generate_bytes(
-    config, context: int, dtype_bytes: int, triforce_config: TriForceConfig, draft_config=None
-) -> int:
-    """Peak bytes of TriForce ``generate()`` over ``context`` tokens (:func:`triforce_generate_estimate`).
-
-    Example:
-        >>> from hf_triforce.bench.shapes import preset_config
-        >>> cfg, tc = preset_config("llama2-7b", 131072), TriForceConfig(prefill_chunk_size=8192)
-        >>> round(triforce_generate_bytes(cfg, 120000, 2, tc) / 2**30, 1)  # GiB
-        79.0
-    """
-    return triforce_generate_estimate(config, context, dtype_bytes, triforce_config, draft_config).total
 
 
 def batch_estimate(estimate: MemoryEstimate, batch: int) -> MemoryEstimate:

@@ -1,9 +1,10 @@
 """Level-1 acceptance measured with a real model on real text, for the modeled speedup of a random-weights run.
 
 A random-weights shape (``--preset``) measures honest step latencies but meaningless acceptance. The
-modeled speedup combines those latencies with the acceptance that ``hf-triforce eval-drafts`` measured
-with the real SmolLM2-135M-Instruct on natural text (``benchmarks/results/eval-drafts.json``), at the
-recorded budget fraction nearest to the run's ``budget / context`` and the same temperature.
+modeled speedup combines those latencies with a given rate, or with the acceptance the real SmolLM2-135M-Instruct
+reached on natural text in a recorded draft-quality result (``benchmarks/results/eval-drafts.json``, written by
+hf_triforce 0.2's ``hf-triforce eval-drafts``, since removed), at the recorded budget fraction nearest to the run's
+``budget / context`` and the same temperature.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def real_acceptance(spec: str | float, budget: int, context: int, temperature: f
     """The level-1 acceptance for a run of ``budget`` tokens over ``context``, from ``spec``.
 
     Args:
-        spec: a rate (used as given) or the path of an ``hf-triforce eval-drafts`` results JSON.
+        spec: a rate (used as given) or the path of a recorded eval-drafts results JSON.
         budget: the run's retrieval budget in tokens.
         context: the run's prompt length in tokens.
         temperature: the run's sampling temperature (the nearest recorded one is used).

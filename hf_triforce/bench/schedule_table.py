@@ -1,5 +1,4 @@
-"""The table of end-to-end times, prompt-lookup decoding and the adaptive schedule's rounds, shared by the bench
-report and the docs' bench pages."""
+"""The bench report's table of end-to-end times, prompt-lookup decoding and the adaptive schedule's rounds."""
 
 from __future__ import annotations
 

@@ -18,11 +18,9 @@ from hf_triforce.bench.memory import (
     GIB,
     draft_cache_bytes,
     logits_bytes,
-    plain_generate_bytes,
     plain_generate_estimate,
     prefill_bytes,
     summaries_bytes,
-    triforce_generate_bytes,
     triforce_generate_estimate,
     triforce_kv_bytes,
     view_bytes,
@@ -73,8 +71,8 @@ def test_exact_terms_are_the_hand_computations():
 @pytest.mark.parametrize("chunk", [None, 8192])
 def test_estimates_grow_with_the_context(name, chunk):
     cfg, tc = _cfg(name), TriForceConfig(retrieval_budget=4096, prefill_chunk_size=chunk)
-    plain = [plain_generate_bytes(cfg, n, BF16, chunk) for n in CONTEXTS]
-    tri = [triforce_generate_bytes(cfg, n, BF16, tc) for n in CONTEXTS]
+    plain = [plain_generate_estimate(cfg, n, BF16, chunk).total for n in CONTEXTS]
+    tri = [triforce_generate_estimate(cfg, n, BF16, tc).total for n in CONTEXTS]
     assert plain == sorted(plain) and tri == sorted(tri)
     assert all(p > weight_bytes(cfg, BF16) for p in plain + tri)
 
@@ -85,7 +83,7 @@ def test_chunked_prefill_lowers_the_estimate_of_a_long_prompt():
         whole = triforce_generate_estimate(cfg, 131072, BF16, TC)
         chunked = triforce_generate_estimate(cfg, 131072, BF16, TriForceConfig(prefill_chunk_size=8192))
         assert chunked.prefill < whole.prefill and chunked.total < whole.total
-        assert plain_generate_bytes(cfg, 131072, BF16, 8192) < plain_generate_bytes(cfg, 131072, BF16)
+        assert plain_generate_estimate(cfg, 131072, BF16, 8192).total < plain_generate_estimate(cfg, 131072, BF16).total
     # A prompt no longer than the chunk is one unmasked forward either way.
     assert prefill_bytes(_cfg("llama2-7b"), 4096, BF16, 8192) == prefill_bytes(_cfg("llama2-7b"), 4096, BF16)
 
@@ -103,7 +101,7 @@ def test_check_fits_names_the_shape_the_sizes_and_the_longest_context():
     longest = longest_context(cfg, BF16, TC, H100_BYTES)
     assert 0 < longest < 131072 and f"longest context that fits is {longest} tokens" in message
     assert "32 layers, hidden 4096, 32 heads / 32 KV heads x 128, intermediate 11008" in message
-    peak = plain_generate_bytes(cfg, 131072, BF16) / GIB
+    peak = plain_generate_estimate(cfg, 131072, BF16).total / GIB
     assert "79.1 GiB" in message and f"{peak:.1f} GiB" in message  # available; the estimate without the margin
     assert isinstance(caught.value, TriForceError) and isinstance(caught.value, ValueError)
 
