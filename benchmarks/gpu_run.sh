@@ -11,7 +11,7 @@
 # generate_batch -- against TriForce, the 8B shape at 32K and 128K and the 7B shape at 32K and the longest that fits,
 # each ms/token beside the bandwidth floor, 64 new tokens: its own call of at most ~12 minutes, unmeasured until a
 # GPU is lent); the gpu-marked tests (Triton kernels vs references, CUDA-graph capture/replay, bf16
-# greedy losslessness); score-ab (the scoring kernels); selection-cost (one re-selection per rescore factor); phase-calls (each refresh timed, rescore_candidates 4 and 0); the llama2-7b MHA shape and the llama3.1-8b GQA shape at long context (plain
+# greedy losslessness); the llama2-7b MHA shape and the llama3.1-8b GQA shape at long context (plain
 # generate() vs TriForce, drafter none, T=0, budget 4K; per-level latencies, floors, modeled speedup with
 # real-text acceptance), the 8B shape again without Triton kernels; the 68M-class level-0 step with CUDA
 # graphs. About 15-20 minutes on an H100: split it over two device calls with STEPS (each call has 10 minutes).
@@ -25,7 +25,7 @@ BUDGET=${BUDGET:-4096}
 PRESET_7B=${PRESET_7B:-llama2-7b}
 PRESET_8B=${PRESET_8B:-llama3.1-8b}
 DRAFT_PRESET=${DRAFT_PRESET:-draft-68m}
-# The 7B MHA shape at 120K needs more than an H100's 80 GB (hf_triforce.evaluation.models.memory_fit): "max" there is the longest
+# The 7B MHA shape at 120K needs more than an H100's 80 GB (hf_triforce.bench.memory_fit): "max" there is the longest
 # context that fits this GPU's free memory, checked before anything is loaded.
 big=$($PY -c "import torch; print(int(torch.cuda.is_available() and torch.cuda.mem_get_info()[1] > 100 * 2**30))")
 CONTEXTS_7B=${CONTEXTS_7B:-$([ "$big" = 1 ] && echo 32k,64k,120000 || echo 32k,64k,max)}
@@ -33,7 +33,7 @@ CONTEXTS_8B=${CONTEXTS_8B:-32k,64k,128k}
 PREFILL_CHUNK=${PREFILL_CHUNK:-8192}
 CUDA_GRAPHS=${CUDA_GRAPHS:-auto}           # TriForceConfig.cuda_graphs: the level-0/1 steps and the verification; "off" if capture fails
 RESULTS=${OUT:-benchmarks/results}
-STEPS=${STEPS:-versions,best-plain,tests,score-ab,selection-cost,7b,8b,8b-int4,8b-rescore0,phase-calls,8b-no-triton,level0,8b-fp32,8b-direct,8b-step-selection}
+STEPS=${STEPS:-versions,best-plain,tests,7b,8b,8b-int4,8b-rescore0,8b-no-triton,level0,8b-fp32}
 CONTEXTS_FP32=${CONTEXTS_FP32:-32k}
 BEST_PLAIN=${BEST_PLAIN:-dynamic,static_compiled,sdpa_flash,flash_attention_2,continuous_batching}
 CONTEXTS_BEST_8B=${CONTEXTS_BEST_8B:-32k,128k}
@@ -60,14 +60,6 @@ want best-plain && bench "$tag-best-plain-$PRESET_8B" --preset "$PRESET_8B" --pr
 want best-plain && bench "$tag-best-plain-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_BEST_7B" \
     --drafters none --plain "$BEST_PLAIN" --new-tokens "${BEST_NEW_TOKENS:-64}"
 want tests && run $PY -m pytest -q -p no:cacheprovider -m gpu tests
-# The chunk-scoring kernel against a candidate with 1/16 of its multiply-adds, and the key-scoring kernel
-# (rescore_candidates) against its torch reference (benchmarks/experiments/score_kernel_ab.py).
-want score-ab && run env $([ "$DEVICE" = cpu ] && echo TRITON_INTERPRET=1) $PY benchmarks/experiments/score_kernel_ab.py \
-    --device "$DEVICE" --output "$RESULTS/$tag-score-kernel-ab.json"  # on a CPU: the correctness check alone
-# One re-selection of every layer per rescore_candidates factor (benchmarks/experiments/selection_cost.py): the 8B shape at 128K
-# on a GPU (17 GB of random keys and values), SmolLM2's at 7K on a CPU.
-want selection-cost && run $PY benchmarks/experiments/selection_cost.py --device "$DEVICE" --output "$RESULTS/$tag-selection-cost.json" \
-    $([ "$DEVICE" = cuda ] && echo --shape llama3.1-8b --tokens 131072 --repeats 10)
 want 7b && bench "$tag-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_7B" --drafters none
 want 8b && bench "$tag-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafters none
 # Level 1 on the int4 copy (issue 55: torch._weight_int4pack_mm, groups of 32, the LM head in bf16), CUDA graphs as
@@ -79,29 +71,17 @@ want 8b-int4 && bench "$tag-$PRESET_8B-int4" --preset "$PRESET_8B" --prompt-toke
 # against the 8b run above (the default, rescore_candidates=4) is what ranking the nominees by their keys costs.
 want 8b-rescore0 && bench "$tag-$PRESET_8B-rescore0" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" \
     --drafters none --rescore-candidates 0
-# Every call of every phase at 128K, the default and rescore_candidates=0 (benchmarks/experiments/phase_calls.py): the spread of
-# the refreshes that a phase's mean hides (the H100 run of 2026-11-28: median 6.1 ms, mean 14.9).
-want phase-calls && run $PY benchmarks/experiments/phase_calls.py --preset "$PRESET_8B" --contexts "${PHASE_CONTEXTS:-131072}" --modes default,mean \
-    --budget "$BUDGET" --device "$DEVICE" --dtype "$DTYPE" --output "$RESULTS/$tag-phase-calls.json"
 # The same without any Triton kernel (retrieval scoring/gather, split-KV verification): what they are worth.
-# Its markdown is dropped (the device returns 8 files at most): hf_triforce.evaluation.bench.report.markdown_table rebuilds it.
+# Its markdown is dropped (the device returns 8 files at most): hf_triforce.bench.report.markdown_table rebuilds it.
 want 8b-no-triton && HF_TRIFORCE_DISABLE_TRITON=1 bench "$tag-$PRESET_8B-no-triton" --preset "$PRESET_8B" \
     --prompt-tokens "$CONTEXTS_8B" --drafters none && rm -f "$RESULTS/$tag-$PRESET_8B-no-triton.md"
 # Level 0: the 68M-class draft model under the 7B shape with CUDA graphs, short context (its step does not
-# depend on it). PNGs are left out (the device returns 8 files at most): `make plots`-style regeneration from the
-# JSON with hf_triforce.evaluation.figures.bench_plot.write_plot.
+# depend on it). PNGs are left out (the device returns 8 files at most): hf_triforce.bench.plot.write_plot draws them
+# from the JSON.
 want level0 && bench "$tag-level0" --preset "$PRESET_7B" --draft-preset "$DRAFT_PRESET" --drafters model \
     --prompt-tokens 16k
 # Lossless at full size: the 8B shape in float32, where greedy output must be identical (in bf16 the bench's
-# "identical" column may say "near-tie at N": hf_triforce.evaluation.common.divergence).
+# "identical" column may say "near-tie at N": hf_triforce.bench.divergence).
 want 8b-fp32 && bench "$tag-$PRESET_8B-fp32" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_FP32" --drafters none \
     --dtype float32
-# The baseline of 8b-step-selection below: the same level-1 direct forward without CUDA graphs, without
-# step_selection, so that the level-1 step's ms of the two runs differ by the re-ranking alone.
-want 8b-direct && bench "$tag-$PRESET_8B-direct" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" \
-    --drafters none --level1-forward direct --cuda-graphs off
-# TriForceConfig.step_selection (issue 18): its per-forward re-ranking ("reselect") against a level-1 step. It needs
-# level 1's direct forward, so no CUDA graphs.
-want 8b-step-selection && bench "$tag-$PRESET_8B-step-selection" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" \
-    --drafters none --step-selection --level1-forward direct --cuda-graphs off
 echo "results in $RESULTS" | tee -a "$LOG"

@@ -8,23 +8,17 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-import torch
-
+from .bench.plain_baselines import DEFAULT_PLAIN
+from .bench.plot import write_plot
+from .bench.prompt_set import BENCH_PROMPTS
+from .bench.rank_figures import end_ranks, is_report_rank
+from .bench.real_acceptance import parse_real_acceptance
+from .bench.report import markdown_table, write_results
+from .bench.run import BenchOptions, run_benchmark
+from .bench.shapes import PRESETS
 from .config import DRAFTERS, LEVEL1_WEIGHTS, TriForceConfig
 from .demo import DEFAULT_REPETITION_PENALTY, DemoOptions, run_demo
 from .errors import TriForceConfigError
-from .evaluation.bench.plain_baselines import DEFAULT_PLAIN
-from .evaluation.bench.rank_figures import end_ranks, is_report_rank
-from .evaluation.bench.real_acceptance import parse_real_acceptance
-from .evaluation.bench.report import markdown_table, write_results
-from .evaluation.bench.run import BenchOptions, run_benchmark
-from .evaluation.common.prompt_set import BENCH_PROMPTS
-from .evaluation.drafts.options import EvalOptions, parse_fractions
-from .evaluation.drafts.report import markdown_report, write_eval_results
-from .evaluation.drafts.run import run_eval_drafts
-from .evaluation.figures.bench_plot import write_plot
-from .evaluation.figures.drafts_plot import write_eval_plot
-from .evaluation.models.shapes import PRESETS
 from .hf.backend import ATTN_CHOICES
 from .hf.plain_decoding import plain_decoding
 
@@ -41,9 +35,6 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_demo(commands.add_parser("demo", help="answer a question about a long document, with and without TriForce"))
     _add_bench(commands.add_parser("bench", help="measure plain generate() vs TriForce on a real model"))
-    _add_eval_drafts(
-        commands.add_parser("eval-drafts", help="level-1/level-0 draft acceptance on real long text and needle tasks")
-    )
     return parser
 
 
@@ -115,8 +106,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-chunk-size", type=int, default=None, help="chunked prefill (long prompts)")
     p.add_argument(
         "--real-acceptance", default=None,
-        help="level-1 acceptance for the modeled speedup: a rate, or an eval-drafts JSON (default for --preset: "
-        "benchmarks/results/eval-drafts.json when present)",
+        help="level-1 acceptance for the modeled speedup: a rate, or a recorded eval-drafts JSON (default for "
+        "--preset: benchmarks/results/eval-drafts.json when present)",
     )  # fmt: skip
     p.add_argument(
         "--prompt-lookup", type=int, default=None, metavar="N",
@@ -134,16 +125,6 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         "--offload-kv", action="store_true",
         help="TriForceConfig.offload_kv=True: the full KV cache in host memory, streamed to the device once per "
         "full-cache forward (the stats report the bytes copied each way: kv_bytes_to_device / kv_bytes_to_host)",
-    )  # fmt: skip
-    p.add_argument(
-        "--step-selection", action="store_true",
-        help="deprecated, removed in hf_triforce 0.3 (warns): TriForceConfig.step_selection=True: level 1 re-ranks "
-        "its chunks at every forward (needs level 1's direct forward: on CUDA also --cuda-graphs off)",
-    )  # fmt: skip
-    p.add_argument(
-        "--level1-forward", default=None, choices=("auto", "direct", "transformers"),
-        help="deprecated, removed in hf_triforce 0.3 (warns unless auto): TriForceConfig.level1_forward (default: "
-        "the config's, auto)",
     )  # fmt: skip
     p.add_argument(
         "--repeats", type=int, default=1, metavar="N",
@@ -189,80 +170,6 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         "under torchrun --nproc-per-node N -m hf_triforce bench --tp N ... (default 1: one process)",
     )  # fmt: skip
     p.set_defaults(func=_run_bench)
-
-
-def _add_eval_drafts(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="local model directory (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--document", default=None, help="UTF-8 text file (default: the Python language reference)")
-    p.add_argument("--context-tokens", type=int, default=4096, help="prompt + continuation tokens (default 4096)")
-    p.add_argument("--new-tokens", type=int, default=64, help="reference continuation length (default 64)")
-    p.add_argument(
-        "--budgets", default="1/16,1/8,1/4", help="budgets as fractions of the context (default 1/16,1/8,1/4)"
-    )
-    p.add_argument("--headline-budget", default="1/8", help="budget of the needle table and ablations (default 1/8)")
-    p.add_argument("--temperatures", default="0,0.6,1.0", help="comma-separated temperatures (default 0,0.6,1.0)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus threshold when sampling (default 1.0: off)")
-    p.add_argument(
-        "--natural-prompts", type=int, default=3,
-        help="natural-continuation prompts (default 3): of the document, or of each --natural-haystacks",
-    )  # fmt: skip
-    p.add_argument(
-        "--natural-haystacks", default="",
-        help="take the natural prompts from these offline texts of other genres instead of the document, "
-        "--natural-prompts of each (comma-separated from changelog, code, guide, reference; default '': the document)",
-    )  # fmt: skip
-    p.add_argument("--needle-depths", default="0.1,0.3,0.5,0.7,0.9", help="needle depths in [0, 1] ('' for none)")
-    p.add_argument(
-        "--copy-tasks",
-        choices=("tune", "heldout"),
-        default=None,
-        help="replace the needle tasks by random copy tasks (prose, identifiers, code, table row) of this split, "
-        "at the needle depths, in haystacks of other genres; 'tune' chose the default policy, 'heldout' reports it",
-    )
-    p.add_argument("--no-ablations", action="store_true", help="skip the selection-policy ablations")
-    p.add_argument("--draft-layers", default="4,15", help="truncated-target level-0 drafts, layers each ('' for none)")
-    p.add_argument("--streaming-sinks", type=int, default=8, help="sink tokens of the StreamingLLM view (default 8)")
-    p.add_argument("--no-end-to-end", action="store_true", help="skip the end-to-end generate() runs")
-    p.add_argument("--e2e-context-tokens", type=int, default=2048, help="end-to-end context (default 2048)")
-    p.add_argument("--e2e-new-tokens", type=int, default=64, help="end-to-end new tokens (default 64)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--output", default=None, help="write results as JSON (+ .md report and .png figure beside it)")
-    p.add_argument("--debug", action="store_true", help="show full tracebacks and debug logging")
-    p.set_defaults(func=_run_eval_drafts)
-
-
-def _run_eval_drafts(args: argparse.Namespace) -> int:
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    options = EvalOptions(
-        model=args.model,
-        document=args.document,
-        context_tokens=args.context_tokens,
-        new_tokens=args.new_tokens,
-        budget_fractions=parse_fractions(args.budgets),
-        headline_fraction=parse_fractions(args.headline_budget)[0],
-        temperatures=parse_fractions(args.temperatures),
-        top_p=args.top_p,
-        natural_prompts=args.natural_prompts,
-        natural_haystacks=[name.strip() for name in args.natural_haystacks.split(",") if name.strip()],
-        needle_depths=parse_fractions(args.needle_depths),
-        copy_split=args.copy_tasks,
-        ablations=not args.no_ablations,
-        draft_layers=_ints(args.draft_layers) if args.draft_layers.strip() else [],
-        streaming_sinks=args.streaming_sinks,
-        end_to_end=not args.no_end_to_end,
-        e2e_context_tokens=args.e2e_context_tokens,
-        e2e_new_tokens=args.e2e_new_tokens,
-        seed=args.seed,
-    )
-    results = run_eval_drafts(options, command="hf-triforce " + shlex.join(sys.argv[1:]))
-    print(markdown_report(results))
-    if args.output:
-        json_path, md_path = write_eval_results(results, args.output)
-        for path in (json_path, md_path, write_eval_plot(results, json_path.with_suffix(".png"))):
-            print(f"wrote {path}")
-    return 0
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -318,8 +225,6 @@ def _run_bench(args: argparse.Namespace) -> int:
         prefill_chunk_size=args.prefill_chunk_size,
         rescore_candidates=args.rescore_candidates,
         level1_weights=args.level1_weights,
-        level1_forward=args.level1_forward,
-        step_selection=args.step_selection,
         offload_kv=args.offload_kv,
         repeats=args.repeats,
         attn_implementation=args.attn_implementation,
@@ -357,8 +262,18 @@ def _lengths(text: str) -> list[int | str]:
 
 
 def _temperatures(text: str) -> list[float]:
-    """``"0,0.6"`` -> ``[0.0, 0.6]`` (:func:`parse_fractions`, as eval-drafts parses its own); none is an error."""
-    values = parse_fractions(text)
+    """``"0,0.6"`` -> ``[0.0, 0.6]``; none, or one that is not a number, is an error.
+
+    Example:
+        >>> _temperatures("0, 0.6")
+        [0.0, 0.6]
+    """
+    values = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        try:
+            values.append(float(item))
+        except ValueError:
+            raise TriForceConfigError(f"temperature {item!r} is not a number.") from None
     if not values:
         raise TriForceConfigError(f"temperatures {text!r}: give comma-separated numbers, e.g. 0,0.6.")
     return values

@@ -8,12 +8,8 @@ from dataclasses import asdict, dataclass
 
 from transformers import TextStreamer
 
-from .config import TriForceConfig
-from .errors import TriForceConfigError
-from .evaluation.bench.comparison import Comparison
-from .evaluation.bench.questions import DEFAULT_QUESTIONS, QuestionsResult, ask_questions
-from .evaluation.bench.timed_run import measure, peak_rss_bytes, warm_up
-from .evaluation.common.documents import (
+from .bench.comparison import Comparison
+from .bench.documents import (
     DEFAULT_DOCUMENT_TOKENS,
     DEFAULT_QUESTION,
     DocumentError,
@@ -21,13 +17,17 @@ from .evaluation.common.documents import (
     question_prompt,
     read_document,
 )
-from .evaluation.common.formatting import acceptance_rate, mib, number, per_token_acceptance
-from .evaluation.common.generate_kwargs import generate_kwargs
-from .evaluation.common.loading import load_model
-from .evaluation.common.machine import machine_info
-from .evaluation.common.prompt_set import BENCH_PROMPTS, BenchPrompt, bench_prompt, user_prompt
-from .evaluation.common.repetition import DEFAULT_REPETITION_PENALTY, LOOP_FRACTION, LOOP_NGRAM, repeated_fraction
-from .evaluation.common.results import write_json
+from .bench.formatting import acceptance_rate, mib, number, per_token_acceptance
+from .bench.generate_kwargs import generate_kwargs
+from .bench.loading import load_model
+from .bench.machine import machine_info
+from .bench.prompt_set import BENCH_PROMPTS, BenchPrompt, bench_prompt, user_prompt
+from .bench.questions import DEFAULT_QUESTIONS, QuestionsResult, ask_questions
+from .bench.repetition import DEFAULT_REPETITION_PENALTY, LOOP_FRACTION, LOOP_NGRAM, repeated_fraction
+from .bench.results import write_json
+from .bench.timed_run import measure, peak_rss_bytes, warm_up
+from .config import TriForceConfig
+from .errors import TriForceConfigError
 from .generation import enable
 from .hf.model import context_limit
 from .hf.processors import answer_repetition_penalty, custom_processor_replaces_builtin
@@ -48,7 +48,7 @@ class DemoOptions(DocumentQuestion):
             1.0 for none. A small model's long answers otherwise drift into a loop.
         output: a JSON file for the figures (with the machine record), or None.
         prompt: one of the bench's documents and questions by name
-            (:data:`~hf_triforce.evaluation.common.prompt_set.BENCH_PROMPTS`: prose, reference, code, guide,
+            (:data:`~hf_triforce.bench.prompt_set.BENCH_PROMPTS`: prose, reference, code, guide,
             changelog, table, transcript) instead of ``document``/``question``; None: those (by default the Python
             language reference and the ``__getattr__`` question).
     """

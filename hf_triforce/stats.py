@@ -28,8 +28,7 @@ class LevelStats:
     """Drafted, accepted and rejected counts for one verification level, and two acceptance figures.
 
     * :attr:`acceptance_rate`, the round rate ``accepted / drafted``: the share of drafted tokens kept. Drafts after
-      a round's first rejection count as not accepted; ``refresh_below_acceptance`` and ``draft_acceptance_floor``
-      compare against it.
+      a round's first rejection count as not accepted.
     * :attr:`per_token_acceptance`, ``alpha``: the probability that a drafted token is accepted given that every
       earlier draft of its round was, the figure the speculative-decoding and TriForce papers report.
 

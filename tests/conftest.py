@@ -31,6 +31,6 @@ def smollm2():
     The first run on a machine converts the embedded GGUF to a safetensors cache (about 20 s).
     Tests must not leave the shared model modified.
     """
-    from hf_triforce.evaluation.common.smollm2 import load_smollm2
+    from hf_triforce.bench.smollm2 import load_smollm2
 
     return load_smollm2()

@@ -8,8 +8,7 @@
 * :mod:`.model`: supported families and what is read off a model (layers, rotary embedding, vocabulary);
 * :mod:`.generate`: the hook into ``generate()`` (``custom_generate``), its outputs and stop strings;
 * :mod:`.linears`: the CPU few-row linear patch; :mod:`.progress`: prefill progress bars (and silencing them);
-* :mod:`.distributed`: a tensor-parallel model's process group, and rank 0's decisions broadcast to every rank;
-* :mod:`.sharding`: asking for a tensor-parallel model (``DistributedConfig(tp_plan="auto")``), a rank's shards.
+* :mod:`.distributed`: a tensor-parallel model's process group, and rank 0's decisions broadcast to every rank.
 
 The rest of hf_triforce uses transformers' public API only (``Cache``, ``CacheLayerMixin``, logits processors,
 stopping criteria); import-linter checks that nothing outside this package imports its private modules.

@@ -1,9 +1,7 @@
-"""What hf_triforce reads off a transformers model: its family, attention setup, layers, rotary embedding; and
-the one place that rewires a model's modules (the truncated-layer draft of the draft-quality evaluation)."""
+"""What hf_triforce reads off a transformers model: its family, attention setup, layers, rotary embedding."""
 
 from __future__ import annotations
 
-import copy
 import sys
 
 import torch
@@ -222,49 +220,3 @@ def kv_shape(model: torch.nn.Module) -> tuple[int, int]:
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     return kv_heads // tensor_parallel_size(model), head_dim
-
-
-def truncated_model(model: torch.nn.Module, num_layers: int) -> torch.nn.Module:
-    """A draft model made of ``model``'s first ``num_layers`` layers, final norm and LM head (shared weights).
-
-    The draft is a new instance of ``model``'s class, built on the meta device and then given ``model``'s own
-    embedding, rotary embedding, first decoder layers, final norm and LM head (no weight is copied): an
-    "early exit" of the target, in eval mode, with a copy of its generation config.
-
-    Args:
-        model: a Llama-style causal LM (``model.model.layers``, ``.norm``, ``.embed_tokens``, ``.rotary_emb``).
-        num_layers: decoder layers kept (``1 <= num_layers <=`` the model's).
-
-    Raises:
-        UnsupportedModelError: the model does not have that layout, or ``num_layers`` is out of range.
-
-    Example:
-        >>> draft = truncated_model(model, 4)  # doctest: +SKIP
-        >>> draft.config.num_hidden_layers, draft.lm_head is model.lm_head  # doctest: +SKIP
-        (4, True)
-    """
-    inner = getattr(model, "model", None)
-    parts = ("layers", "norm", "embed_tokens", "rotary_emb")
-    if inner is None or not all(hasattr(inner, p) for p in parts) or not hasattr(model, "lm_head"):
-        raise UnsupportedModelError(
-            f"{type(model).__name__} is not a Llama-style causal LM (model.layers, norm, embed_tokens, rotary_emb, "
-            "lm_head): a truncated-layer draft cannot be built from it; pass --draft-layers 0 to skip it."
-        )
-    total = len(inner.layers)
-    if not 1 <= num_layers <= total:
-        raise UnsupportedModelError(f"draft layers must be in [1, {total}], got {num_layers}.")
-    config = copy.deepcopy(model.config)
-    config.num_hidden_layers = num_layers
-    if getattr(config, "layer_types", None):
-        config.layer_types = config.layer_types[:num_layers]
-    with torch.device("meta"):
-        draft = type(model)(config)
-    draft.model.embed_tokens, draft.model.norm = inner.embed_tokens, inner.norm
-    draft.model.rotary_emb = inner.rotary_emb
-    draft.model.layers = torch.nn.ModuleList(inner.layers[:num_layers])
-    draft.lm_head = model.lm_head
-    left = [name for name, t in (*draft.named_parameters(), *draft.named_buffers()) if t.is_meta]
-    if left:
-        raise UnsupportedModelError(f"truncated draft of {type(model).__name__} has unshared tensors {left[:3]}.")
-    draft.generation_config = copy.deepcopy(model.generation_config)
-    return draft.eval()

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hf_triforce import TriForceConfig
-from hf_triforce.evaluation.common.divergence import first_divergence
+from hf_triforce.bench.divergence import first_divergence
 
 pytestmark = pytest.mark.integration
 

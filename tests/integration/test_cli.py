@@ -21,11 +21,11 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from hf_triforce.bench.bandwidth import modeled_speedup
+from hf_triforce.bench.documents import DocumentError, question_prompt, read_document
+from hf_triforce.bench.loading import ModelLoadError
+from hf_triforce.bench.plain_baselines import DEFAULT_PLAIN
 from hf_triforce.cli import main
-from hf_triforce.evaluation.bench.plain_baselines import DEFAULT_PLAIN
-from hf_triforce.evaluation.common.documents import DocumentError, question_prompt, read_document
-from hf_triforce.evaluation.common.loading import ModelLoadError
-from hf_triforce.evaluation.models.bandwidth import modeled_speedup
 
 pytestmark = pytest.mark.integration
 
@@ -320,28 +320,22 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_bench_step_selection_passes_its_options_and_records_the_re_ranking(tmp_path):
-    out = tmp_path / "step.json"
+def test_bench_passes_its_config_options_to_every_triforce_call(tmp_path):
+    out = tmp_path / "options.json"
     argv = ["bench", "--preset", "tiny", "--prompt-tokens", "1k", "--temperatures", "0", "--budgets", "128"]
-    argv += [
-        "--new-tokens",
-        "12",
-        "--drafters",
-        "none",
-        "--step-selection",
-        "--level1-forward",
-        "direct",
-        "--plain",
-        "dynamic",
-    ]
-    with pytest.warns(FutureWarning, match="step_selection|level1_forward"):  # both deprecated, removed in 0.3
-        assert main(argv + ["--cuda-graphs", "off", "--output", str(out)]) == 0
+    argv += ["--new-tokens", "12", "--drafters", "none", "--plain", "dynamic", "--cuda-graphs", "off"]
+    argv += ["--rescore-candidates", "0", "--no-adaptive", "--gamma2", "3", "--tree-budgets", "0"]
+    assert main(argv + ["--output", str(out)]) == 0
     row = json.loads(out.read_text())["rows"][0]
-    assert row["config"]["step_selection"] is True and row["config"]["level1_forward"] == "direct"
-    stats = row["triforce"]["triforce"]
-    assert stats["step_selection"] is True and stats["phases"]["reselect"]["calls"] > 0
+    config = row["config"]
+    assert (config["rescore_candidates"], config["adaptive"], config["gamma2"], config["tree_budget"]) == (
+        0,
+        False,
+        3,
+        0,
+    )
+    assert row["tree_budget"] == 0 and row["triforce"]["triforce"]["levels"]["level1"]["drafted"] > 0
     assert row["identical_output"] is True and row["divergence"] is None
-    assert "| yes |" in out.with_suffix(".md").read_text()
 
 
 def test_bench_repeats_interleaves_pairs_and_reports_the_median(capsys, tmp_path, model_dir, document):
@@ -426,7 +420,7 @@ def no_loading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the --tp launch was checked")
 
-    monkeypatch.setattr("hf_triforce.evaluation.bench.run.load_model", refuse)
+    monkeypatch.setattr("hf_triforce.bench.run.load_model", refuse)
 
 
 def test_bench_tp_outside_torchrun_names_the_command(capsys, monkeypatch, model_dir, no_loading):

@@ -15,9 +15,9 @@ import torch
 
 import hf_triforce
 from hf_triforce import TriForceConfig
+from hf_triforce.bench.divergence import first_divergence
 from hf_triforce.caches.retrieval import RetrievalCache
 from hf_triforce.caches.static_view import StaticRetrievalView
-from hf_triforce.evaluation.common.divergence import first_divergence
 from hf_triforce.hf.versions import cache_kwargs
 from hf_triforce.hierarchy import static_steps
 
@@ -127,7 +127,7 @@ def test_bfloat16_greedy_equals_plain_generate(model_factory, make_prompt, draft
       disables cuBLAS's reduced-precision bf16 reductions (``allow_bf16_reduced_precision_reduction``),
       uses a model whose logits are well separated (``initializer_range`` 0.15, see the integration
       conftest), and requires identical token ids. If they differ, it passes only when the first
-      differing position is a near-tie by :func:`hf_triforce.evaluation.common.divergence.first_divergence`:
+      differing position is a near-tie by :func:`hf_triforce.bench.divergence.first_divergence`:
       both paths' top-2 gaps there are at most twice the largest logits difference the two paths had over
       the positions before it, where they agreed, and at most ``NEAR_TIE_ULPS`` (16) bf16 units in the last
       place at those logits (``gap_cap``; a warning names the position). Any other difference fails.

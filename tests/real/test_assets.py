@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_triforce.evaluation.common.documents import python_reference_text
-from hf_triforce.evaluation.common.smollm2 import SMOLLM2_GGUF_NAME, smollm2_gguf_path
+from hf_triforce.bench.documents import python_reference_text
+from hf_triforce.bench.smollm2 import SMOLLM2_GGUF_NAME, smollm2_gguf_path
 
 pytestmark = pytest.mark.real
 
@@ -69,7 +69,7 @@ def test_python_reference_text() -> None:
 @pytest.mark.parametrize("reserve", [1, 64, 128])
 def test_question_prompt_fits_the_context(smollm2, reserve) -> None:
     """Cutting the document and re-tokenizing it can add tokens; the prompt must still leave ``reserve`` free."""
-    from hf_triforce.evaluation.common.documents import question_prompt
+    from hf_triforce.bench.documents import question_prompt
 
     model, tokenizer = smollm2
     limit = model.config.max_position_embeddings

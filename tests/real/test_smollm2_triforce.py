@@ -11,8 +11,8 @@ import torch
 
 import hf_triforce
 from hf_triforce import TriForceConfig
-from hf_triforce.evaluation.common.chat import Chat
-from hf_triforce.evaluation.common.documents import python_reference_text
+from hf_triforce.bench.documents import python_reference_text
+from tests.support.chat import Chat
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 

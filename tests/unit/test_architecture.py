@@ -51,5 +51,5 @@ def test_layers_name_every_core_package():
 
 def test_core_packages_import_on_their_own():
     """Each layer imports without the package's __init__ having imported the layers above it first."""
-    for name in ("kernels", "sampling", "caches", "hierarchy", "generation", "hf"):
+    for name in ("kernels", "sampling", "caches", "hierarchy", "generation", "hf", "bench"):
         assert importlib.import_module(f"hf_triforce.{name}")

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from hf_triforce import TriForceConfig
-from hf_triforce.evaluation.models.bandwidth import expected_tokens, modeled_batch_speedup
-from hf_triforce.evaluation.models.memory import MemoryEstimate, batch_estimate
-from hf_triforce.evaluation.models.memory_fit import (
+from hf_triforce.bench.bandwidth import expected_tokens, modeled_batch_speedup
+from hf_triforce.bench.memory import MemoryEstimate, batch_estimate
+from hf_triforce.bench.memory_fit import (
     H100_BYTES,
     MemoryBudgetError,
     check_batch_fits,
     largest_batch,
     required_bytes,
 )
-from hf_triforce.evaluation.models.shapes import preset_config
+from hf_triforce.bench.shapes import preset_config
 
 pytestmark = pytest.mark.unit
 

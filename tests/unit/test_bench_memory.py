@@ -1,4 +1,4 @@
-"""The GPU benchmark's memory model (hf_triforce.evaluation.models.memory): exact terms, monotonicity, the fit check."""
+"""The GPU benchmark's memory model (hf_triforce.bench.memory): exact terms, monotonicity, the fit check."""
 
 from __future__ import annotations
 
@@ -13,31 +13,29 @@ from transformers.integrations.sdpa_attention import use_gqa_in_sdpa
 from transformers.masking_utils import sdpa_mask
 
 import hf_triforce
-from hf_triforce.caches import RetrievalCache
-from hf_triforce.config import TriForceConfig
-from hf_triforce.errors import TriForceError
-from hf_triforce.evaluation.models.bandwidth import weight_bytes
-from hf_triforce.evaluation.models.memory import (
+from hf_triforce.bench.bandwidth import weight_bytes
+from hf_triforce.bench.memory import (
     GIB,
     draft_cache_bytes,
     logits_bytes,
-    plain_generate_bytes,
     plain_generate_estimate,
     prefill_bytes,
     summaries_bytes,
-    triforce_generate_bytes,
     triforce_generate_estimate,
     triforce_kv_bytes,
     view_bytes,
 )
-from hf_triforce.evaluation.models.memory_fit import (
+from hf_triforce.bench.memory_fit import (
     H100_BYTES,
     MemoryBudgetError,
     check_fits,
     longest_context,
     required_bytes,
 )
-from hf_triforce.evaluation.models.shapes import preset_config, random_model
+from hf_triforce.bench.shapes import preset_config, random_model
+from hf_triforce.caches import RetrievalCache
+from hf_triforce.config import TriForceConfig
+from hf_triforce.errors import TriForceError
 from hf_triforce.hf.versions import cache_kwargs, output_cache
 
 pytestmark = pytest.mark.unit
@@ -73,8 +71,8 @@ def test_exact_terms_are_the_hand_computations():
 @pytest.mark.parametrize("chunk", [None, 8192])
 def test_estimates_grow_with_the_context(name, chunk):
     cfg, tc = _cfg(name), TriForceConfig(retrieval_budget=4096, prefill_chunk_size=chunk)
-    plain = [plain_generate_bytes(cfg, n, BF16, chunk) for n in CONTEXTS]
-    tri = [triforce_generate_bytes(cfg, n, BF16, tc) for n in CONTEXTS]
+    plain = [plain_generate_estimate(cfg, n, BF16, chunk).total for n in CONTEXTS]
+    tri = [triforce_generate_estimate(cfg, n, BF16, tc).total for n in CONTEXTS]
     assert plain == sorted(plain) and tri == sorted(tri)
     assert all(p > weight_bytes(cfg, BF16) for p in plain + tri)
 
@@ -85,7 +83,7 @@ def test_chunked_prefill_lowers_the_estimate_of_a_long_prompt():
         whole = triforce_generate_estimate(cfg, 131072, BF16, TC)
         chunked = triforce_generate_estimate(cfg, 131072, BF16, TriForceConfig(prefill_chunk_size=8192))
         assert chunked.prefill < whole.prefill and chunked.total < whole.total
-        assert plain_generate_bytes(cfg, 131072, BF16, 8192) < plain_generate_bytes(cfg, 131072, BF16)
+        assert plain_generate_estimate(cfg, 131072, BF16, 8192).total < plain_generate_estimate(cfg, 131072, BF16).total
     # A prompt no longer than the chunk is one unmasked forward either way.
     assert prefill_bytes(_cfg("llama2-7b"), 4096, BF16, 8192) == prefill_bytes(_cfg("llama2-7b"), 4096, BF16)
 
@@ -103,7 +101,7 @@ def test_check_fits_names_the_shape_the_sizes_and_the_longest_context():
     longest = longest_context(cfg, BF16, TC, H100_BYTES)
     assert 0 < longest < 131072 and f"longest context that fits is {longest} tokens" in message
     assert "32 layers, hidden 4096, 32 heads / 32 KV heads x 128, intermediate 11008" in message
-    peak = plain_generate_bytes(cfg, 131072, BF16) / GIB
+    peak = plain_generate_estimate(cfg, 131072, BF16).total / GIB
     assert "79.1 GiB" in message and f"{peak:.1f} GiB" in message  # available; the estimate without the margin
     assert isinstance(caught.value, TriForceError) and isinstance(caught.value, ValueError)
 
@@ -263,7 +261,7 @@ def gpu_with_free(monkeypatch):
 
 
 def _bench_options(**kw):
-    from hf_triforce.evaluation.bench.run import BenchOptions
+    from hf_triforce.bench.run import BenchOptions
 
     base = dict(preset="llama2-7b", device="cuda", dtype="bfloat16", temperatures=[0.0], budgets=[4096],
                 drafters=["none"], new_tokens=128)  # fmt: skip
@@ -271,7 +269,7 @@ def _bench_options(**kw):
 
 
 def test_bench_resolves_max_to_the_longest_prompt_that_fits(gpu_with_free):
-    from hf_triforce.evaluation.bench.run import _checked_prompt_lengths
+    from hf_triforce.bench.run import _checked_prompt_lengths
 
     gpu_with_free(H100_BYTES)
     lengths = _checked_prompt_lengths(_bench_options(prompt_tokens=[32768, "max"]))
@@ -280,7 +278,7 @@ def test_bench_resolves_max_to_the_longest_prompt_that_fits(gpu_with_free):
 
 
 def test_bench_refuses_a_prompt_that_does_not_fit_before_loading_anything(gpu_with_free):
-    from hf_triforce.evaluation.bench.run import BenchOptions, run_benchmark
+    from hf_triforce.bench.run import BenchOptions, run_benchmark
 
     gpu_with_free(40 * GIB)
     with pytest.raises(MemoryBudgetError, match="The longest context that fits is"):
@@ -290,7 +288,7 @@ def test_bench_refuses_a_prompt_that_does_not_fit_before_loading_anything(gpu_wi
 
 
 def test_a_static_view_kept_from_an_earlier_call_counts_in_the_plain_run():
-    from hf_triforce.evaluation.models.memory_fit import _estimates
+    from hf_triforce.bench.memory_fit import _estimates
 
     cfg = preset_config("llama3.1-8b", 1)
     dynamic, static = TriForceConfig(retrieval_budget=4096), TriForceConfig(retrieval_budget=4096, cuda_graphs=True)

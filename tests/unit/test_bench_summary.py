@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hf_triforce.evaluation.bench.headline import headline_section
-from hf_triforce.evaluation.bench.report import _floors, _modeled_ms_per_token
-from hf_triforce.evaluation.bench.summary import attach_floors, summarize
-from hf_triforce.evaluation.common.repetition import loops
+from hf_triforce.bench.headline import headline_section
+from hf_triforce.bench.repetition import loops
+from hf_triforce.bench.report import _floors, _modeled_ms_per_token
+from hf_triforce.bench.summary import attach_floors, summarize
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from transformers import RepetitionPenaltyLogitsProcessor
 
-from hf_triforce.evaluation.common.repetition import repeated_fraction
+from hf_triforce.bench.repetition import repeated_fraction
 from hf_triforce.hf.processors import answer_repetition_penalty, custom_processor_replaces_builtin
 
 pytestmark = pytest.mark.unit

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from hf_triforce.evaluation.bench.comparison import Comparison
-from hf_triforce.evaluation.bench.timed_run import RunResult
-from hf_triforce.evaluation.common.divergence import NEAR_TIE_ULPS, first_divergence, identical_cell, logit_ulp
+from hf_triforce.bench.comparison import Comparison
+from hf_triforce.bench.divergence import NEAR_TIE_ULPS, first_divergence, identical_cell, logit_ulp
+from hf_triforce.bench.timed_run import RunResult
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
-from hf_triforce.evaluation.bench.plain_baselines import best_plain
-from hf_triforce.evaluation.bench.timed_run import RunResult
+from hf_triforce.bench.plain_baselines import best_plain
+from hf_triforce.bench.timed_run import RunResult
 from hf_triforce.hf.plain_decoding import (
     PLAIN_DECODINGS,
     PlainDecodingUnavailable,

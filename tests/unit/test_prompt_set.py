@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hf_triforce.evaluation.common.documents import DocumentError
-from hf_triforce.evaluation.common.prompt_set import BENCH_PROMPTS, bench_prompt, prompt_record, user_prompt
+from hf_triforce.bench.documents import DocumentError
+from hf_triforce.bench.prompt_set import BENCH_PROMPTS, bench_prompt, prompt_record, user_prompt
 
 pytestmark = pytest.mark.unit
 

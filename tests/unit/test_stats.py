@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hf_triforce import TriForceStats
-from hf_triforce.evaluation.common.formatting import acceptances, per_token_acceptance, phase_cell
+from hf_triforce.bench.formatting import acceptances, per_token_acceptance, phase_cell
 from hf_triforce.stats import LevelStats, PhaseTimes
 
 pytestmark = pytest.mark.unit

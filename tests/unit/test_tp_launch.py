@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch.distributed as dist
 
-from hf_triforce.evaluation.bench.rank_figures import (
+from hf_triforce.bench.rank_figures import (
     attach_rank_figures,
     end_ranks,
     gather_rank_figures,
     same_text,
 )
-from hf_triforce.evaluation.bench.rank_report import rank_section
-from hf_triforce.evaluation.bench.tp_launch import (
+from hf_triforce.bench.rank_report import rank_section
+from hf_triforce.bench.tp_launch import (
     TensorParallelLaunchError,
     check_kv_heads,
     check_launch,
