@@ -1,16 +1,9 @@
 """Exact verification rules for speculative decoding (pure functions, no model).
 
-Every level of the TriForce hierarchy verifies the level below it with the same rule
-(Leviathan et al. 2023, Chen et al. 2023):
-
-* a drafted token ``x`` drawn from the draft distribution ``q`` is accepted with probability
-  ``min(1, p(x) / q(x))``, where ``p`` is the verifier's distribution;
-* on the first rejection the next token is drawn from the residual ``norm(max(p - q, 0))``;
-* when every draft is accepted, a bonus token is drawn from the verifier's next distribution.
-
-The output then has exactly the verifier's distribution ``p`` whatever ``q`` is. A deterministic
-drafter (n-gram lookup) is a one-hot ``q`` and is passed as ``draft_probs=None``. Greedy decoding
-is token matching against the verifier's argmax.
+Every level verifies the one below (Leviathan et al. 2023, Chen et al. 2023): a draft ``x ~ q`` is accepted with
+probability ``min(1, p(x) / q(x))``; the first rejection resamples from ``norm(max(p - q, 0))``; if all are accepted a
+bonus token comes from ``p``. The output has exactly the verifier's distribution ``p``. A deterministic drafter is a
+one-hot ``q`` (``draft_probs=None``); greedy decoding matches the verifier's argmax.
 """
 
 from __future__ import annotations
@@ -32,20 +25,11 @@ __all__ = [
 def acceptance_probability(
     target_probs: torch.Tensor, draft_probs: torch.Tensor | None, tokens: torch.Tensor
 ) -> torch.Tensor:
-    """Probability ``min(1, p(x) / q(x))`` of accepting each drafted token.
+    """``[k]`` probabilities ``min(1, p(x) / q(x))`` of accepting drafted ``tokens`` ``[k]``.
 
-    Args:
-        target_probs: ``[k, V]`` verifier distributions ``p`` at the drafted positions.
-        draft_probs: ``[k, V]`` draft distributions ``q``, or ``None`` for a deterministic (one-hot) drafter.
-        tokens: ``[k]`` drafted token ids.
-
-    Returns:
-        ``[k]`` acceptance probabilities in ``[0, 1]``.
-
-    A drafted token with ``q(x) == 0`` cannot have been drawn from ``q`` (it can only come from an
-    inconsistent drafter or processed ``q``). It is verified as a one-hot draft, accepted with
-    probability ``p(x)``, the only rule whose output is exactly ``p`` given ``x`` (accepting it
-    outright would emit tokens with ``p(x) == 0``). :func:`residual_distribution` does the same.
+    ``target_probs``, ``draft_probs``: ``[k, V]``; ``draft_probs=None`` for a one-hot drafter. A token with
+    ``q(x) == 0`` cannot come from ``q``: it is verified as a one-hot draft (accepted with probability ``p(x)``, the
+    only rule that keeps the output exactly ``p``), as in :func:`residual_distribution`.
 
     Example:
         >>> p = torch.tensor([[0.5, 0.5]]); q = torch.tensor([[0.25, 0.75]])
@@ -63,17 +47,10 @@ def acceptance_probability(
 def residual_distribution(
     target_probs: torch.Tensor, draft_probs: torch.Tensor | None, token: int | None = None
 ) -> torch.Tensor:
-    """The distribution ``norm(max(p - q, 0))`` to resample from after a rejection.
+    """The distribution ``norm(max(p - q, 0))`` ``[V]`` to resample from after a rejection (``p`` if ``p == q``).
 
-    Args:
-        target_probs: ``[V]`` verifier distribution ``p``.
-        draft_probs: ``[V]`` draft distribution ``q``, or ``None`` for a one-hot draft at ``token``.
-        token: the rejected token; required when ``draft_probs`` is ``None``. When given and
-            ``draft_probs[token] == 0``, the draft is treated as one-hot at ``token`` (see
-            :func:`acceptance_probability`).
-
-    Returns:
-        ``[V]`` probabilities summing to 1. When ``p == q`` (rejection has probability zero) ``p`` is returned.
+    ``draft_probs`` ``None``, or zero at ``token``, means a one-hot draft at the rejected ``token``; raises
+    ``ValueError`` if ``draft_probs`` is ``None`` without a ``token``.
 
     Example:
         >>> residual_distribution(torch.tensor([0.5, 0.5]), torch.tensor([0.25, 0.75]))
@@ -94,15 +71,9 @@ def residual_distribution(
 
 
 def verify_greedy(draft_tokens: torch.Tensor, target_scores: torch.Tensor) -> tuple[int, int]:
-    """Greedy verification: accept drafts while they equal the verifier's argmax.
+    """Greedy verification: accept drafts ``[k]`` while they equal the argmax of ``target_scores`` ``[k + 1, V]``.
 
-    Args:
-        draft_tokens: ``[k]`` drafted token ids.
-        target_scores: ``[k + 1, V]`` processed verifier scores (logits after the logits processors).
-
-    Returns:
-        ``(n_accepted, next_token)``: the number of leading drafts accepted and the verifier's token
-        that follows them (the correction at the first mismatch, or the bonus token).
+    Returns ``(n_accepted, next_token)``: the verifier's token after the accepted drafts (the correction or the bonus).
 
     Example:
         >>> verify_greedy(torch.tensor([1, 0]), torch.tensor([[0.0, 1.0], [0.0, 1.0], [1.0, 0.0]]))
@@ -123,15 +94,9 @@ def verify_sampled(
 ) -> tuple[int, int]:
     """Exact speculative sampling: the returned tokens have exactly the verifier's distribution.
 
-    Args:
-        draft_tokens: ``[k]`` drafted token ids.
-        draft_probs: ``[k, V]`` draft distributions, or ``None`` for a deterministic drafter.
-        target_probs: ``[k + 1, V]`` verifier distributions (softmax of processed scores).
-        generator: optional ``torch.Generator``; the global RNG is used by default, as in ``generate()``.
-
-    Returns:
-        ``(n_accepted, next_token)``: leading drafts accepted, then the token drawn from the residual
-        at the first rejection or from ``target_probs[k]`` when all drafts were accepted.
+    ``draft_tokens`` ``[k]``, ``draft_probs`` ``[k, V]`` (``None``: a one-hot drafter), ``target_probs`` ``[k + 1, V]``
+    (softmax of processed scores); the global RNG by default, as in ``generate()``. Returns ``(n_accepted,
+    next_token)``, the token drawn from the residual at the first rejection, or from ``target_probs[k]``.
 
     Example:
         >>> p = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
@@ -159,23 +124,12 @@ def verify_candidates(
     candidates: list[int],
     generator: torch.Generator | None = None,
 ) -> tuple[int, int]:
-    """Exact multi-candidate speculative sampling (SpecInfer/Sequoia): the returned token has exactly the verifier's
-    distribution ``p`` when ``candidates`` were drawn one after another *without replacement* from ``q``.
+    """Exact multi-candidate speculative sampling (SpecInfer/Sequoia) of ``candidates`` drawn without replacement.
 
-    Candidate ``i`` is accepted with probability ``min(1, p(c_i) / q(c_i))``; on its rejection ``p`` becomes the
-    residual ``norm(max(p - q, 0))`` and ``q`` loses ``c_i`` (renormalized: the distribution ``c_{i+1}`` was drawn
-    from). Each step is the one-candidate rule against the current ``p``, so whatever is returned after ``i``
-    rejections is distributed as that ``p``, by induction as the original ``p``. When every candidate is rejected the
-    token is drawn from the last residual.
-
-    Args:
-        target_probs: ``[V]`` verifier distribution ``p``.
-        draft_probs: ``[V]`` the distribution ``q`` the candidates were drawn from, without replacement.
-        candidates: the drawn tokens, in the order they were drawn.
-        generator: optional ``torch.Generator`` (the global RNG by default).
-
-    Returns:
-        ``(index of the accepted candidate or -1, token)``.
+    Candidate ``c_i`` is accepted with probability ``min(1, p(c_i) / q(c_i))``; on rejection ``p`` becomes the residual
+    and ``q`` loses ``c_i`` (renormalized), so each step is the one-candidate rule and the result has exactly the
+    distribution ``p`` (``p``, ``q``: ``[V]``). Returns ``(index of the accepted candidate or -1, token)``; after
+    rejecting all, the token is drawn from the residual.
 
     Example:
         >>> p = torch.tensor([0.0, 1.0, 0.0]); q = torch.tensor([0.5, 0.3, 0.2])
@@ -196,8 +150,8 @@ def verify_candidates(
 def after_rejection(
     target_probs: torch.Tensor, draft_probs: torch.Tensor, token: int
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The verifier's and the draft's distributions for the next candidate once ``token`` was rejected: the residual
-    ``norm(max(p - q, 0))``, and ``q`` without ``token`` renormalized (``None`` when nothing is left to draw).
+    """The next candidate's ``p`` and ``q`` once ``token`` was rejected: the residual, and ``q`` without ``token``
+    renormalized (``None`` when nothing is left).
 
     Example:
         >>> p, q = after_rejection(torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.25, 0.5, 0.25]), 2)
@@ -218,24 +172,13 @@ def verify_tree(
     draft_probs: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[list[int], int, list[int]]:
-    """Verify a token tree from its root: greedy token matching (``draft_probs=None``) or exact multi-candidate
-    speculative sampling (:func:`verify_candidates`) at each node on the way down.
+    """Verify a token tree from its root: greedy matching (``draft_probs=None``) or :func:`verify_candidates` per node.
 
-    Node 0 is the root (the last token already decided); a node's children are its candidate next tokens, in the
-    order they were drawn from the draft's distribution at that node (without replacement when sampling).
-
-    Args:
-        tokens: ``[N]`` each node's token.
-        children: each node's children (node indices), in drawing order.
-        target_scores: ``[N, V]`` the verifier's processed scores after each node (greedy), or its probabilities
-            (sampling).
-        draft_probs: ``[N, V]`` the draft's distribution at each node (what its children were drawn from), or
-            ``None`` for greedy verification.
-        generator: optional ``torch.Generator``.
-
-    Returns:
-        ``(accepted nodes from the root down, the verifier's next token, the rank accepted at each node visited
-        with candidates, -1 where none was)``.
+    Node 0 is the root (the last decided token); ``children[n]``: node ``n``'s children, in drawing order (without
+    replacement when sampling); ``tokens`` ``[N]``; ``target_scores`` ``[N, V]``: the verifier's processed scores
+    (greedy) or probabilities after each node; ``draft_probs`` ``[N, V]``: what each node's children were drawn from.
+    Returns the accepted nodes from the root down, the verifier's next token, and the rank accepted at each node visited
+    with candidates (-1 where none was).
 
     Example:
         >>> tokens = torch.tensor([7, 1, 2]); children = [[1, 2], [], []]
@@ -264,11 +207,9 @@ def verify_tree(
 
 
 def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> int:
-    """One token drawn from ``probs`` ``[V]`` (non-negative, not necessarily normalized).
+    """One token drawn from ``probs`` ``[V]`` (non-negative, not necessarily normalized), as ``torch.multinomial``.
 
-    The draw is among the non-zero entries only: the same distribution as ``torch.multinomial(probs, 1)``, but
-    after top-k/top-p or in a residual a few hundred entries cost far less to draw from than ``V`` (the CPU's
-    multinomial costs about 1 ms over 49K entries, whatever their values).
+    Drawn among the non-zero entries only: after top-k/top-p or in a residual that is far cheaper than over ``V``.
 
     Example:
         >>> draw(torch.tensor([0.0, 0.0, 1.0, 0.0]))

@@ -1,13 +1,8 @@
 """Per-call statistics of a TriForce ``generate()``: tokens, time, forwards and per-level acceptance.
 
-One vocabulary names the three levels everywhere (stats, phases, docs, CLI output):
-
-* ``level0``: the drafter (n-gram lookup or a tiny model with a StreamingLLM cache);
-* ``level1``: the target's weights over the retrieval view (a ``retrieval_budget``-token sparse KV cache);
-* ``level2``: the target with its full KV cache, whose output is the output.
-
-``levels["level0"]`` counts level-0 drafts judged by level 1, ``levels["level1"]`` level-1 drafts judged by
-level 2.
+The levels are named alike everywhere (stats, phases, docs, CLI output): ``level0`` the drafter, ``level1`` the
+target over the retrieval view (a ``retrieval_budget``-token sparse KV cache), ``level2`` the target with its full
+KV cache, whose output is the output.
 """
 
 from __future__ import annotations
@@ -25,14 +20,9 @@ import torch
 
 @dataclass
 class LevelStats:
-    """Drafted, accepted and rejected counts for one verification level, and two acceptance figures.
-
-    * :attr:`acceptance_rate`, the round rate ``accepted / drafted``: the share of drafted tokens kept. Drafts after
-      a round's first rejection count as not accepted.
-    * :attr:`per_token_acceptance`, ``alpha``: the probability that a drafted token is accepted given that every
-      earlier draft of its round was, the figure the speculative-decoding and TriForce papers report.
-
-    ``rejections`` counts the rounds that ended with a rejection (``accepted < drafted``).
+    """Drafted, accepted and rejected counts for one verification level, and two acceptance figures:
+    :attr:`acceptance_rate` and :attr:`per_token_acceptance`. ``rejections`` counts the rounds that ended with a
+    rejection (``accepted < drafted``).
 
     Example:
         >>> level = LevelStats(); level.record(6, 6); level.record(6, 2); level.record(6, 0)
@@ -46,7 +36,7 @@ class LevelStats:
 
     @property
     def acceptance_rate(self) -> float:
-        """The round rate ``accepted / drafted`` (0.0 when nothing was drafted).
+        """The round rate ``accepted / drafted``, the share of drafted tokens kept (0.0 when nothing was drafted).
 
         Example:
             >>> level = LevelStats(); level.record(4, 1); level.acceptance_rate
@@ -56,17 +46,9 @@ class LevelStats:
 
     @property
     def per_token_acceptance(self) -> float:
-        """Per-token acceptance ``alpha``: the probability that a drafted token is accepted given that every earlier
-        draft of its round was accepted (0.0 when nothing was drafted, 1.0 when drafts were never rejected).
-
-        Estimated as ``accepted / (accepted + rejections)``, the maximum-likelihood estimate of ``alpha`` when each
-        draft is accepted independently with probability ``alpha``: a round contributes its accepted drafts as
-        successes and at most one failure, its first rejection (a fully accepted round contributes no failure).
-        The drafts after a round's first rejection are never judged, so they count against the round rate but
-        not here: ``per_token_acceptance >= acceptance_rate``. Rounds of different lengths (adaptive ``gamma``,
-        drafts cut at ``max_length`` or at EOS) need no correction. With a fixed ``gamma`` it agrees, up to the
-        small differences between the two estimators, with the papers' estimate, which solves
-        ``E[accepted + 1] = (1 - alpha**(gamma + 1)) / (1 - alpha)`` for ``alpha`` from the mean accepted length.
+        """Per-token acceptance ``alpha`` (the papers' figure): the probability that a draft is accepted given that
+        every earlier draft of its round was, estimated as ``accepted / (accepted + rejections)`` (maximum likelihood;
+        drafts after a rejection are never judged, so ``per_token_acceptance >= acceptance_rate``).
 
         Example:
             >>> level = LevelStats(); level.record(6, 6); level.record(6, 2); level.record(6, 0)
@@ -106,12 +88,8 @@ class LevelStats:
 
 @dataclass
 class PhaseTimes:
-    """Wall-clock seconds of each call of each phase of a TriForce call (``durations``), and their totals and counts.
-
-    On a GPU each phase ends with a device synchronization, so its time is the device's, not the launch
-    time (the decode loop synchronizes after every level-1 step and verification anyway, to read the
-    accepted tokens).
-    """
+    """Wall-clock seconds of each call of each phase (``durations``), and their totals and counts. On a GPU each
+    phase ends with a device synchronization, so its time is the device's, not the launch time."""
 
     durations: dict[str, list[float]] = field(default_factory=dict)
 
@@ -148,10 +126,8 @@ class PhaseTimes:
         self.durations.setdefault(phase, []).append(seconds)
 
     def to_dict(self) -> dict[str, dict[str, float]]:
-        """``{phase: {"seconds": total, "calls": n, "ms_per_call": mean, "ms_median": median, "ms_max": largest}}``.
-
-        The median and the largest call tell a phase's usual call from a one-off inside it (a Triton kernel
-        compiled, a CUDA graph captured, the allocator growing), which the mean mixes in.
+        """``{phase: {"seconds": total, "calls": n, "ms_per_call": mean, "ms_median": median, "ms_max": largest}}``;
+        the median and the largest tell a phase's usual call from a one-off (a kernel compiled, a graph captured).
 
         Example:
             >>> times = PhaseTimes()
@@ -173,34 +149,31 @@ def _phase_dict(each: list[float]) -> dict[str, float]:
 class TriForceStats:
     """What one TriForce ``generate()`` call did.
 
-    ``level0`` counts level-0 drafts judged by level 1; ``level1`` counts level-1 drafts judged by the full
-    cache (level 2); ``level0_to_level2`` counts level-0 drafts judged by level 2 directly (rounds that skip
-    level 1). Each :class:`LevelStats` gives the round rate ``acceptance_rate`` (``accepted / drafted``) and the
-    per-token acceptance ``per_token_acceptance`` (the papers' ``alpha``). ``rounds`` counts the rounds of each
-    schedule the planner chose (``"levels"``: level 0 -> 1 -> 2, ``"level0"``: level 0 -> 2, ``"plain"``: a plain
-    decoding step; see :mod:`hf_triforce.hierarchy.planner`).
-    ``target_forwards`` counts full-cache verification forwards (the prefill excluded) and ``mean_accepted_length``
-    is the mean number of tokens each of them produced. ``phases`` times the level-0 drafts (``level0``), the
-    level-1 forwards (``level1``), retrieval re-selections (``refresh``), the full-cache verifications (``level2``),
-    the ``prefill`` (of the uncached prompt tokens) and
-    ``reuse`` (starting from a caller's cache and handing it back). ``reused_tokens`` counts the prompt tokens a
-    caller's cache already held. ``*_bytes`` are the key/value bytes allocated by the full cache, the largest
-    retrieval view, and the level-0 draft cache; with ``TriForceConfig.offload_kv`` the full cache lives in host
-    memory and ``kv_bytes_to_device``/``kv_bytes_to_host`` count the key/value bytes copied over the bus each way
-    (the prefill included). ``level1_weights`` says which weights level 1 drafted with
-    (``"full"``, ``"int4"`` or ``"int8"``, ``TriForceConfig.level1_weights``), and ``level1_forward`` which forward
-    ran them (``"direct"`` or ``"transformers"``, ``TriForceConfig.level1_forward``); ``verification_steps`` how the
-    full-cache verifications ran (``"dynamic"`` shapes, or one sequence's fixed shapes: ``"graphs"`` replayed or
-    ``"eager"``, see :mod:`hf_triforce.generation.fixed_verification`). ``rows`` is filled by a
-    batched call only: one :class:`TriForceStats` per row of the batch, in its order, with that row's own acceptance
-    at every level, its new tokens, and the verification forwards it took part in (``target_forwards``); the
-    top-level figures are then the batch's totals, and its ``target_forwards`` counts batched forwards.
-    ``tree_rounds`` counts the rounds whose level-1 drafts were a token tree (``TriForceConfig.tree_budget``) and
-    ``tree_nodes`` their nodes, the root included (what those verifications forwarded); a tree round's level-1 verdict
-    counts the nodes judged on the way down from the root as drafted. ``positional_acceptance`` holds what one
-    sequence's call measured of level 1's candidates by rank (``trials[k]`` nodes offered a candidate of 0-based rank
-    ``k``, ``accepted[k]`` took it; greedy chains count a rejection at the rank of the verifier's token among level
-    1's choices, up to 8): the vector a tree's shape is built for.
+    Attributes:
+        new_tokens: tokens generated.
+        seconds: wall-clock seconds of the call; ``prefill_seconds``: of its prefill (the uncached prompt tokens).
+        reused_tokens: prompt tokens a caller's cache already held.
+        target_forwards: full-cache verification forwards, the prefill excluded (batched forwards for a batch).
+        decoded_tokens: tokens those forwards produced (:attr:`mean_accepted_length` per forward).
+        retrieval_refreshes: re-selections of level 1's retrieval view.
+        tree_rounds: rounds whose level-1 drafts were a token tree (``TriForceConfig.tree_budget``).
+        tree_nodes: those trees' nodes, the root included; a tree's level-1 verdict counts the nodes judged on the
+            way down from the root as drafted.
+        positional_acceptance: one sequence's level-1 candidates by 0-based rank ``k``: ``trials[k]`` offered,
+            ``accepted[k]`` taken (greedy chains count a rejection at the verifier's token's rank, up to 8).
+        full_cache_bytes: key/value bytes of the full cache; ``view_bytes``: of the largest retrieval view;
+            ``draft_cache_bytes``: of the level-0 draft cache.
+        kv_bytes_to_device: with ``TriForceConfig.offload_kv``, key/value bytes copied to the device (the prefill
+            included); ``kv_bytes_to_host``: copied back.
+        level1_weights: what level 1 drafted with: ``"full"``, ``"int4"`` or ``"int8"``.
+        level1_forward: the forward that ran them: ``"direct"`` or ``"transformers"``.
+        verification_steps: ``"dynamic"``, or one sequence's fixed-shape verifications: ``"graphs"`` or ``"eager"``.
+        level0: level-0 drafts judged by level 1 (a :class:`LevelStats`).
+        level1: level-1 drafts judged by the full cache (level 2).
+        level0_to_level2: level-0 drafts judged by level 2 directly (rounds that skip level 1).
+        rounds: rounds per schedule: ``"levels"``, ``"level0"``, ``"plain"`` (:mod:`~hf_triforce.hierarchy.planner`).
+        phases: times of ``level0``, ``level1``, ``refresh``, ``level2``, ``prefill``, ``reuse`` (a caller's cache).
+        rows: a batched call's per-row stats, in batch order (the top-level figures are the batch's totals).
 
     Example:
         >>> stats = TriForceStats(); stats.level1.record(6, 2); stats.level1.record(6, 6)

@@ -1,10 +1,4 @@
-"""The base every hf_triforce cache layer extends: a transformers ``CacheLayerMixin`` over a :class:`KVBuffer`.
-
-A layer stores keys/values in a growable buffer (in-place appends, cheap negative crops, see
-:mod:`~hf_triforce.caches.buffers`) and reports its visible length to the causal mask. The retrieval, view and
-streaming layers extend it with what they add (chunk summaries, gathered tokens, eviction); the fixed-capacity
-(static) layers swap in a :class:`~hf_triforce.caches.static_buffer.StaticKVBuffer` and slot writes.
-"""
+"""The base of every hf_triforce cache layer: a transformers ``CacheLayerMixin`` over a :class:`KVBuffer`."""
 
 from __future__ import annotations
 
@@ -15,13 +9,10 @@ from .buffers import KVBuffer
 
 
 class BufferedLayer(CacheLayerMixin):
-    """A cache layer whose keys and values live in ``self.buffer``.
+    """A cache layer whose keys and values live in ``self.buffer`` (``KVBuffer(capacity)`` preallocates).
 
     ``update`` appends ``[B, H_kv, q, D]`` states and returns the ``[B, H_kv, length, D]`` views; ``crop`` takes
     transformers' negative count; ``get_mask_sizes`` is ``(length + q, 0)``.
-
-    Args:
-        buffer: the storage (``KVBuffer(capacity)`` preallocates ``capacity`` slots).
 
     Example:
         >>> layer = BufferedLayer(KVBuffer(capacity=8))

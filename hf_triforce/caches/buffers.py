@@ -6,10 +6,9 @@ import torch
 
 
 class KVBuffer:
-    """Preallocated ``[batch, kv_heads, capacity, head_dim]`` key and value storage.
+    """Preallocated ``[batch, kv_heads, capacity, head_dim]`` key and value storage, doubled when it runs out.
 
-    ``keys``/``values`` are views of the first ``length`` slots. Appending writes in place (no copy of
-    the whole cache per token, unlike ``torch.cat``); the storage doubles when it runs out.
+    ``keys``/``values`` are views of the first ``length`` slots; appends write in place (no ``torch.cat`` copy).
 
     Example:
         >>> buf = KVBuffer(capacity=4)
@@ -63,10 +62,10 @@ class KVBuffer:
         self._k, self._v = new_k, new_v
 
     def fix_capacity(self) -> None:
-        """Allocate at least ``capacity`` slots now, zero the ones past ``length`` and make ``capacity`` the storage's
-        size: from here on, slot writes (:meth:`index_write`) within it never move the storage (what a replayed
-        CUDA graph needs), and a mask over all of it hides only finite values (a masked ``NaN`` of uninitialized
-        memory would still poison an attention output: ``0 * NaN``). Needs a stored token (the layout to allocate).
+        """Allocate ``capacity`` slots now, zero those past ``length``, and never move the storage again.
+
+        Slot writes (:meth:`index_write`) then keep their addresses, as a replayed CUDA graph needs, and a mask over all
+        of it hides only finite values (``0 * NaN`` would poison attention). Needs a stored token (the layout).
 
         Example:
             >>> buf = KVBuffer(capacity=6); _ = buf.append(torch.ones(1, 1, 2, 4), torch.ones(1, 1, 2, 4))
@@ -80,14 +79,14 @@ class KVBuffer:
 
     @property
     def storage(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The whole ``[B, H, allocated, D]`` key and value storage (views of every slot, written or not)."""
+        """The whole ``[B, H, allocated, D]`` key and value storage, written or not."""
         return self._k, self._v
 
     def index_write(
         self, slots: torch.Tensor, key_states: torch.Tensor, value_states: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write ``[B, H, q, D]`` states at ``slots`` (``[q]`` long tensor) of the allocated storage; returns the whole
-        storage. Device work only (``index_copy_``): the host-side ``length`` is not touched (see :meth:`advance`)."""
+        """Write ``[B, H, q, D]`` states at ``slots`` (``[q]`` long); returns the whole storage. Device work only:
+        ``length`` is not touched (see :meth:`advance`)."""
         self._k.index_copy_(2, slots, key_states)
         self._v.index_copy_(2, slots, value_states)
         return self._k, self._v
@@ -101,11 +100,10 @@ class KVBuffer:
     def _overflow(self, size: int) -> RuntimeError:
         return RuntimeError(f"{size} slots written at fixed addresses overflow a KV buffer's storage (a bug).")
 
-    # What readers of a full-cache layer call: views here, explicit copies where the storage is offloaded
-    # (:class:`~hf_triforce.caches.offload.HostKVBuffer`).
+    # What readers of a full-cache layer call: views here, copies in :class:`~hf_triforce.caches.offload.HostKVBuffer`.
 
     def like(self) -> torch.Tensor:
-        """``[B, H, 0, D]``: the storage's device, dtype and shape (what a summary or a view is allocated like)."""
+        """``[B, H, 0, D]``: the storage's device, dtype and shape (to allocate summaries and views like it)."""
         return self._k[:, :, :0]
 
     def read(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,12 +115,11 @@ class KVBuffer:
         return self._k[:, :, start:end]
 
     def gather_chunk_keys(self, chunks: torch.Tensor, chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys a chunk scoring of ``chunks`` ``[B, H, F]`` reads, and the chunk ids it reads them at: here the stored
-        keys themselves and ``chunks``."""
+        """The keys a scoring of ``chunks`` ``[B, H, F]`` reads and the chunk ids there: the stored keys, ``chunks``."""
         return self.keys, chunks
 
     def keep_rows(self, rows: torch.Tensor) -> None:
-        """Only the batch rows at ``rows`` (``[B']`` indices) remain (a copy of the stored slots)."""
+        """Only the batch rows at ``rows`` (``[B']`` indices) remain (a copy)."""
         if self._k is not None:
             self._k, self._v = self._k[rows], self._v[rows]
 

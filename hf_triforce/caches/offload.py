@@ -1,19 +1,8 @@
 """The full cache's keys and values in host memory, read on the model's device only through explicit copies.
 
-TriForce's offloading mode (``TriForceConfig(offload_kv=True)``; the reference code's ``--on_chip`` split): the full
-cache, which only level 2 reads whole, lives in host memory (pinned where CUDA is available); the weights, level 0,
-the retrieval view and the chunk summaries stay on the model's device. What crosses the bus:
-
-* a full-cache forward (the prefill, each verification) reads each layer's cached keys and values once, into one of
-  two device buffers (:class:`DeviceWindow`): layer ``i + 1`` is copied while layer ``i`` computes (a side stream on
-  CUDA), and the forward's new keys and values are written back to the host;
-* a re-selection reads only what it selects (the view's tokens, the nominated chunks' keys) and the new chunks' keys
-  (their means stay on the device); a level-1 step reads nothing of the full cache.
-
-:class:`HostKVBuffer` has no ``keys``/``values`` tensors to hand out: every reader goes through
-:meth:`~HostKVBuffer.read`, :meth:`~HostKVBuffer.gather`, :meth:`~HostKVBuffer.read_keys` or
-:meth:`~HostKVBuffer.gather_chunk_keys`, each an explicit copy counted in :class:`Transfers`, so a reader that would
-touch host memory from the device fails on the CPU too, where both are the same memory.
+``TriForceConfig(offload_kv=True)``: only level 2 reads the full cache whole, so it lives in host memory (pinned with
+CUDA); a forward streams each layer into one of two device buffers (:class:`DeviceWindow`). Every read is an explicit
+copy counted in :class:`Transfers`, so a stray host read fails on the CPU too.
 """
 
 from __future__ import annotations
@@ -42,15 +31,10 @@ class Transfers:
 
 
 class DeviceWindow:
-    """Two layers' worth of device storage that an offloaded cache's forwards attend to, one layer at a time.
+    """Two layers' worth of device storage (whole layers) that an offloaded cache's forwards attend to, one at a time.
 
-    :meth:`fetch` copies layer ``i``'s cached keys and values into buffer ``i % 2`` (unless they are there already)
-    and starts copying layer ``i + 1``'s into the other (on CUDA on a side stream, waiting for the forward so far: the
-    copy overlaps layer ``i``'s compute); buffers hold whole layers (the cache's capacity).
-
-    Args:
-        layers: the offloaded layers' :class:`HostKVBuffer` storages, in layer order.
-        device: the model's device.
+    :meth:`fetch` loads layer ``i`` into buffer ``i % 2`` and starts copying layer ``i + 1`` into the other (on CUDA on
+    a side stream, overlapping layer ``i``'s compute).
     """
 
     def __init__(self, layers: list[HostKVBuffer], device: torch.device) -> None:
@@ -69,19 +53,18 @@ class DeviceWindow:
         return self.buffers[slot]
 
     def empty(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer ``layer``'s device buffers when it has nothing cached yet (a prefill's first forward): nothing to
-        copy in, nothing prefetched."""
+        """Layer ``layer``'s device buffers when it has nothing cached yet (a prefill's first forward)."""
         slot = layer % 2
         self._reserve(layer, slot)
         self._wait(slot)
         return self.buffers[slot]
 
     def wrote(self, layer: int, end: int) -> None:
-        """Layer ``layer``'s device buffer now holds its slots ``0 .. end`` (a forward appended to it)."""
+        """Layer ``layer``'s device buffer now holds its slots ``0 .. end``."""
         self.loaded[layer % 2] = (layer, end)
 
     def _reserve(self, layer: int, slot: int) -> None:
-        """Buffer ``slot`` large enough for layer ``layer``'s whole host storage (a new one holds nothing yet)."""
+        """Buffer ``slot`` large enough for layer ``layer``'s whole host storage."""
         source = self.layers[layer]
         if self.buffers[slot] is None or self.buffers[slot][0].shape[2] < source.capacity_now:
             self.buffers[slot], self.loaded[slot] = source.new_device_storage(), None
@@ -110,18 +93,10 @@ class DeviceWindow:
 
 
 class HostKVBuffer(KVBuffer):
-    """A :class:`~hf_triforce.caches.buffers.KVBuffer` whose storage lives in host memory: one offloaded layer of the
-    full cache.
+    """A :class:`~hf_triforce.caches.buffers.KVBuffer` in host memory: one offloaded layer of the full cache.
 
-    Appending (a forward's new keys and values) writes them back to the host and returns the layer's whole device
-    buffer from the cache's :class:`DeviceWindow`; every other read is an explicit, counted copy.
-
-    Args:
-        capacity: slots to preallocate.
-        align: storage sizes are a multiple of it.
-        index: this layer's index (its buffer in the window).
-        device: the model's device.
-        transfers: where copies are counted.
+    Appending writes back to the host and returns the layer's device buffer from :class:`DeviceWindow`; every other
+    read is an explicit, counted copy. ``index``: the layer's buffer in the window.
 
     Example:
         >>> transfers = Transfers()
@@ -152,12 +127,11 @@ class HostKVBuffer(KVBuffer):
         return 0 if self._k is None else self._k.shape[2]
 
     def like(self) -> torch.Tensor:
-        """``[B, H, 0, D]`` on the device, of the layer's dtype (what a summary or a view is allocated like)."""
+        """``[B, H, 0, D]`` on the device, of the layer's dtype."""
         return self._proto
 
     def append(self, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write ``[B, H, q, D]`` device states after the cached ones, on the host and in the layer's device buffer;
-        returns the device buffer's ``[B, H, length, D]`` views (what the forward attends to)."""
+        """Write ``[B, H, q, D]`` states to the host and the device buffer; returns the device ``[B, H, length, D]``."""
         start, end = self.length, self.length + key_states.shape[-2]
         if self._proto is None:
             self._proto = key_states.new_empty((*key_states.shape[:2], 0, key_states.shape[-1]))
@@ -213,8 +187,7 @@ class HostKVBuffer(KVBuffer):
         return self._to_device(gather_tokens(keys, host), gather_tokens(values, host))
 
     def gather_chunk_keys(self, chunks: torch.Tensor, chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The keys of chunks ``chunks`` ``[B, H, F]``, on the device as ``[B, H, F * chunk_size, D]``, and the ids
-        they take there (``0 .. F - 1``): what :func:`~hf_triforce.kernels.retrieval.chunk_key_scores` reads."""
+        """The keys of ``chunks`` ``[B, H, F]`` on the device, ``[B, H, F * chunk_size, D]``, and their ids there."""
         keys = self._to_device(gather_chunks(self._k[:, :, : self.length], chunks.cpu(), chunk_size))[0]
         ids = torch.arange(chunks.shape[-1], device=chunks.device).expand_as(chunks)
         return keys, ids

@@ -26,12 +26,11 @@ from .view import RetrievalView
 
 
 class RetrievalLayer(BufferedLayer):
-    """One layer of the full cache: keys/values in a growable buffer, and chunk means computed lazily, kept in the
-    cache's :class:`~hf_triforce.caches.summaries.ChunkSummaries` (every layer's side by side).
+    """One layer of the full cache; its chunk means live in the cache's
+    :class:`~hf_triforce.caches.summaries.ChunkSummaries`.
 
-    After :meth:`RetrievalCache.fix_capacity`, a forward run while the shared ``slots`` hold a step's slots (a
-    fixed-shape verification, :class:`~hf_triforce.hierarchy.static_steps.StaticStepRunner`) writes there and
-    attends over the whole fixed storage; every other forward appends as before.
+    After :meth:`RetrievalCache.fix_capacity`, a forward while the shared ``slots`` hold a step's slots writes there and
+    attends over the whole fixed storage.
     """
 
     def __init__(self, capacity: int = 0, chunk_size: int = 8, buffer: KVBuffer | None = None) -> None:
@@ -46,11 +45,11 @@ class RetrievalLayer(BufferedLayer):
         return self.buffer.index_write(self.slots.positions, key_states, value_states)
 
     def advance(self, count: int) -> None:
-        """Count the ``count`` slots a fixed-shape step wrote as stored (host-side bookkeeping, after the step)."""
+        """Count the ``count`` slots a fixed-shape step wrote as stored (host-side, after the step)."""
         self.buffer.advance(count)
 
     def share_summaries(self, summaries: ChunkSummaries, index: int) -> None:
-        """Keep this layer's chunk means in ``summaries`` (a cache's, for all its layers), as layer ``index``."""
+        """Keep this layer's chunk means in ``summaries`` (the cache's, for all its layers) as layer ``index``."""
         self._store, self._index = summaries, index
 
     def crop(self, tokens_to_remove: int) -> None:
@@ -58,8 +57,7 @@ class RetrievalLayer(BufferedLayer):
         self._store.crop(self._index, self.buffer.length // self.chunk_size)
 
     def keep_rows(self, rows: torch.Tensor) -> None:
-        """Only the batch rows at ``rows`` remain in the keys and values (the cache's ``keep_rows`` also keeps its
-        chunk means' rows)."""
+        """Only the batch rows at ``rows`` remain in the keys and values (the cache keeps its chunk means' rows)."""
         self.buffer.keep_rows(rows)
         if self.keys is not None:
             self.keys, self.values = self.buffer.read(0, self.buffer.length)
@@ -69,25 +67,15 @@ class RetrievalLayer(BufferedLayer):
         self._store.crop(self._index, 0)
 
     def summaries(self) -> torch.Tensor:
-        """``[B, H_kv, L // chunk_size, D]`` chunk means, computing only chunks completed since last call."""
+        """``[B, H_kv, L // chunk_size, D]`` chunk means, computing only chunks completed since the last call."""
         return self._store.layer(self._index)
 
 
 class RetrievalCache(BufferedCache):
     """The target model's full KV cache, with chunk summaries for query-aware retrieval.
 
-    Used as the cache of the target model's full-cache forwards: it behaves like ``DynamicCache`` (appends,
-    negative ``crop``) but stores keys/values in preallocated buffers and keeps the mean key of every
-    ``chunk_size`` tokens. :meth:`sparse_view` builds a :class:`~hf_triforce.caches.view.RetrievalView` of
-    ``budget`` tokens per layer and KV head for the level-1 draft forwards.
-
-    Args:
-        num_layers: decoder layers of the model.
-        chunk_size: tokens per retrieval chunk.
-        capacity: slots to preallocate per layer (grows if exceeded).
-        offload_to: the model's device, to keep the keys and values in host memory instead and read them there
-            through explicit copies (:mod:`~hf_triforce.caches.offload`: a forward streams each layer's to the
-            device; :attr:`transfers` counts the bytes); ``None``: they live where the forwards put them.
+    ``DynamicCache``-like (appends, negative ``crop``) over preallocated buffers of ``capacity`` slots; ``offload_to``
+    (the model's device) keeps keys and values in host memory (:mod:`~hf_triforce.caches.offload`).
 
     Example:
         >>> cache = RetrievalCache(num_layers=2, chunk_size=8, capacity=64)
@@ -122,21 +110,11 @@ class RetrievalCache(BufferedCache):
         rescore_candidates: int = 0,
         windows: list[int | None] | None = None,
     ) -> list[torch.Tensor]:
-        """Per-layer token indices ``[B, H_kv, S]`` of the best chunks for ``queries[l]`` (``[B, H_q, D]``).
+        """Per-layer token indices ``[B, H_kv, S]`` of the best chunks for ``queries[l]`` ``[B, H_q, D]``.
 
-        One look-ahead chunk after each top-scoring chunk shares its score (see
-        :func:`~hf_triforce.caches.selection.select_token_indices`). With ``slots`` (a batch), chunks of padding
-        or holes only are never preferred to chunks of real tokens, and each row's first real chunk is kept as
-        its attention sink. With ``rescore_candidates = N > 0`` the summaries nominate ``N`` times as many chunks as
-        the view has room for, and those are ranked by their keys
-        (:func:`~hf_triforce.kernels.retrieval.chunk_key_scores`, see
-        :func:`~hf_triforce.caches.selection.rescore`). ``windows`` gives each layer's sliding window (``None``: full
-        attention; default: every layer full): a sliding layer's view keeps to what that layer attends to
-        (:func:`~hf_triforce.caches.selection.window_layout`).
-
-        Chunk scoring runs as a Triton kernel on CUDA (:func:`hf_triforce.kernels.retrieval.chunk_scores`),
-        the pure-torch ``score_chunks`` otherwise; top-k and the token indices are torch either way. Without
-        ``slots`` every layer is scored and ranked at once (:meth:`_select_stacked`).
+        With ``slots`` (a batch) chunks of padding or holes lose to real ones and each row's first real chunk is its
+        sink; ``rescore_candidates``: :func:`~hf_triforce.caches.selection.rescore`; ``windows``: each layer's sliding
+        window (:func:`~hf_triforce.caches.selection.window_layout`). Without ``slots`` all layers are ranked at once.
         """
         length = self.get_seq_length()
         windows = [None] * len(self.layers) if windows is None else windows
@@ -147,9 +125,8 @@ class RetrievalCache(BufferedCache):
         return [self.select_layer(i, query, *settings, window=window) for i, (query, window) in pairs]
 
     def _stackable(self, queries: list[torch.Tensor], budget: int, length: int) -> bool:
-        """Whether every layer has chunks to choose from, lives where layer 0 does
-        (:meth:`~hf_triforce.caches.summaries.ChunkSummaries.one_place`: a ``device_map`` over several devices keeps
-        the per-layer path) and holds as many tokens, and the queries share one shape, dtype and device."""
+        """Whether every layer has chunks to choose from, holds as many tokens and lives where layer 0 does
+        (:meth:`~hf_triforce.caches.summaries.ChunkSummaries.one_place`), and the queries share shape, dtype, device."""
         if length <= budget or not self.summaries.one_place():
             return False
         one_length = len({layer.buffer.length for layer in self.layers}) == 1
@@ -164,12 +141,9 @@ class RetrievalCache(BufferedCache):
         rescore_candidates: int,
         windows: list[int | None],
     ) -> list[torch.Tensor]:
-        """:meth:`select` for all ``L`` layers at once, the same indices as layer by layer: the layers' chunk scores
-        stacked ``[L * B, H_kv, C]``, one top-k of the nominees (with ``rescore_candidates``) and one of the view's
-        chunks. Per layer, the few operations of a selection cost more than their arithmetic (SmolLM2's 30 layers at
-        7K tokens, budget 512, 2 CPU threads: 12.0 -> 3.7 ms by chunk means); on CUDA it is 3 launches in place of
-        about ten per layer. Only the reading of the keys (:meth:`_rescore_stacked`) stays per layer. Sliding layers
-        (``windows``) rank only what their window allows and are indexed with their own recent window."""
+        """:meth:`select` for all ``L`` layers at once, the same indices as layer by layer: one top-k over stacked
+        ``[L * B, H_kv, C]`` scores (a selection's small operations cost more than their arithmetic). Only the keys'
+        reading (:meth:`_rescore_stacked`) stays per layer; sliding layers get their own recent window."""
         layout = (length, self.chunk_size, budget, recent_window)
         kinds = [window_layout(*layout, w) for w in windows]
         if ranks_every_chunk(*layout, rescore_candidates):  # every chunk ranked by its keys, read in place per layer
@@ -190,8 +164,7 @@ class RetrievalCache(BufferedCache):
         return indices
 
     def _stacked_chunk_scores(self, queries: list[torch.Tensor]) -> torch.Tensor:
-        """``[L * B, H_kv, C]`` chunk-mean scores of the ``L`` layers' ``[B, H_q, D]`` ``queries``: the layers'
-        summaries stacked ``[L * B, H_kv, C, D]`` (a view where they share one tensor), one scoring."""
+        """``[L * B, H_kv, C]`` chunk-mean scores of the ``L`` layers' ``queries``: one scoring of stacked summaries."""
         n = min(layer.summaries().shape[2] for layer in self.layers)  # computes what each layer lacks
         summaries = self.summaries.stacked(n)
         if summaries is None:  # each layer got its own tensor before they were all in one place
@@ -201,9 +174,8 @@ class RetrievalCache(BufferedCache):
     def _rescore_stacked(
         self, scores: torch.Tensor, queries: list[torch.Tensor], layout: tuple[int, int, int, int], factor: int
     ) -> torch.Tensor:
-        """:func:`~hf_triforce.caches.selection.rescore` of the stacked ``scores`` ``[L * B, H_kv, C]`` (``layout``:
-        length, chunk size, budget, recent window): every layer's nominees in one top-k, each layer's keys read
-        for its own (:func:`~hf_triforce.kernels.retrieval.chunk_key_scores`)."""
+        """:func:`~hf_triforce.caches.selection.rescore` of stacked ``scores`` ``[L * B, H_kv, C]`` (``layout``: length,
+        chunk size, budget, recent window): one top-k of the nominees, each layer's keys read for its own."""
         nominated = nominate_chunks(scores, *layout, factor)  # [L * B, H_kv, F]
         per_layer = zip(queries, self.layers, nominated.unflatten(0, (len(self.layers), -1)).unbind(0), strict=True)
         by_keys = [
@@ -222,10 +194,10 @@ class RetrievalCache(BufferedCache):
         rescore_candidates: int = 0,
         window: int | None = None,
     ) -> torch.Tensor:
-        """Token indices ``[B, H_kv, S]`` of layer ``layer_idx``'s best chunks for ``query`` ``[B, H_q, D]``: one
-        layer of :meth:`select` (same arguments; ``window``: the layer's sliding window, ``None`` for full
-        attention). ``query`` may hold several queries per query head (``[B, H_q * m, D]``, each KV head's group
-        together): the summaries sum them, the keys take the largest logit of any.
+        """Token indices ``[B, H_kv, S]`` of layer ``layer_idx``'s best chunks: one layer of :meth:`select`.
+
+        ``query`` may hold several queries per query head (``[B, H_q * m, D]``, grouped by KV head): the summaries sum
+        them, the keys take the largest logit of any.
         """
         length = self.get_seq_length()
         recent, start = window_layout(length, self.chunk_size, budget, recent_window, window)
@@ -244,9 +216,9 @@ class RetrievalCache(BufferedCache):
         length: int | None = None,
         window_start: int = 0,
     ) -> torch.Tensor:
-        """``[B, H_kv, C]`` scores :meth:`select_layer` ranks layer ``layer_idx``'s chunks by (same arguments; ``C =
-        0`` when ``length <= budget`` keeps every token), before the look-ahead spreads them. Chunks that start
-        before ``window_start`` (a sliding layer's window, :func:`~hf_triforce.caches.selection.window_layout`) score
+        """``[B, H_kv, C]`` scores :meth:`select_layer` ranks layer ``layer_idx``'s chunks by, before the look-ahead.
+
+        ``C = 0`` when ``length <= budget`` (every token kept). Chunks that start before ``window_start`` score
         ``-inf``, also before the keys re-score the nominees.
 
         Example:
@@ -273,11 +245,11 @@ class RetrievalCache(BufferedCache):
         return scores
 
     def fix_capacity(self) -> StepSlots:
-        """Prepare every layer for fixed-shape forwards (a verification replayable as a CUDA graph): storage allocated
-        to ``capacity`` and never moved, its unwritten slots zeroed (:meth:`KVBuffer.fix_capacity`), and one
-        :class:`~hf_triforce.caches.static_buffer.StepSlots` shared by the layers, returned: while its
-        ``positions`` hold a step's slots, a forward writes there (see :class:`RetrievalLayer`). After the prefill
-        (the storage's layout comes from it); not for an offloaded cache.
+        """Prepare every layer for fixed-shape forwards (a CUDA-graph verification); returns their shared slots.
+
+        Storage fixed at ``capacity`` (:meth:`KVBuffer.fix_capacity`); while the returned
+        :class:`~hf_triforce.caches.static_buffer.StepSlots` hold a step's slots, a forward writes there. After the
+        prefill; not for an offloaded cache.
 
         Example:
             >>> cache = RetrievalCache(num_layers=1, chunk_size=8, capacity=16)
@@ -296,9 +268,8 @@ class RetrievalCache(BufferedCache):
         return slots
 
     def keep_path(self, start: int, nodes: torch.Tensor) -> None:
-        """Of the slots from ``start`` on (a verified token tree, one sequence), keep those at offsets ``nodes``
-        (``[n]``, root first: the accepted path), moved to ``start .. start + n``; the rest leave. Keys keep the
-        positions they were computed at (a node's depth), which the path's tokens now hold.
+        """Of the slots from ``start`` on (a verified token tree), keep those at offsets ``nodes`` ``[n]`` (the accepted
+        path, root first), moved to ``start .. start + n``. Keys keep their positions (a node's depth, now the path's).
 
         Example:
             >>> cache = RetrievalCache(num_layers=1, chunk_size=2)
@@ -324,8 +295,7 @@ class RetrievalCache(BufferedCache):
             layer.keep_rows(rows)
 
     def sparse_view(self, indices: list[torch.Tensor], extra_capacity: int) -> RetrievalView:
-        """A :class:`~hf_triforce.caches.view.RetrievalView` holding the gathered tokens plus room for
-        ``extra_capacity`` more."""
+        """A :class:`~hf_triforce.caches.view.RetrievalView` of the tokens at ``indices``, ``extra_capacity`` more."""
         return RetrievalView(self, indices, extra_capacity)
 
 
@@ -338,8 +308,7 @@ def _per_row_sinks(scores: torch.Tensor, slots: SlotMask, chunk_size: int) -> to
 
 
 def _outside_windows(scores: torch.Tensor, kinds: list[tuple[int, int]], chunk_size: int) -> torch.Tensor:
-    """Stacked ``[L * B, H_kv, C]`` scores with each layer's chunks before its window start (``kinds``: per layer,
-    :func:`~hf_triforce.caches.selection.window_layout`) at ``-inf``."""
+    """Stacked ``[L * B, H_kv, C]`` scores with each layer's chunks before its window start (``kinds``) at ``-inf``."""
     if all(start == 0 for _, start in kinds):
         return scores
     per_layer = scores.unflatten(0, (len(kinds), -1))

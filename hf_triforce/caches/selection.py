@@ -1,8 +1,4 @@
-"""Which tokens a retrieval view keeps: the sink chunk, the top-scoring chunks and the recent window.
-
-The chunk scores come from :func:`hf_triforce.kernels.retrieval.chunk_scores` (query . mean key, summed over
-a GQA group); this module turns them into token indices.
-"""
+"""Which tokens a retrieval view keeps: the sink chunk, the top-scoring chunks and the recent window."""
 
 from __future__ import annotations
 
@@ -11,34 +7,20 @@ import torch
 from ..kernels.retrieval import chunk_key_scores, score_all_chunk_keys
 
 LOOKAHEAD = 1
-"""Chunks after each top-scoring chunk that a view also keeps: a copy is read forward, so a round's drafts need the
-chunk after the one the query attends to now (``docs/changelog.md``: one lifted the worst copy-task depth from 0.919
-to 0.950 at budget 1/8; two and three were no better)."""
+"""Chunks after each top-scoring chunk that a view also keeps: text being copied is read forward, so a round's drafts
+need the chunk after the one the query attends to now (more than one did no better)."""
 
 
 def select_token_indices(
     scores: torch.Tensor, length: int, chunk_size: int, budget: int, recent_window: int, lookahead: int = 0
 ) -> torch.Tensor:
-    """Token indices of the sparse view: sink chunk + top-scoring chunks + recent tokens.
+    """Token indices ``[B, H_kv, S]`` of the sparse view: sink chunk + top-scoring chunks + recent tokens, sorted, the
+    same ``S <= max(budget, length)`` for every head.
 
-    Chunk 0 (the attention sink) and the recent tokens ``[r, length)`` are always kept, where
-    ``r = floor((length - recent_window) / chunk_size) * chunk_size`` (so a trailing partial chunk is
-    always visible); the remaining budget is filled with the best-scoring whole chunks in between.
-    With ``lookahead = k`` a chunk competes with the best score of itself and the ``k`` chunks before it
-    (:func:`spread_forward`), so a chunk the query attends to brings the ``k`` chunks after it: text being
-    copied is read forward, and the drafts of a round need the tokens after the ones attended now.
-    When ``length <= budget`` every token is kept.
-
-    Args:
-        scores: ``[B, H_kv, C]`` chunk scores for the ``C >= length // chunk_size`` complete chunks.
-        length: tokens in the full cache.
-        chunk_size: tokens per chunk.
-        budget: target number of tokens in the view (a multiple of ``chunk_size``).
-        recent_window: tokens always kept at the end.
-        lookahead: chunks after each top-scoring chunk that share its score (0: plain top-k).
-
-    Returns:
-        ``[B, H_kv, S]`` sorted token indices, ``S <= max(budget, length)`` and the same for every head.
+    Chunk 0 and the tokens from ``floor((length - recent_window) / chunk_size) * chunk_size`` on are always kept; the
+    best whole chunks in between (``scores`` ``[B, H_kv, C >= length // chunk_size]``) fill ``budget`` (a multiple of
+    ``chunk_size``). With ``lookahead = k`` a chunk also takes the scores of the ``k`` before it
+    (:func:`spread_forward`): copied text is read forward. ``length <= budget`` keeps every token.
 
     Example:
         >>> idx = select_token_indices(torch.arange(8.).view(1, 1, 8), 64, 8, 32, 8)
@@ -67,7 +49,7 @@ def top_middle_chunks(
     lookahead: int = 0,
 ) -> torch.Tensor:
     """``[B, H_kv, k]`` ids of the chunks :func:`select_token_indices` takes between the sink and the recent tokens,
-    best first (``length > budget``; same arguments).
+    best first (``length > budget``).
 
     Example:
         >>> top_middle_chunks(torch.tensor([[[0.0, 1.0, 5.0, 2.0, 4.0, 0.0, 0.0]]]), 56, 8, 32, 8)
@@ -81,9 +63,8 @@ def top_middle_chunks(
 
 
 def chunk_layout(length: int, chunk_size: int, budget: int, recent_window: int) -> tuple[int, int, int]:
-    """``(recent_start, candidates, k)`` of a selection (:func:`select_token_indices`, same arguments): where the
-    recent tokens start, how many chunks lie between the sink chunk and them, and how many of those the budget has
-    room for (``k``, negative or zero when none).
+    """``(recent_start, candidates, k)`` of a selection: where the recent tokens start, how many chunks lie between the
+    sink chunk and them, and how many of those the budget has room for (``<= 0``: none).
 
     Example:
         >>> chunk_layout(6144, 8, 768, 64)  # a 6K cache at budget 1/8: 759 middle chunks, room for 87
@@ -97,13 +78,9 @@ def chunk_layout(length: int, chunk_size: int, budget: int, recent_window: int) 
 def window_layout(length: int, chunk_size: int, budget: int, recent_window: int, window: int | None) -> tuple[int, int]:
     """``(recent_window, window_start)`` of a selection for a layer attending through a sliding ``window``.
 
-    Such a layer's next query sees the tokens ``[length - window + 1, length]``. Where the budget has room for all
-    of them after the sink chunk, the recent window grows to cover them, so the view ends with the layer's whole
-    window, contiguous (``window_start = 0``): over the compacted slots the sliding mask then sees exactly what the
-    target's layer sees, and the chunks before it are never attended. Where it has no room, the recent window stays
-    and only chunks wholly inside the window compete (``window_start``: the window's first token; the others score
-    ``-inf``, :func:`outside_window`). A full layer (``window=None``), or a window longer than the sequence, keeps
-    ``(recent_window, 0)``. Every layout gives the same number of tokens (see :func:`select_token_indices`).
+    If the budget holds the whole window after the sink chunk, the recent window grows to it (``window_start = 0``): the
+    sliding mask over the compacted slots then sees what the target's layer sees. Otherwise only chunks wholly inside
+    the window compete (:func:`outside_window`). Every layout gives the same number of tokens.
 
     Example:
         >>> [window_layout(6144, 8, 768, 64, window) for window in (512, 4096, None)]  # a 6K cache, budget 768
@@ -117,8 +94,7 @@ def window_layout(length: int, chunk_size: int, budget: int, recent_window: int,
 
 
 def outside_window(scores: torch.Tensor, chunk_size: int, window_start: int) -> torch.Tensor:
-    """``scores`` ``[B, H_kv, C]`` with every chunk that starts before token ``window_start`` at ``-inf``
-    (:func:`window_layout`; ``window_start = 0`` returns ``scores``).
+    """``scores`` ``[B, H_kv, C]`` with every chunk that starts before token ``window_start`` at ``-inf``.
 
     Example:
         >>> outside_window(torch.tensor([[[9.0, 5.0, 4.0, 1.0]]]), 8, 9).tolist()
@@ -140,26 +116,13 @@ def rescore(
     recent_window: int,
     factor: int,
 ) -> torch.Tensor:
-    """Chunk scores where the ``factor * k`` best-scoring candidate chunks are re-scored by their keys.
+    """``[B, H_kv, C]`` float32 chunk scores where the ``factor * k`` best candidates (``k``: chunks the view has room
+    for) are re-scored by their keys.
 
-    ``k`` is the number of chunks :func:`select_token_indices` takes between the sink and the recent tokens. The
-    nominated chunks score :func:`~hf_triforce.kernels.retrieval.chunk_key_scores` (their largest logit for
-    ``query``), the other candidates ``-inf``, so the selection's ranking among the nominated chunks is the keys'.
-    Once ``factor * k`` reaches the number of candidates every one is nominated (:func:`ranks_every_chunk`): the
-    keys are then read in place (:func:`keys_scores`) and the summaries play no part.
-    Infinite scores stay as they are (a batch row's forced sink at ``+inf``, chunks of padding at ``-inf``).
-
-    Args:
-        scores: ``[B, H_kv, C]`` chunk-summary scores.
-        query: ``[B, H_q, D]`` post-RoPE query the scores were made with.
-        keys: ``[B, H_kv, >= length, D]`` post-RoPE keys of the full cache, or a layer's
-            :class:`~hf_triforce.caches.buffers.KVBuffer` (read through ``read_keys``/``gather_chunk_keys``: an
-            offloaded layer copies only what is scored).
-        length, chunk_size, budget, recent_window: as for :func:`select_token_indices`.
-        factor: candidates nominated per chunk the view has room for (``>= 1``).
-
-    Returns:
-        ``[B, H_kv, C]`` float32 scores.
+    ``scores`` were made with ``query`` ``[B, H_q, D]``; ``keys``: ``[B, H_kv, >= length, D]``, or a layer's
+    :class:`~hf_triforce.caches.buffers.KVBuffer` (an offloaded one copies only what is scored). Nominees score
+    :func:`~hf_triforce.kernels.retrieval.chunk_key_scores`, other candidates ``-inf``; once all are nominated
+    (:func:`ranks_every_chunk`) the keys are read in place (:func:`keys_scores`). Infinite scores stay as they are.
 
     Example:
         >>> keys = torch.zeros(1, 1, 40, 2); keys[0, 0, 20] = torch.tensor([3.0, 0.0])
@@ -182,8 +145,7 @@ def rescore(
 def nominate_chunks(
     scores: torch.Tensor, length: int, chunk_size: int, budget: int, recent_window: int, factor: int
 ) -> torch.Tensor:
-    """``[B, H_kv, F]`` ids of the ``F = factor * k`` best-scoring candidate chunks :func:`rescore` re-scores by their
-    keys (all the candidates if there are fewer; same arguments, ``length > budget``).
+    """``[B, H_kv, F]`` ids of the ``F = factor * k`` best candidate chunks :func:`rescore` re-scores (all if fewer).
 
     Example:
         >>> nominate_chunks(torch.tensor([[[0.0, 5.0, 4.0, 1.0, 0.0]]]), 40, 8, 24, 8, 2)  # room for one chunk
@@ -195,8 +157,7 @@ def nominate_chunks(
 
 
 def with_key_scores(scores: torch.Tensor, nominated: torch.Tensor, by_keys: torch.Tensor) -> torch.Tensor:
-    """``[B, H_kv, C]`` float32 scores: ``by_keys`` ``[B, H_kv, F]`` at the ``nominated`` chunks, ``-inf`` at the
-    others, and infinite ``scores`` kept as they are (:func:`rescore`).
+    """``[B, H_kv, C]`` float32: ``by_keys`` ``[B, H_kv, F]`` at ``nominated``, else ``-inf`` (infinite scores kept).
 
     Example:
         >>> with_key_scores(torch.tensor([[[float("inf"), 5.0, 4.0]]]), torch.tensor([[[2]]]), torch.tensor([[[3.0]]]))
@@ -218,9 +179,8 @@ def ranks_every_chunk(length: int, chunk_size: int, budget: int, recent_window: 
 
 
 def keys_scores(query: torch.Tensor, keys: torch.Tensor, length: int, chunk_size: int) -> torch.Tensor:
-    """``[B, H_kv, C]`` scores of the complete chunks of the first ``length`` tokens, each chunk's largest logit for
-    ``query`` ``[B, H_q, D]`` (:func:`~hf_triforce.kernels.retrieval.score_all_chunk_keys`, read in place); the sink
-    chunk scores ``-inf`` (:func:`select_token_indices` keeps it anyway).
+    """``[B, H_kv, C]`` each complete chunk's largest logit for ``query`` ``[B, H_q, D]``, keys read in place; the sink
+    chunk scores ``-inf`` (kept anyway).
 
     Example:
         >>> keys = torch.zeros(1, 1, 24, 2); keys[0, 0, 13] = torch.tensor([3.0, 0.0])
@@ -234,10 +194,6 @@ def keys_scores(query: torch.Tensor, keys: torch.Tensor, length: int, chunk_size
 
 def spread_forward(scores: torch.Tensor, lookahead: int) -> torch.Tensor:
     """``out[..., c] = max(scores[..., c - lookahead : c + 1])``: each chunk's score also lifts the chunks after it.
-
-    Args:
-        scores: ``[..., C]`` chunk scores.
-        lookahead: how many following chunks share a chunk's score (0 returns ``scores``).
 
     Example:
         >>> spread_forward(torch.tensor([0.0, 5.0, 1.0, 0.0, 2.0]), 1).tolist()

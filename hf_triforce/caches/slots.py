@@ -1,11 +1,7 @@
 """Per-row slot validity for batched caches: left padding and the holes ragged acceptance leaves.
 
-A batched cache keeps one slot count for every row (rectangular ``[B, H_kv, L, D]`` storage). Rows accept
-different numbers of tokens per round, so a round keeps, for every row, as many of its new slots as the row that
-accepted most; in a row that accepted fewer, the extra slots become *holes*: kept in storage, never attended to.
-Left padding is the same kind of slot. :class:`SlotMask` records which slots are real tokens and the position the
-next token of each row takes (its count of real tokens, as plain ``generate()`` numbers a left-padded row).
-Nothing is thrown away because another row accepted fewer: each row keeps every token it accepted.
+Storage is rectangular, so a round keeps, in every row, as many new slots as the row that accepted most; a row that
+accepted fewer gets *holes*: kept in storage, never attended to, like padding. Each row keeps every token it accepted.
 """
 
 from __future__ import annotations
@@ -14,9 +10,8 @@ import torch
 
 
 def keep_leading(valid: torch.Tensor, kept: torch.Tensor, width: int) -> tuple[torch.Tensor, int]:
-    """Of the last ``width`` columns of ``valid`` (``[B, T]``), row ``b`` keeps its first ``kept[b]``; the columns
-    no row keeps are dropped. Returns the new validity and the (non-positive) count of dropped columns, for a
-    cache's ``crop``.
+    """Of the last ``width`` columns of ``valid`` ``[B, T]``, row ``b`` keeps its first ``kept[b]``; columns no row
+    keeps are dropped. Returns the new validity and the (non-positive) count dropped, for a cache's ``crop``.
 
     Example:
         >>> valid, crop = keep_leading(torch.ones(2, 4, dtype=torch.bool), torch.tensor([1, 2]), width=3)
@@ -29,8 +24,7 @@ def keep_leading(valid: torch.Tensor, kept: torch.Tensor, width: int) -> tuple[t
 
 
 def gathered_validity(valid: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    """``[B, H_kv, S]``: whether the slots a view gathered at per-head ``indices`` ``[B, H_kv, S]`` hold real tokens,
-    from the source's ``[B, L]`` validity.
+    """``[B, H_kv, S]``: whether the slots gathered at ``indices`` ``[B, H_kv, S]`` are real, by ``valid`` ``[B, L]``.
 
     Example:
         >>> gathered_validity(torch.tensor([[False, True, True]]), torch.tensor([[[0, 2], [1, 2]]])).tolist()
@@ -42,9 +36,7 @@ def gathered_validity(valid: torch.Tensor, indices: torch.Tensor) -> torch.Tenso
 class SlotMask:
     """Which of a batched cache's ``L`` slots hold real tokens, per row, and each row's next position.
 
-    Args:
-        valid: ``[B, L]`` bool, ``True`` where a slot holds a real token (the prompt's attention mask: padding
-            anywhere but after a row's last token).
+    ``valid``: ``[B, L]`` bool (the prompt's attention mask: padding anywhere but after a row's last token).
 
     Example:
         >>> slots = SlotMask(torch.tensor([[0, 1, 1], [1, 1, 1]], dtype=torch.bool))
@@ -62,9 +54,8 @@ class SlotMask:
         self.prompt_length = self.valid.shape[1]
 
     def plain_index(self) -> torch.Tensor:
-        """``[B, L]`` each slot's index in the row as plain ``generate()`` lays it out (what its sliding windows count):
-        the prompt's slots as they are (padding included), then the row's new tokens one after another, holes not
-        counted (a hole's index repeats its left neighbour's; it is never attended to)."""
+        """``[B, L]`` each slot's index as plain ``generate()`` lays the row out (what sliding windows count): the
+        prompt's slots, then the new tokens; a hole repeats its left neighbour's index."""
         counted = self.valid.clone()
         counted[:, : self.prompt_length] = True
         return counted.long().cumsum(-1) - 1
@@ -80,10 +71,7 @@ class SlotMask:
         return self.positions[:, None] + torch.arange(width, device=self.valid.device)
 
     def keep(self, kept: torch.Tensor, width: int) -> int:
-        """Of the last ``width`` slots, keep the first ``kept[b]`` of row ``b``; drop the slots no row kept.
-
-        Returns the (non-positive) count of slots dropped from the end, for the cache's ``crop``.
-        """
+        """Of the last ``width`` slots, row ``b`` keeps its first ``kept[b]``; returns the crop count."""
         self.valid, crop = keep_leading(self.valid, kept, width)
         self.positions = self.positions + kept.to(self.positions.device)
         return crop
@@ -105,13 +93,8 @@ class SlotMask:
 class ViewSlots:
     """Slot validity of a batched retrieval view, per layer, row and KV head.
 
-    A view's layer ``l`` holds the ``S`` gathered tokens (which differ per row and KV head, so their validity is
-    ``[B, H_kv, S]`` per layer) and then a tail shared by all heads and layers (the full cache's tokens since the
-    selection, then drafts), whose validity is ``[B, T]``.
-
-    Args:
-        gathered: per layer, ``[B, H_kv, S]`` validity of the gathered tokens.
-        tail: ``[B, T]`` validity of the tail.
+    Layer ``l`` holds ``S`` gathered tokens (validity ``gathered[l]`` ``[B, H_kv, S]``: they differ per head), then a
+    tail shared by all heads and layers (the full cache's tokens since the selection, then drafts; ``tail`` ``[B, T]``).
 
     Example:
         >>> view = ViewSlots([torch.ones(1, 2, 3, dtype=torch.bool)], torch.tensor([[True, False]]))
@@ -123,8 +106,7 @@ class ViewSlots:
         self.gathered, self.tail = gathered, tail.bool()
 
     def in_window(self, window: int | None, q_len: int) -> None:
-        """No window: a level-1 view's slots are compacted, its sliding layers attend to the whole view (level 1 only
-        drafts; see :mod:`hf_triforce.caches.view`)."""
+        """No window: a level-1 view is compacted, its sliding layers attend to all of it (level 1 only drafts)."""
         return None
 
     def for_layer(self, layer_idx: int) -> torch.Tensor:
@@ -157,9 +139,8 @@ class CacheSlots:
         return self.slots.valid[:, None]
 
     def in_window(self, window: int | None, q_len: int) -> torch.Tensor | None:
-        """``[B, 1, q, L]``: the keys within the sliding ``window`` of each of the last ``q_len`` slots' queries, by
-        :meth:`SlotMask.plain_index` (``key > query - window``, as transformers' sliding masks count), or ``None``
-        without a window.
+        """``[B, 1, q, L]``: the keys within the sliding ``window`` of the last ``q_len`` slots' queries, or ``None``
+        (``key > query - window`` by :meth:`SlotMask.plain_index`, as transformers counts).
 
         Example:
             >>> slots = SlotMask(torch.tensor([[0, 1, 1, 1, 1]]))

@@ -1,13 +1,8 @@
 """Fixed-capacity key/value storage written at slots given by a tensor: the cache side of a static-shape step.
 
-A CUDA graph replays kernels on the memory addresses seen at capture, so a cache a graph writes to
-must never reallocate and must take *where* to write from a device tensor, not from Python state.
-:class:`StaticKVBuffer` allocates its ``[B, H, capacity, D]`` storage once (zero-filled) and writes a
-step's states with ``index_copy_`` at the slots held by a shared :class:`StepSlots`; the layers built
-on it (:class:`SlotWrites`) return the whole fixed-capacity storage from ``update`` and report the
-capacity from ``get_mask_sizes``, like transformers' ``StaticLayer``. The host-side ``length`` (the
-visible slots) is bookkeeping the step runner advances *after* a step: ``update`` itself changes no
-Python state, so an eager step and a graph replay have the same effect.
+A CUDA graph replays on the addresses seen at capture, so its cache must never reallocate and must take *where* to
+write from a device tensor. ``update`` changes no Python state: the step runner advances the host-side ``length``
+after a step, so an eager step and a graph replay have the same effect.
 """
 
 from __future__ import annotations
@@ -18,21 +13,16 @@ from .buffers import KVBuffer
 
 
 class StepSlots:
-    """The cache slots ``[q]`` (long, on the model's device) the current step writes; shared by all layers.
-
-    The step runner points ``positions`` at its static per-width slot tensor before a forward (or a capture).
-    """
+    """The cache slots ``[q]`` (long, on the model's device) the current step writes; shared by all layers."""
 
     def __init__(self) -> None:
         self.positions: torch.Tensor | None = None
 
 
 class StaticKVBuffer(KVBuffer):
-    """A :class:`KVBuffer` whose storage is allocated once, zero-filled, and never reallocated.
+    """A :class:`KVBuffer` allocated once, zero-filled, never reallocated.
 
-    Unwritten slots hold zeros, not uninitialized memory: a masked slot gets attention weight 0, and
-    ``0 * NaN`` from garbage would still poison the output. Host-driven writes (``append``/``write``,
-    used to gather a selection or evict) and device-driven ones (:meth:`index_write`) share the storage.
+    Zeros, not uninitialized memory: a masked slot gets weight 0, but ``0 * NaN`` would still poison the output.
 
     Example:
         >>> buf = StaticKVBuffer(capacity=6)
@@ -53,8 +43,7 @@ class StaticKVBuffer(KVBuffer):
     def index_write(
         self, slots: torch.Tensor, key_states: torch.Tensor, value_states: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write ``[B, H, q, D]`` states at ``slots`` (``[q]`` long tensor), allocating the storage on first use;
-        returns the full storage (see :meth:`KVBuffer.index_write`)."""
+        """:meth:`KVBuffer.index_write`, allocating the storage on first use."""
         self.reserve(self.capacity, key_states)
         return super().index_write(slots, key_states, value_states)
 
@@ -68,8 +57,7 @@ class StaticKVBuffer(KVBuffer):
 class SlotWrites:
     """Mixin for cache layers over a :class:`StaticKVBuffer` ``self.buffer`` and a shared ``self.slots``.
 
-    ``update`` writes at the step's slots and returns the whole fixed-capacity storage; the causal mask
-    (built by the step runner from the same slots) hides the slots after the step's last one.
+    ``update`` writes at the step's slots and returns the whole storage; the step runner's mask hides later slots.
     """
 
     buffer: StaticKVBuffer

@@ -1,10 +1,6 @@
 """Fixed-capacity layers for the level-0 :class:`StreamingLLMCache`, for static-shape (CUDA graph) draft steps.
 
-A :class:`StaticStreamingLayer` is a :class:`~hf_triforce.caches.streaming.StreamingLayer` whose storage
-is ``budget`` fixed slots (:class:`~hf_triforce.caches.static_buffer.StaticKVBuffer`): eviction (re-rotate
-and move the window down) and crops are host-driven in-place writes between steps, and ``update`` writes
-at the step's slot tensor and returns the whole storage. In StreamingLLM a token's position *is* its slot,
-so a draft step's ``position_ids`` equal its slots.
+Eviction and crops are in-place writes between steps; a token's position is its slot (so are ``position_ids``).
 """
 
 from __future__ import annotations
@@ -28,9 +24,6 @@ class StaticStreamingLayer(SlotWrites, StreamingLayer):
 
 def use_static_layers(cache: StreamingLLMCache) -> StepSlots:
     """Swap an empty ``cache``'s layers for :class:`StaticStreamingLayer` in place; returns their shared slots.
-
-    In place, so every holder of ``cache`` (e.g. the decoding loop's memory statistics) sees the same
-    object; ``make_room``, ``crop`` and ``kv_nbytes`` work unchanged on the new layers.
 
     Example:
         >>> f = 1.0 / 10000 ** (torch.arange(0, 8, 2) / 8)

@@ -1,19 +1,6 @@
 """``StaticRetrievalView``: the level-1 sparse view on fixed-capacity storage, for static-shape (CUDA graph) steps.
 
-Same contents and bookkeeping as :class:`~hf_triforce.caches.view.RetrievalView` (gathered tokens,
-then the full cache's tokens appended since the selection, then drafted tokens, compacted at slots
-``0 .. visible_length``), but:
-
-* the storage is allocated once per generation and a re-selection (:meth:`StaticRetrievalView.refresh`)
-  rewrites it in place, so CUDA graphs captured over the view stay valid across refreshes;
-* ``update`` writes a step's keys/values at the slots of a *tensor* (``index_copy_``) and returns the whole
-  ``[B, H_kv, capacity, D]`` storage every step (a constant shape);
-* ``get_mask_sizes`` reports the capacity; the forward is given an explicit 4D causal mask built from the
-  same slot tensor (:func:`~hf_triforce.hierarchy.static_steps.static_causal_mask`), which hides every slot after
-  the step's own. Positions come from explicit ``position_ids`` (true positions; the view is compacted).
-
-Host-side state (``length``, ``static_length``, ``source_length``) changes only outside the forward: the
-step runner advances it after each step, ``crop``/``sync``/``refresh`` run between steps.
+A re-selection rewrites the storage in place, so captured graphs stay valid; host-side state changes between steps.
 """
 
 from __future__ import annotations
@@ -42,15 +29,9 @@ class StaticViewLayer(SlotWrites, BufferedLayer):
 class StaticRetrievalView(SparseViewMixin, BufferedCache):
     """A fixed-capacity sparse view of a :class:`RetrievalCache`, rewritten in place at every re-selection.
 
-    ``get_seq_length()`` is the *true* sequence length (the position of the next token), ``visible_length``
-    the compacted slots in use. Forwards over it go through a
-    :class:`~hf_triforce.hierarchy.static_steps.StaticStepRunner`, which sets the step's slots, passes the mask
-    and true ``position_ids``, and advances the visible length afterwards.
-
-    Args:
-        source: the full cache to gather from.
-        capacity: slots per layer: the retrieval budget plus room for the tokens appended until the next
-            re-selection and one round of drafts.
+    ``get_seq_length()`` is the *true* length, ``visible_length`` the compacted slots in use. Forwards go through a
+    :class:`~hf_triforce.hierarchy.static_steps.StaticStepRunner` (slots, mask, true ``position_ids``, then the visible
+    length advanced). ``capacity``: the budget plus the tokens appended until the next re-selection and some drafts.
 
     Example:
         >>> source = RetrievalCache(num_layers=1, chunk_size=4, capacity=32)
@@ -69,8 +50,7 @@ class StaticRetrievalView(SparseViewMixin, BufferedCache):
         self.capacity = capacity
 
     def rebind(self, source: RetrievalCache) -> None:
-        """Serve another full cache (a later ``generate()`` call), keeping this view's storage and so the CUDA
-        graphs captured over it; empty until the next :meth:`refresh`.
+        """Serve another full cache (a later ``generate()``), keeping storage and CUDA graphs; empty until refreshed.
 
         Raises:
             ValueError: ``source`` has another number of layers.
@@ -82,29 +62,19 @@ class StaticRetrievalView(SparseViewMixin, BufferedCache):
             layer.static_length = layer.buffer.length = 0
 
     def refresh(self, indices: list[torch.Tensor]) -> None:
-        """Gather the tokens at per-layer ``indices`` (``[B, H_kv, S]``, ``S <= capacity``) into slots ``0 .. S``.
-
-        In place (:func:`~hf_triforce.kernels.retrieval.gather_kv_into`: one Triton launch on CUDA), so the
-        storage addresses captured by CUDA graphs stay valid.
-        """
+        """Gather the tokens at per-layer ``indices`` ``[B, H_kv, S <= capacity]`` into slots ``0 .. S``, in place."""
         for view_layer, layer, idx in zip(self.layers, self.source.layers, indices, strict=True):
             view_layer.static_length = gather_selection(view_layer.buffer, layer.buffer, idx)
         self.source_length = self.source.get_seq_length()
 
 
 class StaticViewSlots:
-    """Which slots of a batched :class:`StaticRetrievalView` each row may attend to, per layer and KV head, in one
+    """Which slots of a batched :class:`StaticRetrievalView` each row may attend to, as one
     ``[layers, B, H_kv, capacity]`` bool tensor allocated once (CUDA graphs read it at a fixed address).
 
-    The fixed-capacity counterpart of :class:`~hf_triforce.caches.slots.ViewSlots`: the gathered slots take their
-    source's validity (a row's padding and holes are never attended), the full cache's tokens since the selection take
-    the source's, a step's own slots are valid while it runs, and a row's rejected drafts leave again; unwritten slots
-    are never valid. Kept current outside the steps (:meth:`refresh`, :meth:`sync`, :meth:`append`, :meth:`keep`);
-    the step runner sets :attr:`query_slots` (its queries' own slots) before each forward.
-
-    Args:
-        view: the batched static view.
-        slots: the full cache's :class:`~hf_triforce.caches.slots.SlotMask`.
+    The fixed-capacity :class:`~hf_triforce.caches.slots.ViewSlots`: gathered slots and the tail take their source's
+    validity (``slots``), a step's own slots are valid while it runs, a row's rejected drafts leave, unwritten slots are
+    never valid. Kept current between steps; the step runner sets :attr:`query_slots` before each forward.
 
     Example:
         >>> source = RetrievalCache(num_layers=1, chunk_size=4, capacity=32)
@@ -126,12 +96,11 @@ class StaticViewSlots:
         return self.valid[layer_idx]
 
     def in_window(self, window: int | None, q_len: int) -> None:
-        """No window: level 1's view is compacted and only drafts (see :class:`~hf_triforce.caches.slots.ViewSlots`)."""
+        """No window, as :meth:`~hf_triforce.caches.slots.ViewSlots.in_window`."""
         return None
 
     def refresh(self, indices: list[torch.Tensor]) -> None:
-        """After the view gathered the tokens at per-layer ``indices`` ``[B, H_kv, S]``: those slots take their
-        source's validity, every later slot is invalid."""
+        """After the view gathered at ``indices``: those slots take their source's validity, later slots none."""
         valid = self.slots.valid
         if self.valid is None:
             shape = (len(indices), *indices[0].shape[:2], self.view.capacity)
@@ -141,8 +110,7 @@ class StaticViewSlots:
             self.valid[layer, :, :, : idx.shape[-1]] = gathered_validity(valid, idx)
 
     def sync(self) -> None:
-        """After the view copied in the full cache's tokens since the selection: they take the source's validity,
-        the slots after them are invalid."""
+        """After the view copied in the tokens since the selection: they take the source's validity, later ones none."""
         start = self.view.layers[0].static_length
         tail = self.slots.valid[:, self.view.source_length :]
         self.valid[..., start:] = False
@@ -154,9 +122,8 @@ class StaticViewSlots:
         self.valid[..., start : start + width] = True
 
     def keep(self, kept: torch.Tensor, width: int) -> int:
-        """Of the step's last ``width`` slots, row ``b`` keeps its first ``kept[b]`` (``[B]``); returns the
-        (non-positive) count of slots no row kept, for the view's ``crop`` (as
-        :meth:`~hf_triforce.caches.slots.ViewSlots.keep`)."""
+        """Of the step's last ``width`` slots, row ``b`` keeps its first ``kept[b]``; returns the crop
+        (:meth:`~hf_triforce.caches.slots.ViewSlots.keep`)."""
         start, counts = self.view.visible_length - width, kept.tolist()
         for b, n in enumerate(counts):
             self.valid[:, b, :, start + n : start + width] = False

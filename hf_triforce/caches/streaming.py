@@ -10,19 +10,11 @@ from .buffers import KVBuffer
 
 
 def rotate_keys(keys: torch.Tensor, inv_freq: torch.Tensor, shift: int, interleaved: bool = False) -> torch.Tensor:
-    """Move RoPE-rotated keys by ``shift`` positions (a pure rotation, composable with RoPE).
+    """Move RoPE-rotated keys ``[B, H, S, D]`` by ``shift``: the result equals the keys rotated at ``p + shift``.
 
-    The first ``2 * len(inv_freq)`` channels are rotated (all of them unless the model uses partial rotary
-    embeddings), paired as Llama's ``rotate_half`` pairs them or, with ``interleaved``, as Cohere's and GLM's
+    The first ``2 * len(inv_freq)`` channels are rotated (fewer than ``D`` with partial rotary), paired as Llama's
+    ``rotate_half`` pairs them or, with ``interleaved``, as Cohere's and GLM's
     (:func:`~hf_triforce.hf.model.apply_rope`).
-
-    Args:
-        keys: ``[B, H, S, D]`` keys rotated at positions ``p``.
-        inv_freq: ``[R]`` inverse frequencies of the rotary embedding (``R <= D / 2``).
-        shift: position delta; the result equals the keys rotated at ``p + shift``.
-
-    Returns:
-        ``[B, H, S, D]`` keys, same dtype.
 
     Example:
         >>> k = torch.randn(1, 1, 3, 8); f = 1.0 / 10000 ** (torch.arange(0, 8, 2) / 8)
@@ -56,23 +48,12 @@ class StreamingLayer(BufferedLayer):
 
 
 class StreamingLLMCache(BufferedCache):
-    """StreamingLLM KV cache (Xiao et al. 2024): ``sinks`` first tokens plus the most recent window.
+    """StreamingLLM KV cache (Xiao et al. 2024): ``sinks`` first tokens plus the most recent window, ``budget`` in all.
 
-    Positions are cache slots, as in StreamingLLM: the token in slot ``i`` is rotated at position
-    ``i``, so a small draft model never sees positions beyond ``budget`` however long the context.
-    Call :meth:`make_room` before a forward of ``q`` tokens: when the cache would exceed ``budget`` the
-    oldest window tokens are evicted (in batches of ``evict_batch``, to amortize the re-rotation of
-    the keys that move down). Rolling back rejected drafts is a negative :meth:`crop`.
-
-    Args:
-        num_layers: decoder layers of the draft model.
-        budget: maximum tokens held (sinks + window).
-        sinks: attention-sink tokens kept at the start.
-        inv_freq: ``[R]`` rotary inverse frequencies of the draft model (``R = head_dim // 2``, fewer with partial
-            rotary), or a list of them, one per layer (a model with a rotary base per layer kind, as Gemma 3).
-        evict_batch: extra tokens evicted at once when the cache is full.
-        interleaved: the model pairs rotary channels ``(2i, 2i + 1)`` (Cohere, GLM), not ``(i, i + R)``
-            (:func:`~hf_triforce.hf.model.layer_rotary` reads both off a model).
+    The token in slot ``i`` is rotated at position ``i``, so a small draft model never sees positions beyond ``budget``.
+    :meth:`make_room` before a forward evicts the oldest window tokens (``evict_batch`` more, to amortize re-rotating
+    the keys that move down); a negative :meth:`crop` rolls back. ``inv_freq``: ``[R]`` rotary inverse frequencies, or
+    one per layer (a rotary base per layer kind); ``interleaved``: pairs ``(2i, 2i + 1)``, not ``(i, i + R)``.
 
     Example:
         >>> f = 1.0 / 10000 ** (torch.arange(0, 8, 2) / 8)

@@ -1,9 +1,7 @@
 """``ChunkSummaries``: the mean key of every chunk of every layer of a ``RetrievalCache``, side by side.
 
-A selection scores every layer's chunks. With the layers' summaries in one ``[L, B, H_kv, C, D]`` tensor it scores
-them all in one operation over a view of it (:meth:`ChunkSummaries.stacked`), with no copy: on a long context the
-summaries are a sixteenth of the KV cache, too much to stack anew at every refresh. Layers on different devices (a
-``device_map`` over several GPUs) keep one tensor each, on their own device, and are scored layer by layer.
+One ``[L, B, H_kv, C, D]`` tensor lets a selection score every layer in one operation over a view
+(:meth:`ChunkSummaries.stacked`), with no copy; layers on different devices (``device_map``) keep one tensor each.
 """
 
 from __future__ import annotations
@@ -14,12 +12,7 @@ from ..kernels.retrieval import chunk_means
 
 
 class ChunkSummaries:
-    """Chunk means of a cache's layers, computed lazily (only the chunks completed since the last call).
-
-    Args:
-        layers: the cache's layers (each with a ``buffer`` whose ``keys`` are ``[B, H_kv, L, D]``; the first
-            allocation makes room for the chunks of its ``capacity``).
-        chunk_size: tokens per chunk.
+    """Chunk means of a cache's layers (each ``buffer.keys`` ``[B, H_kv, L, D]``), computed lazily: only new chunks.
 
     Example:
         >>> from hf_triforce.caches.retrieval import RetrievalCache
@@ -52,8 +45,8 @@ class ChunkSummaries:
         return out[:, :, :n]
 
     def stacked(self, n: int) -> torch.Tensor | None:
-        """``[L * B, H_kv, n, D]``: every layer's first ``n`` chunk means, a view; ``None`` where the layers do not
-        share one tensor. Call :meth:`layer` for each layer first."""
+        """``[L * B, H_kv, n, D]`` view of every layer's first ``n`` chunk means, or ``None`` if the layers do not share
+        one tensor. Call :meth:`layer` for each layer first."""
         return None if self.shared is None else self.shared[:, :, :, :n].flatten(0, 1)
 
     def crop(self, index: int, chunks: int) -> None:
@@ -68,8 +61,7 @@ class ChunkSummaries:
             self.per_layer = [None if t is None else t[rows] for t in self.per_layer]
 
     def _grow(self, index: int, n: int) -> None:
-        """Room for ``n`` chunk means in layer ``index`` (doubling: amortized O(1); at least its buffer capacity's),
-        keeping the ones computed; every layer's at once where they all live in one place."""
+        """Room for ``n`` chunk means in layer ``index`` (doubling, at least its buffer's capacity), keeping the old."""
         old = self.per_layer[index]
         capacity = self.layers[index].buffer.capacity
         room = max(n, 2 * (0 if old is None else old.shape[2]), capacity // self.chunk_size + 1)
@@ -83,8 +75,7 @@ class ChunkSummaries:
         self.per_layer[index] = grown
 
     def _grow_shared(self, room: int) -> None:
-        """One ``[L, B, H_kv, room, D]`` tensor for every layer; the chunk means of layers that had their own are
-        computed again (once, when the last layer is initialized)."""
+        """One ``[L, B, H_kv, room, D]`` tensor for all layers (layers that had their own recompute their means)."""
         keys = self.layers[0].buffer.like()
         shared = keys.new_empty((len(self.layers), *keys.shape[:2], room, keys.shape[-1]))
         if self.shared is not None:

@@ -1,14 +1,5 @@
-"""One TriForce ``generate()`` call: switched on per model, planned, prefilled, then decoded in rounds.
-
-* :mod:`.enable`: ``enable``/``disable``/``last_stats`` (the public switches) and :mod:`.state`, the one state
-  object per enabled model;
-* :mod:`.plan`: what the call runs, decided once from the capability table, before any forward;
-* :mod:`.call`: the ``custom_generate`` entry point: the plan, and the wiring of the three levels;
-* :mod:`.loop`: the prefill and the rounds (level-1 drafting, level-2 verification, stopping), one loop for one
-  sequence or a batch;
-* :mod:`.custom`: the same call through transformers' ``generate(custom_generate=...)`` convention, without
-  ``enable``.
-"""
+"""One TriForce ``generate()`` call: switched on per model (:mod:`.enable`), planned once before any forward
+(:mod:`.plan`), wired (:mod:`.call`), then prefilled and decoded in rounds (:mod:`.loop`)."""
 
 from .custom import CUSTOM_GENERATE_DIR, hub_generate, triforce_generate
 from .enable import disable, enable, is_enabled, last_stats

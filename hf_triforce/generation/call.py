@@ -23,7 +23,7 @@ from .state import state_of
 
 
 def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generate_kwargs: dict[str, Any]):
-    """Check what must be refused before ``generate()`` prepares anything, and build the ``custom_generate`` callable.
+    """Refuse what must be refused before ``generate()`` prepares anything; the ``custom_generate`` callable.
 
     Pops ``assistant_model`` from ``generate_kwargs`` (TriForce runs the draft model itself).
 
@@ -34,7 +34,7 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
     """
     state = state_of(model)
     if state is not None:
-        state.begin_call()  # before any check: a refused call leaves no statistics behind, not the last call's
+        state.begin_call()  # before any check: a refused call must not leave the last call's statistics
     config = as_config(triforce_config)
     check_generate_kwargs(model, generate_kwargs)
     return functools.partial(
@@ -61,13 +61,8 @@ def triforce_decode(
 ):
     """TriForce decoding with the call's logits processors and stopping criteria (``custom_generate``).
 
-    Greedy output equals plain ``generate()``; sampled output has exactly its distribution. One loop serves one
-    sequence and a batch (several rows, or a left-padded ``attention_mask``): each row equals plain batched
-    ``generate()`` (:class:`~hf_triforce.generation.loop.TriForceRun`).
-
-    A cache the caller passed (``cache=`` or ``past_key_values=``) holding a prefix of ``input_ids`` is reused:
-    only the rest is prefilled, and the caller's cache ends holding ``sequences`` minus the last token, as after
-    plain ``generate()`` (see :mod:`~hf_triforce.generation.reuse`).
+    Greedy output equals plain ``generate()``, sampled output has exactly its distribution, row by row in a batch.
+    A caller's cache holding a prefix of ``input_ids`` is reused (:mod:`~hf_triforce.generation.reuse`).
 
     Returns:
         ``[B, prompt + new]`` token ids, or a ``GenerateDecoderOnlyOutput`` when
@@ -101,8 +96,7 @@ def triforce_decode(
 def _drafters(
     config: TriForceConfig, plan: CallPlan, assistant_model, logits_processor, do_sample: bool
 ) -> list[Drafter] | None:
-    """One level-0 drafter per row, of the plan's kind (a draft model's with its own StreamingLLM cache), or
-    ``None`` for ``"none"`` (two levels)."""
+    """One level-0 drafter per row, of the plan's kind, or ``None`` (two levels)."""
     if plan.drafter == "none":
         return None
     if plan.drafter == "model":

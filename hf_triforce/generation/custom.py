@@ -1,17 +1,9 @@
 """TriForce through transformers' own convention for decoding methods: ``generate(custom_generate=...)``.
 
-transformers runs a decoding method given as ``generate(custom_generate=<callable>)`` after its usual preparation
-(generation config, logits processors, stopping criteria, the cache), and loads one from a directory laid out as the
-Hub expects (``custom_generate/generate.py``, with ``trust_remote_code=True``). Both run TriForce without
-:func:`~hf_triforce.enable`:
-
-* :func:`triforce_generate`, the decoding method itself. transformers hands a callable only its own extra arguments
-  (``triforce_config``, ``draft_model``), not ``generate()``'s ``streamer`` or ``assistant_model``: TriForce reads
-  those two off the ``generate()`` call running it (:func:`~hf_triforce.hf.generate.dropped_generate_arguments`), so
-  they work as with :func:`~hf_triforce.enable`. Stop strings need ``generate()``'s ``tokenizer``, which transformers
-  drops too and then refuses them: use the directory form or :func:`~hf_triforce.enable` for those.
-* :func:`hub_generate`, what the directory :data:`CUSTOM_GENERATE_DIR` runs: every ``generate()`` argument arrives,
-  so streamers, ``assistant_model`` and stop strings work as with :func:`~hf_triforce.enable`.
+Without :func:`~hf_triforce.enable`: :func:`triforce_generate` is the decoding method as a callable, and
+:data:`CUSTOM_GENERATE_DIR` a directory laid out as a Hub repository's (it runs :func:`hub_generate`). A callable
+is handed only its own extra arguments: TriForce reads ``streamer`` and ``assistant_model`` off the ``generate()``
+call, but stop strings (which need ``tokenizer``) work only through the directory or ``enable``.
 """
 
 from __future__ import annotations
@@ -50,25 +42,29 @@ def triforce_generate(
 ) -> Any:
     """TriForce as a transformers decoding method: ``generate(custom_generate=triforce_generate, ...)``.
 
-    The same decoding as ``model.generate(..., triforce_config=cfg)`` after :func:`~hf_triforce.enable`: greedy output
-    equal to plain ``generate()``, sampling with exactly its distribution; :func:`~hf_triforce.last_stats` reports the
-    call. ``triforce_config`` defaults to ``TriForceConfig()``; ``draft_model`` is the level-0 draft model (what
-    ``assistant_model=`` is to the enabled form; ``assistant_model=`` works too).
+    The same decoding as ``model.generate(..., triforce_config=cfg)`` after :func:`~hf_triforce.enable` (greedy
+    output equal to plain ``generate()``, sampling with exactly its distribution); :func:`~hf_triforce.last_stats`
+    reports the call.
 
     Args:
         model: the target causal LM (any model :func:`~hf_triforce.enable` accepts).
-        input_ids: ``[B, n]`` the prompt, prepared by ``generate()``.
-        logits_processor: the call's processors, prepared by ``generate()``.
-        stopping_criteria: the call's stopping criteria, prepared by ``generate()``.
-        generation_config: the call's generation config, prepared by ``generate()``.
-        synced_gpus: unused (as for ``generate()``'s own decoding methods on one process).
+        input_ids: ``[B, n]`` the prompt, prepared by ``generate()`` (as are the next three).
+        logits_processor: the call's processors.
+        stopping_criteria: the call's stopping criteria.
+        generation_config: the call's generation config.
+        synced_gpus: unused.
         streamer: what transformers passes (nothing, for a callable).
-        triforce_config: a :class:`~hf_triforce.config.TriForceConfig` or its ``to_dict()``.
-        draft_model: a small model of the same tokenizer for level 0, or ``None``.
+        triforce_config: a :class:`~hf_triforce.config.TriForceConfig` or its ``to_dict()`` (default:
+            ``TriForceConfig()``).
+        draft_model: a small model of the same tokenizer for level 0 (or ``assistant_model=``), or ``None``.
         model_kwargs: the rest of ``generate()``'s model inputs (``attention_mask``, a ``cache`` to reuse, ...).
 
     Returns:
         what ``generate()`` returns: ``[B, n + new]`` ids, or a ``GenerateDecoderOnlyOutput``.
+
+    Raises:
+        TriForceError: the call cannot run (a subclass says what: model, generation arguments, device, config);
+            ``UnsupportedGenerationError`` also when ``draft_model`` and another ``assistant_model`` are both given.
 
     Example:
         >>> from hf_triforce import TriForceConfig, triforce_generate
@@ -91,8 +87,7 @@ def triforce_generate(
 
 
 def hub_generate(model, *args, triforce_config: TriForceConfig | dict | None = None, **kwargs) -> Any:
-    """What :data:`CUSTOM_GENERATE_DIR`'s ``custom_generate/generate.py`` runs: ``generate()`` with every argument it
-    was given, TriForce as its decoding method (``triforce_config`` defaults to ``TriForceConfig()``).
+    """What :data:`CUSTOM_GENERATE_DIR` runs: ``generate()`` with all its arguments, TriForce as decoding method.
 
     Example:
         >>> out = model.generate(ids, custom_generate=CUSTOM_GENERATE_DIR, trust_remote_code=True,
@@ -104,8 +99,7 @@ def hub_generate(model, *args, triforce_config: TriForceConfig | dict | None = N
 
 
 def _state(model: torch.nn.Module) -> TriForceState:
-    """The model's state (statistics of its calls), made on the first call when :func:`~hf_triforce.enable` was
-    never called; the model is checked first."""
+    """The model's state, made (after checking the model) on the first call without :func:`~hf_triforce.enable`."""
     state = state_of(model)
     if state is None:
         check_model(model)

@@ -16,9 +16,8 @@ from .state import attach_state, detach_state, state_of
 def enable(model: torch.nn.Module) -> torch.nn.Module:
     """Opt a model instance in to TriForce: ``model.generate(..., triforce_config=cfg)``.
 
-    Idempotent, per instance; ``generate()`` without ``triforce_config`` is unchanged. Pipelines work
-    too: ``pipeline("text-generation", model=model, ...)(prompt, triforce_config=cfg)``. A default config can be
-    set with ``model.generation_config.triforce_config = cfg``.
+    Idempotent, per instance; ``generate()`` without ``triforce_config`` is unchanged. Pipelines pass
+    ``triforce_config`` on; ``model.generation_config.triforce_config = cfg`` sets a default.
 
     Args:
         model: a transformers causal LM TriForce can serve (``docs/supported-models.md``).
@@ -40,7 +39,7 @@ def enable(model: torch.nn.Module) -> torch.nn.Module:
     wrap_generate(model, prepare_triforce_call)
     if state is None:
         attach_state(model)
-    else:  # statistics of earlier generate(custom_generate=...) calls are kept
+    else:  # keeps the statistics of earlier generate(custom_generate=...) calls
         state.enabled = True
     return model
 
@@ -56,8 +55,8 @@ def disable(model: torch.nn.Module) -> torch.nn.Module:
         if state.enabled:
             unwrap_generate(model)
         detach_state(model)
-    drop_int8_copy(model)  # level 1's int8 weight copy
-    drop_direct_decoder(model)  # level 1's direct forward (and its own int8 copy)
+    drop_int8_copy(model)
+    drop_direct_decoder(model)
     return model
 
 
@@ -75,15 +74,12 @@ def is_enabled(model: torch.nn.Module) -> bool:
 def last_stats(model: torch.nn.Module) -> TriForceStats:
     """Statistics of the model's most recent TriForce ``generate()`` call.
 
-    Each level reports two acceptance figures (:class:`~hf_triforce.stats.LevelStats`): ``acceptance_rate``, the
-    round rate ``accepted / drafted``, and ``per_token_acceptance``, the papers' ``alpha`` (the probability that a
-    draft is accepted given that the earlier drafts of its round were), which is never below the round rate.
-
-    The statistics are those of the latest call only: every TriForce call drops the previous call's when it starts,
-    so after a call that raised there are none to read (not the call before's).
+    Each level reports ``acceptance_rate`` (``accepted / drafted``) and ``per_token_acceptance``, the papers'
+    ``alpha`` (see :class:`~hf_triforce.stats.LevelStats`).
 
     Raises:
-        ValueError: when no TriForce generation has run on this model, or the latest one raised before finishing.
+        ValueError: no TriForce generation has run on this model, or the latest one raised before finishing (each
+            call drops the previous call's statistics when it starts).
 
     Example:
         >>> level1 = hf_triforce.last_stats(model).level1  # doctest: +SKIP

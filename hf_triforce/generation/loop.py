@@ -1,16 +1,8 @@
 """One TriForce call's decoding loop: the prefill, then rounds of level-1 drafting and full-cache verification.
 
-One loop serves every call: a single sequence is a batch of one. Every row has its own tokens, its own retrieval
-view (selected from its own queries), its own level-0 drafter and its own statistics; the forwards are shared.
-
-Rows accept different numbers of tokens each round: the full cache keeps one slot count for all rows, and a row that
-accepted fewer than the widest row leaves holes that are masked from then on (:mod:`hf_triforce.caches.slots`), so
-no row loses a token it accepted. A call whose rows can carry padding or holes (several rows, or a left-padded one)
-attends through those slots (:func:`~hf_triforce.hf.attention.slot_attention`); one unpadded row never has either
-and attends causally, through transformers' own attention. A row that stops (EOS, a stop string, its length limit)
-stops exactly where plain ``generate()`` stops it and leaves the batch: its slots are dropped from the caches and it
-costs no forward afterwards. The output is right-padded with ``pad_token_id``, as plain batched ``generate()`` pads
-rows that finished early.
+A single sequence is a batch of one; each row has its own tokens, view, drafter and statistics, the forwards are
+shared. A row that accepts fewer tokens than the widest leaves holes, masked from then on
+(:mod:`hf_triforce.caches.slots`); a row that stops leaves the batch and its caches.
 """
 
 from __future__ import annotations
@@ -43,28 +35,15 @@ from .plan import CallPlan
 class TriForceRun:
     """State of one TriForce ``generate()`` call: the full cache, the rows, level 1 and level 2 (the verification).
 
-    Level 2 is the target with its full :class:`~hf_triforce.caches.retrieval.RetrievalCache`: each round it
-    verifies every row's level-1 (or level-0) drafts in one forward with the call's logits processors (token
-    matching, or exact speculative sampling against the drafts' scores), appends each row's accepted tokens one at a
-    time so the call's stopping criteria stop it exactly where plain ``generate()`` stops, and crops what no row
-    kept.
+    Each round level 2 verifies every row's drafts in one full-cache forward, appends the accepted tokens one at a
+    time (so the stopping criteria stop exactly where plain ``generate()`` does) and crops what no row kept.
 
     Args:
-        model: the target model.
         input_ids: ``[B, prompt]`` prompt ids, left-padded.
-        attention_mask: ``[B, prompt]`` the prompts' mask (0 on the left padding), or ``None`` (no padding).
-        logits_processor: the call's processors, applied to each row with that row's tokens.
-        stopping_criteria: the call's stopping criteria, applied to each row.
-        generation_config: the call's generation config.
-        config: the :class:`~hf_triforce.config.TriForceConfig`.
-        plan: the call's :class:`~hf_triforce.generation.plan.CallPlan` (rows with padding or holes: ``batched``).
-        cache: the full cache, holding the first ``reused`` tokens of every row already.
-        reused: tokens of ``input_ids`` already in ``cache`` (a caller's prefix, see
-            :mod:`~hf_triforce.generation.reuse`); only the rest is prefilled.
-        stats: the :class:`~hf_triforce.stats.TriForceStats` to fill (totals; ``stats.rows`` per row when
-            ``batched``).
+        attention_mask: ``[B, prompt]`` (0 on the left padding), or ``None`` (no padding).
+        cache: the full cache, already holding the first ``reused`` tokens of every row.
         drafters: one level-0 drafter per row, or ``None`` (two levels).
-        runner_slot: where a static level-1 runner is kept between calls (the model's state), or ``None``.
+        runner_slot: where a static level-1 runner is kept between calls, or ``None``.
 
     Example:
         >>> cache = RetrievalCache(num_layers=30, chunk_size=8)  # doctest: +SKIP
@@ -105,7 +84,7 @@ class TriForceRun:
         gc = generation_config
         self.scores = () if gc.return_dict_in_generate and gc.output_scores else None
         self.raw_logits = () if gc.return_dict_in_generate and gc.output_logits else None
-        self.capture = QueryCapture()  # each full-cache forward's queries, handed to level 1 for its selections
+        self.capture = QueryCapture()  # each full-cache forward's queries, for level 1's selections
         self.level1 = Level1Drafter(
             model, cache, self.slots, config, plan, self.do_sample, drafters, self.stats, self.stats.rows or None,
             eos_token_ids(gc), runner_slot=runner_slot,
@@ -138,8 +117,7 @@ class TriForceRun:
     # -- the prefill -----------------------------------------------------------------------------------------
 
     def _prefill_forward(self) -> torch.Tensor:
-        """Forward(s) of the uncached prompt tokens into the full cache (a progress bar for long ones); the last
-        position's float32 logits ``[B, V]``."""
+        """Forward(s) of the uncached prompt into the full cache; the last position's float32 logits ``[B, V]``."""
         length = self.input_ids.shape[1] - self.reused
         step = self.config.prefill_chunk_size or length
         starts = range(self.reused, self.input_ids.shape[1], step)
@@ -152,8 +130,7 @@ class TriForceRun:
         return logits
 
     def _prefill_chunk(self, first: int, end: int) -> torch.Tensor:
-        """The prompt's tokens ``first .. end`` of every row into the full cache, positions numbered as plain
-        ``generate()`` numbers a left-padded row; the last position's float32 logits ``[B, V]``."""
+        """Prompt tokens ``first .. end`` into the full cache (positions as ``generate()`` numbers a padded row)."""
         masking = {}
         if self.batched:
             valid = self.slots.valid[:, :end]
@@ -169,8 +146,7 @@ class TriForceRun:
         return out.logits[:, -1].float()
 
     def _first_tokens(self, raw: torch.Tensor, streamer) -> None:
-        """Every row's first new token from the prefill's logits ``[B, V]``, chosen as plain ``generate()`` chooses
-        it (the call's processors over the whole batch, then argmax or one draw per row)."""
+        """Every row's first new token from the prefill's logits ``[B, V]``, as plain ``generate()`` chooses it."""
         scores = self.logits_processor(self.input_ids, raw.clone())
         tokens = torch.multinomial(scores.softmax(-1), 1)[:, 0] if self.do_sample else scores.argmax(-1)
         for b, row in enumerate(self.active):
@@ -209,23 +185,20 @@ class TriForceRun:
         self._drop_finished()
 
     def _missed_rank(self, plan: Plan, drafts: list[RowDraft], verdicts) -> int | None:
-        """One greedy sequence's level-1 round: the rank of level 2's token in level 1's scores at the first rejection
-        (0 where every draft was accepted), what token trees' candidates would have caught; ``None`` where the round
-        says nothing about ranks (sampling, batches, level-0 drafts)."""
+        """Rank of level 2's token in level 1's scores at the first rejection (0: none) of a greedy sequence's
+        level-1 round, for token trees; ``None`` for other rounds."""
         if self.batched or self.do_sample or plan.kind != "levels" or drafts[0].scores is None:
             return None
         n, token, _ = verdicts[0]
         if n >= drafts[0].tokens.shape[0]:
-            return 0  # no miss: every node still counts as a trial for every rank (p_k is unconditional)
+            return 0  # still a trial for every rank (p_k is unconditional)
         scores = drafts[0].scores[n]
         return int((scores > scores[token]).sum())
 
     # -- a token-tree round (one sequence) -------------------------------------------------------------------
 
     def _tree_round(self, plan: Plan, budget: int, streamer) -> None:
-        """Level 1 drafts the plan's token tree (no node deeper than ``budget``), one full-cache forward verifies every
-        node with a tree mask, the accepted path's tokens are appended (stopping as plain ``generate()`` stops) and
-        only that path stays in the full cache."""
+        """Draft the plan's token tree (depth at most ``budget``), verify it in one forward, keep the accepted path."""
         row = self.active[0]
         tree = self.level1.draft_tree(plan.tree, row, budget)
         start = time.perf_counter()
@@ -257,8 +230,8 @@ class TriForceRun:
     def _verify(
         self, inputs: torch.Tensor, positions: torch.Tensor, visibility: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Full-cache forward over ``inputs`` ``[B, q]`` at ``positions`` ``[B, q]`` (a token tree's nodes with their
-        ``visibility`` ``[q, q]``, one sequence); float32 logits ``[B, q, V]``. Its queries land in :attr:`capture`."""
+        """Full-cache forward of ``inputs`` ``[B, q]`` at ``positions`` ``[B, q]`` (a tree: with ``visibility``
+        ``[q, q]``); float32 logits ``[B, q, V]``, queries in :attr:`capture`."""
         q = inputs.shape[1]
         if self.plan.verification != "dynamic" and visibility is None:
             return self._fixed_verification().logits(inputs[0])[None]
@@ -274,9 +247,9 @@ class TriForceRun:
         return out.logits[:, -q:].float()
 
     def _fixed_verification(self) -> FixedShapeVerification:
-        """The call's fixed-shape verification (one sequence), made at its first use: the storage is the prefill's."""
+        """The call's fixed-shape verification, made at first use (after the prefill, whose storage it fixes)."""
         if self.fixed is None:
-            # a round verifies up to gamma2 level-1 drafts, or gamma1 + gamma2 of level 0's in its own rounds
+            # up to gamma2 level-1 drafts, or gamma1 + gamma2 level-0 drafts
             widths = range(1, self.config.gamma1 + self.config.gamma2 + 2)
             plan = self.plan
             self.fixed = FixedShapeVerification(
@@ -293,8 +266,7 @@ class TriForceRun:
         return judge_rows([row.processors for row in self.active], self.do_sample, rows)
 
     def _append(self, row: Row, tokens: torch.Tensor, scores: torch.Tensor, raw: torch.Tensor, streamer) -> int:
-        """Append ``tokens`` ``[n]`` (processed ``scores`` and ``raw`` logits ``[n, V]``) to ``row`` one at a time,
-        stopping exactly where plain ``generate()`` would; returns how many were appended."""
+        """Append ``tokens`` ``[n]`` to ``row`` one at a time, stopping where plain ``generate()`` would; how many."""
         appended = tokens.shape[0]
         for i in range(tokens.shape[0]):
             row.ids = torch.cat([row.ids, tokens[i : i + 1]])
@@ -310,7 +282,7 @@ class TriForceRun:
         return appended
 
     def _drop_finished(self) -> None:
-        """Rows that stopped leave the batch: their slots leave the caches, they cost nothing from now on."""
+        """Rows that stopped leave the batch and the caches."""
         kept = [i for i, row in enumerate(self.active) if not row.done]
         if len(kept) == len(self.active):
             return

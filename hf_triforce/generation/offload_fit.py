@@ -1,10 +1,6 @@
 """Whether an offloaded call fits, checked before any work: the host holds the full cache, the device what streams.
 
-With ``TriForceConfig(offload_kv=True)`` a call needs, for a cache of ``capacity`` slots
-(:meth:`~hf_triforce.config.TriForceConfig.full_cache_capacity`), ``capacity x (KV bytes per token)`` of host memory
-per row and, on the device beside the weights already there, the two layers a full-cache forward streams through,
-the chunk means (a key per ``chunk_size`` tokens) and the retrieval views. A call that cannot fit is refused with the
-longest ``max_length`` that does, before any work (:mod:`~hf_triforce.generation.plan`).
+On the device: the two layers a full-cache forward streams, the chunk means and the retrieval views.
 """
 
 from __future__ import annotations
@@ -20,8 +16,8 @@ VIEWS_ALIVE = 2  # a re-selection builds the new view before the old one is drop
 
 
 def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: int, max_length: int) -> str | None:
-    """Why ``rows`` offloaded caches for ``max_length`` tokens do not fit the host's available memory, or what
-    streams does not fit the device's free memory (on CUDA); ``None`` when they fit.
+    """Why ``rows`` offloaded caches of ``max_length`` tokens do not fit host or device memory (with the longest
+    ``max_length`` that does); ``None`` when they fit.
 
     Example:
         >>> offload_fit_problem(model, TriForceConfig(offload_kv=True), 1, 131072)  # doctest: +SKIP
@@ -44,8 +40,7 @@ def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: in
 
 
 def _bytes_per_slot(model: torch.nn.Module, rows: int, chunk_size: int) -> tuple[int, int]:
-    """``(host, device)`` bytes per cache slot: all layers' keys and values in host memory; two layers' keys and
-    values (the streamed ones) and every layer's share of the chunk means (keys only) on the device."""
+    """``(host, device)`` bytes per cache slot: every layer's keys and values; two layers' and the chunk means."""
     kv_heads, head_dim = kv_shape(model)
     layers, itemsize = num_layers(model), next(model.parameters()).element_size()
     per_layer = 2 * kv_heads * head_dim * itemsize * rows
@@ -59,7 +54,7 @@ def _longest(config: TriForceConfig, available: int, per_slot: int, fixed: int) 
 
 
 def host_available_bytes() -> int:
-    """The host's available physical memory (``sysconf``; a large figure where the OS does not say)."""
+    """The host's available physical memory (huge where the OS does not say)."""
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
@@ -67,7 +62,7 @@ def host_available_bytes() -> int:
 
 
 def device_free_bytes(device: torch.device) -> int | None:
-    """Free memory of a CUDA device, or ``None`` elsewhere (the host is the device: the host check covers it)."""
+    """Free memory of a CUDA device, or ``None`` elsewhere (the host check covers it)."""
     if device.type != "cuda":
         return None
     return torch.cuda.mem_get_info(device)[0]

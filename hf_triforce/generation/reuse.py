@@ -1,23 +1,9 @@
 """Starting a TriForce call from a cache the caller prefilled, and handing the grown cache back.
 
-The transformers patterns: prefill a shared prefix once into a ``DynamicCache`` and ``copy.deepcopy`` it per
-question; or pass the cache a call returned (``return_dict_in_generate=True``) to the next chat turn. Plain
-``generate()`` feeds ``input_ids[:, cached:]`` and leaves the caller's cache holding every token of
-``sequences`` but the last. A TriForce call does the same:
-
-* its full cache starts with the caller's keys and values: a :class:`~hf_triforce.caches.RetrievalCache` an
-  earlier TriForce call returned is used in place (nothing copied); a ``DynamicCache`` is copied into a new one
-  (one pass over the prefix's keys and values, a memory copy, no forward);
-* only ``input_ids[:, cached:]`` is prefilled (at least the last token, whose query selects the first chunks);
-* the chunk summaries of the prefix are computed at the first selection (one mean over its keys, as after a
-  fresh prefill); the draft model's StreamingLLM cache is built from token ids at its first proposal (the
-  sinks and the recent window: at most ``draft_cache_budget`` tokens through the small model), as always;
-* at the end a copied ``DynamicCache`` gets the new tokens' keys and values appended (``Cache.update``), so the
-  caller's object ends as plain ``generate()`` leaves it; the output's cache is the caller's object, or, when
-  the caller passed none, TriForce's own full cache (a transformers ``Cache`` holding ``sequences`` minus the
-  last token, usable by plain ``generate()`` too).
-
-A cache TriForce cannot start from is refused before any work (:func:`callers_cache_problem`, read by the call's plan).
+As plain ``generate()``, a call prefills only ``input_ids[:, cached:]`` and leaves the caller's cache holding
+``sequences`` minus the last token. A :class:`~hf_triforce.caches.RetrievalCache` an earlier call returned is used
+in place; a ``DynamicCache`` is copied into a new one, and the new tokens are appended to it at the end. Without a
+caller's cache the output carries TriForce's own full cache.
 """
 
 from __future__ import annotations
@@ -38,10 +24,9 @@ class StartingCache:
     """The full cache a call decodes into, and what becomes of the caller's cache.
 
     Attributes:
-        cache: TriForce's full cache for this call.
         reused: tokens already in ``cache`` when the call starts (the caller's prefix).
         callers: the caller's cache when it was copied (the new tokens are appended to it at the end), else None.
-        returned: the cache the output carries (the caller's object, or ``cache`` when the caller passed none).
+        returned: the cache the output carries.
     """
 
     cache: RetrievalCache
@@ -58,15 +43,10 @@ def start_cache(
     callers: Any | None,
     batched: bool = False,
 ) -> StartingCache:
-    """The full cache for a call over ``input_ids`` ``[B, n]``, starting from the caller's cache when given.
+    """The full cache for a call over ``input_ids`` ``[B, n]``, from the caller's checked cache when given.
 
-    A batched call (``batched``: several rows, or a padded one) copies the caller's cache, which holds one row per
-    row of ``input_ids`` (each row's own prefix, padded as its ``attention_mask`` says) or a single row (a prefix every
-    row shares: copied into each). It leaves the caller's object as it was: plain batched ``generate()`` would append
-    to it, rows that stopped early included (the keys and values of the padding it feeds them), which TriForce never
-    computes; the output carries no cache.
-
-    The caller's cache was checked by the call's plan (:func:`callers_cache_problem`).
+    A batched call copies the caller's cache (one row per row, or one row all share) and leaves it as it was: plain
+    ``generate()`` would append the padding it feeds finished rows, which TriForce never computes. It returns no cache.
 
     Example:
         >>> start = start_cache(model, TriForceConfig(), ids, max_length=600, callers=prefilled)  # doctest: +SKIP
@@ -119,16 +99,14 @@ def _key_values(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def _layouts(cache: Any) -> list[tuple[torch.Tensor, int]]:
-    """Per initialized layer, a tensor of its keys' batch, heads, head size, dtype and device, and its length (no
-    copy: an offloaded layer's keys are not read to check them)."""
+    """Per initialized layer, ``(a tensor with its keys' shape, dtype and device, its length)``, read no keys."""
     if isinstance(cache, RetrievalCache):
         return [(layer.buffer.like(), layer.buffer.length) for layer in cache.layers if layer.is_initialized]
     return [(layer.keys, layer.keys.shape[2]) for layer in cache.layers if layer.is_initialized]
 
 
 def callers_cache_problem(model: torch.nn.Module, cache: Any | None, input_shape: torch.Size) -> str | None:
-    """Why a call over ``input_shape`` ``(rows, tokens)`` cannot start from the caller's ``cache`` (``None``: it can,
-    or no cache was passed).
+    """Why a call over ``input_shape`` ``(rows, tokens)`` cannot start from the caller's ``cache`` (``None``: it can).
 
     Example:
         >>> callers_cache_problem(model, DynamicCache(config=model.config), (1, 10)) is None  # doctest: +SKIP
@@ -169,7 +147,7 @@ def _other_model(model: torch.nn.Module, layouts: list[tuple[torch.Tensor, int]]
     if len({length for _, length in layouts}) != 1:
         problems.append("layers of different lengths")
     keys = layouts[0][0]
-    if is_dispatched(model):  # accelerate: keys live on each layer's execution device, weights maybe on meta
+    if is_dispatched(model):  # keys live on each layer's execution device, weights maybe on meta
         if {k.dtype for k, _ in layouts} != {parameter.dtype}:
             problems.append(f"keys in {keys.dtype}, the model is {parameter.dtype}")
     elif {(k.dtype, k.device) for k, _ in layouts} != {(parameter.dtype, parameter.device)}:

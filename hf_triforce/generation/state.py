@@ -10,8 +10,8 @@ import torch
 from ..stats import TriForceStats
 
 STATE_ATTR = "_hf_triforce"
-"""The one attribute :func:`hf_triforce.enable` sets on a model instance (besides the wrapped ``generate`` and
-``generation_config.triforce_config``, the default config that transformers' own options mechanism carries)."""
+"""The attribute holding the state (:func:`hf_triforce.enable` also sets ``generate`` and
+``generation_config.triforce_config``)."""
 
 
 @dataclass
@@ -19,15 +19,11 @@ class TriForceState:
     """What TriForce keeps on an enabled model.
 
     Attributes:
-        last_stats: statistics of the latest TriForce ``generate()`` call (:func:`hf_triforce.last_stats`), set when
-            it finishes; ``None`` from the start of every call until then, so a call that raised leaves none.
-        last_call_failed: the latest TriForce call started and did not finish (it raised): its statistics were
-            never recorded, and an earlier call's are gone.
-        level1_runner: the static level-1 runner kept for the next call with the same shapes and weights
-            (``(key, runner)``; see :func:`hf_triforce.hierarchy.static_steps.kept_runner`), or ``None``.
-        enabled: :func:`hf_triforce.enable` routes the model's ``generate(..., triforce_config=...)``; ``False``: the
-            state only keeps the statistics of ``generate(custom_generate=...)`` calls
-            (:mod:`hf_triforce.generation.custom`).
+        last_stats: statistics of the latest call, set when it finishes (``None`` from its start until then).
+        last_call_failed: the latest call started and did not finish.
+        level1_runner: ``(key, runner)``, the static level-1 runner kept for the next call with the same shapes
+            and weights (:func:`hf_triforce.hierarchy.static_steps.kept_runner`), or ``None``.
+        enabled: :func:`hf_triforce.enable` routes ``generate()``; ``False``: only ``custom_generate`` calls' stats.
 
     Example:
         >>> state = attach_state(model); state_of(model) is state  # doctest: +SKIP
@@ -40,8 +36,7 @@ class TriForceState:
     enabled: bool = True
 
     def begin_call(self) -> None:
-        """A TriForce call starts: the previous call's statistics are dropped, so nothing can read them as this
-        call's (they are reported again only by :meth:`finish_call`)."""
+        """A call starts: the previous call's statistics are dropped, so nothing reads them as this call's."""
         self.last_stats, self.last_call_failed = None, True
 
     def finish_call(self, stats: TriForceStats) -> None:
@@ -50,7 +45,7 @@ class TriForceState:
 
 
 def state_of(model: torch.nn.Module) -> TriForceState | None:
-    """The model's :class:`TriForceState`, or ``None`` when TriForce is not enabled on it."""
+    """The model's :class:`TriForceState`, or ``None``."""
     return model.__dict__.get(STATE_ATTR)
 
 

@@ -1,14 +1,9 @@
-"""Query capture and attention routing, through ``AttentionInterface``.
+"""Query capture and attention routing through ``AttentionInterface``, inside TriForce's own forwards only.
 
-Chunk selection needs the current *query*, which a ``Cache`` never sees. A neutral attention function
-registered with ``AttentionInterface`` (and the matching mask function with ``AttentionMaskInterface``)
-records it and delegates to the model's own implementation; it is switched on (the model's
-``config._attn_implementation`` renamed to it) only for the duration of TriForce's own forwards:
-:func:`capturing_queries` around the full-cache forwards, :func:`view_attention` around level-1 forwards on CUDA.
-What a forward should record or attend to travels in context variables set by those blocks, not in the forward's
-kwargs: some decoder layers (StableLM's, say) do not pass their kwargs on to their attention.
-On the way it routes the attention of a few new tokens over a long cache to hf_triforce's kernels where they
-compute exactly the same thing faster (grouped SDPA on the CPU, split-KV on CUDA).
+A neutral attention function (``config._attn_implementation`` renamed to it within the blocks below) records the
+queries chunk selection needs (a ``Cache`` never sees them) and delegates to the model's own implementation, or to
+hf_triforce's exact kernels for a few tokens over a long cache. What it records or attends with travels in context
+variables, not kwargs: some decoder layers (StableLM's) do not pass their kwargs on to their attention.
 """
 
 from __future__ import annotations
@@ -30,21 +25,16 @@ from ..kernels.dispatch import triton_enabled
 from ..kernels.verification import MAX_ROWS, verify_attention
 
 _CAPTURE_PREFIX = "hf_triforce_capture_"
+# Set by the blocks below for the forward in progress (None outside them).
 _ACTIVE_CAPTURE: contextvars.ContextVar[QueryCapture | None] = contextvars.ContextVar("triforce_capture", default=None)
-"""The :class:`QueryCapture` of the forward in progress inside :func:`capturing_queries` (``None`` elsewhere)."""
 _ACTIVE_SLOTS: contextvars.ContextVar[Any] = contextvars.ContextVar("triforce_slots", default=None)
-"""The key-slot validity of the forward in progress inside :func:`slot_attention` (``None`` elsewhere)."""
 _ACTIVE_TREE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("triforce_tree", default=None)
-"""The token-tree visibility of the forward in progress inside :func:`tree_attention` (``None`` elsewhere)."""
 _ACTIVE_LENGTH: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("triforce_length", default=None)
-"""The visible length (``[1]`` long, on the device) of the fixed-capacity cache, inside
-:func:`fixed_capacity_attention`."""
+"""The fixed-capacity cache's visible length, ``[1]`` long on the device."""
 
 
 class QueryCapture:
-    """Holds the post-RoPE queries of the last ``keep`` positions of a forward, per layer.
-
-    Filled by the forwards inside :func:`capturing_queries`.
+    """Post-RoPE queries of a forward's last ``keep`` positions, per layer (filled in :func:`capturing_queries`).
 
     Example:
         >>> cap = QueryCapture(); cap.store(0, torch.randn(1, 4, 3, 8))
@@ -102,8 +92,7 @@ def _make_capturing_attention(base: str) -> Callable:
             return out.transpose(1, 2).contiguous(), None
         if _use_grouped_sdpa(base, query, key, attention_mask, kwargs):
             return gqa_sdpa_attention(module, query, key, value, attention_mask, **kwargs)
-        # Show the base implementation its own name: flash attention looks its kernel up by
-        # module.config._attn_implementation (lazy_import_flash_attention), which holds the capture name here.
+        # flash attention looks its kernel up by config._attn_implementation (lazy_import_flash_attention)
         with _attn_implementation_as(module.config, base):
             return _base_attention(base, module)(module, query, key, value, attention_mask, **kwargs)
 
@@ -111,10 +100,8 @@ def _make_capturing_attention(base: str) -> Callable:
 
 
 def _slot_attention(base: str, slots: Any, module, query, key, value, **kwargs):
-    """Attention of a batch's queries over the slots ``slots`` marks valid (and, in a sliding-window layer of the full
-    cache, within each query's window as plain ``generate()`` counts it): plain attention through
-    :func:`~hf_triforce.kernels.attention.masked_gqa_attention` (each key read once per KV head); anything else
-    (soft-capping, learned sinks, a window) through the model's own implementation, given the slots as its mask."""
+    """A batch's attention over the valid slots (see :func:`slot_attention`): plain attention through
+    :func:`~hf_triforce.kernels.attention.masked_gqa_attention`, anything else through the model's own."""
     valid = slots.for_layer(module.layer_idx)
     in_window = slots.in_window(kwargs.get("sliding_window"), query.shape[2])
     query_slots = getattr(slots, "query_slots", None)  # fixed-capacity storage: the step's own slots
@@ -126,11 +113,8 @@ def _slot_attention(base: str, slots: Any, module, query, key, value, **kwargs):
 
 
 def _tree_attention(base: str, rows: torch.Tensor, module, query, key, value, **kwargs):
-    """Attention of a token tree's nodes (the forward's queries, the last of the tree's keys): every key before the
-    tree, and within it each node's ancestors and itself (``rows`` ``[q, m]`` over the tree's ``m`` keys). Plain
-    attention through :func:`~hf_triforce.kernels.attention.gqa_sdpa_attention` (each key read once per KV head);
-    soft-capping or learned sinks through the model's own sdpa or eager attention, given that mask (the call's plan
-    runs trees only where every layer attends in full)."""
+    """A token tree's attention (see :func:`tree_attention`): plain attention through
+    :func:`~hf_triforce.kernels.attention.gqa_sdpa_attention`, soft-capping or sinks through the model's own."""
     mask = tree_attention_mask(rows, key.shape[2])
     if _plain_attention(kwargs):
         return gqa_sdpa_attention(module, query, key, value, mask, scaling=kwargs.get("scaling"))
@@ -138,8 +122,7 @@ def _tree_attention(base: str, rows: torch.Tensor, module, query, key, value, **
 
 
 def _base_with_mask(base: str, module, query, key, value, mask: torch.Tensor, **kwargs):
-    """The model's own sdpa or eager attention (the only ones the call's plan lets through here) with a bool
-    ``mask`` (True: attend), additive for eager."""
+    """The model's own sdpa or eager attention with a bool ``mask`` (True: attend), made additive for eager."""
     if base == "eager":
         mask = torch.where(mask, 0.0, torch.finfo(query.dtype).min).to(query.dtype)
     with _attn_implementation_as(module.config, base):
@@ -165,18 +148,14 @@ def _attn_implementation_as(config, name: str) -> Iterator[None]:
 
 
 def _plain_attention(kwargs: dict[str, Any]) -> bool:
-    """No position bias, softcap, learned sinks (gpt-oss's ``s_aux``) or dropout: attention the fast paths compute
-    exactly."""
+    """No position bias, softcap, learned sinks (gpt-oss's ``s_aux``) or dropout: the fast paths are exact."""
     extras = ("position_bias", "softcap", "s_aux")
     return all(kwargs.get(name) is None for name in extras) and not kwargs.get("dropout")
 
 
 def _use_grouped_sdpa(base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any]) -> bool:
-    """Where transformers' sdpa would copy the cache into every query head (``repeat_kv``) on the CPU.
-
-    That is a masked multi-token forward over a GQA cache: the full-cache verification of a draft.
-    Single-token steps and the prefill keep transformers' own path (identical numerics to plain decoding).
-    """
+    """A masked multi-token sdpa forward over a GQA cache on the CPU, where transformers would ``repeat_kv``
+    (single-token steps keep transformers' path: the same numerics as plain decoding)."""
     plain = _plain_attention(kwargs)
     grouped = query.shape[1] != key.shape[1]
     on_cpu = query.device.type == "cpu"
@@ -186,14 +165,9 @@ def _use_grouped_sdpa(base: str, query: torch.Tensor, key: torch.Tensor, mask, k
 def _use_split_kv(
     base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any], fixed: bool = False
 ) -> bool:
-    """The full-cache verification on CUDA: the split-KV kernel (:mod:`~hf_triforce.kernels.verification`).
-
-    Only inside :func:`capturing_queries` and :func:`view_attention` (TriForce's own verification and level-1
-    forwards: batch 1, no padding, the new tokens' keys last), where the mask is bottom-right causal, which the
-    kernel computes instead of reading. ``fixed``: inside :func:`fixed_capacity_attention`, where the keys are a
-    fixed-capacity storage and the kernel reads the visible length on the device (one-token steps too: the kernel is
-    then the only thing that knows where the cache ends without the mask).
-    """
+    """Route to the split-KV kernel on CUDA: only TriForce's own forwards get here (batch 1, no padding, new keys last:
+    the mask is bottom-right causal). ``fixed``: the kernel reads the visible length on the device (one-token steps
+    too: without the mask, only it knows where the cache ends)."""
     plain = _plain_attention(kwargs) and kwargs.get("sliding_window") is None and query.shape[0] == 1
     rows = query.shape[2] * query.shape[1] // key.shape[1]  # a verification's few tokens, not a prefill chunk
     multi = mask is not None and (query.shape[2] > 1 or fixed) and rows <= MAX_ROWS
@@ -204,8 +178,7 @@ _CAPTURE_NAMES: dict[str, str] = {}
 
 
 def _capture_name(base: str) -> str:
-    """Register (once) and return the neutral name of the capturing wrapper around ``base`` (``base`` itself when it
-    is such a wrapper already: the blocks nest, and the wrapper serves them all)."""
+    """The neutral name of the capturing wrapper around ``base``, registered once (``base`` itself if a wrapper)."""
     if base in _CAPTURE_NAMES.values():
         return base
     if base not in _CAPTURE_NAMES:
@@ -229,11 +202,7 @@ def _active(variable: contextvars.ContextVar, value: Any) -> Iterator[None]:
 
 @contextlib.contextmanager
 def capturing_queries(model: torch.nn.Module, capture: QueryCapture, keep: int) -> Iterator[dict[str, Any]]:
-    """Within the block, the model's forwards record their last ``keep`` queries per layer.
-
-    Yields the kwargs to give those forwards (none today: the capture travels in a context variable, so it reaches
-    the attention of decoder layers that do not pass their kwargs on).
-    """
+    """Within the block, the model's forwards record their last ``keep`` queries per layer (yields no kwargs)."""
     capture.keep = keep
     with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
         with _active(_ACTIVE_CAPTURE, capture):
@@ -242,14 +211,11 @@ def capturing_queries(model: torch.nn.Module, capture: QueryCapture, keep: int) 
 
 @contextlib.contextmanager
 def slot_attention(model: torch.nn.Module, slots: Any) -> Iterator[dict[str, Any]]:
-    """Within the block, the model's forwards attend only to the key slots ``slots`` marks valid (yields the kwargs
-    to give them: none, as for :func:`capturing_queries`).
+    """Within the block, the model's forwards attend only to the key slots ``slots`` marks valid (yields no kwargs).
 
-    ``slots.for_layer(layer_idx)`` gives ``[B, 1 or H_kv, L]`` bool validity of the layer's keys (a batch's
-    padding and the holes its ragged acceptance leaves, see :mod:`hf_triforce.caches.slots`) and
-    ``slots.in_window(window, q)`` the ``[B, 1, q, L]`` keys within a sliding window (``None``: no window applies);
-    the attention is :func:`~hf_triforce.kernels.attention.masked_gqa_attention`, or the model's own sdpa or eager
-    attention with that mask where it soft-caps, has learned sinks or a window, whatever mask transformers built.
+    ``slots.for_layer(layer_idx)``: ``[B, 1 or H_kv, L]`` bool validity (padding and holes, see
+    :mod:`hf_triforce.caches.slots`); ``slots.in_window(window, q)``: ``[B, 1, q, L]`` keys within a sliding window
+    (``None``: no window). Transformers' own mask is ignored.
     """
     with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
         with _active(_ACTIVE_SLOTS, slots):
@@ -258,10 +224,10 @@ def slot_attention(model: torch.nn.Module, slots: Any) -> Iterator[dict[str, Any
 
 @contextlib.contextmanager
 def tree_attention(model: torch.nn.Module, rows: torch.Tensor) -> Iterator[dict[str, Any]]:
-    """Within the block, the model's forwards are token-tree steps: their ``q`` queries are the last ``q`` of the
-    tree's ``m`` keys (the last ``m`` of the cache's), and query ``i`` sees every key before the tree and the tree's
-    keys where ``rows[i]`` (``[q, m]`` bool: its ancestors and itself) is ``True``. Yields the forwards' kwargs
-    (none, as for :func:`capturing_queries`); nests with it.
+    """Within the block, the forwards are token-tree steps over the cache's last ``m`` keys (yields no kwargs).
+
+    Query ``i`` sees every key before the tree and the tree's keys where ``rows[i]`` (``[q, m]`` bool: its ancestors
+    and itself) is ``True``.
 
     Example:
         >>> rows = torch.tensor([[True, False, False], [True, True, False], [True, False, True]])
@@ -275,13 +241,9 @@ def tree_attention(model: torch.nn.Module, rows: torch.Tensor) -> Iterator[dict[
 
 @contextlib.contextmanager
 def fixed_capacity_attention(model: torch.nn.Module, length: torch.Tensor) -> Iterator[None]:
-    """Within the block, the model's forwards attend over a fixed-capacity full cache whose first ``length`` slots
-    (``[1]`` long, on the device; the forward's own tokens last among them) are its tokens.
+    """Within the block, the forwards attend over a fixed-capacity cache's first ``length`` (``[1]``, device) slots.
 
-    The forward is given the exact mask over every slot, which the CPU paths read (grouped sdpa, or the model's own
-    attention); on CUDA with Triton, plain attention goes through the split-KV kernel reading ``length`` on the
-    device, so neither the unused capacity nor the mask is read, and no host read happens (a CUDA graph can hold
-    the forward). Nests inside :func:`capturing_queries`.
+    On CUDA with Triton the split-KV kernel reads ``length`` on the device (no host read: a CUDA graph can hold it).
     """
     with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
         with _active(_ACTIVE_LENGTH, length):
@@ -290,9 +252,7 @@ def fixed_capacity_attention(model: torch.nn.Module, length: torch.Tensor) -> It
 
 @contextlib.contextmanager
 def view_attention(model: torch.nn.Module) -> Iterator[None]:
-    """Level-1 forwards over a dynamic retrieval view: on CUDA with Triton, through the same wrapper as the
-    verification, so a multi-token step's attention reads a GQA view once (the split-KV kernel) instead of
-    transformers' masked sdpa copying it per query head. Elsewhere transformers' attention, unchanged."""
+    """Level-1 forwards over a dynamic view: through the split-KV kernel on CUDA with Triton, else unchanged."""
     parameter = next(model.parameters(), None)
     if parameter is None or not triton_enabled(parameter):
         yield

@@ -11,13 +11,9 @@ ATTN_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3
 def preferred_attn_implementation(device: str | torch.device, requested: str = "auto") -> str:
     """The ``attn_implementation`` to pass to ``from_pretrained`` for a model that will run on ``device``.
 
-    ``"auto"`` picks FlashAttention 3 on a Hopper GPU when ``flash_attn_interface`` is installed, else
-    FlashAttention 2 on a CUDA GPU when ``flash_attn`` is installed, else ``"sdpa"`` (PyTorch's fused
-    attention, itself a flash kernel on CUDA for unmasked calls). Any other value is returned as given,
-    after checking it is one of :data:`ATTN_CHOICES`.
-
-    Note: TriForce's fixed-shape steps (``TriForceConfig.cuda_graphs``) need ``sdpa`` or ``eager``;
-    under flash attention ``cuda_graphs="auto"`` runs the dynamic steps instead.
+    ``"auto"``: FlashAttention 3 on a Hopper GPU with ``flash_attn_interface``, else FlashAttention 2 on CUDA with
+    ``flash_attn``, else ``"sdpa"``; any other choice is returned as given. TriForce's fixed-shape steps
+    (``TriForceConfig.cuda_graphs``) need ``sdpa`` or ``eager``.
 
     Raises:
         ValueError: ``requested`` is not one of :data:`ATTN_CHOICES`.

@@ -1,9 +1,6 @@
 """What a caller's cache is: one they passed (not the empty one ``generate()`` makes), and of which kind.
 
-``generate()`` prepares a cache before it runs a decoding method: the caller's, marked with the private flag
-``_is_user_defined`` (5.17 to 5.24), or a new empty one (a ``DynamicCache``, or the kind ``cache_implementation``
-names). TriForce keeps its own full cache; it can start from a caller's cache only when that holds plain
-key/value tensors for every token: a ``DynamicCache`` of full-attention ``DynamicLayer`` layers, not offloaded.
+``generate()`` marks the caller's cache with the private flag ``_is_user_defined`` (5.17 to 5.24).
 """
 
 from __future__ import annotations
@@ -16,10 +13,7 @@ from .versions import find_cache
 
 
 def callers_cache(model_kwargs: dict[str, Any]) -> Any | None:
-    """The cache the caller passed to ``generate()`` (as ``cache=`` or ``past_key_values=``), or ``None``.
-
-    An empty cache the caller passed counts (plain ``generate()`` fills it); the one ``generate()`` made is not.
-    """
+    """The cache the caller passed to ``generate()`` (empty ones too), not one ``generate()`` made; or ``None``."""
     cache = find_cache(model_kwargs)[1]
     return cache if getattr(cache, "_is_user_defined", False) else None
 
@@ -37,7 +31,7 @@ def plain_kv_layers(cache: Any) -> bool:
 
 
 def describe(cache: Any) -> str:
-    """A short name for an error message: the class, and the layer kind when it is not the usual one."""
+    """A short name for an error message: the class, offloading and the layer kinds."""
     if not isinstance(cache, Cache):
         return type(cache).__name__
     kinds = sorted({type(layer).__name__ for layer in cache.layers})

@@ -1,21 +1,11 @@
 """Level 1's forward run directly over a Llama-family decoder's weights, without transformers' module calls.
 
-A level-1 step is a forward of one to a few tokens over a retrieval view of about a thousand tokens. On the CPU
-the weights' bytes set its floor, but transformers' generic forward adds about a third on top: per layer it calls
-ten-odd modules, builds the mask, dispatches the attention function and checks its kwargs. :class:`DirectDecoder`
-runs the same computation as plain torch calls over the same parameters (embedding, RMSNorms, projections, RoPE
-from the model's own rotary module, attention over the cache layer's keys and values, LM head), and with the
-int8 copy it multiplies once by a fused ``q|k|v`` and a fused ``gate|up`` weight instead of five times. Measured
-on the 2-core AMD EPYC CI machine, SmolLM2-135M with level 1's int8 copy, a 900-token cache: one token 28.7 ->
-19.6 ms, three tokens 40.6 -> 29.2 ms.
-
-Level 1 only drafts: the full-cache verification runs the model's own forward and decides every token, so the
-output is unchanged whichever forward level 1 uses (the tests also compare this forward's logits with the model's
-own on the same cache). Layouts served (checked against transformers 5.23-5.24 ``modeling_llama``, ``_mistral``,
-``_qwen2``, ``_qwen3``, ``_phi3``): ``q_proj``/``k_proj``/``v_proj`` or a fused ``qkv_proj``, optional per-head
-``q_norm``/``k_norm`` (Qwen3), ``gate_proj``/``up_proj`` or a fused ``gate_up_proj`` (Phi-3), RMSNorms, RoPE
-(full or partial, any rope type: the model's ``rotary_emb`` computes cos/sin). Sliding windows are not applied (the
-view is a compacted selection, no true window either way: only drafts can change).
+On the CPU transformers' per-layer module calls, mask and dispatch add much to a few-token step over a view;
+:class:`DirectDecoder` runs the same computation as plain torch calls (with a low-bit copy, one fused ``q|k|v`` and
+one ``gate|up`` product). Level 1 only drafts, so the output is unchanged whichever forward it uses. Layouts
+(checked against transformers 5.23-5.24 ``modeling_llama``, ``_mistral``, ``_qwen2``, ``_qwen3``, ``_phi3``):
+``q_proj``/``k_proj``/``v_proj`` or ``qkv_proj``, optional ``q_norm``/``k_norm`` (Qwen3), ``gate_proj``/``up_proj``
+or ``gate_up_proj`` (Phi-3), RMSNorms, RoPE through the model's ``rotary_emb``.
 """
 
 from __future__ import annotations
@@ -47,13 +37,8 @@ _DECODERS: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple, DirectDecoder
 
 @dataclass(frozen=True)
 class Projection:
-    """``nn.Linear`` layers applied to one input, outputs concatenated: ``[..., K]`` -> ``[..., sum N]``.
-
-    With a low-bit copy (their weights stacked, then quantized: int8 per output row, see
-    :func:`~hf_triforce.kernels.int8_linear.quantize_int8`, or int4 per group of inputs, see
-    :func:`~hf_triforce.kernels.int4_linear.quantize_int4`) a few rows multiply once by the copy; otherwise, or for
-    more rows than the low-bit kernels serve faster, each layer's own weight (the CPU few-row path where faster).
-    """
+    """``nn.Linear`` layers on one input, outputs concatenated (``[..., K]`` -> ``[..., sum N]``), or their stacked
+    low-bit copy for a few rows."""
 
     layers: tuple[torch.nn.Linear, ...]
     low_bit: Int8Weight | Int4Weight | None = None
@@ -61,8 +46,7 @@ class Projection:
 
     @classmethod
     def of(cls, *layers: torch.nn.Linear, weights: str = "full") -> Projection:
-        """The projection of ``layers``, with a stacked ``weights`` copy (``"int8"``, ``"int4"``; ``"full"``: none)
-        where the kernel serves the shape (an int4 shape it does not serve gets the int8 copy)."""
+        """The projection of ``layers``, with a stacked ``"int8"``/``"int4"`` copy where a kernel serves the shape."""
         weight = torch.cat([layer.weight.detach() for layer in layers]) if weights != "full" else None
         if weight is None or not int8_kernel_supports(weight):
             return cls(tuple(layers))
@@ -105,7 +89,7 @@ def _norm(module: torch.nn.Module | None) -> tuple[torch.Tensor, float] | None:
 
 @dataclass(frozen=True)
 class DirectLayer:
-    """One decoder layer's weights as :class:`DirectDecoder` runs them (built by :meth:`from_module`)."""
+    """One decoder layer's weights as :class:`DirectDecoder` runs them."""
 
     input_norm: tuple[torch.Tensor, float]
     qkv: Projection
@@ -158,8 +142,7 @@ class DirectLayer:
 
 
 def _attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scaling: float) -> torch.Tensor:
-    """``[1, H, q, D]`` queries (the last ``q`` of the ``[1, H_kv, L, D]`` keys) -> ``[1, q, H, D]``, causal (inside
-    :func:`~hf_triforce.hf.attention.tree_attention`: each token-tree node over its ancestors)."""
+    """``[1, H, q, D]`` queries (the last ``q`` of ``[1, H_kv, L, D]`` keys) -> ``[1, q, H, D]``, causal or tree."""
     tree = active_tree_mask(keys.shape[2])
     if tree is not None:
         return gqa_sdpa_attention(None, query, keys, values, tree, scaling=scaling)[0]
@@ -173,12 +156,9 @@ class DirectDecoder:
     """A Llama-family causal LM's forward for a few tokens over a cache, as plain torch calls on its weights.
 
     Args:
-        model: a causal LM of a family in :data:`DIRECT_MODEL_TYPES`, whole on one device
-            (:func:`direct_forward_problem` says why another cannot run).
-        weights: ``"full"``: the model's weights; ``"int8"``: a stacked int8 copy of the projections (``q|k|v``,
-            ``gate|up``, ``o``, ``down``, LM head), about a quarter of the float32 weight bytes; ``"int4"``: the
-            decoder layers' projections as an int4 copy (about an eighth), the LM head as int8 (level 1 samples
-            from its logits: an int4 head cost SmolLM2 about 0.08 of level-1 acceptance at T=0.6).
+        model: see :func:`direct_forward_problem`.
+        weights: ``"full"``, ``"int8"`` (stacked int8 copies of the projections and LM head) or ``"int4"`` (int4
+            projections; the LM head stays int8, since level 1 samples from its logits).
 
     Example:
         >>> decoder = DirectDecoder(model, weights="int8")  # doctest: +SKIP
@@ -205,12 +185,8 @@ class DirectDecoder:
         position: int | torch.Tensor,
         cache: Cache,
     ) -> torch.Tensor:
-        """float32 logits ``[q, V]`` of ``tokens`` ``[q]`` at true positions ``position ..`` (or ``position`` ``[q]``:
-        one per token); appends them to ``cache``.
-
-        ``cache`` is any transformers ``Cache`` of batch 1 whose ``layers[i].update`` appends ``[1, H_kv, q, D]``
-        keys/values and returns all of the layer's (the retrieval view); attention is causal over its keys.
-        """
+        """float32 logits ``[q, V]`` of ``tokens`` ``[q]`` at positions ``position ..`` (or ``[q]``, one per token),
+        appended to ``cache`` (batch 1; ``layers[i].update`` returns all of the layer's keys/values)."""
         x = self.embed.weight[tokens]
         if isinstance(position, torch.Tensor):  # each token's own (a token tree's nodes share their depth's)
             positions = position.to(tokens.device)[None]
@@ -260,8 +236,7 @@ def _layout_problem(model: torch.nn.Module) -> str | None:
 
 
 def direct_decoder(model: torch.nn.Module, weights: str) -> DirectDecoder:
-    """The :class:`DirectDecoder` of ``model``, made at the first call and kept beside the model (rebuilt when a
-    weight changed since: another tensor, or an in-place update).
+    """The :class:`DirectDecoder` of ``model``, kept beside it (rebuilt when a weight changed).
 
     Example:
         >>> direct_decoder(model, "int8") is direct_decoder(model, "int8")  # doctest: +SKIP
@@ -272,7 +247,7 @@ def direct_decoder(model: torch.nn.Module, weights: str) -> DirectDecoder:
 
 
 def drop_direct_decoder(model: torch.nn.Module) -> None:
-    """Free ``model``'s :class:`DirectDecoder` (:func:`direct_decoder`) and its int8 copy, if one was made.
+    """Free ``model``'s :class:`DirectDecoder` and its low-bit copy, if one was made.
 
     Example:
         >>> drop_direct_decoder(torch.nn.Linear(2, 2))  # nothing was made: a no-op

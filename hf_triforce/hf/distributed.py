@@ -1,13 +1,8 @@
 """Tensor parallelism: which process group a sharded model runs over, and agreeing on a decision across it.
 
-transformers shards a model with ``from_pretrained(..., tp_plan="auto")`` (or
-``distributed_config=DistributedConfig(tp_plan="auto")``) under ``torchrun``: every rank holds ``1/N`` of the
-attention heads and MLP columns, runs every forward of the same ``generate()`` call, and all-reduces after the
-attention and MLP blocks. Every rank must therefore run the same forwards with the same shapes, in the same order:
-a decision taken from a rank's own clock (the adaptive planner's) has to be taken once, by rank 0, and
-broadcast (:class:`RankConsensus`). Sampling draws its random numbers on every rank, so every rank must start
-from the same random state (:func:`check_same_random_state`). A model that is not sharded, or a world of one
-process, needs nothing: both are then no-ops.
+A model sharded by ``from_pretrained(..., tp_plan="auto")`` all-reduces inside every forward, so every rank must
+run the same forwards with the same shapes: a decision from a rank's own clock is taken by rank 0 and broadcast
+(:class:`RankConsensus`), and sampling ranks must share a random state (:func:`random_states_differ`).
 """
 
 from __future__ import annotations
@@ -45,14 +40,9 @@ def tensor_parallel_group(model: torch.nn.Module) -> dist.ProcessGroup | None:
 
 
 class RankConsensus:
-    """Makes every rank of a tensor-parallel group take rank 0's value of a decision (a few ints).
+    """Makes every rank of a tensor-parallel ``group`` take rank 0's value of a decision (a few ints).
 
-    With ``group=None`` (one process, or a model that is not sharded) :meth:`agree` returns its input untouched
-    and costs nothing. Otherwise it broadcasts ``[n]`` int64 from the group's first rank, on the GPU for NCCL
-    and on the CPU for gloo.
-
-    Args:
-        group: the tensor-parallel process group, or ``None``.
+    With ``group=None`` (one process, or a model that is not sharded) :meth:`agree` is a free no-op.
 
     Example:
         >>> RankConsensus(None).agree([2, 6])  # one process: a no-op
@@ -68,7 +58,7 @@ class RankConsensus:
 
     @classmethod
     def for_model(cls, model: torch.nn.Module) -> RankConsensus:
-        """The consensus over ``model``'s tensor-parallel ranks (a no-op for a model that is not sharded)."""
+        """The consensus over ``model``'s tensor-parallel ranks."""
         return cls(tensor_parallel_group(model))
 
     def agree(self, values: Sequence[int]) -> list[int]:
@@ -102,11 +92,8 @@ def random_state_fingerprint() -> int:
 
 
 def random_states_differ(consensus: RankConsensus) -> bool:
-    """Whether the ranks' random states differ (on every rank alike).
-
-    A sampling call under tensor parallelism draws on every rank; ranks seeded differently would accept different
-    drafts, and their next forwards would differ in width inside the same all-reduce (a hang on NCCL). One
-    all-reduce of two ints; nothing when ``consensus`` is not active.
+    """Whether the ranks' random states differ (on every rank alike): their forwards would then differ in width
+    inside the same all-reduce (a hang on NCCL).
 
     Example:
         >>> random_states_differ(RankConsensus(None))  # one process: nothing to compare

@@ -17,20 +17,12 @@ from .versions import cache_layer_types
 
 @dataclass(frozen=True)
 class ModelFacts:
-    """The facts about one model that decide what a TriForce call can run on it
-    (:mod:`hf_triforce.generation.plan` turns them into a plan).
+    """What decides which TriForce paths can run on a model (:mod:`hf_triforce.generation.plan` reads them).
 
     Attributes:
-        unsupported: why TriForce cannot serve the model at all (``None``: it can; the other facts are then read).
-        device: where its weights are (``"cpu"``, ``"cuda"``, ...).
-        dtype: its weights' dtype.
-        attention: ``config._attn_implementation``.
+        unsupported: why TriForce cannot serve the model (``None``: it can, and the other facts are read).
         fixed_masks: hf_triforce can build this attention's mask for fixed-shape steps (sdpa or eager).
-        sliding: some layer attends through a sliding window.
-        softcap: its attention soft-caps the logits.
-        sinks: its attention has learned sinks.
         dispatched: accelerate placed it over several devices or offloaded it.
-        tensor_parallel: it is sharded over several ranks.
         dynamic_rope: its RoPE recomputes frequencies from the positions (a CUDA graph cannot hold that).
         direct_layout: why level 1's direct forward cannot run its layers (``None``: it can).
         int8_kernel: this torch has the CPU int8 weight-only kernel.
@@ -45,7 +37,6 @@ class ModelFacts:
         (None, 'cpu', False, True)
         >>> model_facts(torch.nn.Linear(2, 2)).unsupported
         'Linear (model_type=None): it is not a transformers model (no PreTrainedConfig)'
-
     """
 
     unsupported: str | None
@@ -65,8 +56,7 @@ class ModelFacts:
 
 
 def model_facts(model: torch.nn.Module) -> ModelFacts:
-    """:class:`ModelFacts` of ``model``; for a model TriForce cannot serve, only :attr:`ModelFacts.unsupported` is
-    read off it."""
+    """:class:`ModelFacts` of ``model`` (only ``unsupported`` is read off a model TriForce cannot serve)."""
     unsupported = model_problem(model)
     if unsupported is not None:
         model_type = getattr(getattr(model, "config", None), "model_type", None)

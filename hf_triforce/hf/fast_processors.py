@@ -1,21 +1,9 @@
-"""Faster equivalents of transformers' minimum-length and top-p processors, exact to the bit.
+"""Bit-exact faster equivalents of transformers' top-p and minimum-length processors.
 
-TriForce processes every position it judges: each level-1 step's positions and each verification's ``k + 1``
-positions, about twice as many per token as ``generate()``. Two of ``generate()``'s usual processors cost far more
-than they need to there:
-
-* **top-p** (:class:`~transformers.TopPLogitsWarper`) sorts the whole vocabulary (about 1.2 ms per position for
-  49K tokens on a 2-core CPU). After top-k (``generate()``'s default keeps 50) all but a few scores are ``-inf``.
-  :func:`finite_top_p` sorts only the finite scores and rebuilds the row the full sort would give (``-inf`` first,
-  then the finite scores ascending), so the softmax and cumulative sum run on the same tensor as transformers' own,
-  and the kept set is the same, bit for bit.
-* the **minimum lengths** (:class:`~transformers.MinLengthLogitsProcessor`,
-  :class:`~transformers.MinNewTokensLengthLogitsProcessor`) read only the context's length, yet build a vocabulary
-  mask on every call: :func:`suppress_eos` applies them to every position at once from a tensor of lengths.
-
-Both follow transformers' implementation of these classes, unchanged from 5.17 to 5.24 (:data:`CHECKED_BELOW`);
-on a later release they are not used (:func:`fast_paths_checked`) and the classes run as they are. The tests
-compare them with the installed classes bit for bit (``tests/unit/test_fast_processors.py``).
+TriForce processes about twice as many positions per token as ``generate()``. :func:`finite_top_p` sorts only the
+finite scores (after top-k, all but a few are ``-inf``) instead of the whole vocabulary; :func:`suppress_eos`
+applies the minimum lengths to every position at once. Both copy transformers' implementation, unchanged from 5.17
+to 5.24; on a release from :data:`CHECKED_BELOW` on they are not used (:func:`fast_paths_checked`).
 """
 
 from __future__ import annotations
@@ -45,8 +33,7 @@ def fast_paths_checked(current: str | None = None) -> bool:
 
 
 def length_only(processors) -> bool:
-    """Whether :func:`suppress_eos` serves ``processors``: each reads only the context's length, and the installed
-    transformers was checked (:func:`fast_paths_checked`).
+    """Whether :func:`suppress_eos` serves ``processors`` (all :data:`LENGTH_ONLY`, transformers checked).
 
     Example:
         >>> length_only([transformers.MinLengthLogitsProcessor(5, 2)]), length_only([])
@@ -56,18 +43,8 @@ def length_only(processors) -> bool:
 
 
 def suppress_eos(processors, lengths: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-    """``scores`` processed by the length-only ``processors`` in order, each row with its own context length.
-
-    Equals applying each processor to row ``i`` with a context of ``lengths[i]`` tokens: while the context is
-    shorter than the processor's minimum, its end-of-sequence tokens score ``-inf``.
-
-    Args:
-        processors: :data:`LENGTH_ONLY` instances.
-        lengths: ``[P]`` context length of each row.
-        scores: ``[P, V]`` scores.
-
-    Returns:
-        ``[P, V]`` processed scores (a new tensor).
+    """``[P, V]`` ``scores`` processed by the :data:`LENGTH_ONLY` ``processors``, row ``i`` with a context of
+    ``lengths[i]`` (``[P]``) tokens; returns a new tensor.
 
     Example:
         >>> p = transformers.MinNewTokensLengthLogitsProcessor(10, 2, [3])  # 10 prompt tokens, 2 new ones at least
@@ -91,20 +68,12 @@ def _minimum_length(processor) -> int:
 
 
 def finite_top_p(warper: transformers.TopPLogitsWarper, scores: torch.Tensor) -> torch.Tensor:
-    """``warper(input_ids, scores)`` for ``[P, V]`` scores, sorting only the finite scores of each row.
+    """``warper(input_ids, scores)`` for ``[P, V]`` scores, bit for bit, sorting only each row's finite scores.
 
-    transformers sorts each row ascending, takes the softmax's cumulative sum and removes the tokens whose sum stays
-    at or below ``1 - top_p``. With ``m`` finite scores per row at most, the sorted row is ``V - m`` times ``-inf``
-    and then the top ``m`` scores ascending: built here from one ``topk``, it is the same tensor, so the same
-    kernels give the same sums. Ties among finite scores (a sort does not fix their order), NaN, ``+inf``, a
-    filter value other than ``-inf`` or more than :data:`FINITE_LIMIT` finite scores go to ``warper`` itself.
-
-    Args:
-        warper: the top-p warper (exactly :class:`~transformers.TopPLogitsWarper`).
-        scores: ``[P, V]`` scores (after temperature and top-k).
-
-    Returns:
-        ``[P, V]`` processed scores, bit-equal to ``warper(input_ids, scores)``.
+    With at most ``m`` finite scores per row, transformers' ascending sort is ``V - m`` times ``-inf`` then the top
+    ``m`` ascending: built here from one ``topk``, it is the same tensor, so the same kernels give the same sums.
+    Ties among finite scores, NaN, ``+inf``, a filter value other than ``-inf`` or more than :data:`FINITE_LIMIT`
+    finite scores go to ``warper`` itself.
 
     Example:
         >>> w = transformers.TopPLogitsWarper(0.5)
@@ -124,10 +93,8 @@ def finite_top_p(warper: transformers.TopPLogitsWarper, scores: torch.Tensor) ->
 
 
 def _finite_top(warper, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(values, indices)`` ``[P, m]`` of the ``m`` largest scores per row, descending, where ``m`` is the most
-    finite scores any row has; ``None`` where :func:`finite_top_p` must hand the scores to transformers (see there).
-
-    ``topk`` ranks NaN, then ``+inf``, above every number, so a row holding either shows it first.
+    """``(values, indices)`` ``[P, m]`` of each row's ``m`` largest scores, descending (``m``: the most finite
+    scores of any row); ``None`` where :func:`finite_top_p` must use transformers (``topk`` ranks NaN, ``+inf`` first).
     """
     if scores.dim() != 2 or warper.filter_value != -math.inf or scores.numel() == 0:
         return None
@@ -147,9 +114,6 @@ def _finite_top(warper, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 class FiniteTopP:
     """A :class:`~transformers.TopPLogitsWarper` that sorts only the finite scores (:func:`finite_top_p`).
-
-    Args:
-        warper: the warper it stands in for.
 
     Example:
         >>> FiniteTopP(transformers.TopPLogitsWarper(0.8))(None, torch.tensor([[0.0, 2.0, 1.0]])).tolist()

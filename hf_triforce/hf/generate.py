@@ -1,12 +1,8 @@
 """The hook into ``generate()``: ``triforce_config`` routes a call to ``custom_generate``; outputs; stop strings.
 
-``generate()`` rejects unknown keyword arguments, and transformers has no registry of decoding methods. What it
-offers is ``generate(custom_generate=<callable>)``: the usual input preparation (generation config, logits
-processors, stopping criteria, the cache), then the callable runs the decoding loop. :func:`wrap_generate`
-puts a wrapper on one model instance that takes ``triforce_config`` (an argument, an attribute of the call's
-``generation_config``, or a default on ``model.generation_config``) and, when one is set, passes the callable
-that the handler builds. ``triforce_config`` is an attribute of the model's generation config (``None`` by
-default), so pipelines forward it to ``generate()`` like any generation option.
+``generate()`` rejects unknown kwargs and has no registry of decoding methods, only
+``generate(custom_generate=<callable>)`` after its usual preparation. :func:`wrap_generate` wraps one instance's
+``generate`` to take ``triforce_config``; it is also a generation-config attribute, so pipelines forward it.
 """
 
 from __future__ import annotations
@@ -30,8 +26,8 @@ Handler = Callable[[torch.nn.Module, Any, dict[str, Any]], Callable]
 def wrap_generate(model: torch.nn.Module, handler: Handler) -> None:
     """Route ``model.generate(..., triforce_config=cfg)`` through ``custom_generate=handler(model, cfg, kwargs)``.
 
-    Calls without a ``triforce_config`` run the class's own ``generate()`` unchanged. Undo with
-    :func:`unwrap_generate`.
+    ``cfg`` may also come from the call's or the model's ``generation_config``; without one, ``generate()`` is
+    unchanged. Undo with :func:`unwrap_generate`.
 
     Example:
         >>> wrap_generate(model, lambda model, cfg, kwargs: my_decoding_loop)  # doctest: +SKIP
@@ -51,8 +47,7 @@ def wrap_generate(model: torch.nn.Module, handler: Handler) -> None:
 
 
 def routed_kwargs(model: torch.nn.Module, handler: Handler, triforce_config: Any, kwargs: dict[str, Any]) -> dict:
-    """``generate()``'s ``kwargs`` for a TriForce call: stop strings turned into their criterion, and
-    ``custom_generate`` set to ``handler(model, triforce_config, kwargs)`` (which may edit the kwargs).
+    """``generate()``'s ``kwargs`` for a TriForce call: stop strings as a criterion, ``custom_generate`` set.
 
     Example:
         >>> kwargs = routed_kwargs(model, handler, TriForceConfig(), {"max_new_tokens": 8})  # doctest: +SKIP
@@ -69,9 +64,9 @@ def routed_kwargs(model: torch.nn.Module, handler: Handler, triforce_config: Any
 
 
 def dropped_generate_arguments(depth: int = 2) -> dict[str, Any]:
-    """``generate()``'s own ``streamer`` and ``assistant_model`` when it runs a ``custom_generate`` callable, which it
-    does not pass them to (transformers 5.17-5.24 hand a callable only its own extra parameters); read from the
-    ``generate()`` call ``depth`` frames up (the callable's caller), else ``{}`` (the callable was called otherwise).
+    """``streamer`` and ``assistant_model`` of the ``generate()`` call ``depth`` frames up, else ``{}``.
+
+    transformers 5.17-5.24 hand a ``custom_generate`` callable only its own extra parameters, not these.
 
     Example:
         >>> dropped_generate_arguments()  # not inside generate()
@@ -91,7 +86,7 @@ _GENERATE_MODULE = "transformers.generation.utils"
 
 
 def class_generate(model: torch.nn.Module, *args, **kwargs):
-    """The model class's own ``generate()`` (not a wrapper :func:`wrap_generate` put on the instance).
+    """The model class's own ``generate()``, not the instance's wrapper.
 
     Example:
         >>> class_generate(model, ids, max_new_tokens=8)  # doctest: +SKIP
@@ -109,7 +104,7 @@ def unwrap_generate(model: torch.nn.Module) -> None:
 def decoder_only_output(
     sequences: torch.LongTensor, scores: tuple | None, logits: tuple | None, cache: Any = None
 ) -> GenerateDecoderOnlyOutput:
-    """The ``return_dict_in_generate=True`` output, the cache under the installed release's field name."""
+    """The ``return_dict_in_generate=True`` output (the cache under the installed release's name)."""
     return GenerateDecoderOnlyOutput(sequences=sequences, scores=scores, logits=logits, **{CACHE_ARG: cache})
 
 
@@ -122,7 +117,7 @@ def pad_token_id(generation_config) -> int | None:
 
 
 def eos_token_ids(generation_config) -> list[int]:
-    """The call's end-of-sequence ids as a list (``eos_token_id`` may be None, an int or a list).
+    """The call's end-of-sequence ids as a list.
 
     Example:
         >>> from transformers import GenerationConfig
@@ -134,12 +129,8 @@ def eos_token_ids(generation_config) -> list[int]:
 
 
 def _move_stop_strings(model, kwargs: dict[str, Any]) -> None:
-    """Turn ``stop_strings`` into a ``StopStringCriteria`` in ``kwargs["stopping_criteria"]``.
-
-    ``generate(custom_generate=<callable>)`` keeps only the callable's own extra parameters, so the
-    ``tokenizer`` that stop strings need never reaches ``_get_stopping_criteria`` (transformers 5.x).
-    Building the criterion here gives the loop the exact stopping rule plain ``generate()`` uses.
-    """
+    """Turn ``stop_strings`` into a ``StopStringCriteria`` (with ``custom_generate``, transformers 5.x drops the
+    ``tokenizer`` that stop strings need)."""
     config = kwargs.get("generation_config") or model.generation_config
     stop_strings = kwargs.pop("stop_strings", None) or config.stop_strings
     if stop_strings is None:

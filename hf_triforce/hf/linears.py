@@ -1,10 +1,7 @@
 """Patches of a model's ``nn.Linear`` layers: the CPU few-row path, and level 1's low-bit weight copies.
 
-:func:`small_batch_linears` runs the layers through ``kernels.linear.linear_forward`` for a whole call;
-:func:`low_bit_linears` runs them with an int8 (``kernels.int8_linear``) or int4 (``kernels.int4_linear``) copy of
-their weights for the level-1 forwards only. Patching leaves alone the layers that transformers' integrations own:
-layers wrapped by accelerate hooks (``_hf_hook``: offload, device maps) and subclasses of ``nn.Linear`` (quantized
-layers).
+Layers that transformers' integrations own are left alone: those with accelerate hooks (``_hf_hook``) and
+subclasses of ``nn.Linear`` (quantized layers).
 """
 
 from __future__ import annotations
@@ -50,12 +47,8 @@ def _patchable_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
 
 @contextlib.contextmanager
 def small_batch_linears(*models: torch.nn.Module | None) -> Iterator[None]:
-    """Within the block, the models' ``nn.Linear`` layers use :func:`~hf_triforce.kernels.linear.linear_forward`.
-
-    Multi-token forwards of a few rows (verification of drafts) then run at about the cost of a
-    single-token step on the CPU. Layers wrapped by accelerate hooks, and subclasses of ``nn.Linear``
-    (quantized layers), are left alone.
-    """
+    """Within the block, the models' plain ``nn.Linear`` layers use :func:`~hf_triforce.kernels.linear.linear_forward`
+    (a few rows cost about a single-token step on the CPU)."""
     layers = {id(m): m for model in models if model is not None for m in _patchable_layers(model)}.values()
     for layer in layers:
         layer.forward = functools.partial(linear_forward, layer)
@@ -72,11 +65,8 @@ def _on_cuda(model: torch.nn.Module) -> bool:
 
 
 def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
-    """The int8 copy of ``model``'s plain ``nn.Linear`` weights, made at the first call and kept beside the model.
-
-    Layers the kernel cannot serve (``in_features`` not a multiple of 16) keep their own weights. The copy is
-    made again when a weight changed since (another tensor, or an in-place update). Its size is about a
-    quarter of the float32 weights (SmolLM2-135M: 128 MiB beside 513 MiB).
+    """The int8 copy of ``model``'s plain ``nn.Linear`` weights the kernel serves, kept beside the model (remade
+    when a weight changed).
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Linear(8, 2))
@@ -90,11 +80,8 @@ def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
 
 
 def int4_weight_copy(model: torch.nn.Module) -> LowBitCopy:
-    """An int4 copy of ``model``'s plain ``nn.Linear`` projections (groups of 32 inputs; the int8 copy where the int4
-    kernel does not serve the shape) and an int8 copy of its output embeddings (level 1 samples from its logits, as
-    the direct forward's int4 weights do), made at the first call and kept beside the model: what level 1's
-    ``level1_weights="int4"`` runs through transformers' forward. On a CUDA GPU (no int8 kernel there) the output
-    embeddings and the shapes int4 does not serve keep their own weights.
+    """An int4 copy of ``model``'s plain ``nn.Linear`` projections (int8 where int4 does not serve the shape) and
+    an int8 copy of its output embeddings (level 1 samples from its logits), kept beside the model.
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 16))
@@ -118,7 +105,7 @@ def _int4_or_int8(layer: torch.nn.Linear, head: torch.nn.Module | None) -> Int8W
 
 
 def _quantized(layers: list[torch.nn.Linear], name: str, quantize: Callable) -> LowBitCopy:
-    """``{layer: quantize(layer)}``, timed and logged as level 1's ``name`` weight copy."""
+    """``{layer: quantize(layer)}``, timed and logged."""
     start = time.perf_counter()
     copy = {m: quantize(m) for m in layers}
     mib = sum(w.nbytes() for w in copy.values()) / 2**20
@@ -127,10 +114,7 @@ def _quantized(layers: list[torch.nn.Linear], name: str, quantize: Callable) -> 
 
 
 def kept_beside(store: weakref.WeakKeyDictionary, model: torch.nn.Module, key: tuple, make: Callable[[], T]) -> T:
-    """What ``store`` keeps for ``model`` under ``key``, else ``make()``'s result, kept under ``key`` from now on.
-
-    ``key`` says what the kept value was made from (the fingerprints of the weights, :func:`weight_fingerprint`):
-    another key replaces the kept value. ``store`` holds the model weakly, so the value goes with the model.
+    """What ``store`` (weak in the model) keeps for ``model`` under ``key``, else ``make()``'s, kept from now on.
 
     Example:
         >>> store, model = weakref.WeakKeyDictionary(), torch.nn.Linear(2, 2)
@@ -148,7 +132,7 @@ def kept_beside(store: weakref.WeakKeyDictionary, model: torch.nn.Module, key: t
 
 
 def drop_int8_copy(model: torch.nn.Module) -> None:
-    """Free ``model``'s int8 weight copy (:func:`int8_weight_copy`), if one was made.
+    """Free ``model``'s int8 and int4 weight copies, if made.
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8))
@@ -169,20 +153,19 @@ def _low_bit_forward(layer: torch.nn.Linear, weight: Int8Weight | Int4Weight, ow
 
 
 def weight_fingerprint(weight: torch.Tensor) -> tuple[int, int]:
-    """Where the weight lives and how often it was written in place. Tensors made under ``torch.inference_mode``
-    have no version counter: only a new tensor is noticed then. A stale copy only lowers level 1's acceptance;
-    the output stays exact, since level 2 verifies with the weights themselves."""
+    """Where the weight lives and how often it was written in place (inference tensors have no such count).
+
+    A stale copy only lowers level 1's acceptance: level 2 verifies with the weights themselves.
+    """
     return weight.data_ptr(), -1 if weight.is_inference() else weight._version
 
 
 @contextlib.contextmanager
 def low_bit_linears(copy: LowBitCopy | None) -> Iterator[None]:
-    """Within the block, the layers of ``copy`` (:func:`int8_weight_copy`, :func:`int4_weight_copy`) multiply by their
-    int8 or int4 weights.
+    """Within the block, the layers of ``copy`` multiply by their int8 or int4 weights (``None``: no change).
 
-    An int8 layer's forward of more rows than its kernel serves faster (``kernels.int8_linear.MAX_ROWS``: a wide
-    batch) uses the layer's own weights. An instance ``forward`` set before (:func:`small_batch_linears`) is used for
-    those and restored afterwards. ``None``: no change.
+    An int8 layer given more rows than its kernel serves uses its own weights, through any instance ``forward`` set
+    before (:func:`small_batch_linears`), which is restored afterwards.
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8))

@@ -21,7 +21,7 @@ def has_mask_function(implementation: str) -> bool:
 
 
 def mask_kind(model: torch.nn.Module) -> MaskKind | None:
-    """``"bool"`` (sdpa), ``"additive"`` (eager) or ``None`` (an implementation whose mask hf_triforce cannot build).
+    """``"bool"`` (sdpa), ``"additive"`` (eager) or ``None`` (a mask hf_triforce cannot build).
 
     Example:
         >>> mask_kind(model)  # doctest: +SKIP

@@ -15,20 +15,17 @@ TESTED_MODEL_TYPES = (
     "gemma3_text", "granite", "olmo2", "olmo3", "cohere", "cohere2", "glm4", "starcoder2", "stablelm", "smollm3",
     "exaone4", "helium", "gpt_oss",
 )  # fmt: skip
-"""``config.model_type`` of the families in the test matrix (tiny random models; SmolLM2, a Llama, with real weights:
-``docs/supported-models.md``). :func:`model_problem` decides from what a model is, not from this list."""
+"""``config.model_type`` of the tested families; :func:`model_problem` decides from the model, not from this list."""
 SERVED_LAYER_TYPES = ("full_attention", "sliding_attention")
-"""KV-cache layer kinds TriForce serves: per-token keys and values, attended in full or in a sliding window."""
+"""KV-cache layer kinds TriForce serves (per-token keys and values)."""
 
 
 def model_problem(model: torch.nn.Module) -> str | None:
     """Why TriForce cannot serve ``model`` (what it lacks, and what to do), or ``None`` when it can.
 
-    It can when the model is a decoder-only causal LM with an LM head, its attention modules call transformers'
-    attention interface (where TriForce reads the queries and routes the attention), its KV cache holds per-token
-    keys and values in every layer (full or sliding-window attention: :data:`SERVED_LAYER_TYPES`; not multi-head
-    latent attention's compressed KV nor a state-space or linear-attention layer's recurrent state), and it has a
-    rotary position embedding (a level-0 draft model's StreamingLLM cache moves keys to new positions with it).
+    It needs a decoder-only causal LM whose attention goes through transformers' attention interface, with
+    per-token keys and values in every layer (:data:`SERVED_LAYER_TYPES`) and a rotary embedding (a StreamingLLM
+    draft cache moves keys to new positions with it).
 
     Example:
         >>> from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel
@@ -68,8 +65,7 @@ def model_problem(model: torch.nn.Module) -> str | None:
 
 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The decoder's attention modules that call transformers' attention interface: modules with a ``layer_idx``
-    whose modeling file dispatches through ``ALL_ATTENTION_FUNCTIONS``."""
+    """Modules with a ``layer_idx`` whose modeling file dispatches through ``ALL_ATTENTION_FUNCTIONS``."""
     found = []
     for module in model.modules():
         modeling = sys.modules.get(type(module).__module__)
@@ -83,8 +79,7 @@ def _is_attention(module: torch.nn.Module) -> bool:
 
 
 def _rotary_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The rotary embedding's inverse frequencies: ``{"": inv_freq}``, or one per layer kind (Gemma 3's
-    ``full_attention_inv_freq`` / ``sliding_attention_inv_freq``); empty without a rotary embedding."""
+    """The rotary inverse frequencies: ``{"": inv_freq}``, or one per layer kind (Gemma 3); ``{}`` without RoPE."""
     rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
     if rotary is None:
         return {}
@@ -93,12 +88,10 @@ def _rotary_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def layer_rotary(model: torch.nn.Module) -> tuple[list[torch.Tensor], bool]:
-    """How each decoder layer of ``model`` rotates its keys: ``([R] inverse frequencies per layer, interleaved)``.
+    """How each decoder layer rotates its keys: ``([R] inverse frequencies per layer, interleaved)``.
 
-    A model's rotary embedding has one set of frequencies, or one per layer kind (Gemma 3: local and global bases),
-    over the first ``2 R`` channels of a head (partial rotary: ``R < head_dim / 2``). ``interleaved`` says how those
-    channels pair up, read off the modeling file's own ``rotate_half``: ``(i, i + R)`` (Llama's ``rotate_half``) or
-    ``(2i, 2i + 1)`` (Cohere, GLM).
+    The frequencies cover a head's first ``2 R`` channels (partial rotary: ``R < head_dim / 2``); ``interleaved``
+    (read off the modeling file's ``rotate_half``) pairs them ``(2i, 2i + 1)`` (Cohere, GLM), else ``(i, i + R)``.
 
     Example:
         >>> from transformers import CohereConfig, CohereForCausalLM
@@ -126,10 +119,8 @@ def _interleaved(model: torch.nn.Module) -> bool:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
-    """Rotate ``x`` ``[..., D]`` by ``cos``/``sin`` ``[..., R]`` (broadcast; ``R <= D``: the rest passes unrotated), in
-    the ``rotate_half`` layout of Llama-style models (the first ``R`` channels, their halves paired) or, with
-    ``interleaved``, Cohere's and GLM's (channels ``2i`` and ``2i + 1`` paired; ``cos``/``sin`` repeat each angle
-    twice in a row).
+    """Rotate ``x`` ``[..., D]`` by ``cos``/``sin`` ``[..., R]`` (``R <= D``: the rest passes unrotated), Llama's
+    ``rotate_half`` layout or, with ``interleaved``, Cohere's and GLM's (``cos``/``sin`` repeat each angle twice).
 
     Example:
         >>> x = torch.tensor([[[[1.0, 0.0]]]])
@@ -160,7 +151,7 @@ def num_layers(model: torch.nn.Module) -> int:
 
 
 def context_limit(model: torch.nn.Module) -> int | None:
-    """The longest sequence the model was configured for (``max_position_embeddings``), or None if it names none."""
+    """``max_position_embeddings``, or ``None``."""
     return getattr(model.config.get_text_config(), "max_position_embeddings", None)
 
 
@@ -170,12 +161,10 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList | None:
 
 
 def layer_windows(model: torch.nn.Module) -> list[int | None]:
-    """Each decoder layer's sliding window (``config.sliding_window`` for a ``"sliding_attention"`` layer), ``None``
-    for a layer that attends to every earlier token: what a level-1 view of that layer keeps to
-    (:func:`~hf_triforce.caches.selection.window_layout`).
+    """Each decoder layer's sliding window, ``None`` for a layer that attends in full.
 
     Example:
-        >>> layer_windows(gemma3)  # a Gemma 3 of 1024-token windows, five sliding layers to one full  # doctest: +SKIP
+        >>> layer_windows(gemma3)  # five 1024-token sliding layers to one full  # doctest: +SKIP
         [1024, 1024, 1024, 1024, 1024, None, 1024, ...]
     """
     text = model.config.get_text_config()
@@ -184,7 +173,7 @@ def layer_windows(model: torch.nn.Module) -> list[int | None]:
 
 
 def attn_implementation(model: torch.nn.Module) -> str:
-    """The attention implementation the model runs (``config._attn_implementation``)."""
+    """``config._attn_implementation``."""
     return model.config._attn_implementation
 
 
@@ -196,8 +185,7 @@ def rope_types(model: torch.nn.Module) -> list[str]:
 
 
 def is_dispatched(model: torch.nn.Module) -> bool:
-    """Whether accelerate placed the model with hooks (``hf_device_map``): on several devices, or offloaded to
-    disk (``{"": "disk"}``: every weight is loaded at its layer's forward, the parameters sit on ``meta``).
+    """Whether accelerate placed the model (``hf_device_map``) on several devices or offloaded it to disk.
 
     Example:
         >>> model = torch.nn.Linear(2, 2)
@@ -213,8 +201,7 @@ def is_dispatched(model: torch.nn.Module) -> bool:
 
 
 def kv_shape(model: torch.nn.Module) -> tuple[int, int]:
-    """``(key/value heads, head dim)`` of this process's attention layers, from the config: a tensor-parallel
-    model (``tp_plan``) holds ``1/tp_size`` of the KV heads on each rank."""
+    """``(KV heads, head dim)`` on this rank (a tensor-parallel rank holds ``1/tp_size`` of the KV heads)."""
     config = model.config.get_text_config()
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads

@@ -1,20 +1,7 @@
 """The plain (non-speculative) decoding configurations a transformers user can choose, as ``generate()`` calls.
 
-The bench's baseline is the fastest of these on the device, "best plain" (``hf-triforce bench``). Each is a
-way of calling transformers, so the per-version details live here:
-
-* ``dynamic``: ``generate()`` as it comes (a ``DynamicCache``, no compilation);
-* ``static``: a ``StaticCache`` (``cache_implementation="static"``, or one the caller prefilled) with compilation
-  switched off (``disable_compile``: on CUDA ``generate()`` would otherwise compile a static cache's forward);
-* ``static_compiled``: the static cache with ``torch.compile`` through a ``CompileConfig`` (on the CPU forced on
-  with its ``_compile_all_devices`` flag, which ``generate()`` reads; mode ``"default"`` there, since
-  ``"reduce-overhead"`` means CUDA graphs);
-* ``sdpa_flash`` (CUDA): ``generate()`` inside ``sdpa_kernel(SDPBackend.FLASH_ATTENTION)`` (PyTorch's flash kernel
-  only: an error, not a silent fallback, where it cannot run);
-* ``flash_attention_2`` (CUDA, ``flash_attn`` installed): ``generate()`` after
-  ``model.set_attn_implementation("flash_attention_2")`` (restored after the call);
-* ``continuous_batching`` (CUDA): ``generate_batch()`` with the one request (transformers' paged-attention
-  serving loop).
+The bench's baseline, "best plain", is the fastest of them on the device. ``sdpa_flash`` allows PyTorch's flash
+kernel only (an error, not a silent fallback, where it cannot run).
 
 Example:
     >>> [v.name for v in PLAIN_DECODINGS]
@@ -44,12 +31,9 @@ class PlainDecoding:
     """One plain decoding configuration.
 
     Attributes:
-        name: the bench's name for it.
         description: what a user would write to get it.
-        cache: the kind of cache it decodes into: ``"dynamic"``, ``"static"``, or ``None`` for
-            ``generate_batch()``'s own paged cache.
+        cache: ``"dynamic"``, ``"static"``, or ``None`` for ``generate_batch()``'s own paged cache.
         compiled: ``torch.compile`` through ``generate()``'s ``compile_config``.
-        cuda_only: only measured on a CUDA device.
     """
 
     name: str
@@ -69,8 +53,7 @@ class PlainDecoding:
             raise PlainDecodingUnavailable("this transformers release has no CompileConfig._compile_all_devices.")
 
     def generate_kwargs(self, model, cache: Cache | None) -> dict[str, Any]:
-        """The ``generate()`` arguments of this configuration for ``model``, decoding into ``cache`` (a prefilled
-        cache of kind :attr:`cache`, or None to let ``generate()`` build it)."""
+        """``generate()`` arguments decoding into ``cache`` (prefilled, of kind :attr:`cache`; ``None``: a new one)."""
         kwargs: dict[str, Any] = {} if cache is None else cache_kwargs(cache)
         if cache is None and self.cache == "static":
             kwargs["cache_implementation"] = "static"
@@ -93,7 +76,7 @@ def _can_force_compile() -> bool:
 
 
 def compile_config(device: torch.device) -> CompileConfig:
-    """A ``CompileConfig`` that ``generate()`` honours on ``device`` (on the CPU too).
+    """A ``CompileConfig`` ``generate()`` honours on ``device`` (CPU too: mode ``"default"``, not CUDA graphs).
 
     Example:
         >>> compile_config(torch.device("cpu")).mode
@@ -151,19 +134,16 @@ PLAIN_DECODINGS: tuple[PlainDecoding, ...] = (
     ),  # fmt: skip
     PlainDecoding("continuous_batching", "generate_batch([prompt]) (paged attention)", None, cuda_only=True),
 )
-"""Every plain decoding configuration, in the order the bench measures them."""
+"""Every plain decoding configuration, in the bench's order."""
 
 
 def prefilled_cache(
     model, prefix_ids: torch.LongTensor, kind: str, max_cache_len: int, chunk_size: int | None = None
 ) -> Cache:
-    """A cache of ``kind`` (``"dynamic"`` or ``"static"``) holding ``prefix_ids`` ``[1, n]``, from one forward.
+    """A cache of ``kind`` (``"dynamic"`` or ``"static"``) holding ``prefix_ids`` ``[1, n]``.
 
-    ``generate(input_ids, cache=copy)`` then prefills only the tokens after the prefix: what a user does to ask
-    several questions about one document, and what lets the bench time every decoding configuration on one prompt
-    without paying its prefill each time. A static cache holds ``max_cache_len`` positions (round it up, so
-    prompts of similar lengths share one compiled graph). ``chunk_size``: prefill that many tokens per forward
-    (memory), all of them by default; only the last position's logits are computed.
+    A static cache holds ``max_cache_len`` positions (round it up: similar lengths then share a compiled graph).
+    ``chunk_size``: tokens per prefill forward (default: all).
 
     Example:
         >>> cache = prefilled_cache(model, ids[:, :-1], "static", 8192)  # doctest: +SKIP
@@ -202,10 +182,7 @@ def plain_decoding(name: str) -> PlainDecoding:
 
 
 def generate_batch_one(model, input_ids: torch.LongTensor, **generate_kwargs) -> tuple[torch.LongTensor, list[float]]:
-    """One request through ``model.generate_batch`` (continuous batching): ``([1, prompt + new] ids, token times)``.
-
-    ``generate_kwargs`` are the ``generate()`` arguments (``max_new_tokens``, ``do_sample``, ...); the token times
-    are the request's per-token timestamps in seconds (``record_timestamps=True``), for the decode rate.
+    """One request through ``model.generate_batch``: ``([1, prompt + new] ids, per-token timestamps in seconds)``.
 
     Example:
         >>> ids, times = generate_batch_one(model, prompt, max_new_tokens=64)  # doctest: +SKIP

@@ -15,8 +15,7 @@ PROGRESS_MIN_TOKENS = 2048
 
 
 def quiet_transformers() -> None:
-    """Switch off transformers' progress bars and its messages below errors in this process (and so the prefill
-    bars here): what a rank other than 0 of a ``torchrun`` launch does, so that only rank 0 talks.
+    """Switch off transformers' progress bars (and so the prefill bars) and its messages below errors: ranks > 0.
 
     Example:
         >>> quiet_transformers(); show_progress(PROGRESS_MIN_TOKENS)  # doctest: +SKIP

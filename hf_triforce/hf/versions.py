@@ -1,10 +1,8 @@
 """The supported transformers range, and the names that differ between its releases.
 
-transformers 5.24 renamed the cache argument ``past_key_values`` to ``cache`` in ``generate()``, in every model's
-``forward()`` and in the generate outputs (``GenerateDecoderOnlyOutput.cache``). The old name still works there
-with a ``FutureWarning``; it leaves models' ``forward()`` in 5.40 and ``generate()`` in 6.0. hf_triforce passes
-:data:`CACHE_ARG` in its own calls, so it raises no deprecation warning on any supported release, and looks for a
-user's cache under both names (:data:`CACHE_ARGS`).
+transformers 5.24 renamed the cache argument ``past_key_values`` to ``cache`` (``generate()``, models'
+``forward()``, generate outputs); the old name warns, and leaves ``forward()`` in 5.40 and ``generate()`` in 6.0.
+hf_triforce passes :data:`CACHE_ARG` and looks for a user's cache under both names (:data:`CACHE_ARGS`).
 
 Example:
     >>> cache_argument("5.23.0"), cache_argument("5.24.0")
@@ -19,7 +17,7 @@ import transformers
 from packaging import version
 
 MIN_TRANSFORMERS = "5.17"
-"""Lowest supported (and tested) transformers release."""
+"""Lowest supported (and tested) release."""
 MAX_TRANSFORMERS = "6"
 """First unsupported transformers release."""
 CACHE_RENAMED_IN = "5.24"
@@ -53,13 +51,13 @@ def cache_argument(current: str | None = None) -> str:
 check_transformers_version()
 
 CACHE_ARG = cache_argument()
-"""The cache argument's name in the installed release: ``"cache"`` (>= 5.24) or ``"past_key_values"``."""
+"""The installed release's cache argument: ``"cache"`` (>= 5.24) or ``"past_key_values"``."""
 CACHE_ARGS = ("cache", "past_key_values")
-"""Every name a caller's cache may arrive under (the current one and the deprecated one)."""
+"""Every name a caller's cache may arrive under."""
 
 
 def cache_kwargs(cache: Any) -> dict[str, Any]:
-    """``{CACHE_ARG: cache}``: pass a cache to a model's ``forward()`` under the installed release's name.
+    """``{CACHE_ARG: cache}``: a cache for ``forward()`` under the installed release's name.
 
     Example:
         >>> model(input_ids=ids, use_cache=True, **cache_kwargs(cache))  # doctest: +SKIP
@@ -92,12 +90,9 @@ def output_cache(output: Any) -> Any:
 
 
 def cache_layer_types(config: Any) -> list[str]:
-    """The KV-cache layer kind of each decoder layer of ``config`` (a decoder's text config), as transformers builds
-    a ``DynamicCache`` for it: ``"full_attention"``, ``"sliding_attention"``, ``"chunked_attention"``,
-    ``"linear_attention"`` (a recurrent state: Mamba, gated delta nets), ``"hybrid"``, ``"conv"``, ``"dummy"``, ...
+    """The KV-cache layer kind of each decoder layer of a text ``config``, as transformers builds a ``DynamicCache``.
 
-    transformers 5.24 derives them in ``cache_utils.get_layer_types_and_kwargs``; where that helper is missing, from
-    ``config.layer_types``, or from ``sliding_window`` / ``attention_chunk_size`` as that helper does.
+    From ``cache_utils.get_layer_types_and_kwargs`` (5.24); where it is missing, its rule read off the config.
 
     Example:
         >>> from transformers import MistralConfig
@@ -106,7 +101,7 @@ def cache_layer_types(config: Any) -> list[str]:
     """
     try:
         from transformers.cache_utils import get_layer_types_and_kwargs
-    except ImportError:  # an earlier 5.x: the same rule, read off the config
+    except ImportError:
         layer_types = getattr(config, "layer_types", None)
         if layer_types is not None:
             return list(layer_types)

@@ -1,37 +1,15 @@
 """What a decoding call measures about itself: per-token acceptance of each level, and forward cost by width.
 
-The speculation lengths are chosen from these (:mod:`~hf_triforce.hierarchy.planner`): a drafted token is worth
-its acceptance probability, a forward costs what forwards of its width have cost so far in this call.
-
-* :class:`Acceptance`: the probability that a level accepts one more drafted token (the per-token acceptance of
-  the TriForce paper), from each verdict "``accepted`` leading tokens of ``drafted``": every accepted token is
-  a success, a rejection one failure (tokens after it were never judged). Old verdicts fade geometrically with
-  the tokens judged since (by verdicts, a failure would fade as slowly after ten one-token rounds as after ten
-  six-token rounds, and a long run of full acceptances would take many rounds to lift the estimate).
-* :class:`StreakAcceptance`: the same, kept apart after a round whose drafts were all accepted and after one with a
-  rejection (acceptance comes in runs: a copied passage or a loop is accepted throughout, a passage the draft does
-  not know is rejected round after round; one running average lags behind both). What the last verdict says fades
-  with the tokens decided by rounds the level took no part in, toward the level's call-long rate (otherwise one
-  rejection could keep a level out of the schedule until the planner's next probe: its states are only updated by
-  rounds that run it).
-* :class:`ConfidenceAcceptance`: the same, kept per bucket of the drafter's confidence in each token (its probability
-  under the drafter's processed distribution): a token level 1 was sure of is accepted far more often than one it
-  drew from a spread distribution (SmolLM2 at 7K tokens, T=0.6: 0.99 above 0.99, 0.83-0.90 below 0.95), so the
-  chance that a round's drafts all survive is known token by token while the round is drafted.
-* :class:`RunningRate`: tokens per second of whole rounds, old rounds fading as acceptance verdicts do.
-* :class:`StepCost`: seconds of one forward of ``w`` query tokens; measured widths by the fastest of their last
-  :data:`WINDOW` forwards, others by an affine fit ``a + b (w - 1)`` through the measured ones (or the nearest
-  one with a prior slope). The minimum, not a mean: the first forwards of a call pay one-time costs (buffers
-  allocated, the prefix's chunk summaries computed) that a mean would carry for many rounds, and a schedule
-  judged too slow from them is then run too rarely to correct it.
+The planner (:mod:`~hf_triforce.hierarchy.planner`) values a drafted token at its acceptance probability
+(:class:`Acceptance`, :class:`StreakAcceptance`, :class:`ConfidenceAcceptance`) and a forward at what forwards of its
+width have cost so far in this call (:class:`StepCost`).
 """
 
 from __future__ import annotations
 
 FORGET = 0.9  # weight of the past at each newly judged token (about the last ten tokens count)
 SLOW_FORGET = 0.98
-"""The same for a level's call-long rate, toward which :class:`StreakAcceptance`'s estimate fades while the level is
-idle (about the last fifty judged tokens count)."""
+"""The same for :class:`StreakAcceptance`'s call-long rate (about the last fifty judged tokens count)."""
 WINDOW = 4
 """How many of a width's latest forwards :class:`StepCost` keeps (it estimates with their minimum)."""
 MIN_SECONDS = 1e-7
@@ -51,12 +29,9 @@ def expected_tokens(acceptance: float, drafts: int) -> float:
 
 
 class Acceptance:
-    """Running per-token acceptance of one level's drafts.
-
-    Args:
-        prior: the rate before any verdict.
-        weight: how many judged tokens the prior counts for.
-        forget: the weight of the past at each newly judged token.
+    """Running per-token acceptance of one level's drafts (the TriForce paper's), from verdicts "``accepted`` leading
+    tokens of ``drafted``": each accepted token a success, a rejection one failure (later tokens were never judged);
+    the past fades by ``forget`` per token judged since. ``prior`` counts for ``weight`` judged tokens.
 
     Example:
         >>> a = Acceptance(prior=0.5, weight=1.0)
@@ -88,18 +63,9 @@ class Acceptance:
 
 
 class StreakAcceptance:
-    """Per-token acceptance conditioned on the previous verdict: all drafts accepted, or a rejection (a two-state
-    Markov estimate); :attr:`rate` is the estimate for the current state.
-
-    With one running average a run of full acceptances after a hard passage raises the estimate by about one
-    verdict's worth per round, so the planner keeps short rounds (each of which can add little) for many rounds;
-    conditioned on the previous verdict, the estimate after a full acceptance learns how often full acceptances
-    are followed by more of them.
-
-    Rounds the level takes no part in (:meth:`idle`) do not update its states, so what its last verdict says about
-    the next round fades with the tokens they decide, toward the level's call-long rate :attr:`overall`: without
-    it, one early rejection (the state after a rejection then near half the level's usual rate) could keep the
-    level out of the schedule until the planner's next probe, however well it would draft.
+    """Per-token acceptance conditioned on the previous verdict, all accepted or a rejection (a two-state Markov
+    estimate); :attr:`rate` is the current state's. Rounds the level sits out (:meth:`idle`) fade it toward the
+    call-long :attr:`overall`, so one early rejection cannot keep the level out of the schedule until the next probe.
 
     Example:
         >>> a = StreakAcceptance(prior=0.8, weight=1.0)
@@ -137,8 +103,7 @@ class StreakAcceptance:
 
     @property
     def rate(self) -> float:
-        """The estimated probability of accepting one more drafted token, given the previous verdict (fading toward
-        :attr:`overall` by :data:`FORGET` per token decided since without this level)."""
+        """The estimated probability of accepting one more drafted token, given the previous verdict."""
         conditioned = FORGET**self.idle_tokens
         return conditioned * self.after[self.last_full].rate + (1.0 - conditioned) * self.overall.rate
 
@@ -146,7 +111,7 @@ class StreakAcceptance:
 CONFIDENCE_EDGES = (0.5, 0.8, 0.95, 0.99)
 """Bucket boundaries of :class:`ConfidenceAcceptance` (a token's probability under its drafter)."""
 CONFIDENCE_PRIORS = (0.8, 0.85, 0.9, 0.95, 0.99)
-"""Each bucket's acceptance before any verdict (about what SmolLM2's level 1 reached at 7K tokens, T=0.6)."""
+"""Each bucket's acceptance before any verdict."""
 
 
 class ConfidenceAcceptance:
@@ -204,7 +169,8 @@ class RunningRate:
 
 
 class StepCost:
-    """Seconds of one forward by query width.
+    """Seconds of one forward by query width: the fastest of a width's last :data:`WINDOW` forwards (a call's first
+    forwards pay one-time costs a mean would carry), other widths by an affine fit through the measured ones.
 
     Example:
         >>> cost = StepCost()
@@ -242,9 +208,8 @@ class StepCost:
         return None if estimate is None else max(MIN_SECONDS, estimate)
 
     def slope(self) -> float | None:
-        """Seconds one more query token adds to a forward: the affine fit's slope through the measured widths (a
-        difference of two widths' estimates would carry both one's noise), or :data:`PRIOR_SLOPE` of the one
-        measured width's cost; ``None`` before any measurement.
+        """Seconds one more query token adds to a forward: the affine fit's slope through the measured widths,
+        :data:`PRIOR_SLOPE` of the one measured width's cost, or ``None`` before any measurement.
 
         Example:
             >>> cost = StepCost(); cost.observe(1, 0.030); cost.observe(4, 0.036); cost.observe(7, 0.060)

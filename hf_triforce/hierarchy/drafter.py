@@ -9,14 +9,9 @@ import torch
 
 @runtime_checkable
 class Drafter(Protocol):
-    """A level-0 drafter: proposes tokens that level 1 verifies with exact speculative sampling.
-
-    A drafter that samples returns the distributions it drew from (``q``, after the call's logits processors);
-    a deterministic one (n-gram lookup, a greedy model) returns ``None``, which the verification treats as a
-    one-hot ``q`` at each drafted token. Either way the verified output is exactly level 1's distribution.
-
-    Implemented by :class:`~hf_triforce.hierarchy.suffix.SuffixDrafter`,
-    :class:`~hf_triforce.hierarchy.ngram.NGramDrafter` and :class:`~hf_triforce.hierarchy.model_drafter.ModelDrafter`.
+    """A level-0 drafter (``SuffixDrafter``, ``NGramDrafter``, ``ModelDrafter``): proposes tokens level 1 verifies
+    exactly. A sampling drafter returns the distributions it drew from (``q``, after the call's logits processors), a
+    deterministic one ``None`` (a one-hot ``q``).
 
     Example:
         >>> from hf_triforce.hierarchy import NGramDrafter
@@ -25,22 +20,12 @@ class Drafter(Protocol):
     """
 
     def commit(self, sequence: torch.Tensor) -> None:
-        """The ``[n]`` tokens level 2 has committed so far (called once per round, before any proposal).
-
-        Committed tokens never change; tokens after them (this round's level-1 tokens) may be rolled back.
-        """
+        """The ``[n]`` tokens level 2 has committed so far (once per round, before any proposal); they never change."""
         ...
 
     def propose(self, prefix: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Up to ``k`` tokens continuing ``prefix``.
-
-        Args:
-            prefix: ``[n]`` token ids (the accepted sequence so far, plus level 1's tokens of this round).
-            k: the most tokens to propose (``>= 1``).
-
-        Returns:
-            ``([m] token ids, m <= k; [m, V] draft probabilities or None)``.
-        """
+        """Up to ``k >= 1`` tokens continuing ``prefix`` ``[n]`` (the committed tokens, then this round's level-1
+        tokens): ``([m] token ids, m <= k; [m, V] draft probabilities or None)``."""
         ...
 
 

@@ -1,14 +1,8 @@
-"""Verdicts on drafts, at any level: processed scores per position, then the exact rule.
+"""Verdicts on drafts, at any level and for every row of a call: processed scores per position, then the exact rule.
 
-Level 1 judging level-0 drafts and level 2 judging level-1 (or level-0) drafts do the same thing, for one sequence
-or for every row of a batch: the logits of each row's ``[last token, drafts]`` go through the call's logits
-processors with that row's own context, position by position, then token matching (greedy) or exact speculative
-sampling, row by row.
-
-The processors that read the context run per position. The trailing run of processors that never read it
-(temperature, top-k, top-p, ...: :func:`~hf_triforce.hf.processors.context_free_tail`) runs once over every
-position of every row: each row of that call is processed exactly as alone, and one ``[positions, V]`` sort costs
-far less than one sort per position.
+The logits of each row's ``[last token, drafts]`` go through the call's logits processors with that row's own
+context, then token matching (greedy) or exact speculative sampling. The trailing processors that never read the
+context (:func:`~hf_triforce.hf.processors.context_free_tail`) run once over every position of every row.
 """
 
 from __future__ import annotations
@@ -36,14 +30,10 @@ class Drafts:
 
 
 def processed_scores(processors: list[LogitsProcessorList], rows: list[Drafts]) -> list[torch.Tensor]:
-    """Each row's processed scores ``[k + 1, V]``: ``processors[b]`` (row ``b``'s list; every list has the same
-    context-free tail) applied to position ``i`` of row ``b`` with that row's first ``n + i`` tokens.
-
-    Positions whose contexts have the same length and whose rows share the same processors go through the
-    context-reading processors together (``[m, n + i]`` contexts, ``[m, V]`` scores), as ``generate()`` processes
-    a batch; where those processors read only the context's length (minimum lengths), every position goes through
-    them at once (:func:`~hf_triforce.hf.fast_processors.suppress_eos`). Then the context-free tail runs once over
-    every position, top-p by its exact faster stand-in (:func:`~hf_triforce.hf.fast_processors.faster`).
+    """Each row's processed scores ``[k + 1, V]``: ``processors[b]`` (every list has the same context-free tail)
+    applied to position ``i`` of row ``b`` with that row's first ``n + i`` tokens. Positions with contexts of one
+    length and the same processors go together, as ``generate()`` does a batch; the context-free tail runs once over
+    every position, by its exact faster stand-ins (:func:`~hf_triforce.hf.fast_processors.faster`).
 
     Example:
         >>> rows = [Drafts(torch.tensor([3]), torch.tensor([1]), None, torch.zeros(2, 4))]
@@ -73,8 +63,7 @@ def _by_length(head, rows: list[Drafts]) -> torch.Tensor:
 
 
 def _by_context(heads: list[LogitsProcessorList], rows: list[Drafts]) -> torch.Tensor:
-    """``[sum(k + 1), V]`` scores of every position through its row's ``head``, positions grouped by context
-    length."""
+    """``[sum(k + 1), V]`` scores of every position through its row's ``head``, grouped by context length."""
     groups: dict[tuple, list[tuple[int, int]]] = {}
     for b, (head, row) in enumerate(zip(heads, rows, strict=True)):
         for i in range(row.tokens.shape[0] + 1):
@@ -87,8 +76,7 @@ def _by_context(heads: list[LogitsProcessorList], rows: list[Drafts]) -> torch.T
 
 
 def _head_scores(head: LogitsProcessorList, rows: list[Drafts], members: list[tuple[int, int]], length: int):
-    """``[m, V]`` scores of the positions ``members`` (``(row, position)``, contexts of ``length`` tokens) through
-    ``head``."""
+    """``[m, V]`` scores of the ``(row, position)`` ``members`` (contexts of ``length`` tokens) through ``head``."""
     logits = torch.stack([rows[b].logits[i] for b, i in members])
     if not head:
         return logits
@@ -97,9 +85,8 @@ def _head_scores(head: LogitsProcessorList, rows: list[Drafts], members: list[tu
 
 
 def node_scores(processors: LogitsProcessorList, contexts: list[torch.Tensor], logits: torch.Tensor) -> torch.Tensor:
-    """Processed scores ``[q, V]`` of one sequence's token-tree nodes: node ``i``'s logits ``logits[i]`` through
-    ``processors`` with its own context ``contexts[i]`` (the row's tokens, then the path to the node), as
-    :func:`processed_scores` processes a chain's positions.
+    """Processed scores ``[q, V]`` of one sequence's token-tree nodes: ``logits[i]`` through ``processors`` with the
+    node's own context ``contexts[i]`` (the row's tokens, then the path to the node).
 
     Example:
         >>> node_scores(LogitsProcessorList(), [torch.tensor([3]), torch.tensor([3, 1])], torch.zeros(2, 4)).shape
@@ -112,10 +99,8 @@ def node_scores(processors: LogitsProcessorList, contexts: list[torch.Tensor], l
 def judge_rows(
     processors: list[LogitsProcessorList], do_sample: bool, rows: list[Drafts]
 ) -> list[tuple[int, int, torch.Tensor]]:
-    """Verify every row's drafts (row ``b`` with ``processors[b]``).
-
-    Returns:
-        one ``(drafts accepted, the verifier's next token, processed scores [k + 1, V])`` per row.
+    """Verify every row's drafts (row ``b`` with ``processors[b]``): one ``(drafts accepted, the verifier's next
+    token, processed scores [k + 1, V])`` per row.
 
     Example:
         >>> rows = [Drafts(torch.tensor([3]), torch.tensor([1]), None, torch.tensor([[0.0, 1.0], [1.0, 0.0]]))]

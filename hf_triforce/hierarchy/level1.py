@@ -1,12 +1,8 @@
 """Level 1 of the hierarchy: the target's weights over a retrieval view draft tokens for the full cache.
 
-Level 1 runs the *target* model over a sparse view of its own KV cache (a ``retrieval_budget``-token
-:class:`~hf_triforce.caches.view.RetrievalView`), for every row of a call at once (one sequence is a batch of one).
-Each round it produces up to ``gamma2`` tokens per row: with a level-0 drafter it verifies ``gamma1``-token drafts
-exactly (token matching, or speculative sampling with residual resampling), so every level-1 token is distributed
-exactly as level 1's own ``p_hat``; without one, it decodes one token per step. It returns those tokens with their
-processed ``p_hat`` scores, which is the ``q`` that the full cache (level 2) verifies against. How its forwards run
-is the call's plan (:mod:`~hf_triforce.hierarchy.level1_steps`).
+Each round level 1 drafts up to ``gamma2`` tokens per row, verifying level 0's ``gamma1``-token drafts exactly (or
+decoding one token per step without a drafter), so its tokens are distributed exactly as its own ``p_hat``; their
+processed scores are the ``q`` the full cache (level 2) verifies against.
 """
 
 from __future__ import annotations
@@ -36,31 +32,17 @@ from .tree_shape import TreeShape
 class Level1Drafter:
     """Drafts level-1 tokens (with their processed scores) for the full-cache verification, for every row of a call.
 
-    One sequence is a batch of one. One forward serves every row; what differs per row is kept per row: its tokens,
-    its level-0 drafter, its view's chunks (selected from its own query; a view is ``[B, H_kv, S, D]``) and its
-    statistics. Rows draft different numbers of tokens: a forward is as wide as the widest row, and a row's padding
-    slots are never judged. Every row's tokens are verified exactly (token matching, or speculative sampling with
-    residual resampling), so each row's level-1 tokens are distributed exactly as its level-1 ``p_hat``.
-
-    Driven by :mod:`hf_triforce.generation`: :meth:`observe_prefill` after the prefill, then per round
-    :meth:`plan_round`, :meth:`draft` before the full-cache verification and :meth:`observe_verification` after it
-    (:meth:`keep_rows` when rows leave). The loop hands over what level 1 needs of each full-cache forward in one
-    object, its :class:`~hf_triforce.hf.attention.QueryCapture`: the queries each re-selection scores the chunks
-    with. How level 1's forwards run (transformers' forward, the direct forward, fixed shapes and CUDA graphs) is the
-    call's plan (:func:`~hf_triforce.hierarchy.level1_steps.level1_steps`).
+    One sequence is a batch of one. One forward serves every row, as wide as the widest row (padding slots are never
+    judged); each row keeps its own tokens, level-0 drafter, view chunks (``[B, H_kv, S, D]``) and statistics.
+    Call :meth:`observe_prefill`, then per round :meth:`plan_round`, :meth:`draft` and :meth:`observe_verification`.
 
     Args:
-        model: the target model.
-        cache: the target's :class:`~hf_triforce.caches.retrieval.RetrievalCache` (every token but the last of each
-            row).
+        cache: the target's :class:`~hf_triforce.caches.retrieval.RetrievalCache` (all but each row's last token).
         slots: the full cache's :class:`~hf_triforce.caches.slots.SlotMask` (real tokens and next position per row).
-        config: the :class:`~hf_triforce.config.TriForceConfig`.
         plan: the call's :class:`~hf_triforce.generation.plan.CallPlan`.
-        do_sample: sampling (exact speculative sampling) or greedy (token matching).
+        do_sample: exact speculative sampling, or token matching (greedy).
         drafters: one level-0 :class:`~hf_triforce.hierarchy.drafter.Drafter` per row, or ``None`` (two levels).
-        stats: the call's :class:`~hf_triforce.stats.TriForceStats` (the totals).
-        row_stats: one :class:`~hf_triforce.stats.TriForceStats` per row (each row's own counts), or ``None``.
-        eos_token_ids: token ids that end a row (its drafting stops after one).
+        stats: the call's totals; ``row_stats``: one :class:`~hf_triforce.stats.TriForceStats` per row, or ``None``.
         runner_slot: where a static level-1 runner is kept between calls (the model's state), or ``None``.
 
     Example:
@@ -106,14 +88,8 @@ class Level1Drafter:
         return plan
 
     def draft(self, plan: Plan, rows: list[Row], budgets: list[int]) -> list[RowDraft]:
-        """Each row's drafts for level 2 under ``plan``: at most ``budgets[b]`` tokens for row ``b``.
-
-        ``rows[b]`` has ``ids`` (``[n]``, its tokens so far as plain ``generate()`` lays them out, padding included),
-        ``real_ids()`` (its tokens without padding: what level 0 drafts from) and ``processors`` (its logits
-        processors). Who drafts is the plan's: level 1 (over the retrieval view,
-        verifying level 0; its processed scores are returned), level 0 alone (the log of its probabilities, or
-        ``None`` for a deterministic drafter), or nobody (no tokens: the verification is a plain decoding step).
-        """
+        """Each row's drafts for level 2 under ``plan``, at most ``budgets[b]`` for row ``b``, with level 1's processed
+        scores or level 0's log-probabilities (``None``: a deterministic drafter); a ``"plain"`` round drafts none."""
         if plan.kind == "plain" or max(budgets, default=0) <= 0:
             return [RowDraft(row.ids[:0]) for row in rows]
         if self.drafters is not None:
@@ -126,10 +102,8 @@ class Level1Drafter:
         return self._level1_drafts(rows, budgets)
 
     def draft_tree(self, shape: TreeShape, row: Row, budget: int) -> TokenTree:
-        """One sequence's token tree for level 2, expanded by level 1 depth by depth along ``shape``: at each depth one
-        forward over the nodes that get children (a tree mask over the view), whose processed scores give each its
-        candidates (greedy: the top ones; sampling: drawn without replacement, the distribution kept for the
-        verification). No node deeper than ``budget`` gets children, nor an end of sequence."""
+        """One sequence's token tree for level 2, expanded along ``shape`` with one level-1 forward per depth (a tree
+        mask over the view). No node at depth ``budget`` gets children, nor an end of sequence."""
         if self.drafters is not None:
             with self.stats.phases.measure("level0"):
                 self.drafters[0].commit(row.real_ids())
@@ -151,14 +125,13 @@ class Level1Drafter:
         return tree
 
     def _expands(self, tree: TokenTree, node: int, shape_children: list[list[int]], budget: int) -> bool:
-        """Whether level 1 draws children for ``node``: the shape gives it some, it is not at the budget's depth, and
-        it is the root or not an end of sequence."""
+        """Whether level 1 draws children for ``node`` (see :meth:`draft_tree`)."""
         ended = node > 0 and tree.tokens[node] in self.eos_token_ids
         return bool(shape_children[tree.shape_nodes[node]]) and tree.depths[node] < budget and not ended
 
     def _tree_step(self, tree: TokenTree, row: Row, internal: list[int], forwarded: list[int], position: int):
-        """Level 1's forward over the tree nodes ``internal`` (one depth, at true ``position``), each seeing the
-        view and its ancestors among ``forwarded``; their processed scores ``[q, V]``."""
+        """Processed scores ``[q, V]`` of the tree nodes ``internal`` (one depth at true ``position``), each seeing the
+        view and its ancestors among ``forwarded``."""
         tokens = torch.tensor([tree.tokens[n] for n in internal], device=row.ids.device)
         start = time.perf_counter()
         with self.stats.phases.measure("level1"):
@@ -179,9 +152,8 @@ class Level1Drafter:
     def observe_tree(
         self, tree: TokenTree, path: list[int], ranks: list[int], seconds: float, kept: int, capture: QueryCapture
     ) -> None:
-        """Record a tree round's verdict: the accepted ``path`` (nodes), the rank taken at each node visited (``-1``:
-        none), the verification's ``seconds``; ``kept`` of the path's tokens (the root first) entered the cache, and
-        the newest one's query (in the verification's ``capture``) is the next selection's."""
+        """Record a tree round's verdict: the accepted ``path``, the rank taken at each node visited (``-1``: none);
+        ``kept`` of the path's tokens (root first) entered the cache, the newest one's query selects next."""
         self._round = (self._round[0], len(path) + 1)
         self._queries = capture.at(([0] + path)[kept - 1])
         children = tree.children
@@ -205,10 +177,8 @@ class Level1Drafter:
         capture: QueryCapture,
         rank: int | None = None,
     ) -> None:
-        """Record row ``b``'s verdict (``accepted[b]`` of ``drafted[b]``; the forward took ``seconds``) and keep the
-        query of its newest cached token (position ``accepted[b]`` of the verification's inputs, in its ``capture``)
-        for the next selection. ``rank``: one greedy sequence, the rank of the verifier's token in level 1's scores
-        where it rejected (:meth:`~hf_triforce.hierarchy.planner.Planner.observe_level2`)."""
+        """Record row ``b``'s verdict (``accepted[b]`` of ``drafted[b]``) and keep the query of its newest cached token
+        for the next selection; ``rank``: see :meth:`~hf_triforce.hierarchy.planner.Planner.observe_level2`."""
         self._round = (self._round[0], sum(accepted) + len(accepted))
         self._queries = capture.rows_at(accepted)
         confidences = self._confidences if len(accepted) == 1 else None
@@ -228,7 +198,7 @@ class Level1Drafter:
         self.steps.forget()
 
     def _time_round(self) -> None:
-        """A round starts: the planner learns how long the last one took, from its start to this one's."""
+        """A round starts: the planner learns how long the last one took."""
         now = time.perf_counter()
         if self._round is not None and self._round[1]:
             self.planner.observe_round(self._round[1], now - self._round[0])
@@ -297,9 +267,8 @@ class Level1Drafter:
         return [self._trimmed(d, b) for d, b in zip(drafts, budgets, strict=True)]
 
     def _propose(self, reals, prefixes: list[torch.Tensor], drafts: list[RowDraft], budgets: list[int]):
-        """Each row's level-0 drafts for this step, from its real tokens ``reals[b]`` and its level-1 tokens so far:
-        ``([k_b] tokens, [k_b, V] probabilities or None)``, no tokens for a row whose budget is met (room for the
-        token level 1 adds is kept)."""
+        """Each row's level-0 drafts for this step, ``([k_b] tokens, [k_b, V] probabilities or None)``, leaving room
+        for the token level 1 adds."""
         gamma1 = self.planner.gamma1()
         proposals = []
         for b, prefix in enumerate(prefixes):
@@ -313,8 +282,8 @@ class Level1Drafter:
         return proposals
 
     def _level1_step(self, rows, prefixes, proposals, drafts, positions) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """One forward over every row's ``[last token, drafts, padding]``: judge the drafts, extend each row's
-        level-1 tokens; returns each row's new tokens ``[n_b]`` and their processed scores ``[n_b, V]``."""
+        """One forward over every row's ``[last token, drafts, padding]``, judged: each row's new tokens ``[n_b]`` and
+        their processed scores ``[n_b, V]``."""
         width = max(p.shape[0] for p, _ in proposals) + 1
         steps = zip(prefixes, proposals, strict=True)
         inputs = torch.stack([padded_tokens(torch.cat([pre[-1:], p]), width) for pre, (p, _) in steps])
@@ -332,10 +301,8 @@ class Level1Drafter:
         return new
 
     def _keep_drafting(self, tokens: torch.Tensor, scores: torch.Tensor, drafted: int) -> bool:
-        """Whether a row drafts on after level 1 drew ``tokens`` ``[n]`` from processed ``scores`` ``[n, V]``
-        (``drafted`` in all): not after an end of sequence; one sequence with confidence stops asks the planner's
-        :meth:`~hf_triforce.hierarchy.planner.Planner.keep_drafting` on the estimated chance that every draft so far
-        is accepted (keeping level 1's probability of each token, its confidence, for the verdict)."""
+        """Whether a row drafts on after level 1 drew ``tokens`` ``[n]`` from ``scores`` ``[n, V]``: not after an end
+        of sequence, nor when :meth:`~hf_triforce.hierarchy.planner.Planner.keep_drafting` says stop."""
         keep = True
         if self.planner.confidence_stops:
             confidences = scores.float().softmax(-1).gather(-1, tokens[:, None])[:, 0].tolist()

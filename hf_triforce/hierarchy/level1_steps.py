@@ -1,19 +1,6 @@
-"""Where level 1's view lives and how its forwards run, chosen once per call from its plan (:func:`level1_steps`).
-
-* :class:`ViewSteps`: a :class:`~hf_triforce.caches.view.RetrievalView` built at each re-selection (dynamic shapes),
-  run by one forward chosen when the call starts: level 1's direct forward (:mod:`hf_triforce.hf.direct_forward`:
-  plain torch calls over the weights, or their int8/int4 copy) or transformers' forward (its linears swapped to the
-  low-bit copy for level 1's forwards). A call whose rows carry padding or holes (a batch, a left-padded row) attends
-  through each row's slot validity (:class:`~hf_triforce.caches.slots.ViewSlots`). Chains and token trees share the
-  forward (a tree step passes its nodes' visibility).
-* :class:`StaticSteps`: a fixed-capacity :class:`~hf_triforce.caches.static_view.StaticRetrievalView` rewritten in
-  place at each re-selection and a :class:`~hf_triforce.hierarchy.static_steps.StaticStepRunner` (CUDA graphs per
-  width, or the same fixed-shape forward eagerly), rows with padding or holes masked by a fixed-capacity slot
-  validity.
-
-Both answer the same calls: :meth:`~ViewSteps.select` (a new selection), :meth:`~ViewSteps.sync` (the full cache's
-tokens since), :meth:`~ViewSteps.logits` (one level-1 forward of every row) and :meth:`~ViewSteps.keep` (crop what a
-step's verdicts rejected). Level 1 only drafts: neither can change the output, only how fast and how well it drafts.
+"""Where level 1's view lives and how its forwards run, chosen once per call from its plan (:func:`level1_steps`):
+:class:`ViewSteps` (dynamic shapes) or :class:`StaticSteps` (fixed shapes). Level 1 only drafts: neither can change
+the output.
 """
 
 from __future__ import annotations
@@ -42,9 +29,8 @@ def level1_steps(
     masked_slots: SlotMask | None,
     runner_slot: RunnerSlot | None = None,
 ) -> ViewSteps:
-    """Level 1's storage and forward for a call, as its plan (:class:`~hf_triforce.generation.plan.CallPlan`) says:
-    fixed shapes, or a dynamic view run by the direct forward or transformers' (on the plan's weights). Rows with
-    padding or holes (``masked_slots``) attend through their slots on either storage.
+    """Level 1's storage and forward for a call, as its :class:`~hf_triforce.generation.plan.CallPlan` says;
+    ``masked_slots``: the full cache's slots when rows carry padding or holes.
 
     Example:
         >>> steps = level1_steps(model, cache, TriForceConfig(), plan, None)  # doctest: +SKIP
@@ -60,17 +46,13 @@ def level1_steps(
 
 
 class ViewSteps:
-    """Level 1 over a dynamic :class:`~hf_triforce.caches.view.RetrievalView`, run by one forward.
+    """Level 1 over a :class:`~hf_triforce.caches.view.RetrievalView` built at each re-selection, run by the direct
+    forward or transformers', on the model's weights or their int8/int4 copy.
 
     Args:
-        model: the target model.
-        cache: the full :class:`~hf_triforce.caches.retrieval.RetrievalCache` views are selected from.
-        config: the call's :class:`~hf_triforce.config.TriForceConfig`.
-        slots: the full cache's :class:`~hf_triforce.caches.slots.SlotMask` when rows carry padding or holes (the
-            view's slots are then masked per row and KV head), else ``None`` (one unpadded row: causal attention).
-        direct: level 1's :class:`~hf_triforce.hf.direct_forward.DirectDecoder` (one unpadded row), or ``None``:
-            transformers' forward,
-        low_bit: on level 1's int8 or int4 weight copy (``None``: the model's own weights).
+        slots: the full cache's slots when rows carry padding or holes (masked per row and KV head), else ``None``.
+        direct: level 1's direct forward (one unpadded row), or ``None``: transformers' forward.
+        low_bit: level 1's int8 or int4 weight copy (``None``: the model's own weights).
 
     Example:
         >>> steps = ViewSteps(model, cache, TriForceConfig(), None)  # doctest: +SKIP
@@ -115,17 +97,15 @@ class ViewSteps:
         return self._forward(inputs, start + torch.arange(q, device=inputs.device))
 
     def tree_logits(self, tokens: torch.Tensor, position: int, visibility: torch.Tensor) -> torch.Tensor:
-        """float32 logits ``[q, V]`` of one sequence's token-tree nodes ``tokens`` ``[q]``, all at true ``position``
-        (one depth), appended to the view; node ``i`` sees the view and the tree's keys where ``visibility[i]``
-        (``[q, m]``: the last ``m`` keys are the tree's, these nodes last) is ``True``."""
+        """float32 logits ``[q, V]`` of one depth of token-tree nodes ``tokens`` ``[q]`` at true ``position``, appended
+        to the view; node ``i`` sees the view and the last ``m`` keys where ``visibility[i]`` (``[q, m]``) is set."""
         positions = torch.full((1, tokens.shape[0]), position, device=tokens.device)
         return self._forward(tokens[None], positions, visibility.to(tokens.device))[0]
 
     def _forward(
         self, inputs: torch.Tensor, positions: torch.Tensor, visibility: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """The call's level-1 forward of ``inputs`` ``[B, q]`` at ``positions`` ``[B, q]`` over the view (a token
-        tree's nodes with their ``visibility``): float32 logits ``[B, q, V]``."""
+        """float32 logits ``[B, q, V]`` of ``inputs`` ``[B, q]`` at ``positions`` ``[B, q]`` over the view."""
         q = inputs.shape[1]
         with contextlib.ExitStack() as stack:
             if visibility is not None:
@@ -143,8 +123,7 @@ class ViewSteps:
         return out.logits[:, -q:].float()
 
     def keep(self, kept: list[int], width: int) -> None:
-        """Of a step's last ``width`` view slots, row ``b`` keeps its first ``kept[b]`` (its accepted drafts and the
-        token level 1 chose); the rest leave the view."""
+        """Of a step's last ``width`` view slots, row ``b`` keeps its first ``kept[b]``; the rest leave the view."""
         if self.slots is None:
             self.view.crop(-(width - max(kept)))
             return
@@ -160,18 +139,10 @@ class ViewSteps:
 
 
 class StaticSteps(ViewSteps):
-    """Level 1 on fixed shapes: a :class:`~hf_triforce.caches.static_view.StaticRetrievalView` rewritten in place and
-    a :class:`~hf_triforce.hierarchy.static_steps.StaticStepRunner` (CUDA graphs per width ``1 .. gamma1 + 1``, or
-    the same forward eagerly). One unpadded row's runner is kept on the model between calls of the same shapes; rows
-    with padding or holes attend through a fixed-capacity slot validity
-    (:class:`~hf_triforce.caches.static_view.StaticViewSlots`), and their runner is rebuilt when rows leave (its
-    storage holds one slot range per row).
-
-    Args:
-        model, cache, config, slots, low_bit: as :class:`ViewSteps`.
-        mode: ``"graphs"`` or ``"eager"``.
-        strict: a failed graph capture raises (``cuda_graphs=True``) instead of running eagerly.
-        runner_slot: where one unpadded row's runner is kept between calls (the model's state), or ``None``.
+    """Level 1 on a fixed-capacity view rewritten in place, run by a
+    :class:`~hf_triforce.hierarchy.static_steps.StaticStepRunner` (``mode``: graphs per width ``1 .. gamma1 + 1``,
+    or eager). One unpadded row's runner is kept in ``runner_slot`` between calls; a batch's is rebuilt when rows
+    leave (its storage holds one slot range per row). ``strict``: a failed capture raises.
     """
 
     def __init__(

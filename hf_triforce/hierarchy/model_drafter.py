@@ -14,18 +14,12 @@ from .static_steps import StaticStepRunner
 
 
 class ModelDrafter:
-    """Drafts with a small model sharing the target's vocabulary, through the same logits processors.
-
-    A :class:`~hf_triforce.hierarchy.drafter.Drafter`: sampled drafts come with their distributions.
-
-    The draft model sees ``sinks`` first tokens and a recent window (StreamingLLM); it stays in sync
-    with the accepted sequence by rolling back its cache to the longest common prefix of what it has
-    consumed and the current sequence, then consuming the new tokens.
+    """A :class:`~hf_triforce.hierarchy.drafter.Drafter`: a small model sharing the target's vocabulary, through the
+    call's logits processors, over a StreamingLLM cache (sinks and a recent window). Each proposal rolls the cache
+    back to the common prefix of what it consumed and the sequence, then consumes the new tokens.
 
     Args:
-        model: the draft model (any transformers causal LM with rotary embeddings).
-        cache: its :class:`StreamingLLMCache`.
-        logits_processor: the processors of the ``generate()`` call.
+        model: any transformers causal LM with rotary embeddings.
         do_sample: sample drafts (returning their distributions) or take the argmax.
 
     Example:
@@ -41,12 +35,8 @@ class ModelDrafter:
         self.runner = None
 
     def use_static_steps(self, mode: str, strict: bool = False) -> None:
-        """Run the draft forwards on fixed-capacity cache storage: ``mode`` ``"eager"`` or ``"graphs"``
-        (width-1 steps replayed as a CUDA graph); ``"dynamic"`` keeps the growing-shape forwards.
-
-        ``strict``: a failed graph capture raises instead of falling back to eager steps. Call before the
-        first proposal (the cache must be empty).
-        """
+        """Run the draft forwards on fixed-capacity storage, ``mode`` ``"eager"`` or ``"graphs"`` (``"dynamic"``: no
+        change); ``strict``: a failed capture raises. Call before the first proposal (the cache must be empty)."""
         if mode == "dynamic":
             return
         use_static_layers(self.cache)

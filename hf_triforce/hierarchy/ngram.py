@@ -6,10 +6,8 @@ import torch
 
 
 class NGramDrafter:
-    """Deterministic level-0 drafter (a one-hot draft distribution); a :class:`~hf_triforce.hierarchy.drafter.Drafter`.
-
-    For ``n`` from ``ngram_max`` down to ``ngram_min`` it looks for the most recent earlier occurrence
-    of the last ``n`` tokens and proposes the tokens that followed it.
+    """Deterministic level-0 :class:`~hf_triforce.hierarchy.drafter.Drafter`: for ``n`` from ``ngram_max`` down to
+    ``ngram_min``, proposes what followed the latest earlier occurrence of the last ``n`` tokens.
 
     Example:
         >>> NGramDrafter(2, 1).propose(torch.tensor([5, 6, 7, 8, 5, 6]), 2)

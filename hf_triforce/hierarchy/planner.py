@@ -1,36 +1,21 @@
 """How much to speculate, round by round: the schedule with the most expected tokens per second.
 
-Each round of a TriForce call ends with one full-cache (level-2) forward. What comes before it is a choice:
+Each round ends with one full-cache (level-2) forward. Before it: ``"levels"`` (level 1 drafts ``gamma2`` tokens,
+each level-1 step verifying up to ``gamma1`` level-0 drafts), ``"level0"`` (level 0's drafts go to level 2 directly)
+or ``"plain"`` (nothing drafted). A round of ``g`` drafts accepted with per-token probability ``a`` yields
+``sum_{i<=g} a**i`` tokens and costs the level-2 forward of width ``g + 1`` plus the drafting
+(:mod:`~hf_triforce.hierarchy.cost_model`); the planner takes the schedule and length with the most tokens per
+second within the user's ``gamma1``/``gamma2`` maxima, and re-tries the others every ``PROBE_EVERY`` rounds. Every
+schedule is verified exactly: the choice changes speed, never the output. With ``adaptive=False`` every round is
+``"levels"`` at ``gamma2`` and ``gamma1``.
 
-* ``"levels"``: level 1 drafts ``gamma2`` tokens (each level-1 step verifying up to ``gamma1`` level-0 drafts);
-* ``"level0"``: level 0's drafts go to level 2 directly (level 1 skipped: worth it when the retrieval view costs
-  about what the full cache costs, i.e. at short context);
-* ``"plain"``: nothing is drafted; the level-2 forward is one plain decoding step.
+For one sequence on one process a ``"levels"`` round drafts one more token while ``survival * a1`` (the chance that
+every draft so far survives, from level 1's confidence in each, times the per-token acceptance) exceeds the rate
+the call has reached times that token's cost (a level-1 step plus one more verified position): a Dinkelbach-style
+rule, which converges to the best such stopping rule for the ratio (:meth:`Planner.keep_drafting`).
 
-With the costs and acceptances a call has measured so far (:mod:`~hf_triforce.hierarchy.cost_model`), a round of
-``g`` drafts accepted with per-token probability ``a`` yields ``sum_{i<=g} a**i`` tokens (Leviathan et al. 2023)
-and costs the level-2 forward of width ``g + 1`` plus the drafting; the planner takes the schedule and length
-with the most tokens per second, within the user's ``gamma1``/``gamma2`` maxima. Every schedule is verified
-exactly, so the choice changes speed, never the output's distribution. Schedules not chosen are re-tried now
-and then (every ``PROBE_EVERY`` rounds) so that their estimates follow the call.
-
-For one sequence on one process (``one_sequence``, with ``TriForceConfig.adaptive``) a ``"levels"`` round
-is not given its length up front: it may draft up to ``gamma2`` tokens, and after each level-1 step
-:meth:`Planner.keep_drafting` weighs one more token against what it costs. What one more token is worth is the
-chance that every draft so far survives verification, estimated token by token from level 1's confidence in each
-(:class:`~hf_triforce.hierarchy.cost_model.ConfidenceAcceptance`), times the per-token acceptance; what it costs
-is a level-1 step plus one more token of verification. It is drafted while that beats the rate the call has
-reached so far (tokens per second of whole rounds, overheads included: the rate a round's tokens must beat to pay
-for themselves; iterating the rule on the rate it reaches converges to the best such rule, as Dinkelbach's method
-does for any ratio). A round of tokens level 1 is sure of runs to ``gamma2``; a round that drew from spread
-distributions stops after a few.
-
-With ``TriForceConfig.adaptive=False`` the planner always returns ``"levels"`` with ``gamma2``, and ``gamma1``.
-
-Under tensor parallelism every rank runs the same forwards, so every rank must take the same decisions; each rank
-times itself, so the adaptive decisions are taken by rank 0 and broadcast (a
-:class:`~hf_triforce.hf.distributed.RankConsensus`: two ints per round, one per level-1 step). The non-adaptive
-decisions depend on acceptances only, which every rank sees alike, and need no message.
+Under tensor parallelism each rank times itself, so rank 0 takes the adaptive decisions and broadcasts them
+(:class:`~hf_triforce.hf.distributed.RankConsensus`).
 """
 
 from __future__ import annotations
@@ -47,8 +32,7 @@ PROBE_EVERY = 16  # rounds between re-tries of a schedule that is not chosen
 AUTO_TREE_SIZES = (8, 16, 32, 64)
 """The tree sizes ``tree_budget='auto'`` weighs against the chain."""
 TREE_MARGIN = 1.1
-"""How much faster than the chain a tree must be modeled before ``'auto'`` drafts it (the model extrapolates the
-verification's cost to widths the call has not run yet)."""
+"""How much faster than the chain ``'auto'`` must model a tree (its wide verifications are extrapolated)."""
 Kind = Literal["levels", "level0", "plain"]
 KINDS: tuple[Kind, ...] = ("levels", "level0", "plain")  # the wire order of a plan's kind across ranks
 
@@ -67,17 +51,10 @@ class Planner:
     """Chooses each round's schedule and each level-1 step's ``gamma1`` from what the call measured.
 
     Args:
-        config: the call's :class:`~hf_triforce.config.TriForceConfig` (``gamma1``/``gamma2`` are the maxima,
-            ``adaptive`` switches the planning on).
-        has_drafter: whether a level-0 drafter exists.
-        consensus: how ranks of a tensor-parallel model agree on each adaptive decision (rank 0's is taken);
-            ``None``: one process, every decision is local.
-        one_sequence: the planner serves one sequence (not a batch): with ``adaptive``, and
-            not under tensor parallelism (rank 0 would have to decide every step), its ``"levels"`` rounds may draft
-            up to ``gamma2`` tokens and stop by :meth:`keep_drafting` (:attr:`confidence_stops`); otherwise the
-            plan's ``gamma2`` is the round's length.
-        trees: the call's plan lets level 1 draft token trees (``TriForceConfig.tree_budget``): a ``"levels"`` plan
-            then carries the tree (:meth:`tree_for`).
+        config: ``gamma1``/``gamma2`` are the maxima; ``adaptive`` switches the planning on.
+        consensus: how tensor-parallel ranks agree on each adaptive decision; ``None``: one process.
+        one_sequence: one sequence (``adaptive``, one process): ``"levels"`` rounds stop by :meth:`keep_drafting`.
+        trees: level 1 may draft token trees (``TriForceConfig.tree_budget``, :meth:`tree_for`).
 
     Example:
         >>> planner = Planner(TriForceConfig(gamma1=2, gamma2=6), has_drafter=True)
@@ -136,12 +113,11 @@ class Planner:
         return plan
 
     def tree_for(self, plan: Plan) -> TreeShape | None:
-        """The token tree a ``"levels"`` round drafts (``None``: a chain): with ``tree_budget=N`` the best tree of
-        ``N`` nodes and depth ``gamma2`` for the measured positional acceptance; with ``'auto'`` (and ``adaptive``: a
-        fixed schedule drafts chains) the size of :data:`AUTO_TREE_SIZES` with the most expected tokens per second,
-        where that beats the chain ``plan`` by :data:`TREE_MARGIN` (from the measured costs: the verification by
-        width, level 1's forwards by width, a refresh per round) and the tree rounds run so far were not measured
-        slower than the chain rounds. Each shape is re-tried every :data:`PROBE_EVERY` rounds, so both are measured.
+        """The token tree a ``"levels"`` round drafts (``None``: a chain). ``tree_budget=N``: the best tree of ``N``
+        nodes and depth ``gamma2`` for the measured positional acceptance.
+        ``'auto'`` (adaptive only): the size of :data:`AUTO_TREE_SIZES` with the most modeled tokens per second, where
+        it beats the chain by :data:`TREE_MARGIN` and tree rounds were not measured slower than chain rounds; each
+        shape is re-tried every :data:`PROBE_EVERY` rounds.
 
         Example:
             >>> planner = Planner(TriForceConfig(tree_budget=8, gamma2=4), has_drafter=False, trees=True)
@@ -166,14 +142,12 @@ class Planner:
         return None if self._trees_measured_slower() and self.rounds - self._tree_tried < PROBE_EVERY else best
 
     def _trees_measured_slower(self) -> bool:
-        """Whether the call's tree rounds gave fewer tokens per second than its chain rounds (the model's estimates
-        of wide forwards are extrapolated; the rounds' own times are not)."""
+        """Whether the call's tree rounds measured fewer tokens per second than its chain rounds."""
         tree, chain = self.reached_by_shape["tree"].rate, self.reached_by_shape["chain"].rate
         return tree is not None and chain is not None and tree < chain
 
     def tree_rate(self, shape: TreeShape) -> float:
-        """Expected tokens per second of a round that drafts and verifies the tree ``shape`` (0 when a cost it needs is
-        unknown)."""
+        """Expected tokens per second of a round that drafts the tree ``shape`` (0 while a cost is unknown)."""
         verify = self.level2(shape.size)
         steps = [self.level1(width) for width in tree_widths(shape)]
         if verify is None or any(step is None for step in steps):
@@ -188,10 +162,8 @@ class Planner:
     def keep_drafting(self, drafted: int, survival: float) -> bool:
         """Whether a ``"levels"`` round that drafted ``drafted`` tokens should draft one more.
 
-        ``survival`` is the estimated chance that all ``drafted`` tokens are accepted (the product of
-        :meth:`token_acceptance` of each). One more token adds ``survival * a1`` expected tokens for a level-1 step
-        and one more verified position; it is drafted while that beats the rate the call has reached
-        (:meth:`observe_round`). Always ``True`` without ``confidence_stops`` or before the costs are measured.
+        ``survival``: the estimated chance that all ``drafted`` are accepted (the product of their
+        :meth:`token_acceptance`); the rule is the module's. ``True`` for a batch or before the costs are measured.
 
         Example:
             >>> p = Planner(TriForceConfig(), has_drafter=False, one_sequence=True)
@@ -234,9 +206,7 @@ class Planner:
         return Plan(KINDS[kind], gamma2)
 
     def _probe(self) -> Plan | None:
-        """A schedule that has not run for ``PROBE_EVERY`` rounds (or ever), to measure it: at the length the
-        estimates favour for it (a probe only needs a verdict; a long one that fails costs a wide verification for
-        one token), the longest while nothing is measured."""
+        """A schedule not run for ``PROBE_EVERY`` rounds (or ever), at the length the estimates favour for it."""
         for kind in self._kinds():
             if self.rounds - self.last_tried.get(kind, -PROBE_EVERY) >= PROBE_EVERY:
                 return Plan("plain", 0) if kind == "plain" else self._best_of(kind)
@@ -276,8 +246,7 @@ class Planner:
         return tokens / (verify + plan.gamma2 * per_token + self._refresh_per_round(tokens))
 
     def _refresh_per_round(self, tokens: float) -> float:
-        """A re-selection is due at a round's start once ``refresh_every`` tokens were added since the last: every
-        round for rounds of that many tokens, every few rounds for shorter ones."""
+        """Re-selection seconds per round of ``tokens``: one re-selection per ``refresh_every`` tokens."""
         return (self.refresh(1) or 0.0) * min(1.0, tokens / self.config.refresh_every)
 
     def _level1_rate(self, gamma1: int) -> float:
@@ -304,11 +273,9 @@ class Planner:
         confidences: list[float] | None = None,
         rank: int | None = None,
     ) -> None:
-        """A round's verification: ``accepted`` of ``drafted`` tokens, a forward of ``drafted + 1`` in ``seconds``;
-        ``confidences``: level 1's probability of each drafted token (a ``"levels"`` round); ``rank``: greedy only,
-        the 0-based rank of the verifier's token in level 1's scores where it rejected (what a token tree's
-        candidates there would have caught; any value where nothing was rejected). Greedy rounds count every node
-        as a trial for every rank, the ones that accepted everything included, so ``p_k`` stays unconditional."""
+        """A round's verification: ``accepted`` of ``drafted`` tokens, a ``drafted + 1``-wide forward of ``seconds``;
+        ``confidences``: level 1's probability of each draft; ``rank`` (greedy): the 0-based rank of the verifier's
+        token in level 1's scores where it rejected (every greedy node counts as a trial for every rank)."""
         self.level2.observe(drafted + 1, seconds)
         if plan.kind != "levels":
             self.a1.idle(accepted + 1)

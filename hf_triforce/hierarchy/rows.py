@@ -12,9 +12,8 @@ from ..stats import TriForceStats
 
 @dataclass
 class Row:
-    """One row of a call: its tokens so far (``ids`` ``[n]``, as plain ``generate()`` lays them out: padding
-    included), its prompt's real tokens (``None``: the prompt has no padding), its logits processors (the call's,
-    with this row's batch index), state and statistics."""
+    """One row of a call: its tokens so far (``ids`` ``[n]``, padding included, as ``generate()`` lays them out), its
+    prompt's real tokens (``None``: no padding), its logits processors (with this row's batch index) and stats."""
 
     index: int
     ids: torch.Tensor
@@ -47,8 +46,7 @@ class RowDraft:
 
 
 def padded_tokens(tokens: torch.Tensor, width: int) -> torch.Tensor:
-    """``tokens`` ``[n]`` padded to ``[width]`` with its last token: a row's share of a forward as wide as the
-    widest row (its padding slots are never judged, and no row keeps them).
+    """``tokens`` ``[n]`` padded to ``[width]`` with its last token (padding slots are never judged nor kept).
 
     Example:
         >>> padded_tokens(torch.tensor([4, 5]), 4).tolist()

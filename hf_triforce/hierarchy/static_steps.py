@@ -1,41 +1,21 @@
 """Static-shape decoding steps (level 1 over the retrieval view, level 0 over the draft cache) and CUDA graphs.
 
-A :class:`StaticStepRunner` runs a model over a fixed-capacity cache (layers built on
-:class:`~hf_triforce.caches.static_buffer.SlotWrites`) with static input buffers per query width: token
-ids ``[q]``, true positions ``[q]`` and cache slots ``[q]``. On CUDA, for the widths it is told to graph,
-it captures one ``torch.cuda.CUDAGraph`` per width (after warm-up forwards on a side stream, all graphs
-sharing one memory pool) and replays it per step; elsewhere (or with graphs off) the very same static
-forward runs eagerly. Replay and eager forward are the same kernels on the same buffers, so the eager
-form is the CPU reference the tests check against the dynamic-shape path.
+A :class:`StaticStepRunner` runs a model over a fixed-capacity cache with static input buffers per query width. On
+CUDA it captures one graph per graphed width (one shared memory pool) and replays it; otherwise the same static
+forward runs eagerly, the CPU reference the tests check against the dynamic-shape path.
 
-What the forward reads on the host, and how this design keeps it out of the captured region
-(checked against transformers 5.23-5.24 ``masking_utils.py``, ``cache_utils.StaticLayer`` and
-``models/llama/modeling_llama.py``):
+Nothing in the captured forward may read the host:
 
-* No ``cache_position`` argument exists any more: ``StaticLayer`` keeps a tensor ``cumulative_length``
-  and the mask is built from ``past_key_values.get_query_offset()`` / ``get_mask_sizes()``. Its sdpa
-  mask code compares the offset on the host for multi-token queries (``q_offset == 0`` in
-  ``_ignore_causal_mask_sdpa``: a device sync when the offset is a CUDA tensor, a constant baked into the
-  graph when it is a Python int), and drops the mask of a one-token query unless the cache is
-  ``is_compileable`` (then the unwritten slots would be attended). We therefore pass our own 4D mask
-  (``attention_mask`` with 4 dims is returned as is by ``create_causal_mask``), built on the device from
-  the slot tensor: the cache's ``get_query_offset``/``get_mask_sizes``/``get_seq_length`` are never
-  called in the forward, and our layers stay ``is_compileable = False`` (``generate()`` never sees them).
-* ``position_ids`` are always given (the default reads ``past_key_values.get_seq_length()``, a Python int).
-* ``update`` writes with ``index_copy_`` at the slots tensor and returns fixed-shape storage; the
-  host-side lengths are advanced by the runner after the step (never inside ``update``).
-* RoPE types ``dynamic``/``longrope`` read ``max(position_ids)`` on the host every forward: graphs are
-  refused for them (the call's plan). Default, ``linear``, ``llama3`` and ``yarn`` RoPE are static.
-* Attention implementations other than sdpa/eager (flash, flex) take masks the static path does not
-  build: refused. Models with sliding-window attention get the full causal mask over the view (the
-  dynamic path applies the window to *compacted* slot distances, which is no true window either); only
-  drafts can change, never the output.
-* Models dispatched by accelerate (``hf_device_map``: offload or several devices) are refused for static steps
-  (``cuda_graphs=True`` or ``"eager"``); ``"auto"`` runs them on the dynamic path.
-* Outside the captured region on purpose: the logits processors, the judging of a verification's drafts
-  (``.item()``-style reads of the chosen tokens; the verification's forward itself runs here too, see
-  :mod:`~hf_triforce.generation.fixed_verification`), re-selection, ``sync``/``crop``/eviction and the copy of the
-  step's inputs into the static buffers.
+* we pass our own 4D mask, built on the device from the slot tensor (transformers' sdpa mask code compares the
+  query offset on the host and drops a one-token query's mask), so the cache's ``get_query_offset``/
+  ``get_mask_sizes``/``get_seq_length`` are never called and our layers stay ``is_compileable = False``;
+* ``position_ids`` are always given (the default reads ``get_seq_length()``, a Python int);
+* ``update`` writes with ``index_copy_`` at the slots tensor; the runner advances host-side lengths after the step;
+* ``dynamic``/``longrope`` RoPE (reads ``max(position_ids)``), attention other than sdpa/eager, and models dispatched
+  by accelerate are refused (the call's plan); sliding-window models get the full causal mask over the view (only
+  drafts can change);
+* the logits processors, the judging, re-selection, ``sync``/``crop``/eviction and the copy of the step's inputs
+  into the static buffers run outside the captured region.
 """
 
 from __future__ import annotations
@@ -61,13 +41,8 @@ WARMUP_STEPS = 2  # eager forwards on the side stream before a capture (idempote
 def static_causal_mask(
     slots: torch.Tensor, slot_range: torch.Tensor, kind: MaskKind, dtype: torch.dtype
 ) -> torch.Tensor:
-    """The ``[1, 1, q, capacity]`` causal mask of a step writing ``slots``: query ``i`` sees slots ``<= slots[i]``.
-
-    Args:
-        slots: ``[q]`` cache slots the step writes (contiguous, ascending).
-        slot_range: ``[capacity]`` ``arange`` on the same device.
-        kind: ``"bool"`` (True = attend, for sdpa) or ``"additive"`` (0 / dtype min, for eager attention).
-        dtype: the model's dtype (additive masks).
+    """The ``[1, 1, q, capacity]`` causal mask of a step writing ``slots`` ``[q]`` (ascending): query ``i`` sees
+    slots ``<= slots[i]``; ``slot_range``: ``arange(capacity)``; ``kind``: ``"bool"`` (sdpa) or ``"additive"``.
 
     Example:
         >>> static_causal_mask(torch.tensor([2, 3]), torch.arange(5), "bool", torch.float32)[0, 0].int().tolist()
@@ -102,19 +77,14 @@ class StaticStepRunner:
     """Runs decoding steps of ``model`` over a fixed-capacity ``cache``, eagerly or as replayed CUDA graphs.
 
     Args:
-        model: the causal LM.
-        cache: a cache whose layers are :class:`~hf_triforce.caches.static_buffer.SlotWrites` layers sharing
-            one ``slots`` holder (:class:`~hf_triforce.caches.static_view.StaticRetrievalView`, or a
-            ``StreamingLLMCache`` after :func:`~hf_triforce.caches.static_streaming.use_static_layers`).
+        cache: :class:`~hf_triforce.caches.static_buffer.SlotWrites` layers sharing one ``slots`` holder (a
+            ``StaticRetrievalView``, or a ``StreamingLLMCache`` after ``use_static_layers``).
         graph_widths: query widths to capture as CUDA graphs (others run eagerly on the same buffers).
-        use_graphs: capture/replay graphs (CUDA only); ``False`` runs every step eagerly.
+        use_graphs: capture/replay graphs (CUDA only).
         logits_to_keep: rows of logits to return (0: all ``q``).
         strict: re-raise a failed capture instead of falling back to eager steps (``cuda_graphs=True``).
-        slot_validity: for rows with padding or holes (a batch), which key slots each row's queries may attend
-            (``for_layer(layer_idx)``: ``[B, H_kv, capacity]`` bool at a fixed address, kept current outside the
-            steps; see :class:`~hf_triforce.caches.static_view.StaticViewSlots`): the forward attends through
-            :func:`~hf_triforce.hf.attention.slot_attention` instead of the plain causal mask. ``None``: one unpadded
-            row.
+        slot_validity: rows with padding or holes: the key slots each row may attend (``[B, H_kv, capacity]`` bool
+            per layer at a fixed address, :class:`~hf_triforce.caches.static_view.StaticViewSlots`); ``None``: one row.
 
     Example:
         >>> runner = StaticStepRunner(model, view, graph_widths=range(1, 4), use_graphs=False)  # doctest: +SKIP
@@ -158,13 +128,8 @@ class StaticStepRunner:
         return self.cache.layers[0].buffer.length
 
     def step(self, tokens: torch.Tensor, first_position: int | list[int]) -> torch.Tensor:
-        """Forward ``tokens`` ``[q]`` (one row) or ``[B, q]`` at true positions ``first_position ..`` (one per row)
-        into the next ``q`` free slots.
-
-        Returns:
-            float32 logits ``[k, V]`` for one row, ``[B, k, V]`` for ``[B, q]`` tokens (``k = logits_to_keep or q``),
-            a fresh tensor (graph outputs are reused).
-        """
+        """Forward ``tokens`` ``[q]`` or ``[B, q]`` at true positions ``first_position ..`` (one per row) into the next
+        ``q`` free slots: fresh float32 logits ``[k, V]`` or ``[B, k, V]`` (``k = logits_to_keep or q``)."""
         rows = tokens if tokens.dim() == 2 else tokens[None]
         q, start = rows.shape[1], self.visible_length
         if start + q > self.capacity:
@@ -220,11 +185,8 @@ class StaticStepRunner:
         return output
 
     def _capture(self, q: int, inputs: _StepInputs) -> None:
-        """Warm up on a side stream, then capture width ``q`` into the shared pool (the standard recipe).
-
-        The warm-up forwards write this step's keys/values at this step's slots, exactly what the replay
-        that follows writes again, so they leave the cache as one step would.
-        """
+        """Warm up on a side stream, then capture width ``q`` into the shared pool. The warm-up forwards write what
+        the replay that follows writes again, so they leave the cache as one step would."""
         if self._stream is None:
             self._stream = torch.cuda.Stream(device=self.device)
         stream = self._stream
@@ -249,12 +211,8 @@ class RunnerSlot(Protocol):
 
 def kept_runner(slot: RunnerSlot, model: torch.nn.Module, key: tuple) -> StaticStepRunner | None:
     """The level-1 runner a previous ``generate()`` call of ``model`` kept in ``slot`` under ``key``, if its weights
-    are the same tensors (graphs replay the addresses they captured); else ``None``.
-
-    Reusing it skips the per-call graph captures (``gamma1 + 1`` widths), which would otherwise land in every
-    call's first decoding steps. One runner is kept per model (its view storage stays allocated between calls);
-    :func:`hf_triforce.disable` drops it. Not for concurrent ``generate()`` calls on one model.
-    """
+    are the same tensors (graphs replay the addresses they captured); else ``None``. It saves each call its graph
+    captures; :func:`hf_triforce.disable` drops it. Not for concurrent ``generate()`` calls on one model."""
     kept = slot.level1_runner
     if kept is None or kept[0] != (key, _weights_signature(model)):
         return None

@@ -1,16 +1,8 @@
 """Suffix-automaton drafting: continue the sequence with what followed the longest earlier match of its end.
 
-A suffix automaton (Blumer et al. 1985) of a token sequence has one state per class of substrings that end at
-the same positions; appending a token costs O(1) amortized, so the automaton of the prompt and every committed
-token is built incrementally as decoding goes. To draft, the current end of the sequence (committed tokens plus
-the uncommitted level-1 tokens of this round) is matched: the longest suffix that also occurs *earlier* in the
-committed text, and the tokens that followed that occurrence are proposed. A longer match is more likely to
-continue the same way, so the number of proposed tokens grows with the match length (SuffixDecoding,
-Oliaro et al. 2024, sets the speculation length from the match length the same way). The drafter is
-deterministic (a one-hot ``q``), so every level verifies it exactly.
-
-Cost: one dict lookup per appended token and per matched tail token, plus a walk up the suffix links; a draft
-call at 8K tokens of history takes microseconds (see ``hf-triforce bench``'s level-0 timings).
+A suffix automaton (Blumer et al. 1985) is extended in O(1) amortized per token, so it indexes the prompt and every
+committed token as decoding goes. A longer match is likelier to continue the same way, so the number of proposed
+tokens grows with the match length (as in SuffixDecoding, Oliaro et al. 2024). Deterministic: a one-hot ``q``.
 """
 
 from __future__ import annotations
@@ -79,12 +71,8 @@ class SuffixAutomaton:
         return len(self.length) - 1
 
     def longest_earlier_match(self, tail: list[int]) -> tuple[int, int]:
-        """The longest suffix of ``indexed + tail`` that occurs in the indexed sequence followed by a token.
-
-        Returns:
-            ``(length, end)``: the match length and the end position of its first occurrence (``tokens[end + 1]``
-            followed it); ``(0, -1)`` when no suffix matches.
-        """
+        """``(length, end)`` of the longest suffix of ``indexed + tail`` that occurs in the indexed sequence followed by
+        a token: ``tokens[end + 1]`` followed its first occurrence; ``(0, -1)`` when no suffix matches."""
         state, matched = self.last, len(self.tokens)
         for token in tail:
             while state and token not in self.next[state]:
@@ -100,15 +88,10 @@ class SuffixAutomaton:
 
 
 class SuffixDrafter:
-    """Level-0 drafter over a suffix automaton of the committed sequence; a
-    :class:`~hf_triforce.hierarchy.drafter.Drafter`.
+    """Level-0 :class:`~hf_triforce.hierarchy.drafter.Drafter` over a suffix automaton of the committed sequence.
 
-    Proposes what followed the longest earlier occurrence of the sequence's end, ``min(k, match length)`` tokens
-    (none when the match is shorter than ``min_match``). The automaton indexes the tokens level 2 has committed
-    (:meth:`commit`); the uncommitted level-1 tokens of the round are matched on top of it.
-
-    Args:
-        min_match: the shortest match that drafts.
+    Proposes ``min(k, match length)`` tokens, none when the match is shorter than ``min_match``. The automaton indexes
+    the committed tokens (:meth:`commit`); the round's uncommitted level-1 tokens are matched on top of it.
 
     Example:
         >>> drafter = SuffixDrafter(min_match=2)

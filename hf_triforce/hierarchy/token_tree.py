@@ -1,10 +1,7 @@
 """A token tree as level 1 drafts it and level 2 verifies it: nodes in breadth-first order, node 0 the root.
 
-The root is the last token already decided (not yet in the full cache); every other node is a candidate next token
-after its parent, drawn by level 1 from its processed distribution at the parent (without replacement when sampling,
-its top choices when greedy), children in drawing order. A node's true position is the root's plus its depth. The
-full-cache verification forwards every node at once with :meth:`TokenTree.visibility` as the tree mask
-(:func:`~hf_triforce.hf.attention.tree_attention`).
+The root is the last decided token (not yet in the full cache); every other node is a candidate after its parent,
+children in drawing order, at the root's position plus its depth.
 """
 
 from __future__ import annotations
@@ -16,9 +13,9 @@ import torch
 
 @dataclass
 class TokenTree:
-    """Nodes ``tokens[i]`` with ``parents[i]`` (``-1`` for the root) and ``depths[i]``; ``shape_nodes[i]``: the node
-    of the planned :class:`~hf_triforce.hierarchy.tree_shape.TreeShape` it fills; ``draft_probs[i]``: level 1's
-    distribution at node ``i`` (``[V]``, what its children were drawn from; ``None`` at leaves and when greedy).
+    """Nodes ``tokens[i]`` with ``parents[i]`` (``-1``: the root) and ``depths[i]``; ``shape_nodes[i]``: the node of
+    the planned ``TreeShape`` it fills; ``draft_probs[i]``: the ``[V]`` distribution its children were drawn from
+    (``None`` at leaves and when greedy).
 
     Example:
         >>> tree = TokenTree.rooted(5)
@@ -69,8 +66,7 @@ class TokenTree:
         return path[::-1]
 
     def visibility(self, queries: list[int], keys: list[int]) -> torch.Tensor:
-        """``[len(queries), len(keys)]`` bool: whether node ``keys[j]`` is an ancestor of node ``queries[i]`` or the
-        node itself (the tree mask of a forward whose tree keys are ``keys``, in cache order)."""
+        """The ``[len(queries), len(keys)]`` bool tree mask: ``keys[j]`` is ``queries[i]`` or an ancestor of it."""
         rows = torch.zeros(len(queries), len(keys), dtype=torch.bool)
         where = {node: j for j, node in enumerate(keys)}
         for i, node in enumerate(queries):
@@ -81,8 +77,7 @@ class TokenTree:
         return rows
 
     def context(self, prefix: torch.Tensor, node: int) -> torch.Tensor:
-        """``[n + depth]``: the tokens before node ``node``'s children, ``prefix`` (the row's tokens, ending with the
-        root) then the path to ``node``."""
+        """``[n + depth]``: ``prefix`` (the row's tokens, ending with the root), then the path to ``node``."""
         path = [self.tokens[n] for n in self.path_to(node)]
         return torch.cat([prefix, prefix.new_tensor(path)]) if path else prefix
 

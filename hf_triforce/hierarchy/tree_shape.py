@@ -1,16 +1,9 @@
 """The shape of a token tree, from data: Sequoia's dynamic program over a positional acceptance vector.
 
-Level 1 drafts a *tree* instead of a chain when the verification of many tokens costs little more than of a few
-(Sequoia, Chen et al. 2024): where level 1's first choice is wrong its second or third is often right, and a chain
-cannot use that. What a tree yields depends on ``p_k``, the chance that the ``k``-th candidate drawn at a node is the
-one the verifier accepts (the *positional acceptance vector*): a node reached with children of ranks ``1..k`` passes
-on to child ``i`` with probability ``p_i``, so the expected tokens of one verification are the sum, over the tree's
-nodes, of the chance of reaching each (the root, the token already decided, counts for the verifier's own token).
-
-* :func:`best_tree`: Sequoia's dynamic program, the tree of ``n`` nodes and depth at most ``d`` with the most expected
-  tokens (optimal substructure: a subtree's best shape depends only on its size and depth).
-* :class:`TreeShape`: the result, nodes in breadth-first order (what level 1 expands depth by depth).
-* :class:`PositionalAcceptance`: ``p_k`` measured during the call, from each verified node's accepted rank.
+Level 1 drafts a tree instead of a chain where a wide verification costs little more than a narrow one (Sequoia,
+Chen et al. 2024): where its first choice is wrong its second is often right. With ``p_k`` the chance that a node's
+``k``-th candidate is the one accepted (the *positional acceptance vector*, :class:`PositionalAcceptance`), a tree
+yields the sum over its nodes of the chance of reaching each; :func:`best_tree` finds the best :class:`TreeShape`.
 
 Example:
     >>> shape = best_tree([0.6, 0.3], size=4, depth=2)
@@ -24,7 +17,7 @@ import functools
 from dataclasses import dataclass
 
 MAX_BRANCH = 8
-"""The most candidates a node may have (ranks beyond it are rarely accepted, and the program's cost grows with it)."""
+"""The most candidates a node may have (later ranks are rarely accepted; the program's cost grows with it)."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +72,7 @@ def chain(length: int, acceptance: list[float]) -> TreeShape:
 
 def best_tree(acceptance: list[float], size: int, depth: int) -> TreeShape:
     """The tree of at most ``size`` nodes (the root included) and depth at most ``depth`` with the most expected
-    tokens per verification, for the positional acceptance vector ``acceptance`` (``p_1, p_2, ...``: the chance that
-    a node's ``k``-th candidate is accepted; at most :data:`MAX_BRANCH` are used).
+    tokens per verification, for ``acceptance`` ``[p_1, p_2, ...]`` (at most :data:`MAX_BRANCH` used).
 
     ``F(n, d) = 1 + G(n - 1, d - 1, 1)`` is the best tree of ``n`` nodes and depth ``d``, ``G(m, d, k)`` the best
     split of ``m`` nodes into subtrees under the candidates of ranks ``k, k + 1, ...``:
@@ -96,8 +88,8 @@ def best_tree(acceptance: list[float], size: int, depth: int) -> TreeShape:
 
 
 def best_trees(acceptance: list[float], sizes: list[int], depth: int) -> list[TreeShape]:
-    """:func:`best_tree` for each of ``sizes`` from one run of the program (it solves every smaller size on the way);
-    the vector is rounded to 3 decimals, so the rounds of a call that measured about the same reuse one run.
+    """:func:`best_tree` for each of ``sizes`` from one run of the program (the vector rounded to 3 decimals, so that
+    rounds that measured about the same reuse a cached run).
 
     Example:
         >>> [t.size for t in best_trees([0.6, 0.3], [2, 4], depth=2)]
@@ -112,8 +104,8 @@ def best_trees(acceptance: list[float], sizes: list[int], depth: int) -> list[Tr
 
 @functools.lru_cache(maxsize=64)
 def _program(p: tuple[float, ...], size: int, depth: int):
-    """Sequoia's program for vector ``p`` up to ``size`` nodes and ``depth``: each ``(n, d)``'s best children sizes
-    (``splits[(n, d)]``: one subtree size per rank, in rank order) and best value (``best[(n, d)]``)."""
+    """Sequoia's program up to ``size`` nodes and ``depth``: ``splits[(n, d)]`` (subtree size per rank) and
+    ``best[(n, d)]``."""
     best = {(n, 0): 1.0 for n in range(1, size + 1)}
     splits: dict[tuple[int, int], tuple[int, ...]] = {(n, 0): () for n in range(1, size + 1)}
     for d in range(1, depth + 1):
@@ -124,9 +116,8 @@ def _program(p: tuple[float, ...], size: int, depth: int):
 
 
 def _split_table(p: tuple[float, ...], m: int, subtree: list[float]):
-    """``table[k][r]``: the most expected tokens of at most ``r`` nodes spread over the subtrees of the candidates of
-    ranks ``k, k + 1, ...`` (contiguous: a rank with no subtree ends them), ``subtree[j]`` the best of ``j`` nodes;
-    ``choice[k][r]`` the size rank ``k`` gets (0: none)."""
+    """``table[k][r]``: ``G(r, ., k)`` of :func:`best_tree` given ``subtree[j]`` (the best of ``j`` nodes);
+    ``choice[k][r]``: the size rank ``k`` gets (0: none, which ends the ranks)."""
     ranks = len(p)
     table = [[0.0] * (m + 1) for _ in range(ranks + 1)]
     choice = [[0] * (m + 1) for _ in range(ranks + 1)]
@@ -166,14 +157,9 @@ def _breadth_first(splits: dict, size: int, depth: int) -> list[int]:
 class PositionalAcceptance:
     """``p_k``, the chance that a node's ``k``-th candidate is the one accepted, measured during a call.
 
-    Each verified node with ``c`` candidates counts as a trial for ranks ``1..c`` and a success for the rank accepted
-    (which candidates are judged depends only on the earlier ones, so ``p_k`` does not depend on how many follow). A
-    chain's verdict is the same with one candidate per node. Until a rank has been tried it keeps its prior: rank 1
-    the level's per-token acceptance, each later rank a share of what the ranks before it left.
-
-    Args:
-        prior_first: the prior ``p_1``.
-        weight: how many trials each prior counts for.
+    A verified node with ``c`` candidates is a trial for ranks ``1..c`` and a success for the rank accepted. The
+    estimates shrink toward priors: ``prior_first`` for rank 1, each later rank :attr:`PRIOR_SHARE` of what the
+    ranks before it left; ``weight``: how many trials each prior counts for.
 
     Example:
         >>> acc = PositionalAcceptance(prior_first=0.8)

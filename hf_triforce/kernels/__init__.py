@@ -1,12 +1,6 @@
-"""Fast paths, each beside the pure-torch (or transformers) computation it must equal.
+"""Fast paths, each beside the pure-torch (or transformers) computation it must equal; pure torch.
 
-* :mod:`.retrieval`: chunk summaries and scores, the gather into a sparse view (references + Triton kernels);
-* :mod:`.verification`: split-KV attention of the full-cache verification (reference + Triton kernel);
-* :mod:`.attention`: grouped-query SDPA without ``repeat_kv`` copies (reference: transformers' sdpa);
-* :mod:`.linear`: few-row linears on the CPU (reference: ``F.linear``);
-* :mod:`.dispatch` (when a kernel runs) and :mod:`.guard` (a kernel that cannot compile falls back).
-
-Pure torch: nothing here imports transformers or the rest of hf_triforce.
+:mod:`.dispatch` decides when a Triton kernel runs; :mod:`.guard` falls back when one cannot compile.
 """
 
 from .attention import gqa_sdpa_attention

@@ -1,16 +1,9 @@
 """Triton kernel bodies for retrieval (imported only when Triton is used; see :mod:`.retrieval`).
 
-The bodies are plain functions, jitted by :func:`compiled_kernels` on first use rather than at import,
-because ``triton.jit`` decides at decoration time between the compiler and the interpreter (it reads
-``TRITON_INTERPRET`` then). Jitting lazily, once per mode, lets CPU tests turn the interpreter on for
-themselves only (``monkeypatch.setenv("TRITON_INTERPRET", "1")``), whatever was imported before.
-For the same reason the bodies call no function of Triton's ``@jit`` standard library (``tl.sum``,
-``tl.zeros``, ``tl.cdiv``...): those are jitted once, in the mode of Triton's first import, and a
-compiled-mode one cannot be called from an interpreted kernel. Only builtins (``tl.load``, ``tl.reduce``,
-``tl.full``, ``tl.static_range``...) are used. A row sum is ``tl.reduce(x, 1, tl.standard._sum_combine)``,
-what ``tl.sum`` does: the compiler calls the combiner as any ``@jit`` function, and the interpreter recognizes it
-by identity and sums with numpy, without calling it (written out in each kernel: a kernel may call only builtins and
-``@jit`` functions).
+The bodies are jitted by :func:`compiled_kernels` on first use, once per mode, not at import: ``triton.jit`` reads
+``TRITON_INTERPRET`` at decoration, so CPU tests can turn the interpreter on for themselves only. For the same reason
+they call only Triton builtins, never its ``@jit`` standard library (``tl.sum``...), which is jitted in the mode of
+Triton's first import: a row sum is ``tl.reduce(x, 1, tl.standard._sum_combine)``, what ``tl.sum`` does.
 """
 
 from __future__ import annotations
@@ -45,11 +38,9 @@ def score_chunks_kernel(
 ):
     """One program: KV head ``(b, h)``, chunks ``[pid_c * BLOCK_C, +BLOCK_C)``; float32 throughout.
 
-    The GQA group's query heads are summed first (the score is linear in the query), then each row of the
-    ``[BLOCK_C, BLOCK_D]`` summary tile is multiplied by that row and summed: one multiply-add per summary element,
-    so the summaries are read at memory speed. (Until 2026-11-28 a float32 ``tl.dot`` with the query repeated over
-    16 columns did it: 16 times the multiply-adds, on CUDA cores, 8x slower on an H100,
-    ``benchmarks/experiments/score_kernel_ab.py``.)
+    The group's query heads are summed first (the score is linear in the query), then one multiply-add per summary
+    element and a row sum, so the summaries are read at memory speed (a ``tl.dot`` needs the query padded to 16
+    columns: 16 times the multiply-adds).
     """
     pid_bh = tl.program_id(0)
     pid_c = tl.program_id(1)
@@ -136,12 +127,8 @@ def score_chunk_keys_kernel(
 ):
     """One program: KV head ``(b, h)``, chosen chunks ``[pid_f * BLOCK_F, +BLOCK_F)``; float32 throughout.
 
-    For each chosen chunk, the largest logit over its ``CHUNK`` tokens and the group's ``group`` query heads: the
-    ``[BLOCK_F, BLOCK_D]`` tile of the chunks' ``t``-th tokens, read where they lie (no gather), times each query
-    head's row, summed per row (one multiply-add per key element and query head), and an elementwise
-    ``tl.maximum``. (Until 2026-11-28 a float32 ``tl.dot`` per token did it, with the group padded to 16 columns:
-    0.75 ms a layer of the 8B shape on an H100, slower than the torch reference;
-    ``benchmarks/experiments/score_kernel_ab.py``.)
+    Per chosen chunk, the largest logit over its ``CHUNK`` tokens and the group's query heads: the chunks' ``t``-th
+    tokens read where they lie (no gather), a row sum per query head, an elementwise ``tl.maximum``.
     """
     pid_bh = tl.program_id(0)
     pid_f = tl.program_id(1)
@@ -156,7 +143,7 @@ def score_chunk_keys_kernel(
     k_base = k_ptr + b * stride_kb + h * stride_kh + offs_d[None, :] * stride_kd
     mask_k = mask_f[:, None] & mask_d[None, :]
     best = tl.full([BLOCK_F], float("-inf"), tl.float32)
-    for t in range(CHUNK):  # a loop, not unrolled: compiles in about 2 s on a CPU host instead of 10
+    for t in range(CHUNK):  # a loop, not unrolled: compiles several times faster
         k = tl.load(k_base + (chunks * CHUNK + t)[:, None] * stride_kl, mask=mask_k, other=0.0).to(tl.float32)
         for g in range(group):  # the group's query heads (a few rows, read from cache after the first token)
             q = tl.load(q_row + g * stride_qh, mask=mask_d, other=0.0).to(tl.float32)
@@ -165,16 +152,14 @@ def score_chunk_keys_kernel(
 
 
 _CHOSEN_COUNTS = ["n_chosen", "stride_cb", "stride_ch", "stride_ob", "stride_oh"]
-""":func:`score_chunk_keys_kernel`'s arguments that follow the number of chosen chunks (which moves with the context's
-length): not specialized on their divisibility by 16, so the kernel does not recompile as the context grows."""
+"""Arguments that move with the context's length: not specialized, so the kernel does not recompile as it grows."""
 
 
 @functools.cache
 def compiled_kernels(interpret: bool) -> SimpleNamespace:
     """The kernels jitted for one mode (``interpret`` must equal ``triton.knobs.runtime.interpret`` now)."""
     del interpret  # the cache key: triton.jit reads the mode itself
-    # the chunk and slot counts change as the context grows: no recompilation on their divisibility by 16; nor on
-    # the scores' strides, which are multiples of the chunk count (each variant compiled inside a refresh: ~1 s)
+    # counts and strides that grow with the context are not specialized on (each recompilation stalls a refresh)
     return SimpleNamespace(
         score=triton.jit(score_chunks_kernel, do_not_specialize=["n_chunks", "stride_ob", "stride_oh"]),
         gather=triton.jit(gather_kv_kernel, do_not_specialize=["n_slots"]),

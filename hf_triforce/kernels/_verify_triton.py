@@ -1,10 +1,8 @@
 """Triton kernel body of the split-KV verification attention (see :mod:`.verification`).
 
-Jitted lazily, once per mode, like :mod:`._retrieval_triton` (whose docstring says why): the body calls
-only Triton builtins, and its two reductions go through ``tl.reduce`` with combine functions jitted here,
-in the same mode, instead of ``tl.max``/``tl.sum`` from Triton's standard library. The body reads them as
-the module globals ``MAXIMUM`` and ``ADD`` (a combine function must be a ``JITFunction`` when compiled, not
-a constexpr argument), which :func:`launcher` sets to the launching mode's before every launch.
+Jitted lazily, once per mode, and builtins only, as :mod:`._retrieval_triton` explains. Its two reductions use combine
+functions jitted here in the same mode, read as the globals ``MAXIMUM`` and ``ADD`` (a combine function must be a
+``JITFunction`` when compiled, not a constexpr argument), which :func:`launcher` sets before every launch.
 """
 
 from __future__ import annotations
@@ -37,16 +35,11 @@ def split_kv_kernel(
 ):  # fmt: skip
     """One program: KV head ``(b, h)``, keys ``[pid_s * split_len, +split_len)``, every query row of its group.
 
-    Row ``r = g * q_len + i`` is query token ``i`` of query head ``h * GROUP + g`` (the GQA group folded
-    into the rows, so each key/value tile is read once for the whole group). Bottom-right causal: row ``r``
-    sees keys ``0 .. kv_len - q_len + i``. Writes the split's unnormalized ``acc`` ``[BLOCK_M, D]``, running
-    max ``m`` and sum ``l`` (float32) for the log-sum-exp merge done by the caller. Loads are widened to
-    float32 (the dots then run in ``PRECISION``: ``tf32`` for half-precision inputs, whose mantissa it
-    covers, ``ieee`` for float32); the kernel is bandwidth-bound (few query rows), not compute-bound.
-
-    ``LENGTH_FROM_DEVICE``: ``kv_len`` is read from ``kv_len_ptr`` (one int64 on the device) instead of the
-    argument, so a replayed CUDA graph attends over a fixed-capacity cache's visible keys only: splits that start
-    past it load nothing (their ``m`` stays ``-inf``, weight 0 in the merge).
+    Row ``r = g * q_len + i`` is query token ``i`` of head ``h * GROUP + g``, causal bottom-right (keys
+    ``0 .. kv_len - q_len + i``). Writes the split's unnormalized ``acc`` ``[BLOCK_M, D]``, max ``m`` and sum ``l``
+    (float32) for the caller's merge. Dots in ``PRECISION`` (``tf32`` covers a half-precision mantissa).
+    ``LENGTH_FROM_DEVICE``: ``kv_len`` is read from ``kv_len_ptr`` (for a replayed CUDA graph); splits past it load
+    nothing (``m = -inf``, weight 0).
     """
     if LENGTH_FROM_DEVICE:
         kv_len = tl.load(kv_len_ptr)

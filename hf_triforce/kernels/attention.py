@@ -1,11 +1,7 @@
 """Grouped-query attention over a long cache without materializing repeated key/value heads.
 
-transformers' ``sdpa`` attention expands keys and values to every query head (``repeat_kv``)
-whenever a mask is present, i.e. for every multi-token forward over a cache: a copy of the whole
-cache per layer. Verifying ``gamma2 + 1`` tokens against a long full cache is exactly that case.
-``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)`` takes the mask and the
-unexpanded heads directly; on the CPU it is several times faster at long context. The reference it
-must equal is ``transformers.integrations.sdpa_attention.sdpa_attention_forward``.
+transformers' ``sdpa`` copies keys and values to every query head (``repeat_kv``) whenever a mask is present (every
+multi-token forward over a cache); the reference is its ``sdpa_attention_forward``.
 """
 
 from __future__ import annotations
@@ -24,22 +20,10 @@ def gqa_sdpa_attention(
     scaling: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Attention for a multi-token query over a cache, GQA heads kept unexpanded.
+    """Attention of ``query`` ``[B, H_q, q, D]`` over ``key``/``value`` ``[B, H_kv, L, D]``, GQA heads unexpanded.
 
-    Same contract as a transformers attention function (registered through ``AttentionInterface``).
-
-    Args:
-        module: the attention module (unused beyond the interface).
-        query: ``[B, H_q, q, D]`` post-RoPE queries.
-        key: ``[B, H_kv, L, D]``; ``H_q`` must be a multiple of ``H_kv``.
-        value: ``[B, H_kv, L, D_v]``.
-        attention_mask: boolean (True = attend) or additive float mask ``[B, 1, q, L]``, or ``None``
-            (then the last ``q`` keys belong to the query tokens: causal, aligned bottom-right).
-        dropout: must be 0 (inference only).
-        scaling: softmax scale, default ``D ** -0.5``.
-
-    Returns:
-        ``([B, q, H_q, D_v] attention output, None)``.
+    A transformers attention function (``dropout`` must be 0): returns ``([B, q, H_q, D_v], None)``.
+    ``attention_mask``: boolean (True = attend) or additive ``[B, 1, q, L]``, or ``None`` (causal, bottom-right).
 
     Example:
         >>> q, k = torch.randn(1, 6, 3, 8), torch.randn(1, 2, 10, 8)
@@ -64,12 +48,8 @@ def gqa_sdpa_attention(
 def _packed_gqa(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scaling: float | None
 ) -> torch.Tensor:
-    """SDPA with a KV head's query heads packed into one block of ``groups * q`` rows (a mask shared by the heads).
-
-    Each key and value is then read once per KV head, not once per query head as ``enable_gqa`` does on the CPU:
-    verifying 7 tokens over 7K keys (SmolLM2's 9 query / 3 KV heads) 2.2 -> 1.6 ms per layer on 2 cores.
-    Returns ``[B, q, H_q, D_v]``.
-    """
+    """SDPA with each KV head's query heads packed into ``groups * q`` rows, so each key is read once per KV head (not
+    once per query head, as ``enable_gqa`` does on the CPU). Returns ``[B, q, H_q, D_v]``."""
     b, h_q, q_len, d = query.shape
     h_kv = key.shape[1]
     groups = h_q // h_kv
@@ -84,8 +64,8 @@ def _packed_gqa(
 def _bottom_right_causal(
     q_len: int, kv_len: int | torch.Tensor, device: torch.device, capacity: int | None = None
 ) -> torch.Tensor:
-    """``[1, 1, q, capacity]`` boolean mask: query ``i`` sees keys ``0 .. kv_len - q + i`` (``capacity``: ``kv_len``
-    by default; a ``[1]`` tensor ``kv_len``, the visible length of a fixed-capacity storage, is read on the device).
+    """``[1, 1, q, capacity]`` bool mask: query ``i`` sees keys ``0 .. kv_len - q + i`` (``capacity`` defaults to
+    ``kv_len``; a ``[1]`` tensor ``kv_len`` is read on the device).
 
     Example:
         >>> _bottom_right_causal(2, torch.tensor([3]), torch.device("cpu"), 5)[0, 0].int().tolist()
@@ -102,16 +82,10 @@ def slot_attention_mask(
     in_window: torch.Tensor | None = None,
     query_slots: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The ``[B, 1 or H_kv, q, L]`` bool mask (``True``: attend) of ``q`` queries over a batch's key slots: valid key
-    slots, causal (a query sees the slots up to its own), within ``in_window`` when given; a query always sees its own
-    slot, so no row is fully masked.
+    """``[B, 1 or H_kv, q, L]`` bool mask (``True``: attend) of ``q`` queries over a batch's key slots.
 
-    Args:
-        key_valid: ``[B, 1 or H_kv, L]`` bool, ``True`` where a key slot holds a real token.
-        q_len: the number of queries.
-        in_window: ``[B, 1, q, L]`` bool, ``True`` where a key lies within a query's sliding window, or ``None``.
-        query_slots: ``[q]`` the slot each query's own key was written to (a fixed-capacity cache, whose slots after
-            them are unwritten), or ``None``: the last ``q_len`` slots (their keys were just appended).
+    Valid key slots (``key_valid`` ``[B, 1 or H_kv, L]``), causal, within ``in_window`` ``[B, 1, q, L]`` if given; a
+    query always sees its own slot (``query_slots`` ``[q]``, default the last ``q_len``), so no row is fully masked.
 
     Example:
         >>> valid = torch.tensor([[[False, True, True, True]]])
@@ -132,9 +106,8 @@ def slot_attention_mask(
 
 
 def tree_attention_mask(rows: torch.Tensor, kv_len: int) -> torch.Tensor:
-    """The ``[1, 1, q, kv_len]`` bool mask (``True``: attend) of a token tree's ``q`` nodes whose keys are the last
-    ``q`` of the tree's ``m`` keys, themselves the last ``m`` of ``kv_len``: every key before the tree, and the tree's
-    keys where ``rows`` (``[q, m]``: each node's ancestors and itself) says.
+    """``[1, 1, q, kv_len]`` bool mask of a token tree's ``q`` nodes (their keys last of the tree's ``m``, last of all):
+    every key before the tree, and the tree's keys where ``rows`` ``[q, m]`` (each node's ancestors and itself) says.
 
     Example:
         >>> rows = torch.tensor([[True, True, False], [True, False, True]])  # two siblings under one root
@@ -156,21 +129,8 @@ def masked_gqa_attention(
 ) -> tuple[torch.Tensor, None]:
     """Attention of the last ``q`` slots over keys, skipping invalid key slots (padding, holes of a batch).
 
-    The query tokens are the last ``q`` key slots (their own keys were just appended), causal among themselves;
-    a query always sees its own slot, so no row is fully masked (:func:`slot_attention_mask`). The query heads that
-    share a KV head are packed into one block of ``groups * q`` query rows, so each key and value is read once per KV
-    head (not once per query head, as ``enable_gqa`` does on the CPU).
-
-    Args:
-        query: ``[B, H_q, q, D]`` post-RoPE queries.
-        key: ``[B, H_kv, L, D]``.
-        value: ``[B, H_kv, L, D_v]``.
-        key_valid: ``[B, 1 or H_kv, L]`` bool, ``True`` where a key slot holds a real token.
-        scaling: softmax scale, default ``D ** -0.5``.
-        query_slots: ``[q]`` the queries' own slots in a fixed-capacity cache, or ``None`` (the last ``q``).
-
-    Returns:
-        ``([B, q, H_q, D_v] attention output, None)``, as a transformers attention function.
+    ``query`` ``[B, H_q, q, D]``, ``key``/``value`` ``[B, H_kv, L, D or D_v]``; ``key_valid`` and ``query_slots`` as in
+    :func:`slot_attention_mask`; heads packed as in :func:`_packed_gqa`. Returns ``([B, q, H_q, D_v], None)``.
 
     Example:
         >>> q, k = torch.randn(2, 6, 3, 8), torch.randn(2, 2, 10, 8)

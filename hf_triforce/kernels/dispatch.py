@@ -1,11 +1,6 @@
-"""When the Triton kernels run: on CUDA tensors, with Triton importable, unless switched off.
+"""When the Triton kernels run: on CUDA tensors, with Triton importable, unless ``HF_TRIFORCE_DISABLE_TRITON=1``.
 
-Every kernel of :mod:`hf_triforce.kernels` has a pure-torch reference beside it; a dispatcher calls the kernel
-when :func:`triton_enabled` says so and the reference otherwise (always on the CPU, so CPU results are exactly
-the references'). ``HF_TRIFORCE_DISABLE_TRITON=1`` (``1``/``true``/``yes``/``on``) forces the references.
-
-CPU tests run the kernels under Triton's interpreter: with ``TRITON_INTERPRET=1`` in the environment when a
-kernel is launched, the ``*_triton`` entry points accept CPU tensors (:func:`interpreting`).
+Otherwise each dispatcher runs the kernel's pure-torch reference (always on the CPU).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """A Triton kernel's first launch, with its pure-torch reference as the way out if it cannot compile.
 
-The kernels are tested against their references on the CPU (Triton's interpreter), but a GPU, driver or
-Triton version they have not met can still refuse to compile one. That happens on the first launch,
-before anything is written, so falling back to the reference (the same result: lossless) is safe; it is
-logged once as a warning, and the kernel is not tried again in this process. A kernel whose first launch
-succeeded is trusted: later errors propagate. Under ``TRITON_INTERPRET=1`` (the tests) nothing is caught.
+An unfamiliar GPU, driver or Triton version can refuse to compile a kernel on its first launch, before anything is
+written, so falling back to the reference (same result) is safe: warned once, the kernel is not tried again in this
+process. After a successful first launch errors propagate; under ``TRITON_INTERPRET=1`` (the tests) nothing is caught.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ _WORKING: set[str] = set()
 
 
 def first_launch_guard(name: str, kernel: Callable[..., T], reference: Callable[..., T], *args: Any) -> T:
-    """``kernel(*args)``, or ``reference(*args)`` if ``kernel``'s first launch in this process raised (see the module).
+    """``kernel(*args)``, or ``reference(*args)`` if ``kernel``'s first launch in this process raised.
 
     Example:
         >>> first_launch_guard("demo", lambda x: x / 0, lambda x: 0.0, 1.0)  # logs a warning once

@@ -1,27 +1,9 @@
-"""Weight-only int4 linear layers for level 1: half the bytes of the int8 copy on the CPU, a quarter of bfloat16 on
-CUDA.
+"""Weight-only int4 linear layers for level 1: half the int8 copy's bytes on the CPU, a quarter of bfloat16 on CUDA.
 
-A level-1 step on the CPU is bound by reading the weights. With level 1's int8 copy (:mod:`.int8_linear`) SmolLM2's
-decoder layers still read about 105 MiB per step; an int4 copy of them, in groups of :data:`GROUP_SIZE` input
-channels each with its own bfloat16 scale and zero, is half of that, and ``torch._weight_int4pack_mm_for_cpu``
-multiplies bfloat16 rows by it. Measured on the 2-core AMD EPYC CI machine, SmolLM2's linears summed: 9.8 -> 4.9 ms
-for one row, 16.8 -> 8.1 ms for four. Level 1 only drafts: the full-cache verification still runs the float32
-weights and decides every token, so the output is unchanged; the coarser copy only moves level 1's acceptance.
-
-Quantization is asymmetric per group: ``q = round((w - min) / scale)`` in ``0..15`` with ``scale = (max - min) /
-15``, and the weight it stands for is ``(q - 8) * scale + zero`` with ``zero = min + 8 * scale`` (the convention of
-the kernel's ``scales_and_zeros``; scale and zero rounded to bfloat16). :func:`int4_linear` is the kernel,
-:func:`int4_linear_reference` the pure-torch computation it must equal (bfloat16 inputs, the de-quantized weight,
-a bfloat16-rounded result). The copy holds the values once, in the kernel's packed layout; the reference reads them
-back through the kernel with unit scales (:meth:`Int4Weight.values`), and the tests check them against the
-quantization's rounding, so the packing is tested on its own and the product against the reference.
-
-On CUDA (compute capability 8.0 or newer) the same quantization runs through ``torch._weight_int4pack_mm``, the
-tinygemm kernel gpt-fast drafts with: the same ``scales_and_zeros`` convention, the values packed two to a byte
-(:func:`pack_nibbles`) and then into the kernel's tiles (``torch._convert_weight_to_int4pack``). A level-1 step of
-an 8B model reads 15.3 of its 15.8 GB as weights in bfloat16; its int4 copy is about 4 GB. Whether that makes
-level 1 faster on a given GPU is measured by ``benchmarks/gpu_run.sh`` (``level1_weights="auto"`` stays ``"full"``
-on CUDA until it is).
+Per group of :data:`GROUP_SIZE` inputs, a bfloat16 scale and zero (the kernel's ``scales_and_zeros``):
+``q = round((w - min) / scale)`` in ``0..15``, ``scale = (max - min) / 15``, standing for ``(q - 8) * scale + zero``,
+``zero = min + 8 * scale``. Level 1 only drafts: the output is unchanged. :func:`int4_linear` (tinygemm's kernel on
+CUDA 8.0+) must equal :func:`int4_linear_reference` (bfloat16 inputs, de-quantized weights, a bfloat16-rounded result).
 """
 
 from __future__ import annotations
@@ -32,8 +14,7 @@ import torch
 import torch.nn.functional as F
 
 GROUP_SIZE = 32
-"""Input channels per scale and zero (32: SmolLM2's level-1 acceptance at 7K tokens, T=0.6, held within about 0.01
-of the int8 copy's; 64 lost about 0.08)."""
+"""Input channels per scale and zero (32 keeps level 1's acceptance close to the int8 copy's; 64 lost noticeably)."""
 N_MULTIPLE = 16  # torch's int4 packing needs out_features a multiple of 16
 LEVELS = 15  # int4 values 0..15
 K_TILE = 16  # CUDA: in_features come in tiles of 16, ``inner_k_tiles`` (2, 4 or 8) of them per packed row
@@ -43,9 +24,7 @@ K_TILE = 16  # CUDA: in_features come in tiles of 16, ``inner_k_tiles`` (2, 4 or
 class Int4Weight:
     """A weight ``[N, K]`` as int4 values in groups of ``group_size`` input channels.
 
-    ``packed`` is the kernel's layout of the values (``torch._convert_weight_to_int4pack_for_cpu``),
-    ``scales_and_zeros`` ``[K / group_size, N, 2]`` bfloat16. The values are held once, in the kernel's layout:
-    :meth:`values` reads them back through the kernel itself, so the copy is half a byte per weight plus the scales.
+    ``packed``: the values in the kernel's layout (half a byte each); ``scales_and_zeros``: ``[K / group_size, N, 2]``.
     """
 
     packed: torch.Tensor
@@ -61,10 +40,8 @@ class Int4Weight:
         return self.scales_and_zeros.shape[0] * self.group_size
 
     def values(self) -> torch.Tensor:
-        """The int4 values ``[N, K]`` (``0..15``, as int32), read back from :attr:`packed`: with scale 1 and zero 8
-        the weight a value stands for is the value itself, so the kernel's product of the ``K x K`` identity is
-        them (``[K, N]``, small integers, exact in bfloat16). The tests check them against the rounding that
-        :func:`quantize_int4` does."""
+        """The int4 values ``[N, K]`` (``0..15``, int32), read back from :attr:`packed`: with scale 1 and zero 8 a value
+        stands for itself, so the kernel's product of the identity is them (small integers, exact in bfloat16)."""
         device = self.packed.device
         ones = torch.ones(self.scales_and_zeros.shape[:2], dtype=torch.bfloat16, device=device)
         unit = torch.stack([ones, 8 * ones], dim=-1)  # [K / group_size, N, 2]: scale 1, zero 8
@@ -85,9 +62,8 @@ class Int4Weight:
 
 
 def int4_kernel_available(device: torch.device | str = "cpu") -> bool:
-    """Whether this torch build has the int4 weight-only matmul for ``device``: on the CPU
-    ``torch._weight_int4pack_mm_for_cpu``, on CUDA ``torch._weight_int4pack_mm`` on a GPU of compute capability 8.0
-    or newer (tinygemm's tensor-core path).
+    """Whether this torch build has the int4 matmul for ``device``: ``torch._weight_int4pack_mm_for_cpu`` on the CPU,
+    ``torch._weight_int4pack_mm`` on a CUDA GPU of compute capability 8.0 or newer.
 
     Example:
         >>> isinstance(int4_kernel_available(), bool), int4_kernel_available("meta")
@@ -103,8 +79,7 @@ def int4_kernel_available(device: torch.device | str = "cpu") -> bool:
 
 
 def int4_kernel_supports(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> bool:
-    """Whether :func:`int4_linear` serves a weight ``[N, K]``: ``N`` a multiple of 16, ``K`` of ``group_size`` (on
-    CUDA also of 32: two tiles of 16 inputs at least).
+    """Whether :func:`int4_linear` serves weight ``[N, K]``: ``N % 16 == 0``, ``K % group_size == 0`` (and 32 on CUDA).
 
     Example:
         >>> int4_kernel_supports(torch.zeros(960, 576)), int4_kernel_supports(torch.zeros(8, 576))
@@ -116,8 +91,8 @@ def int4_kernel_supports(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> 
 
 
 def pack_nibbles(values: torch.Tensor) -> torch.Tensor:
-    """``[N, K]`` int4 values (``0..15``) two to a byte, ``[N, K / 2]`` uint8: the even input channel in the high
-    nibble, the odd one in the low (the layout ``torch._convert_weight_to_int4pack`` takes on CUDA).
+    """``[N, K]`` int4 values two to a byte, ``[N, K / 2]`` uint8: the even input channel in the high nibble, the odd
+    one in the low (the layout ``torch._convert_weight_to_int4pack`` takes on CUDA).
 
     Example:
         >>> pack_nibbles(torch.tensor([[1, 2, 15, 0]])).tolist(), unpack_nibbles(pack_nibbles(torch.tensor([[1, 2]])))
@@ -188,15 +163,8 @@ def quantize_int4(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> Int4Wei
 
 
 def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight)`` with the int4 copy: ``x`` rounded to bfloat16, the product rounded to bfloat16.
-
-    Args:
-        x: ``[..., K]`` float inputs on the weight's device (the CPU, or CUDA).
-        weight: the :class:`Int4Weight` of an ``[N, K]`` weight.
-        bias: optional ``[N]``, added in ``x``'s dtype.
-
-    Returns:
-        ``[..., N]`` in ``x``'s dtype.
+    """``F.linear(x, weight)`` with the int4 copy: ``x`` ``[..., K]`` (on the weight's device) rounded to bfloat16, the
+    ``[..., N]`` product rounded to bfloat16, returned in ``x``'s dtype (``bias`` added in it).
 
     Example:
         >>> x, w = torch.randn(1, 3, 64), torch.randn(32, 64)
@@ -213,8 +181,7 @@ def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None =
 
 
 def int4_linear_reference(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Pure-torch :func:`int4_linear`: bfloat16-rounded ``x`` times the de-quantized weight
-    (:meth:`Int4Weight.dequantize`), rounded to bfloat16.
+    """Pure-torch :func:`int4_linear`: bfloat16-rounded ``x`` times :meth:`Int4Weight.dequantize`, rounded to bfloat16.
 
     Example:
         >>> q = quantize_int4(torch.eye(32)[:16].contiguous())

@@ -1,14 +1,7 @@
-"""Weight-only int8 linear layers for level 1 on the CPU: a cheaper copy of the target's weights to draft with.
+"""Weight-only int8 linear layers on the CPU (``torch._weight_int8pack_mm``): level 1's copy of the target's weights.
 
-A level-1 step on the CPU is bound by reading the weights (SmolLM2-135M: 513 MiB in float32 against 23 MiB
-of retrieval view). An int8 copy of each weight, one scale per output channel, is a quarter of those bytes,
-and ``torch._weight_int8pack_mm`` multiplies bfloat16 rows by it with the CPU's int8/bf16 instructions.
-Measured on the 2-core AMD EPYC CI machine, SmolLM2's level-1 step over a 900-token view: 42 -> 26 ms (one
-token), 58 -> 42 ms (four). Level 1 only drafts: the full-cache verification still runs the float32 weights
-and decides every token, so the output is unchanged; the copy only moves level 1's acceptance a little.
-
-:func:`int8_linear` is the kernel, :func:`int8_linear_reference` the pure-torch computation it must equal
-(bfloat16 inputs, de-quantized weights, a bfloat16-rounded result).
+Level 1 only drafts (the verification runs the float32 weights): the output is unchanged. :func:`int8_linear` must
+equal :func:`int8_linear_reference` (bfloat16 inputs, de-quantized weights, a bfloat16-rounded result).
 """
 
 from __future__ import annotations
@@ -20,17 +13,13 @@ import torch.nn.functional as F
 
 INT8_MAX = 127
 K_MULTIPLE = 16  # torch._weight_int8pack_mm reads K in blocks of 16: other K crash it or give wrong sums
-# The kernel's cost grows with every row; the float32 few-row path's barely does. SmolLM2's linears, summed, on the
-# 2-core CI machine: int8 / float32 time 0.33 at 1 row, about 0.5 at 4-12, 0.7-0.8 at 16-24, 1.0 at 32 rows.
+# the kernel's cost grows with every row, the float32 few-row path's barely: past this many rows it is no faster
 MAX_ROWS = 24
 
 
 @dataclass(frozen=True)
 class Int8Weight:
-    """A weight ``[N, K]`` as int8 ``qweight`` ``[N, K]`` and one bfloat16 ``scale`` ``[N]`` per output channel.
-
-    ``weight ~= qweight * scale[:, None]``, symmetric (no zero point).
-    """
+    """A weight ``[N, K]`` as int8 ``qweight`` ``[N, K]`` times a bfloat16 ``scale`` ``[N]`` per output channel."""
 
     qweight: torch.Tensor
     scale: torch.Tensor
@@ -91,15 +80,8 @@ def use_int8_linear(x: torch.Tensor) -> bool:
 
 
 def int8_linear(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight)`` with the int8 copy: ``x`` rounded to bfloat16, the product rounded to bfloat16.
-
-    Args:
-        x: ``[..., K]`` float inputs on the CPU.
-        weight: the :class:`Int8Weight` of an ``[N, K]`` weight.
-        bias: optional ``[N]``, added in ``x``'s dtype.
-
-    Returns:
-        ``[..., N]`` in ``x``'s dtype.
+    """``F.linear(x, weight)`` with the int8 copy: ``x`` ``[..., K]`` rounded to bfloat16, the ``[..., N]`` product
+    rounded to bfloat16, returned in ``x``'s dtype (``bias`` added in it).
 
     Example:
         >>> x, w = torch.randn(1, 3, 64), torch.randn(32, 64)  # in_features: a multiple of 16

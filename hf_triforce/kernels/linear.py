@@ -1,12 +1,7 @@
-"""Linear layers for a few rows at a time (speculative verification) on the CPU.
+"""Linear layers for a few rows at a time (speculative verification) on the CPU; the reference is ``F.linear``.
 
-On the CPU, MKL runs ``F.linear(x, W)`` (``x @ W.T``) with a handful of rows far below memory
-speed: a 3-row projection costs about three times a 1-row one, and the 1-row (matrix-vector) case
-itself is 2-3x slower than a 2-column matrix product. Computing the same product as ``W @ x.T``
-(many rows, a few columns; one row is duplicated to make two columns) streams the weight once at
-close to memory speed. Measured on the 2-core AMD EPYC CI machine, SmolLM2-135M, context 512: a
-1-token forward 44 -> 28 ms, 3 tokens 86 -> 34 ms, 7 tokens 75 -> 54 ms. The reference it must
-equal is ``torch.nn.functional.linear``.
+MKL runs ``x @ W.T`` with a handful of rows far below memory speed (the 1-row case is slower still);
+``W @ x.T`` (many rows, a few columns) streams the weight once at close to memory speed.
 """
 
 from __future__ import annotations
@@ -26,15 +21,7 @@ def use_small_batch_linear(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def small_batch_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` computed as ``(weight @ x.T).T``.
-
-    Args:
-        x: ``[..., K]`` inputs (a few rows).
-        weight: ``[N, K]``.
-        bias: optional ``[N]``.
-
-    Returns:
-        ``[..., N]``, contiguous.
+    """``F.linear(x, weight, bias)`` as ``(weight @ x.T).T``: ``[..., K]`` x ``[N, K]`` -> ``[..., N]``, contiguous.
 
     Example:
         >>> x, w = torch.randn(1, 3, 8), torch.randn(5, 8)

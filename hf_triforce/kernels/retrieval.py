@@ -1,36 +1,9 @@
-"""Retrieval fast paths: chunk scoring and the gather into a sparse view, as Triton kernels.
+"""Retrieval kernels: chunk scoring and the gather into a sparse view, each beside its pure-torch reference.
 
-A re-selection of the retrieval chunks (``RetrievalCache.select`` then ``RetrievalView``) runs, per
-layer: score every chunk summary with the GQA group's queries, take the top-k chunks, expand them to
-token indices (sink chunk + top-k chunks + recent tokens), and copy those tokens' keys and values
-into the view. In pure torch the scoring is a reshape, a sum and an einsum, and the gather is two
-``torch.gather`` calls each allocating a ``[B, H_kv, S, D]`` temporary that is then copied into the
-view's buffer. Here:
-
-* :func:`score_chunks_triton`: one launch, ``[B, H_q, D] x [B, H_kv, C, D] -> [B, H_kv, C]``, the
-  group's query heads summed and every dot product accumulated in float32, float32 scores out (the
-  reference returns ``summaries.dtype``: in bfloat16 many chunks would tie; only the ranking is used);
-* :func:`score_chunk_keys_triton`: one launch scores chosen chunks by their keys (their largest logit, what
-  ``TriForceConfig.rescore_candidates`` ranks the nominated chunks by), reading the keys where they lie; the
-  reference gathers a copy of them first;
-* :func:`gather_kv_triton`: one launch copies keys *and* values of the selected tokens straight into
-  preallocated view storage (no intermediate tensor);
-* top-k and the expansion to token indices stay in torch (``torch.topk`` in
-  :func:`~hf_triforce.caches.selection.select_token_indices`) between the two launches: they work on
-  ``C = L / chunk_size`` float32 scores per KV head (8K at 128K context with 16-token chunks), a
-  ``1 / D`` fraction of the summaries the scoring reads.
-
-The pure-torch references, :func:`chunk_means` (the summaries), :func:`score_chunks`, :func:`score_chunk_keys`
-and :func:`gather_tokens`, are the first section of this module. :func:`chunk_scores`, :func:`chunk_key_scores`
-and :func:`gather_kv_into` dispatch: Triton when :func:`~hf_triforce.kernels.dispatch.triton_enabled` (every
-tensor on CUDA, Triton importable, ``HF_TRIFORCE_DISABLE_TRITON`` not set), the reference otherwise (always on the
-CPU, so CPU results are exactly those of the references). This module imports Triton on first CUDA use only (torch's
-``_dynamo``, which ``transformers.generation`` imports, loads it anyway when it is installed).
-
-CPU tests run the kernels under Triton's interpreter: with ``TRITON_INTERPRET=1`` in the environment
-when a kernel is launched, the ``*_triton`` functions accept CPU tensors. The kernels are jitted
-lazily, once per mode, and use nothing from Triton's ``@jit`` standard library (``tl.sum``...), so
-this works even when Triton was imported earlier without the variable.
+:func:`chunk_scores`, :func:`chunk_key_scores` and :func:`gather_kv_into` run a Triton kernel (``*_triton``) when
+:func:`~hf_triforce.kernels.dispatch.triton_enabled`, else the reference (:func:`score_chunks`,
+:func:`score_chunk_keys`, :func:`gather_tokens`; always on the CPU, so CPU results are exactly the references'). Top-k
+stays in torch. CPU tests run the kernels under ``TRITON_INTERPRET=1`` (see :mod:`._retrieval_triton`).
 """
 
 from __future__ import annotations
@@ -40,20 +13,11 @@ import torch
 from .dispatch import check_device, interpreting, triton_enabled
 from .guard import first_launch_guard
 
-# --------------------------------------------------------------------------------------------------------------
-# the pure-torch references
-# --------------------------------------------------------------------------------------------------------------
+# --- the pure-torch references ---
 
 
 def chunk_means(keys: torch.Tensor, chunk_size: int) -> torch.Tensor:
-    """Mean key of each complete chunk.
-
-    Args:
-        keys: ``[B, H_kv, L, D]`` post-RoPE keys.
-        chunk_size: tokens per chunk.
-
-    Returns:
-        ``[B, H_kv, L // chunk_size, D]`` chunk summaries (a trailing partial chunk is left out).
+    """Mean key of each complete chunk (a partial last one left out): ``[B, H_kv, L, D]`` -> ``[B, H_kv, C, D]``.
 
     Example:
         >>> chunk_means(torch.ones(1, 2, 17, 4), 8).shape
@@ -65,18 +29,10 @@ def chunk_means(keys: torch.Tensor, chunk_size: int) -> torch.Tensor:
 
 
 def score_chunks(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
-    """Score every chunk for every KV head with the query heads of its GQA group.
+    """Score every chunk per KV head ``h``: ``sum_{g in group(h)} q_g . s_{h,c}`` over the query heads sharing ``h``.
 
-    The score of chunk ``c`` for KV head ``h`` is ``sum_{g in group(h)} q_g . s_{h,c}``, i.e. the
-    query heads sharing KV head ``h`` (``H_q / H_kv`` consecutive heads, as ``repeat_kv`` lays them
-    out) are summed.
-
-    Args:
-        query: ``[B, H_q, D]`` post-RoPE query of the current token.
-        summaries: ``[B, H_kv, C, D]`` chunk summaries.
-
-    Returns:
-        ``[B, H_kv, C]`` scores.
+    ``query`` ``[B, H_q, D]`` (post-RoPE; ``H_q / H_kv`` consecutive heads per group, as ``repeat_kv`` lays them out),
+    ``summaries`` ``[B, H_kv, C, D]``; returns ``[B, H_kv, C]`` in ``summaries.dtype``.
 
     Example:
         >>> score_chunks(torch.ones(1, 4, 8), torch.ones(1, 2, 5, 8)).shape
@@ -89,23 +45,12 @@ def score_chunks(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
 
 
 def score_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tensor, chunk_size: int) -> torch.Tensor:
-    """Score the chunks at ``chunks`` by their keys themselves: the largest attention logit of the chunk.
+    """Score chunks ``chunks`` ``[B, H_kv, F]`` by their largest logit, ``max_{g in group(h), t in c} q_g . k_{h,t}``.
 
-    The score of chunk ``c`` for KV head ``h`` is ``max_{g in group(h)} max_{t in chunk c} q_g . k_{h,t}``: a
-    chunk counts if one of its tokens stands out for one query head of the group, which a chunk's mean key
-    blurs (:func:`score_chunks`). It reads ``F * chunk_size`` keys per KV head, not one summary per chunk, so
-    :func:`~hf_triforce.caches.selection.rescore` uses it only to re-rank the candidates the summaries
-    nominate (``TriForceConfig.rescore_candidates``). The pure-torch reference (a gather and a batched matmul) of
-    :func:`score_chunk_keys_triton`; :func:`chunk_key_scores` dispatches between them.
-
-    Args:
-        query: ``[B, H_q, D]`` post-RoPE query of the current token.
-        keys: ``[B, H_kv, L, D]`` post-RoPE keys.
-        chunks: ``[B, H_kv, F]`` chunk indices to score (each chunk complete: ``(c + 1) * chunk_size <= L``).
-        chunk_size: tokens per chunk.
-
-    Returns:
-        ``[B, H_kv, F]`` float32 scores (unscaled logits; only the ranking is used).
+    ``query`` ``[B, H_q, D]`` and ``keys`` ``[B, H_kv, L, D]`` post-RoPE, each chunk complete; returns ``[B, H_kv, F]``
+    float32 (unscaled logits; only the ranking is used). A mean key blurs a token that stands out; this reads every
+    key of the chunks, so :func:`~hf_triforce.caches.selection.rescore` only re-ranks nominees with it. The reference
+    of :func:`score_chunk_keys_triton`.
 
     Example:
         >>> keys = torch.zeros(1, 1, 24, 2); keys[0, 0, 13] = torch.tensor([3.0, 0.0])
@@ -128,8 +73,7 @@ def gather_chunks(states: torch.Tensor, chunks: torch.Tensor, chunk_size: int) -
     n = states.shape[2] // chunk_size
     by_chunk = states[:, :, : n * chunk_size].unflatten(2, (n, chunk_size))  # [B, H, n, chunk_size, D], a view
     if states.device.type == "cpu" and states.stride(-1) == 1 and states.stride(-2) == d:
-        # one index_select of whole chunks (rows of chunk_size * D) per (b, h): on one CPU thread 1.4x faster than
-        # one of tokens, which is 3x faster than the advanced indexing below
+        # one index_select of whole chunks (rows of chunk_size * D) per (b, h): the CPU's fastest way
         out = states.new_empty(b, h, f, chunk_size * d)
         _rows_into(by_chunk.flatten(-2), chunks, out)  # a CPU tensor and a contiguous out: always taken
         return out.view(b, h, f * chunk_size, d)
@@ -138,18 +82,10 @@ def gather_chunks(states: torch.Tensor, chunks: torch.Tensor, chunk_size: int) -
 
 
 def score_all_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunk_size: int) -> torch.Tensor:
-    """:func:`score_chunk_keys` for every complete chunk of ``keys``, read in place (no gather).
+    """:func:`score_chunk_keys` for every complete chunk of ``keys``, read in place (pure torch on every device).
 
-    Reads every key once: the cost of the key half of attention over ``keys``. Pure torch on every device.
-
-    Args:
-        query: ``[B, H_q, D]`` post-RoPE query (or queries: ``H_q`` may hold several per query head, laid out
-            as each KV head's group, as ``repeat_kv`` does).
-        keys: ``[B, H_kv, L, D]`` post-RoPE keys.
-        chunk_size: tokens per chunk.
-
-    Returns:
-        ``[B, H_kv, L // chunk_size]`` float32 scores, equal to :func:`score_chunk_keys` over all the chunks.
+    ``query`` ``[B, H_q, D]`` may hold several queries per query head, laid out by KV head group as ``repeat_kv`` does;
+    returns ``[B, H_kv, L // chunk_size]`` float32, equal to :func:`score_chunk_keys` over all the chunks.
 
     Example:
         >>> keys = torch.zeros(1, 1, 24, 2); keys[0, 0, 13] = torch.tensor([3.0, 0.0])
@@ -169,21 +105,13 @@ def gather_tokens(states: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     return states.gather(2, indices[..., None].expand(-1, -1, -1, states.shape[-1]))
 
 
-# --------------------------------------------------------------------------------------------------------------
-# dispatch
-# --------------------------------------------------------------------------------------------------------------
+# --- dispatch ---
 
 
 def chunk_scores(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
-    """Chunk scores ``[B, H_kv, C]``: :func:`score_chunks_triton` on CUDA, else ``score_chunks``.
+    """Chunk scores ``[B, H_kv, C]``: :func:`score_chunks_triton` on CUDA, else :func:`score_chunks` (same arguments).
 
-    Args:
-        query: ``[B, H_q, D]`` post-RoPE query of the current token (``H_q`` a multiple of ``H_kv``).
-        summaries: ``[B, H_kv, C, D]`` chunk summaries (mean keys).
-
-    Returns:
-        ``[B, H_kv, C]`` scores: chunk ``c`` of KV head ``h`` scores ``sum_{g in group(h)} q_g . s_{h,c}``;
-        float32 from Triton, ``summaries.dtype`` from the reference (only the ranking is used).
+    Float32 from Triton, ``summaries.dtype`` from the reference (only the ranking is used).
 
     Example:
         >>> chunk_scores(torch.ones(1, 4, 8), torch.ones(1, 2, 5, 8))[0, 0].tolist()
@@ -195,8 +123,8 @@ def chunk_scores(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
 
 
 def chunk_key_scores(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tensor, chunk_size: int) -> torch.Tensor:
-    """Key scores ``[B, H_kv, F]`` of the chunks at ``chunks``: :func:`score_chunk_keys_triton` on CUDA (the keys read
-    where they lie), else :func:`score_chunk_keys` (same arguments and result, float32).
+    """Key scores ``[B, H_kv, F]`` of the chunks at ``chunks``: :func:`score_chunk_keys_triton` on CUDA, else
+    :func:`score_chunk_keys` (same arguments and result, float32).
 
     Example:
         >>> keys = torch.zeros(1, 1, 24, 2); keys[0, 0, 13] = torch.tensor([3.0, 0.0])
@@ -216,18 +144,11 @@ def gather_kv_into(
     out_keys: torch.Tensor,
     out_values: torch.Tensor,
 ) -> None:
-    """Copy the keys and values at per-head token ``indices`` into ``out_keys``/``out_values``, in place.
+    """Copy the keys and values ``[B, H_kv, L, D]`` at per-head token ``indices`` ``[B, H_kv, S]`` into ``out_keys`` and
+    ``out_values`` ``[B, H_kv, S, D]``, in place; exact every way.
 
-    :func:`gather_kv_triton` on CUDA; on the CPU one ``index_select`` of whole rows per batch row and KV head
-    (refreshing a 512-token view of SmolLM2's 30 layers: 18 -> 6 ms); else ``out.copy_(gather_tokens(states,
-    indices))``. Exact every way.
-
-    Args:
-        keys: ``[B, H_kv, L, D]`` full-cache keys (any strides, e.g. a slice of a larger buffer).
-        values: ``[B, H_kv, L, D]`` full-cache values.
-        indices: ``[B, H_kv, S]`` integer token indices in ``[0, L)``, per KV head.
-        out_keys: ``[B, H_kv, S, D]`` destination (e.g. the first ``S`` slots of a view's storage).
-        out_values: ``[B, H_kv, S, D]`` destination for the values.
+    :func:`gather_kv_triton` on CUDA; on the CPU one ``index_select`` of whole rows per batch row and KV head; else
+    ``out.copy_(gather_tokens(states, indices))``. Any strides (e.g. slices of larger buffers).
 
     Example:
         >>> k, v = torch.arange(12.).view(1, 1, 6, 2), -torch.arange(12.).view(1, 1, 6, 2)
@@ -250,9 +171,8 @@ def _gather(keys, values, indices, out_keys, out_values) -> None:
 
 
 def _rows_into(states: torch.Tensor, indices: torch.Tensor, out: torch.Tensor) -> bool:
-    """``out[b, h] = states[b, h, indices[b, h]]`` as one ``index_select`` of whole rows per ``(b, h)`` (on the CPU
-    about 4x faster than ``gather`` over an index expanded along ``D``); False, untouched, unless every destination
-    ``out[b, h]`` is contiguous."""
+    """``out[b, h] = states[b, h, indices[b, h]]`` as one ``index_select`` per ``(b, h)`` (faster on the CPU than
+    ``gather``); False, untouched, unless every ``out[b, h]`` is contiguous."""
     if states.device.type != "cpu" or not (out.stride(-1) == 1 and out.stride(-2) == out.shape[-1]):
         return False
     for b in range(indices.shape[0]):
@@ -261,25 +181,14 @@ def _rows_into(states: torch.Tensor, indices: torch.Tensor, out: torch.Tensor) -
     return True
 
 
-# --------------------------------------------------------------------------------------------------------------
-# the Triton entry points
-# --------------------------------------------------------------------------------------------------------------
+# --- the Triton entry points ---
 
 
 def score_chunks_triton(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
-    """:func:`score_chunks` in one Triton launch, float32 accumulation.
+    """:func:`score_chunks` in one Triton launch, float32 accumulation, float32 ``[B, H_kv, C]`` scores out.
 
-    Query head ``j`` belongs to KV head ``j // (H_q / H_kv)`` (``repeat_kv``'s layout). Each program
-    sums its group's query heads in float32, then takes float32 dot products with ``BLOCK_C`` chunk
-    summaries. The scores stay float32 whatever the input dtype: the reference's rounding to
-    bfloat16 (8 significant bits) would make near-equal chunks tie, and the scores only feed a top-k.
-
-    Args:
-        query: ``[B, H_q, D]`` on CUDA (or CPU under ``TRITON_INTERPRET=1``); any strides.
-        summaries: ``[B, H_kv, C, D]``, same device; any strides (e.g. a slice of a growable buffer).
-
-    Returns:
-        ``[B, H_kv, C]`` float32 scores, contiguous.
+    Float32 out whatever the input dtype: bfloat16 scores would make near-equal chunks tie in the top-k. Any strides;
+    CUDA tensors, or CPU under ``TRITON_INTERPRET=1``.
 
     Example:
         >>> q = torch.randn(1, 32, 128, device="cuda")  # doctest: +SKIP
@@ -316,21 +225,9 @@ def score_chunks_triton(query: torch.Tensor, summaries: torch.Tensor) -> torch.T
 def score_chunk_keys_triton(
     query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tensor, chunk_size: int
 ) -> torch.Tensor:
-    """:func:`score_chunk_keys` in one Triton launch, float32 accumulation.
+    """:func:`score_chunk_keys` in one Triton launch, float32 accumulation: the chosen chunks' keys read where they lie.
 
-    Each program reads the keys of ``BLOCK_F`` chosen chunks where they lie in the cache, one token of each per
-    step (no gathered copy: the reference copies the chosen keys, then reads the copy), and keeps each chunk's
-    largest logit over its tokens and the group's query heads. Query head ``j`` belongs to KV head ``j // (H_q /
-    H_kv)`` (``repeat_kv``'s layout, several queries per head included).
-
-    Args:
-        query: ``[B, H_q, D]`` post-RoPE queries on CUDA (or CPU under ``TRITON_INTERPRET=1``); any strides.
-        keys: ``[B, H_kv, L, D]`` post-RoPE keys, same device; any strides (e.g. a slice of a growable buffer).
-        chunks: ``[B, H_kv, F]`` integer chunk ids, each chunk complete (``(c + 1) * chunk_size <= L``; not checked).
-        chunk_size: tokens per chunk.
-
-    Returns:
-        ``[B, H_kv, F]`` float32 scores: chunk ``chunks[b, h, f]``'s largest logit for the group's query heads.
+    Any strides; CUDA tensors, or CPU under ``TRITON_INTERPRET=1``. ``chunks`` are not bounds-checked.
 
     Example:
         >>> q = torch.randn(1, 32, 128, device="cuda")  # doctest: +SKIP
@@ -374,18 +271,10 @@ def gather_kv_triton(
     out_keys: torch.Tensor,
     out_values: torch.Tensor,
 ) -> None:
-    """Gather keys and values at per-head token ``indices`` into preallocated outputs, one Triton launch.
+    """:func:`gather_kv_into` in one Triton launch: a bit-exact copy (no arithmetic on the states).
 
-    A bit-exact copy (no arithmetic on the states). ``indices`` are not bounds-checked: they must lie
-    in ``[0, L)`` (as :func:`~hf_triforce.caches.selection.select_token_indices` guarantees).
-
-    Args:
-        keys: ``[B, H_kv, L, D]`` on CUDA (or CPU under ``TRITON_INTERPRET=1``).
-        values: ``[B, H_kv, L, D]``, same dtype, device and strides as ``keys`` (one KV buffer's halves).
-        indices: ``[B, H_kv, S]`` integer token indices (any integer dtype, any strides, e.g. expanded).
-        out_keys: ``[B, H_kv, S, D]`` destination, same dtype as ``keys``; any strides (e.g. the first
-            ``S`` slots of a view's storage).
-        out_values: ``[B, H_kv, S, D]``, same strides as ``out_keys``.
+    ``indices`` (any integer dtype and strides) are not bounds-checked: they must lie in ``[0, L)``. ``values`` must
+    have the dtype and strides of ``keys``, ``out_values`` those of ``out_keys``.
 
     Example:
         >>> k = torch.randn(1, 8, 131072, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP

@@ -1,26 +1,8 @@
 """Attention of a few new tokens over a long cache (the full-cache verification), split over the keys.
 
-The verification forward runs ``gamma2 + 1`` query tokens against the whole cache, with a causal mask
-among the new tokens. transformers' ``sdpa`` then takes the masked path: on CUDA it first copies every
-KV head to its whole query group (``repeat_kv``: a GQA model's 128K-token cache copied 4x per layer), and
-the masked kernels parallelize over heads and query blocks only, a few dozen thread blocks streaming 128K
-keys each. :func:`verify_attention_triton` is flash-decoding for that case:
-
-* the GQA group is folded into the query rows, so each key/value tile is read once per KV head;
-* the keys are split into ``splits`` ranges processed in parallel (``B x H_kv x splits`` programs), each
-  writing an unnormalized partial output with its running max and sum; a log-sum-exp merge in torch
-  combines them;
-* the causal mask is computed, not read: query ``i`` of ``q`` sees keys ``0 .. L - q + i`` (bottom-right),
-  which is what the verification's mask is (the tests check it on every verification forward).
-
-Over a fixed-capacity cache (a fixed-shape verification, replayable as a CUDA graph: the storage's shape never
-changes, the step's length does) ``kv_len`` gives the visible keys as a one-element device tensor: the kernel
-reads it on the device, so keys past it are neither read nor attended, with no host read and no mask.
-
-Its pure-torch reference is :func:`verify_attention_reference` (``scaled_dot_product_attention`` with that
-mask). :func:`verify_attention` dispatches: the kernel on CUDA when Triton is enabled
-(:func:`~hf_triforce.kernels.dispatch.triton_enabled`), the reference otherwise. It has not run on a GPU
-yet: CPU tests run it under ``TRITON_INTERPRET=1``.
+:func:`verify_attention_triton` is flash-decoding with the GQA group folded into the query rows (transformers' masked
+``sdpa`` copies every KV head per query head); :func:`verify_attention` dispatches between it and the reference,
+:func:`verify_attention_reference`.
 """
 
 from __future__ import annotations
@@ -32,7 +14,7 @@ from .dispatch import check_device, interpreting, triton_enabled
 from .guard import first_launch_guard
 
 BLOCK_N = 64  # keys per tile
-MAX_ROWS = 64  # query tokens x GQA group the kernel takes (one tile of rows, registers); a verification: ~7 x 4
+MAX_ROWS = 64  # query tokens x GQA group the kernel takes (one tile of rows, in registers)
 
 
 def verify_attention(
@@ -44,16 +26,9 @@ def verify_attention(
 ) -> torch.Tensor:
     """Bottom-right causal attention of ``q`` new tokens over ``L`` cached keys, GQA heads unexpanded.
 
-    Args:
-        query: ``[B, H_q, q, D]`` post-RoPE queries of the last ``q`` positions.
-        key: ``[B, H_kv, L, D]`` (``L >= q``, the query tokens' own keys last); ``H_q`` a multiple of ``H_kv``.
-        value: ``[B, H_kv, L, D]``.
-        scale: softmax scale, default ``D ** -0.5``.
-        kv_len: ``[1]`` long tensor on the keys' device: only the first ``kv_len`` of the ``L`` slots are the
-            cache (the query tokens' keys last among them), the rest unused capacity; ``None``: all ``L``.
-
-    Returns:
-        ``[B, H_q, q, D]`` in ``query.dtype``.
+    ``query`` ``[B, H_q, q, D]`` (post-RoPE), ``key``/``value`` ``[B, H_kv, L, D]`` (``L >= q``, the queries' own keys
+    last); ``kv_len``: a ``[1]`` long tensor on the keys' device, the first ``kv_len`` slots being the cache (``None``:
+    all ``L``). Returns ``[B, H_q, q, D]`` in ``query.dtype``.
 
     Example:
         >>> q, k = torch.randn(1, 4, 3, 16), torch.randn(1, 2, 40, 16)
@@ -76,8 +51,7 @@ def verify_attention_reference(
     scale: float | None = None,
     kv_len: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The pure-torch reference of :func:`verify_attention` (``scaled_dot_product_attention``, explicit mask; with
-    ``kv_len``, a mask over every slot built on the device, no host read)."""
+    """The pure-torch reference of :func:`verify_attention`: SDPA with an explicit mask built on the device."""
     mask = None if kv_len is None else _bottom_right_causal(query.shape[2], kv_len, kv_len.device, key.shape[2])
     return gqa_sdpa_attention(None, query, key, value, mask, scaling=scale)[0].transpose(1, 2)
 
@@ -92,9 +66,8 @@ def verify_attention_triton(
 ) -> torch.Tensor:
     """:func:`verify_attention` as one split-KV Triton launch and a log-sum-exp merge.
 
-    ``splits`` key ranges are processed in parallel (default: about two programs per multiprocessor), sized over
-    all ``L`` slots (with ``kv_len``, those past it do nothing). CUDA tensors, or CPU tensors under
-    ``TRITON_INTERPRET=1``.
+    ``splits`` key ranges (default: about two programs per multiprocessor) are sized over all ``L`` slots; with
+    ``kv_len``, those past it do nothing. CUDA tensors, or CPU under ``TRITON_INTERPRET=1``.
     """
     import triton
 
@@ -118,8 +91,8 @@ def verify_attention_triton(
 
 
 def merge_splits(acc: torch.Tensor, m: torch.Tensor, s: torch.Tensor, group: int, q_len: int) -> torch.Tensor:
-    """Combine per-split partial attention: ``acc`` ``[B, H_kv, S, M, D]``, max ``m`` and sum ``s`` ``[B, H_kv, S, M]``
-    (rows ``g * q_len + i``) -> ``[B, H_kv * group, q_len, D]`` float32."""
+    """Merge per-split ``acc`` ``[B, H_kv, S, M, D]``, max ``m``, sum ``s`` ``[B, H_kv, S, M]`` (rows ``g * q_len + i``)
+    into ``[B, H_kv * group, q_len, D]`` float32."""
     rows = group * q_len
     acc, m, s = acc[..., :rows, :], m[..., :rows], s[..., :rows]
     weight = torch.exp(m - m.amax(2, keepdim=True))  # splits that saw no key have m = -inf: weight 0
