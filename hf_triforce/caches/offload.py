@@ -200,4 +200,6 @@ class HostKVBuffer(KVBuffer):
         super().keep_rows(rows.cpu())
         if self._proto is not None:
             self._proto = self._proto[rows]
+        for slot in (0, 1):  # a copy still running on the side stream must land before its buffer is freed
+            self.window._wait(slot)
         self.window.buffers, self.window.loaded = [None, None], [None, None]

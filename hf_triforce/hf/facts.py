@@ -61,10 +61,12 @@ def model_facts(model: torch.nn.Module) -> ModelFacts:
     if unsupported is not None:
         model_type = getattr(getattr(model, "config", None), "model_type", None)
         unsupported = f"{type(model).__name__} (model_type={model_type!r}): {unsupported}"
-    parameter = next(model.parameters())
-    if unsupported is not None:
-        return ModelFacts(unsupported, parameter.device.type, parameter.dtype, "", False, False, False, False, False,
-                          False, False, unsupported, False, False)  # fmt: skip
+    parameter = next(model.parameters(), None)
+    if unsupported is not None or parameter is None:  # nothing else is read off it
+        unsupported = unsupported or f"{type(model).__name__} has no parameters"
+        device, dtype = ("meta", torch.float32) if parameter is None else (parameter.device.type, parameter.dtype)
+        return ModelFacts(unsupported, device, dtype, "", False, False, False, False, False, False, False,
+                          unsupported, False, False)  # fmt: skip
     text = model.config.get_text_config()
     return ModelFacts(
         unsupported=None,

@@ -183,8 +183,9 @@ class Level1Drafter:
         self._queries = capture.rows_at(accepted)
         confidences = self._confidences if len(accepted) == 1 else None
         level = {"levels": "level1", "level0": "level0_to_level2"}.get(plan.kind)
+        self.planner.level2.observe(max(drafted) + 1, seconds)  # one forward, as wide as the widest row
         for b, (d, a) in enumerate(zip(drafted, accepted, strict=True)):
-            self.planner.observe_level2(plan, d, a, seconds, confidences, rank)
+            self.planner.observe_level2(plan, d, a, None, confidences, rank)
             if level is not None and d:
                 self._record(b, level, d, a)
 

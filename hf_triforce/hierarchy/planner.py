@@ -269,14 +269,15 @@ class Planner:
         plan: Plan,
         drafted: int,
         accepted: int,
-        seconds: float,
+        seconds: float | None,
         confidences: list[float] | None = None,
         rank: int | None = None,
     ) -> None:
         """A round's verification: ``accepted`` of ``drafted`` tokens, a ``drafted + 1``-wide forward of ``seconds``;
         ``confidences``: level 1's probability of each draft; ``rank`` (greedy): the 0-based rank of the verifier's
         token in level 1's scores where it rejected (every greedy node counts as a trial for every rank)."""
-        self.level2.observe(drafted + 1, seconds)
+        if seconds is not None:  # None: the caller timed the forward (a batch's, as wide as its widest row)
+            self.level2.observe(drafted + 1, seconds)
         if plan.kind != "levels":
             self.a1.idle(accepted + 1)
         if plan.kind != "level0":
