@@ -8,7 +8,9 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from .bench.backend import ATTN_CHOICES
 from .bench.plain_baselines import DEFAULT_PLAIN
+from .bench.plain_decoding import plain_decoding
 from .bench.plot import write_plot
 from .bench.prompt_set import BENCH_PROMPTS
 from .bench.rank_figures import end_ranks, is_report_rank
@@ -19,8 +21,6 @@ from .bench.shapes import PRESETS
 from .config import DRAFTERS, LEVEL1_WEIGHTS, TriForceConfig
 from .demo import DEFAULT_REPETITION_PENALTY, DemoOptions, run_demo
 from .errors import TriForceConfigError
-from .hf.backend import ATTN_CHOICES
-from .hf.plain_decoding import plain_decoding
 
 CUDA_GRAPHS: dict[str, bool | str] = {"off": False, "auto": "auto", "on": True, "eager": "eager"}
 

@@ -2,7 +2,7 @@
 
 A speedup counts against the fastest decoding the user could get without speculation, not against
 ``generate()``'s defaults. :func:`measure_plain_decodings` times each configuration of
-:data:`~hf_triforce.hf.plain_decoding.PLAIN_DECODINGS` on the same prompt (from a copy of its prefilled cache,
+:data:`~hf_triforce.bench.plain_decoding.PLAIN_DECODINGS` on the same prompt (from a copy of its prefilled cache,
 :mod:`.prefix`), after an untimed warm-up of its own (a compiled one compiles there), and reports a configuration
 that cannot run here (another device's, a package not installed, an error) as such rather than dropping it.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..hf.plain_decoding import PlainDecoding, PlainDecodingUnavailable, generate_batch_one, plain_decoding
+from .plain_decoding import PlainDecoding, PlainDecodingUnavailable, generate_batch_one, plain_decoding
 from .prefix import Prefix
 from .timed_run import WARM_UP_TOKENS, RunResult, measure
 
@@ -40,7 +40,7 @@ def measure_plain_decodings(
     Args:
         model: the model (plain ``generate()``; TriForce is not involved).
         input_ids: ``[1, prompt]`` token ids.
-        names: names from :data:`~hf_triforce.hf.plain_decoding.PLAIN_DECODINGS`.
+        names: names from :data:`~hf_triforce.bench.plain_decoding.PLAIN_DECODINGS`.
         prefix: start each call from a copy of this prefilled prompt (the CPU bench: a 7K prefill costs ~45 s
             there); None: fresh calls, ``generate()`` building each cache (a GPU, where copies of a long prompt's
             cache would not fit beside the model).

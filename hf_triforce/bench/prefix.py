@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import Cache
 
-from ..hf.plain_decoding import prefilled_cache
+from .plain_decoding import prefilled_cache
 
 STATIC_ROUNDING = 1024
 """A static cache holds the prompt and the new tokens rounded up to this: prompts of similar lengths share one

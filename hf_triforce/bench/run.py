@@ -18,10 +18,10 @@ from tqdm.auto import tqdm
 from ..config import TriForceConfig
 from ..errors import TriForceConfigError
 from ..generation import enable
-from ..hf.backend import preferred_attn_implementation
 from ..hf.linears import int4_weight_copy, int8_weight_copy
 from ..hf.model import attn_implementation, context_limit
 from ..hf.processors import answer_repetition_penalty, custom_processor_replaces_builtin
+from .backend import preferred_attn_implementation
 from .bandwidth import device_bandwidth, kv_bytes_per_token
 from .batch import modeled_batch_results, run_batch_benchmark
 from .comparison import compare

@@ -25,7 +25,8 @@ from .state import state_of
 def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generate_kwargs: dict[str, Any]):
     """Refuse what must be refused before ``generate()`` prepares anything; the ``custom_generate`` callable.
 
-    Pops ``assistant_model`` from ``generate_kwargs`` (TriForce runs the draft model itself).
+    Pops ``assistant_model`` (or ``triforce_generate``'s ``draft_model``) from ``generate_kwargs``: TriForce runs
+    the draft model itself.
 
     Example:
         >>> kwargs = {"max_new_tokens": 8}
@@ -37,10 +38,11 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
         state.begin_call()  # before any check: a refused call must not leave the last call's statistics
     config = as_config(triforce_config)
     check_generate_kwargs(model, generate_kwargs)
+    draft_model, assistant = generate_kwargs.pop("draft_model", None), generate_kwargs.pop("assistant_model", None)
     return functools.partial(
         triforce_decode,
         triforce_config=config,
-        assistant_model=generate_kwargs.pop("assistant_model", None),
+        assistant_model=assistant if draft_model is None else draft_model,
         triforce_streamer=generate_kwargs.get("streamer"),
     )
 

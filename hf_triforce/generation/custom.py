@@ -15,7 +15,6 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from ..config import TriForceConfig
-from ..errors import UnsupportedGenerationError
 from ..hf.generate import class_generate, dropped_generate_arguments, routed_kwargs
 from .call import prepare_triforce_call
 from .plan import check_model
@@ -73,13 +72,9 @@ def triforce_generate(
     """
     _state(model)
     dropped = dropped_generate_arguments()
-    if draft_model is not None and dropped.get("assistant_model") not in (None, draft_model):
-        raise UnsupportedGenerationError(
-            "generate() got two draft models, assistant_model= and draft_model=: pass one of them."
-        )
-    draft_model = draft_model if draft_model is not None else dropped.get("assistant_model")
     streamer = streamer if streamer is not None else dropped.get("streamer")
-    generate_kwargs = {"assistant_model": draft_model, "streamer": streamer, "generation_config": generation_config}
+    generate_kwargs = {"assistant_model": dropped.get("assistant_model"), "draft_model": draft_model,
+                       "streamer": streamer, "generation_config": generation_config}  # fmt: skip
     decode = prepare_triforce_call(model, triforce_config or TriForceConfig(), generate_kwargs)
     return decode(
         model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer, **model_kwargs

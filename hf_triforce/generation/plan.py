@@ -102,6 +102,11 @@ def _cache_implementation(f: Facts) -> str | None:
     return None if implementation in (None, "dynamic") else f"cache_implementation={implementation!r} was given"
 
 
+def _two_draft_models(f: Facts) -> bool:
+    kwargs = f.generate_kwargs
+    return kwargs.get("draft_model") is not None and kwargs.get("assistant_model") not in (None, kwargs["draft_model"])
+
+
 def _gc(f: Facts) -> Any:
     return f.call.generation
 
@@ -158,6 +163,8 @@ _REUSE = "Starting from the cache passed to generate()"
 _DIRECT = "Level 1's direct forward (chosen automatically)"
 _FIXED_VERIFY = "Fixed-shape verification (with fixed-shape steps)"
 _MODEL = "TriForce on this model"
+_SAMPLING = "Sampling"
+_TWO_DRAFTS = "draft_model="
 _CACHE = "cache_implementation="
 _ASSISTANT = "assistant_model="
 
@@ -215,6 +222,11 @@ LIMITS: tuple[Limit, ...] = (
     Limit(_ASSISTANT, "the config's drafter does not use a draft model", Config,
           "Use drafter='model' (or 'auto'), or drop assistant_model.",
           lambda f: f.call.assistant is not None and f.config.drafter not in ("model", "auto")),
+    Limit(_TWO_DRAFTS, "assistant_model= and draft_model= name two different draft models", Generation,
+          "Pass one of them.", _two_draft_models),
+    Limit(_SAMPLING, "the ranks of this tensor-parallel model start from different random states", Generation,
+          "Seed every rank alike before generate(): torch.manual_seed(seed) on every rank.",
+          lambda f: random_states_differ(RankConsensus.for_model(f.call.target))),
     # Reusing a caller's cache.
     Limit(_REUSE, "it is not a cache TriForce can start from", Generation,
           "Pass a DynamicCache prefilled by this model, the cache an earlier TriForce call returned, or no cache.",
@@ -378,12 +390,14 @@ def check_model(model: torch.nn.Module) -> None:
 
 def check_generate_kwargs(model: torch.nn.Module, generate_kwargs: dict[str, Any]) -> None:
     """What must be refused before ``generate()`` prepares anything: a ``cache_implementation`` (it would build that
-    cache, and TriForce keeps its own)."""
+    cache, and TriForce keeps its own), two draft models."""
     kwargs = {
         **generate_kwargs,
         "generation_config": generate_kwargs.get("generation_config") or model.generation_config,
     }
-    refuse(Facts(model_facts(model), TriForceConfig(), generate_kwargs=kwargs), _CACHE)
+    facts = Facts(model_facts(model), TriForceConfig(), generate_kwargs=kwargs)
+    for feature in (_CACHE, _TWO_DRAFTS):
+        refuse(facts, feature)
 
 
 def plan_call(model: torch.nn.Module, config: TriForceConfig, call: Call) -> CallPlan:
@@ -401,11 +415,8 @@ def plan_call(model: torch.nn.Module, config: TriForceConfig, call: Call) -> Cal
         refuse(facts, _BATCH)
     if config.offload_kv:
         refuse(facts, _OFFLOAD)
-    if call.generation.do_sample and random_states_differ(RankConsensus.for_model(model)):
-        raise UnsupportedGenerationError(
-            f"{_GENERATE} cannot run here: the ranks of this tensor-parallel model start sampling from different "
-            "random states. Seed every rank alike before generate(): torch.manual_seed(seed) on every rank."
-        )
+    if call.generation.do_sample:
+        refuse(facts, _SAMPLING)
     facts = dataclasses.replace(facts, level1_steps=_steps(facts, config.cuda_graphs))
     drafter = _drafter(config, call.assistant)
     draft_steps = "dynamic"

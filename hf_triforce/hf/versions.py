@@ -111,3 +111,29 @@ def cache_layer_types(config: Any) -> list[str]:
             return ["chunked_attention"] * config.num_hidden_layers
         return ["full_attention"] * config.num_hidden_layers
     return list(get_layer_types_and_kwargs(config)[0])
+
+
+def flash_attention_available(generation: int) -> bool:
+    """Whether the ``flash_attn`` package of FlashAttention ``generation`` (2 or 3) is installed.
+
+    Example:
+        >>> flash_attention_available(2) in (True, False)
+        True
+    """
+    from transformers.utils import is_flash_attn_2_available, is_flash_attn_3_available
+
+    return (is_flash_attn_2_available if generation == 2 else is_flash_attn_3_available)()
+
+
+def compile_on_any_device(config: transformers.CompileConfig) -> transformers.CompileConfig | None:
+    """``config`` marked so that ``generate()`` compiles on a CPU too (a flag that is not a constructor argument), or
+    ``None`` on a release without that flag.
+
+    Example:
+        >>> compile_on_any_device(transformers.CompileConfig(mode="default")) is not None
+        True
+    """
+    if not hasattr(config, "_compile_all_devices"):
+        return None
+    config._compile_all_devices = True  # read by generate()'s auto-compile check
+    return config

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import hf_triforce.hf.backend as backend
-from hf_triforce.hf.backend import preferred_attn_implementation
+import hf_triforce.bench.backend as backend
+from hf_triforce.bench.backend import preferred_attn_implementation
 
 pytestmark = pytest.mark.unit
 
@@ -15,8 +15,7 @@ def installed(monkeypatch):
     """``installed(fa2=..., fa3=..., capability=...)`` fakes which flash packages the machine has."""
 
     def set_(fa2: bool = False, fa3: bool = False, capability: tuple[int, int] = (9, 0)) -> None:
-        monkeypatch.setattr(backend, "is_flash_attn_2_available", lambda: fa2)
-        monkeypatch.setattr(backend, "is_flash_attn_3_available", lambda: fa3)
+        monkeypatch.setattr(backend, "flash_attention_available", lambda generation: fa2 if generation == 2 else fa3)
         monkeypatch.setattr(backend.torch.cuda, "get_device_capability", lambda device=None: capability)
 
     return set_

@@ -7,13 +7,13 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from hf_triforce.bench.plain_baselines import best_plain
-from hf_triforce.bench.timed_run import RunResult
-from hf_triforce.hf.plain_decoding import (
+from hf_triforce.bench.plain_decoding import (
     PLAIN_DECODINGS,
     PlainDecodingUnavailable,
     compile_config,
     plain_decoding,
 )
+from hf_triforce.bench.timed_run import RunResult
 from hf_triforce.hf.versions import CACHE_ARG
 
 pytestmark = pytest.mark.unit

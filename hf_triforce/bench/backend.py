@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import torch
-from transformers.utils import is_flash_attn_2_available, is_flash_attn_3_available
+
+from ..hf.versions import flash_attention_available
 
 ATTN_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3")
 
@@ -28,6 +29,6 @@ def preferred_attn_implementation(device: str | torch.device, requested: str = "
         return requested
     if torch.device(device).type != "cuda":
         return "sdpa"
-    if is_flash_attn_3_available() and torch.cuda.get_device_capability(device)[0] == 9:
+    if flash_attention_available(3) and torch.cuda.get_device_capability(device)[0] == 9:
         return "flash_attention_3"
-    return "flash_attention_2" if is_flash_attn_2_available() else "sdpa"
+    return "flash_attention_2" if flash_attention_available(2) else "sdpa"

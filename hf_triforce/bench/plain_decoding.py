@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 from transformers import Cache, CompileConfig, DynamicCache, GenerationConfig, StaticCache
-from transformers.utils import is_flash_attn_2_available
 
-from .versions import cache_kwargs
+from ..hf.model import attn_implementation
+from ..hf.versions import cache_kwargs, compile_on_any_device, flash_attention_available
 
 
 class PlainDecodingUnavailable(RuntimeError):
@@ -47,7 +47,7 @@ class PlainDecoding:
         """Raise :class:`PlainDecodingUnavailable` where this configuration cannot run on ``model``."""
         if self.cuda_only and model.device.type != "cuda":
             raise PlainDecodingUnavailable(f"{self.name} is measured on CUDA only (the model is on {model.device}).")
-        if self.name == "flash_attention_2" and not is_flash_attn_2_available():
+        if self.name == "flash_attention_2" and not flash_attention_available(2):
             raise PlainDecodingUnavailable("flash_attention_2 needs the flash_attn package (pip install flash-attn).")
         if self.compiled and model.device.type != "cuda" and not _can_force_compile():
             raise PlainDecodingUnavailable("this transformers release has no CompileConfig._compile_all_devices.")
@@ -72,7 +72,7 @@ class PlainDecoding:
 
 
 def _can_force_compile() -> bool:
-    return hasattr(CompileConfig(), "_compile_all_devices")
+    return compile_on_any_device(CompileConfig()) is not None
 
 
 def compile_config(device: torch.device) -> CompileConfig:
@@ -84,24 +84,22 @@ def compile_config(device: torch.device) -> CompileConfig:
     """
     if device.type == "cuda":
         return CompileConfig()
-    config = CompileConfig(mode="default")
-    config._compile_all_devices = True  # read by generate()'s auto-compile check; not a constructor argument
-    return config
+    return compile_on_any_device(CompileConfig(mode="default"))
 
 
 @contextlib.contextmanager
 def _sdpa_flash(model) -> Iterator[None]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    if model.config._attn_implementation != "sdpa":
-        raise PlainDecodingUnavailable(f"sdpa_flash needs an sdpa model, not {model.config._attn_implementation}.")
+    if attn_implementation(model) != "sdpa":
+        raise PlainDecodingUnavailable(f"sdpa_flash needs an sdpa model, not {attn_implementation(model)}.")
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         yield
 
 
 @contextlib.contextmanager
 def _attention(model, implementation: str) -> Iterator[None]:
-    before = model.config._attn_implementation
+    before = attn_implementation(model)
     model.set_attn_implementation(implementation)
     try:
         yield
