@@ -23,7 +23,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ..config import TriForceConfig
 from ..generation import last_stats
-from ..hf.linears import small_batch_linears
+from ..hf.linears import swapped_linears
 from .bandwidth import modeled_batch_speedup
 from .documents import question_prompt, read_document
 from .generate_kwargs import generate_kwargs
@@ -83,7 +83,7 @@ def compare_batch(
         _plain_decode(model, ids, seed, {**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})
         _timed(model, ids, seed, {**kwargs, "max_new_tokens": 4, "min_new_tokens": 4, "triforce_config": config})
     plain_decode, plain = _plain_decode(model, ids, seed, kwargs)
-    with small_batch_linears(model):  # how much of the ratio hf_triforce's CPU linear path alone gives
+    with swapped_linears([model]):  # how much of the ratio hf_triforce's CPU linear path alone gives
         fast_decode, _ = _plain_decode(model, ids, seed, kwargs)
     triforce = _timed(model, ids, seed, {**kwargs, "triforce_config": config})
     stats = last_stats(model)

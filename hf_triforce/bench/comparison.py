@@ -11,7 +11,7 @@ import torch
 
 from ..config import TriForceConfig
 from ..generation import enable
-from ..hf.linears import small_batch_linears
+from ..hf.linears import swapped_linears
 from ..hf.versions import cache_kwargs
 from .divergence import Divergence, first_divergence
 from .plain_baselines import best_plain, measure_plain_decodings
@@ -200,7 +200,7 @@ def compare(
     plain, fast = median_pair(pairs)
     reference = None
     if reference_fast_linears:
-        with small_batch_linears(model):
+        with swapped_linears([model]):
             reference = measure(model, input_ids, seed=seed, **start(), **chunk, **generate_kwargs)
     lookup = None
     if prompt_lookup_tokens:

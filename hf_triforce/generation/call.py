@@ -12,7 +12,7 @@ from ..caches.streaming import StreamingLLMCache
 from ..config import DRAFT_SINKS, TriForceConfig, as_config
 from ..hf.caches import callers_cache
 from ..hf.generate import decoder_only_output
-from ..hf.linears import small_batch_linears
+from ..hf.linears import level1_copy, swapped_linears
 from ..hf.model import layer_rotary, num_layers
 from ..hierarchy import Drafter, ModelDrafter, NGramDrafter, SuffixDrafter
 from ..stats import TriForceStats
@@ -85,7 +85,8 @@ def triforce_decode(
         model, input_ids, mask, logits_processor, stopping_criteria, generation_config, triforce_config, plan,
         start.cache, start.reused, stats, drafters, runner_slot=state_of(model),
     )  # fmt: skip
-    with small_batch_linears(model, assistant_model):
+    copy = level1_copy(model, plan.level1_weights) if plan.level1_forward == "transformers" else None
+    with swapped_linears((model, assistant_model), copy):  # the weight kind, applied once for the call
         sequences = run.decode(streamer)
     with stats.phases.measure("reuse"):
         returned = hand_back(start)

@@ -1,4 +1,4 @@
-"""Patches of a model's ``nn.Linear`` layers: the CPU few-row path, and level 1's low-bit weight copies.
+"""A model's ``nn.Linear`` layers swapped for a call: the CPU few-row path, and level 1's low-bit weight copies.
 
 Layers that transformers' integrations own are left alone: those with accelerate hooks (``_hf_hook``) and
 subclasses of ``nn.Linear`` (quantized layers).
@@ -7,11 +7,12 @@ subclasses of ``nn.Linear`` (quantized layers).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 import torch
@@ -45,18 +46,61 @@ def _patchable_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
     return [m for m in _plain_layers(model) if "forward" not in vars(m)]
 
 
+_LEVEL1: contextvars.ContextVar[bool] = contextvars.ContextVar("triforce_level1_weights", default=False)
+"""True inside :func:`level1_linears`: the swapped layers multiply by level 1's low-bit copy."""
+
+
 @contextlib.contextmanager
-def small_batch_linears(*models: torch.nn.Module | None) -> Iterator[None]:
-    """Within the block, the models' plain ``nn.Linear`` layers use :func:`~hf_triforce.kernels.linear.linear_forward`
-    (a few rows cost about a single-token step on the CPU)."""
+def swapped_linears(models: Iterable[torch.nn.Module | None], level1: LowBitCopy | None = None) -> Iterator[None]:
+    """For a whole call, the models' plain ``nn.Linear`` layers are swapped for one forward: the CPU few-row path
+    (:func:`~hf_triforce.kernels.linear.linear_forward`, a few rows at about a single-token step's cost) and, inside
+    :func:`level1_linears`, the int8 or int4 weights of ``level1`` (an int8 layer given more rows than its kernel
+    serves uses its own weights). Restored when the block ends.
+
+    Example:
+        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8))
+        >>> x = torch.randn(2, 16)
+        >>> with torch.no_grad(), swapped_linears([model], int8_weight_copy(model)):
+        ...     full = model(x)
+        ...     with level1_linears():
+        ...         low_bit = model(x)
+        >>> torch.allclose(full, model(x).detach(), atol=1e-6), torch.equal(full, low_bit)
+        (True, False)
+    """
     layers = {id(m): m for model in models if model is not None for m in _patchable_layers(model)}.values()
+    level1 = level1 or {}
     for layer in layers:
-        layer.forward = functools.partial(linear_forward, layer)
+        layer.forward = functools.partial(_swapped_forward, layer, level1.get(layer))
     try:
         yield
     finally:
         for layer in layers:
             del layer.forward
+
+
+@contextlib.contextmanager
+def level1_linears() -> Iterator[None]:
+    """Within the block (level 1's forwards), the layers :func:`swapped_linears` holds a low-bit copy of use it."""
+    token = _LEVEL1.set(True)
+    try:
+        yield
+    finally:
+        _LEVEL1.reset(token)
+
+
+def _swapped_forward(layer: torch.nn.Linear, low_bit: Int8Weight | Int4Weight | None, x: torch.Tensor) -> torch.Tensor:
+    if low_bit is not None and _LEVEL1.get():
+        if isinstance(low_bit, Int4Weight):
+            return int4_linear(x, low_bit, layer.bias)
+        if use_int8_linear(x):
+            return int8_linear(x, low_bit, layer.bias)
+    return linear_forward(layer, x)
+
+
+def level1_copy(model: torch.nn.Module, weights: str) -> LowBitCopy | None:
+    """Level 1's ``weights`` copy of ``model`` (``"int8"``, ``"int4"``; ``None`` for ``"full"``)."""
+    make = {"int8": int8_weight_copy, "int4": int4_weight_copy}.get(weights)
+    return None if make is None else make(model)
 
 
 def _on_cuda(model: torch.nn.Module) -> bool:
@@ -144,46 +188,9 @@ def drop_int8_copy(model: torch.nn.Module) -> None:
     _INT4_COPIES.pop(model, None)
 
 
-def _low_bit_forward(layer: torch.nn.Linear, weight: Int8Weight | Int4Weight, own, x: torch.Tensor) -> torch.Tensor:
-    if isinstance(weight, Int4Weight):
-        return int4_linear(x, weight, layer.bias)
-    if use_int8_linear(x):
-        return int8_linear(x, weight, layer.bias)
-    return own(x) if own is not None else torch.nn.functional.linear(x, layer.weight, layer.bias)
-
-
 def weight_fingerprint(weight: torch.Tensor) -> tuple[int, int]:
     """Where the weight lives and how often it was written in place (inference tensors have no such count).
 
     A stale copy only lowers level 1's acceptance: level 2 verifies with the weights themselves.
     """
     return weight.data_ptr(), -1 if weight.is_inference() else weight._version
-
-
-@contextlib.contextmanager
-def low_bit_linears(copy: LowBitCopy | None) -> Iterator[None]:
-    """Within the block, the layers of ``copy`` multiply by their int8 or int4 weights (``None``: no change).
-
-    An int8 layer given more rows than its kernel serves uses its own weights, through any instance ``forward`` set
-    before (:func:`small_batch_linears`), which is restored afterwards.
-
-    Example:
-        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8))
-        >>> with torch.no_grad(), low_bit_linears(int8_weight_copy(model)):
-        ...     model(torch.randn(2, 16)).shape
-        torch.Size([2, 8])
-    """
-    if copy is None:
-        yield
-        return
-    saved = {layer: vars(layer).get("forward") for layer in copy}
-    for layer, weight in copy.items():
-        layer.forward = functools.partial(_low_bit_forward, layer, weight, saved[layer])
-    try:
-        yield
-    finally:
-        for layer, forward in saved.items():
-            if forward is None:
-                del layer.forward
-            else:
-                layer.forward = forward

@@ -16,7 +16,7 @@ from ..caches.view import RetrievalView
 from ..config import TriForceConfig
 from ..hf.attention import slot_attention, tree_attention, view_attention
 from ..hf.direct_forward import DirectDecoder, direct_decoder
-from ..hf.linears import LowBitCopy, int4_weight_copy, int8_weight_copy, low_bit_linears
+from ..hf.linears import level1_linears
 from ..hf.versions import cache_kwargs
 from .static_steps import RunnerSlot, StaticStepRunner, StepMode, keep_runner, kept_runner
 
@@ -37,22 +37,20 @@ def level1_steps(
     """
     if plan.level1_forward == "direct":
         return ViewSteps(model, cache, config, masked_slots, direct=direct_decoder(model, plan.level1_weights))
-    copy = {"int8": int8_weight_copy, "int4": int4_weight_copy}.get(plan.level1_weights)
-    low_bit = None if copy is None else copy(model)
     if plan.level1_steps != "dynamic":
         mode, strict = plan.level1_steps, plan.strict_graphs
-        return StaticSteps(model, cache, config, masked_slots, low_bit, mode, strict, runner_slot)
-    return ViewSteps(model, cache, config, masked_slots, low_bit=low_bit)
+        return StaticSteps(model, cache, config, masked_slots, mode, strict, runner_slot)
+    return ViewSteps(model, cache, config, masked_slots)
 
 
 class ViewSteps:
     """Level 1 over a :class:`~hf_triforce.caches.view.RetrievalView` built at each re-selection, run by the direct
-    forward or transformers', on the model's weights or their int8/int4 copy.
+    forward (its own weights or int8/int4 copy) or transformers' (inside
+    :func:`~hf_triforce.hf.linears.level1_linears`: the copy the call swapped in, if any).
 
     Args:
         slots: the full cache's slots when rows carry padding or holes (masked per row and KV head), else ``None``.
         direct: level 1's direct forward (one unpadded row), or ``None``: transformers' forward.
-        low_bit: level 1's int8 or int4 weight copy (``None``: the model's own weights).
 
     Example:
         >>> steps = ViewSteps(model, cache, TriForceConfig(), None)  # doctest: +SKIP
@@ -67,10 +65,9 @@ class ViewSteps:
         config: TriForceConfig,
         slots: SlotMask | None,
         direct: DirectDecoder | None = None,
-        low_bit: LowBitCopy | None = None,
     ) -> None:
         self.model, self.cache, self.config, self.slots = model, cache, config, slots
-        self.direct, self.low_bit = direct, low_bit
+        self.direct = direct
         self.view: RetrievalView | StaticRetrievalView | None = None
         self.view_slots: ViewSlots | None = None
 
@@ -112,7 +109,7 @@ class ViewSteps:
                 stack.enter_context(tree_attention(self.model, visibility))
             if self.direct is not None:
                 return self.direct.logits(inputs[0], positions[0], self.view)[None]
-            stack.enter_context(low_bit_linears(self.low_bit))
+            stack.enter_context(level1_linears())
             if self.slots is not None:
                 stack.enter_context(slot_attention(self.model, self.view_slots))
             elif visibility is None:
@@ -146,9 +143,9 @@ class StaticSteps(ViewSteps):
     """
 
     def __init__(
-        self, model, cache, config, slots, low_bit, mode: StepMode, strict: bool, runner_slot: RunnerSlot | None
+        self, model, cache, config, slots, mode: StepMode, strict: bool, runner_slot: RunnerSlot | None
     ) -> None:
-        super().__init__(model, cache, config, slots, low_bit=low_bit)
+        super().__init__(model, cache, config, slots)
         self.mode, self.strict, self.runner_slot = mode, strict, runner_slot if slots is None else None
         self.runner: StaticStepRunner | None = None
         self.view_slots: StaticViewSlots | None = None  # the runner's: made with it
@@ -169,7 +166,7 @@ class StaticSteps(ViewSteps):
     def logits(self, inputs: torch.Tensor, positions: list[int]) -> torch.Tensor:
         if self.view_slots is not None:
             self.view_slots.append(inputs.shape[1])
-        with low_bit_linears(self.low_bit):
+        with level1_linears():
             return self.runner.step(inputs, positions)
 
     def forget(self) -> None:

@@ -16,7 +16,7 @@ from transformers import DynamicCache
 import hf_triforce
 from hf_triforce import TriForceConfig
 from hf_triforce.hf.direct_forward import _DECODERS, DirectDecoder, direct_decoder, direct_forward_problem
-from hf_triforce.hf.linears import int8_weight_copy, low_bit_linears
+from hf_triforce.hf.linears import int8_weight_copy, level1_linears, swapped_linears
 from hf_triforce.hf.versions import cache_kwargs
 from hf_triforce.kernels.int4_linear import int4_kernel_available, quantize_int4
 from hf_triforce.kernels.int8_linear import int8_kernel_available, quantize_int8
@@ -74,7 +74,7 @@ def test_int8_equals_the_models_forward_with_the_int8_copy(model_factory, make_p
     tokens = make_prompt(width, seed=9)[0]
     with torch.no_grad():
         got = DirectDecoder(model, weights="int8").logits(tokens, 40, ours)
-        with low_bit_linears(int8_weight_copy(model)):
+        with swapped_linears([model], int8_weight_copy(model)), level1_linears():
             expected = model_logits(model, tokens, 40, theirs)
     scale = expected.abs().max()
     torch.testing.assert_close(got, expected, rtol=0, atol=float(2e-2 * scale))  # bfloat16: 8 bits of mantissa

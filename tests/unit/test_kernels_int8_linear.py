@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hf_triforce.hf.linears import int8_weight_copy, low_bit_linears, small_batch_linears
+from hf_triforce.hf.linears import int8_weight_copy, level1_linears, swapped_linears
 from hf_triforce.kernels.int8_linear import (
     int8_kernel_available,
     int8_kernel_supports,
@@ -84,31 +84,32 @@ def test_copy_of_a_model_made_under_inference_mode():
         assert int8_weight_copy(model) is copy and model[0] in copy
 
 
-def test_patch_computes_with_the_copy_and_restores_every_forward():
+def test_swap_computes_with_the_copy_inside_level1_only_and_is_undone():
     model = _model()
     x = torch.randn(3, 16)
     copy = int8_weight_copy(model)
     with torch.no_grad():
         expected = int8_linear_reference(F.relu(int8_linear_reference(x, copy[model[0]], model[0].bias)),
                                          copy[model[2]], model[2].bias)  # fmt: skip
-        expected = model[3](expected)
-        with small_batch_linears(model):
+        expected, full = model[3](expected), model(x)
+        with swapped_linears([model], copy):
             patched = {m: vars(m)["forward"] for m in model if isinstance(m, torch.nn.Linear)}
-            with low_bit_linears(copy):
+            with level1_linears():
                 got = model(x)
-            assert all(vars(m)["forward"] is patched[m] for m in patched)  # the call-wide patch is back
+            torch.testing.assert_close(model(x), full, atol=1e-6, rtol=1e-6)  # outside level 1: the own weights
+            assert all(vars(m)["forward"] is patched[m] for m in patched)  # one swap for the whole call
     assert not any("forward" in vars(m) for m in model)
     torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
 
 
 def test_wide_forwards_use_the_layers_own_weights():
-    """More rows than MAX_ROWS (a wide batch) go through the layer's own weights, exactly as without the patch."""
+    """More rows than MAX_ROWS (a wide batch) go through the layer's own weights inside level 1 too."""
     from hf_triforce.kernels.int8_linear import MAX_ROWS
 
     model = _model()
     wide, narrow = torch.randn(MAX_ROWS + 1, 16), torch.randn(MAX_ROWS, 16)
-    with torch.no_grad():
+    with torch.no_grad(), swapped_linears([model], int8_weight_copy(model)):
         expected_wide, expected_narrow = model(wide), model(narrow)
-        with low_bit_linears(int8_weight_copy(model)):
+        with level1_linears():
             assert torch.equal(model(wide), expected_wide)
             assert not torch.equal(model(narrow), expected_narrow)  # the copy served these

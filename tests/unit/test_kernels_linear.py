@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hf_triforce.hf.linears import small_batch_linears
+from hf_triforce.hf.linears import swapped_linears
 from hf_triforce.kernels.linear import MAX_ROWS, linear_forward, small_batch_linear, use_small_batch_linear
 
 pytestmark = pytest.mark.unit
@@ -38,7 +38,7 @@ def test_scoped_swap_is_undone_and_tolerates_the_same_model_twice():
     x = torch.randn(3, 4)
     with torch.no_grad():
         expected = model(x)
-        with small_batch_linears(model, model, None):
+        with swapped_linears([model, model, None]):
             assert all("forward" in vars(m) for m in model if isinstance(m, torch.nn.Linear))
             torch.testing.assert_close(model(x), expected, atol=1e-6, rtol=1e-6)
     assert not any("forward" in vars(m) for m in model)
