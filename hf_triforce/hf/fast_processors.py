@@ -3,7 +3,9 @@
 TriForce processes about twice as many positions per token as ``generate()``. :func:`finite_top_p` sorts only the
 finite scores (after top-k, all but a few are ``-inf``) instead of the whole vocabulary; :func:`suppress_eos`
 applies the minimum lengths to every position at once. Both copy transformers' implementation, unchanged from 5.17
-to 5.24; on a release from :data:`CHECKED_BELOW` on they are not used (:func:`fast_paths_checked`).
+to 5.25 (``TopKLogitsWarper``, ``TopPLogitsWarper``, ``MinLengthLogitsProcessor`` and
+``MinNewTokensLengthLogitsProcessor`` read the same in 5.25 as in 5.24); on a release from :data:`CHECKED_BELOW` on they
+are not used (:func:`fast_paths_checked`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 import transformers
 from packaging import version
 
-CHECKED_BELOW = "5.25"
+CHECKED_BELOW = "5.26"
 """First transformers release whose processors these equivalents were not checked against."""
 FINITE_LIMIT = 1024
 """Most finite scores per row :func:`finite_top_p` sorts itself; more go through transformers' full sort."""

@@ -164,7 +164,7 @@ def test_stand_ins_only_for_exact_classes_and_checked_releases(monkeypatch):
     assert isinstance(faster(MyTopP(0.9)), MyTopP)
     assert length_only([MinLengthLogitsProcessor(3, 2), MinNewTokensLengthLogitsProcessor(1, 2, 2)])
     assert not length_only([MyMinLength(3, 2)])
-    assert fast_paths_checked("5.17.0") and fast_paths_checked("5.24.0") and not fast_paths_checked("5.25.0")
+    assert fast_paths_checked("5.17.0") and fast_paths_checked("5.25.0") and not fast_paths_checked("5.26.0")
     monkeypatch.setattr(fast_processors, "fast_paths_checked", lambda current=None: False)
     assert isinstance(faster(TopPLogitsWarper(0.9)), TopPLogitsWarper)
     assert not length_only([MinLengthLogitsProcessor(3, 2)])
