@@ -16,6 +16,7 @@ Without ``enable``, transformers' own convention for decoding methods works too:
 from .caches import RetrievalCache, RetrievalView, StreamingLLMCache
 from .config import TriForceConfig
 from .errors import (
+    NoStatsError,
     TriForceConfigError,
     TriForceError,
     UnsupportedDeviceError,
@@ -29,6 +30,7 @@ __version__ = "0.3.0"
 
 __all__ = [
     "CUSTOM_GENERATE_DIR",
+    "NoStatsError",
     "RetrievalCache",
     "RetrievalView",
     "StreamingLLMCache",

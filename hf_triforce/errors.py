@@ -19,3 +19,7 @@ class UnsupportedGenerationError(TriForceError):
 
 class UnsupportedDeviceError(TriForceError):
     """A requested device feature (e.g. ``cuda_graphs=True``) is not available where the model lives."""
+
+
+class NoStatsError(TriForceError):
+    """:func:`hf_triforce.last_stats` has no call to report (none ran, or the latest one raised)."""

@@ -212,11 +212,23 @@ class TriForceStats:
         """Tokens produced per full-cache verification forward."""
         return self.decoded_tokens / self.target_forwards if self.target_forwards else 0.0
 
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """Tokens per second after the prefill (its first token excluded): the decoding speed, prompt length apart.
+
+        Example:
+            >>> TriForceStats(seconds=3.0, prefill_seconds=1.0, decoded_tokens=40).decode_tokens_per_second
+            20.0
+        """
+        decoding = self.seconds - self.prefill_seconds
+        return self.decoded_tokens / decoding if decoding > 0 else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict (JSON-serializable)."""
         skip = ("level0", "level1", "level0_to_level2", "phases", "rows")  # each converted below
         out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
         out["mean_accepted_length"] = self.mean_accepted_length
+        out["decode_tokens_per_second"] = self.decode_tokens_per_second
         levels = {"level0": self.level0.to_dict(), "level1": self.level1.to_dict()}
         levels["level0_to_level2"] = self.level0_to_level2.to_dict()
         out["levels"] = levels

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import TriForceConfigError
 from ..hf.model import apply_rope
 from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
@@ -73,10 +74,10 @@ class StreamingLLMCache(BufferedCache):
         interleaved: bool = False,
     ):
         if budget <= sinks:
-            raise ValueError(f"StreamingLLMCache budget ({budget}) must exceed sinks ({sinks}).")
+            raise TriForceConfigError(f"StreamingLLMCache budget ({budget}) must exceed sinks ({sinks}).")
         freqs = inv_freq if isinstance(inv_freq, list | tuple) else [inv_freq] * num_layers
         if len(freqs) != num_layers:
-            raise ValueError(f"StreamingLLMCache got {len(freqs)} inv_freq tensors for {num_layers} layers.")
+            raise TriForceConfigError(f"StreamingLLMCache got {len(freqs)} inv_freq tensors for {num_layers} layers.")
         super().__init__(layers=[StreamingLayer(budget, sinks, freq, interleaved) for freq in freqs])
         self.budget, self.sinks = budget, sinks
         self.evict_batch = evict_batch
@@ -89,7 +90,7 @@ class StreamingLLMCache(BufferedCache):
             return 0
         count = min(length - self.sinks, overflow + self.evict_batch)
         if count < overflow:
-            raise ValueError(
+            raise TriForceConfigError(
                 f"A forward of {query_length} tokens does not fit a StreamingLLM cache of budget {self.budget} "
                 f"with {self.sinks} sinks; raise draft_cache_budget."
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import NoStatsError
 from ..hf.direct_forward import drop_direct_decoder
 from ..hf.generate import unwrap_generate, wrap_generate
 from ..hf.linears import drop_int8_copy
@@ -78,7 +79,7 @@ def last_stats(model: torch.nn.Module) -> TriForceStats:
     ``alpha`` (see :class:`~hf_triforce.stats.LevelStats`).
 
     Raises:
-        ValueError: no TriForce generation has run on this model, or the latest one raised before finishing (each
+        NoStatsError: no TriForce generation has run on this model, or the latest one raised before finishing (each
             call drops the previous call's statistics when it starts).
 
     Example:
@@ -88,12 +89,12 @@ def last_stats(model: torch.nn.Module) -> TriForceStats:
     """
     state = state_of(model)
     if state is not None and state.last_call_failed:
-        raise ValueError(
+        raise NoStatsError(
             "The latest TriForce generate() call on this model raised before it finished, so it recorded no "
             "statistics (and the previous call's were dropped when it started): rerun the call that failed."
         )
     if state is None or state.last_stats is None:
-        raise ValueError(
+        raise NoStatsError(
             "No TriForce generation has run on this model yet: call model.generate(..., triforce_config=...)."
         )
     return state.last_stats

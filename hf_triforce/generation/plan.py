@@ -102,6 +102,10 @@ def _cache_implementation(f: Facts) -> str | None:
     return None if implementation in (None, "dynamic") else f"cache_implementation={implementation!r} was given"
 
 
+def _stop_strings(f: Facts) -> Any:
+    return f.generate_kwargs.get("stop_strings") or f.generate_kwargs["generation_config"].stop_strings
+
+
 def _two_draft_models(f: Facts) -> bool:
     kwargs = f.generate_kwargs
     return kwargs.get("draft_model") is not None and kwargs.get("assistant_model") not in (None, kwargs["draft_model"])
@@ -165,6 +169,8 @@ _FIXED_VERIFY = "Fixed-shape verification (with fixed-shape steps)"
 _MODEL = "TriForce on this model"
 _SAMPLING = "Sampling"
 _TWO_DRAFTS = "draft_model="
+_CUSTOM = "triforce_config="
+_STOPS = "stop_strings="
 _CACHE = "cache_implementation="
 _ASSISTANT = "assistant_model="
 
@@ -224,6 +230,12 @@ LIMITS: tuple[Limit, ...] = (
           lambda f: f.call.assistant is not None and f.config.drafter not in ("model", "auto")),
     Limit(_TWO_DRAFTS, "assistant_model= and draft_model= name two different draft models", Generation,
           "Pass one of them.", _two_draft_models),
+    Limit(_CUSTOM, "custom_generate= names another decoding method", Generation,
+          "Pass triforce_config or custom_generate, not both.",
+          lambda f: f.generate_kwargs.get("custom_generate") is not None),
+    Limit(_STOPS, "stop strings need the tokenizer, and generate() was given none", Generation,
+          "Pass tokenizer=<your tokenizer> to generate().",
+          lambda f: _stop_strings(f) is not None and f.generate_kwargs.get("tokenizer") is None),
     Limit(_SAMPLING, "the ranks of this tensor-parallel model start from different random states", Generation,
           "Seed every rank alike before generate(): torch.manual_seed(seed) on every rank.",
           lambda f: random_states_differ(RankConsensus.for_model(f.call.target))),
@@ -390,13 +402,13 @@ def check_model(model: torch.nn.Module) -> None:
 
 def check_generate_kwargs(model: torch.nn.Module, generate_kwargs: dict[str, Any]) -> None:
     """What must be refused before ``generate()`` prepares anything: a ``cache_implementation`` (it would build that
-    cache, and TriForce keeps its own), two draft models."""
+    cache, and TriForce keeps its own), another decoding method, stop strings without a tokenizer, two draft models."""
     kwargs = {
         **generate_kwargs,
         "generation_config": generate_kwargs.get("generation_config") or model.generation_config,
     }
     facts = Facts(model_facts(model), TriForceConfig(), generate_kwargs=kwargs)
-    for feature in (_CACHE, _TWO_DRAFTS):
+    for feature in (_CACHE, _CUSTOM, _STOPS, _TWO_DRAFTS):
         refuse(facts, feature)
 
 

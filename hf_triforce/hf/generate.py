@@ -53,13 +53,9 @@ def routed_kwargs(model: torch.nn.Module, handler: Handler, triforce_config: Any
         >>> kwargs = routed_kwargs(model, handler, TriForceConfig(), {"max_new_tokens": 8})  # doctest: +SKIP
         >>> type(model).generate(model, ids, **kwargs)  # doctest: +SKIP
     """
-    if kwargs.get("custom_generate") is not None:
-        raise ValueError(
-            "generate() got both triforce_config (TriForce's decoding) and custom_generate (another decoding method): "
-            "pass one of them."
-        )
+    decode = handler(model, triforce_config, kwargs)  # refuses what TriForce cannot serve, before anything moves
     _move_stop_strings(model, kwargs)
-    kwargs["custom_generate"] = handler(model, triforce_config, kwargs)
+    kwargs["custom_generate"] = decode
     return kwargs
 
 
@@ -135,9 +131,7 @@ def _move_stop_strings(model, kwargs: dict[str, Any]) -> None:
     stop_strings = kwargs.pop("stop_strings", None) or config.stop_strings
     if stop_strings is None:
         return
-    tokenizer = kwargs.pop("tokenizer", None)
-    if tokenizer is None:
-        raise ValueError("stop_strings need the tokenizer: pass tokenizer=<your tokenizer> to generate().")
+    tokenizer = kwargs.pop("tokenizer")  # the call's plan refused stop strings without it
     if config.stop_strings is not None:
         kwargs["generation_config"] = copy.deepcopy(config)
         kwargs["generation_config"].stop_strings = None

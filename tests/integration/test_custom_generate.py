@@ -11,7 +11,7 @@ import torch
 from transformers.generation.streamers import BaseStreamer
 
 import hf_triforce
-from hf_triforce import CUSTOM_GENERATE_DIR, TriForceConfig, triforce_generate
+from hf_triforce import CUSTOM_GENERATE_DIR, TriForceConfig, UnsupportedGenerationError, triforce_generate
 from tests.integration.conftest import build_model
 
 pytestmark = pytest.mark.integration
@@ -94,7 +94,7 @@ def test_triforce_config_and_another_decoding_method_are_refused(llama, make_pro
     """``triforce_config`` on an enabled model with someone else's ``custom_generate``: one of the two would be
     ignored, so the call is refused before any forward."""
     counter = forward_counter(llama)
-    with pytest.raises(ValueError, match="pass one of them"):
+    with pytest.raises(UnsupportedGenerationError, match="Pass triforce_config or custom_generate, not both"):
         llama.generate(make_prompt(40), custom_generate=lambda *a, **k: None, triforce_config=TriForceConfig(),
                        max_new_tokens=4)  # fmt: skip
     counter.remove()

@@ -18,7 +18,13 @@ from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM
 from transformers.generation.streamers import BaseStreamer
 
 import hf_triforce
-from hf_triforce import TriForceConfig, TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError
+from hf_triforce import (
+    NoStatsError,
+    TriForceConfig,
+    TriForceConfigError,
+    UnsupportedGenerationError,
+    UnsupportedModelError,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -437,7 +443,7 @@ def test_last_stats_before_any_triforce_call(prompt, model_factory):
         hf_triforce.last_stats(never_enabled)
     model = model_factory("llama_gqa")
     model.generate(prompt, max_new_tokens=3)  # plain generate does not produce TriForce stats
-    with pytest.raises(ValueError, match="No TriForce generation"):
+    with pytest.raises(NoStatsError, match="No TriForce generation"):
         hf_triforce.last_stats(model)
     model.generate(prompt, max_new_tokens=3, triforce_config=TriForceConfig(**CFG))
     assert hf_triforce.last_stats(model).new_tokens == 3
@@ -456,7 +462,7 @@ def test_a_failed_call_leaves_no_statistics_behind(prompt, model_factory, failur
     else:
         with failing_forward(model, 3), pytest.raises(Boom):
             model.generate(prompt, max_new_tokens=20, triforce_config=TriForceConfig(**CFG))
-    with pytest.raises(ValueError, match="raised before it finished"):
+    with pytest.raises(NoStatsError, match="raised before it finished"):
         hf_triforce.last_stats(model)
     model.generate(prompt, max_new_tokens=4, do_sample=False, triforce_config=TriForceConfig(**CFG))
     assert hf_triforce.last_stats(model).new_tokens == 4
@@ -482,7 +488,7 @@ def test_disable_restores_the_class_generate(prompt, model_factory):
     assert hf_triforce.disable(model) is model
     assert "generate" not in vars(model) and not hasattr(model.generation_config, "triforce_config")
     assert hf_triforce.disable(model) is model
-    with pytest.raises(ValueError, match="last_stats|No TriForce"):
+    with pytest.raises(NoStatsError, match="No TriForce"):
         hf_triforce.last_stats(model)
     with pytest.raises(ValueError, match="triforce_config"):
         model.generate(prompt, max_new_tokens=4, triforce_config=TriForceConfig(**CFG))
@@ -496,3 +502,8 @@ def test_context_limit_is_an_error_before_any_forward(llama, no_forward, prompt_
     assert llama.config.max_position_embeddings == 4096
     with pytest.raises(UnsupportedGenerationError, match=match):
         llama.generate(prompt, max_new_tokens=new_tokens, triforce_config=TriForceConfig(**CFG))
+
+
+def test_stop_strings_without_a_tokenizer_are_refused_before_any_work(llama, prompt, no_forward):
+    with pytest.raises(UnsupportedGenerationError, match=r"stop_strings=.*Pass tokenizer=<your tokenizer>"):
+        llama.generate(prompt, max_new_tokens=5, stop_strings=["."], triforce_config=TriForceConfig(**CFG))

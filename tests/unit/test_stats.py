@@ -158,3 +158,9 @@ def test_acceptance_cells():
     assert acceptances(level) == "0.44 / 0.80" and per_token_acceptance(level, 3) == "0.800"
     old = {"drafted": 18, "accepted": 8, "acceptance_rate": 8 / 18}  # recorded before per-token acceptance
     assert acceptances(old) == "0.44 / -" and acceptances({"drafted": 0}) == "-"
+
+
+def test_decode_speed_leaves_the_prefill_out():
+    stats = TriForceStats(seconds=5.0, prefill_seconds=3.0, decoded_tokens=50, new_tokens=51)
+    assert stats.decode_tokens_per_second == 25.0 and stats.to_dict()["decode_tokens_per_second"] == 25.0
+    assert TriForceStats().decode_tokens_per_second == 0.0  # nothing decoded yet
