@@ -16,6 +16,8 @@ Without ``enable``, transformers' own convention for decoding methods works too:
 from .caches import RetrievalCache, RetrievalView, StreamingLLMCache
 from .config import TriForceConfig
 from .errors import (
+    InternalError,
+    InvalidInputError,
     NoStatsError,
     TriForceConfigError,
     TriForceError,
@@ -30,6 +32,8 @@ __version__ = "0.3.0"
 
 __all__ = [
     "CUSTOM_GENERATE_DIR",
+    "InternalError",
+    "InvalidInputError",
     "NoStatsError",
     "RetrievalCache",
     "RetrievalView",

@@ -22,7 +22,15 @@ from .config import DRAFTERS, LEVEL1_WEIGHTS, TriForceConfig
 from .demo import DEFAULT_REPETITION_PENALTY, DemoOptions, run_demo
 from .errors import TriForceConfigError
 
-CUDA_GRAPHS: dict[str, bool | str] = {"off": False, "auto": "auto", "on": True, "eager": "eager"}
+CUDA_GRAPHS: dict[str, bool | str] = {"false": False, "auto": "auto", "true": True, "eager": "eager"}
+DEFAULTS = TriForceConfig()
+RENAMED = {
+    "--budget": "--retrieval-budget",
+    "--budgets": "--retrieval-budget (comma-separated for a sweep)",
+    "--drafters": "--drafter (comma-separated for a sweep)",
+    "--tree-budgets": "--tree-budget (comma-separated for a sweep)",
+}
+"""Options renamed to TriForceConfig's field names in 0.3, and their new spelling."""
 
 logger = logging.getLogger("hf_triforce")
 
@@ -55,8 +63,13 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
         "--temperatures", "--temperature", default="0,0.6",
         help="comma-separated temperatures, one comparison each: 0 is greedy, > 0 samples (default 0,0.6)",
     )  # fmt: skip
-    p.add_argument("--budget", type=int, default=512, help="retrieval budget in tokens (default 512)")
-    p.add_argument("--drafter", choices=DRAFTERS, default="ngram", help="level-0 drafter (default ngram)")
+    p.add_argument(
+        "--retrieval-budget", type=int, default=512,
+        help="TriForceConfig.retrieval_budget (default 512: the demo's documents are ~7K tokens, the config's 4096 is "
+        "for 32K-128K)",
+    )  # fmt: skip
+    p.add_argument("--drafter", choices=DRAFTERS, default=DEFAULTS.drafter, help="TriForceConfig.drafter")
+    _add_renamed(p, "--budget")
     p.add_argument(
         "--repetition-penalty", type=float, default=DEFAULT_REPETITION_PENALTY,
         help="penalty on the answer's own tokens (the prompt's are free), given to both runs alike; it keeps a small "
@@ -87,13 +100,21 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         "--preset; default 7000)",
     )
     p.add_argument("--temperatures", default="0,0.6", help="comma-separated temperatures (default 0,0.6)")
-    p.add_argument("--budgets", default="512", help="comma-separated retrieval budgets (default 512)")
-    p.add_argument("--drafters", default="ngram", help=f"comma-separated drafters among {DRAFTERS} (default ngram)")
     p.add_argument(
-        "--tree-budgets", default="auto",
-        help="comma-separated TriForceConfig.tree_budget values, each its own rows: 'auto', 0 (chains) or a node "
-        "count, e.g. 0,16 to compare chains with 16-node token trees (default auto)",
+        "--retrieval-budget", default=str(DEFAULTS.retrieval_budget),
+        help=f"TriForceConfig.retrieval_budget; comma-separated for a sweep (default {DEFAULTS.retrieval_budget})",
     )  # fmt: skip
+    p.add_argument(
+        "--drafter", default=DEFAULTS.drafter,
+        help=f"TriForceConfig.drafter among {DRAFTERS}; comma-separated for a sweep (default {DEFAULTS.drafter})",
+    )  # fmt: skip
+    p.add_argument(
+        "--tree-budget", default=str(DEFAULTS.tree_budget),
+        help="TriForceConfig.tree_budget: 'auto', 0 (chains) or a node count; comma-separated for a sweep, e.g. 0,16 "
+        f"to compare chains with 16-node token trees (default {DEFAULTS.tree_budget})",
+    )  # fmt: skip
+    for old in ("--budgets", "--drafters", "--tree-budgets"):
+        _add_renamed(p, old)
     p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per run (default 128)")
     p.add_argument("--gamma1", type=int, default=None, help="level-0 draft length (default: TriForceConfig's)")
     p.add_argument("--gamma2", type=int, default=None, help="level-1 draft length (default: TriForceConfig's)")
@@ -136,8 +157,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         help="TriForceConfig.level1_weights: the weights level 1 drafts with (default: the config's, 'auto')",
     )  # fmt: skip
     p.add_argument(
-        "--cuda-graphs", default="off", choices=tuple(CUDA_GRAPHS),
-        help="TriForceConfig.cuda_graphs: off (default), auto, on, eager (fixed-shape steps without graphs)",
+        "--cuda-graphs", default=str(DEFAULTS.cuda_graphs).lower(), choices=tuple(CUDA_GRAPHS),
+        help="TriForceConfig.cuda_graphs: false (default), auto, true, eager (fixed-shape steps without graphs)",
     )  # fmt: skip
     p.add_argument(
         "--attn-implementation", default="auto", choices=ATTN_CHOICES,
@@ -180,7 +201,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         temperatures=tuple(_temperatures(args.temperatures)),
         top_p=args.top_p,
-        budget=args.budget,
+        budget=args.retrieval_budget,
         drafter=args.drafter,
         seed=args.seed,
         questions=args.questions,
@@ -209,9 +230,9 @@ def _run_bench(args: argparse.Namespace) -> int:
         document=args.document,
         prompt_tokens=_lengths(args.prompt_tokens),
         temperatures=_temperatures(args.temperatures),
-        budgets=_ints(args.budgets),
-        drafters=args.drafters.split(","),
-        tree_budgets=_tree_budgets(args.tree_budgets),
+        budgets=_ints(args.retrieval_budget),
+        drafters=_drafters(args.drafter),
+        tree_budgets=_tree_budgets(args.tree_budget),
         new_tokens=args.new_tokens,
         top_p=args.top_p,
         gamma1=args.gamma1,
@@ -279,6 +300,14 @@ def _temperatures(text: str) -> list[float]:
     return values
 
 
+def _drafters(text: str) -> list[str]:
+    """``"ngram,suffix"`` -> ``["ngram", "suffix"]``, each checked as ``TriForceConfig`` checks it."""
+    names = text.split(",")
+    for name in names:
+        TriForceConfig(drafter=name)
+    return names
+
+
 def _tree_budgets(text: str) -> list[int | str]:
     """``"0,16,auto"`` -> ``[0, 16, "auto"]``; each checked as ``TriForceConfig`` checks it (a clear error first).
 
@@ -295,6 +324,17 @@ def _tree_budgets(text: str) -> list[int | str]:
 def _ints(text: str) -> list[int]:
     """``"4096,32k,128K"`` -> ``[4096, 32768, 131072]``."""
     return [int(x[:-1]) * 1024 if x[-1:] in "kK" and x[:-1] else int(x) for x in text.split(",")]
+
+
+class _Renamed(argparse.Action):
+    """An option renamed in 0.3: using it is a usage error naming its new spelling."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001, D102
+        parser.error(f"{option_string} was renamed in 0.3: use {RENAMED[option_string]}.")
+
+
+def _add_renamed(p: argparse.ArgumentParser, old: str) -> None:
+    p.add_argument(old, action=_Renamed, help=argparse.SUPPRESS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

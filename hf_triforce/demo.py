@@ -58,7 +58,7 @@ class DemoOptions(DocumentQuestion):
     temperatures: tuple[float, ...] = (0.0, 0.6)
     top_p: float = 0.9
     budget: int = 512
-    drafter: str = "ngram"
+    drafter: str = "auto"
     seed: int = 0
     questions: int = 1
     repetition_penalty: float | None = DEFAULT_REPETITION_PENALTY
@@ -186,7 +186,9 @@ def _questions(options: DemoOptions) -> list[str]:
     first = [options.question] if options.question != DEFAULT_QUESTION else []
     pool = [*first, *(q for q in DEFAULT_QUESTIONS if q not in first)]
     if options.questions > len(pool):
-        raise ValueError(f"--questions {options.questions}: the demo has {len(pool)} questions; pass at most that.")
+        raise TriForceConfigError(
+            f"--questions {options.questions}: the demo has {len(pool)} questions; pass at most that."
+        )
     return pool[: options.questions]
 
 

@@ -23,3 +23,13 @@ class UnsupportedDeviceError(TriForceError):
 
 class NoStatsError(TriForceError):
     """:func:`hf_triforce.last_stats` has no call to report (none ran, or the latest one raised)."""
+
+
+class InvalidInputError(TriForceError):
+    """A function got an argument it cannot take (a tensor's shape, dtype or device, a count); the message says what
+    it expects."""
+
+
+class InternalError(TriForceError):
+    """A step broke an invariant that the call's plan guarantees: a bug in hf_triforce; please report it with the
+    call that raised it."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from .errors import InvalidInputError
+
 __all__ = [
     "acceptance_probability",
     "after_rejection",
@@ -58,7 +60,7 @@ def residual_distribution(
     """
     if draft_probs is None or (token is not None and not bool(draft_probs[token] > 0)):
         if token is None:
-            raise ValueError(
+            raise InvalidInputError(
                 "residual_distribution needs the rejected `token` when `draft_probs` is None (one-hot draft)."
             )
         draft_probs = torch.zeros_like(target_probs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import TriForceConfigError
 from ..hf.versions import flash_attention_available
 
 ATTN_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3")
@@ -24,7 +25,7 @@ def preferred_attn_implementation(device: str | torch.device, requested: str = "
         'sdpa'
     """
     if requested not in ATTN_CHOICES:
-        raise ValueError(f"attn_implementation={requested!r}: choose one of {', '.join(ATTN_CHOICES)}.")
+        raise TriForceConfigError(f"attn_implementation={requested!r}: choose one of {', '.join(ATTN_CHOICES)}.")
     if requested != "auto":
         return requested
     if torch.device(device).type != "cuda":

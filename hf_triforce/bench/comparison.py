@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ..config import TriForceConfig
+from ..errors import InvalidInputError
 from ..generation import enable
 from ..hf.linears import swapped_linears
 from ..hf.versions import cache_kwargs
@@ -76,7 +77,9 @@ class Comparison:
             if torch.equal(plain.sequences, fast.sequences):
                 continue
             if self.dtype is None:
-                raise ValueError("a greedy difference is classified in the model's dtype: pass Comparison(dtype=...)")
+                raise InvalidInputError(
+                    "a greedy difference is classified in the model's dtype: pass Comparison(dtype=...)"
+                )
             prompt = plain.sequences.shape[1] - plain.new_tokens
             found = first_divergence(
                 prompt, plain.sequences, fast.sequences, plain.logits, fast.logits, dtype=self.dtype

@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from ..errors import InvalidInputError
+
 NEAR_TIE_ULPS = 16
 """How many units in the last place (:func:`logit_ulp`) of the model's dtype a near-tie's top-2 gaps may span.
 
@@ -66,7 +68,7 @@ def logit_ulp(value: float, dtype: torch.dtype) -> float:
         True
     """
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype (the model's), got {dtype!r}")
+        raise InvalidInputError(f"dtype must be a floating-point torch.dtype (the model's), got {dtype!r}")
     _, exponent = math.frexp(max(1.0, abs(value)))  # max(1, |value|) = m * 2**exponent, 0.5 <= m < 1
     return math.ldexp(torch.finfo(dtype).eps, exponent - 1)
 

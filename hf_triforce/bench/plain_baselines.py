@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..errors import InternalError
 from .plain_decoding import PlainDecoding, PlainDecodingUnavailable, generate_batch_one, plain_decoding
 from .prefix import Prefix
 from .timed_run import WARM_UP_TOKENS, RunResult, measure
@@ -78,7 +79,7 @@ def best_plain(runs: dict[str, RunResult | str]) -> str:
     """
     ran = {name: run for name, run in runs.items() if isinstance(run, RunResult)}
     if not ran:
-        raise ValueError(f"no plain decoding ran: {runs}")
+        raise InternalError(f"no plain decoding ran: {runs}")
     return min(ran, key=lambda name: ran[name].decode_seconds_per_token)
 
 

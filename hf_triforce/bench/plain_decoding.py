@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from transformers import Cache, CompileConfig, DynamicCache, GenerationConfig, StaticCache
 
+from ..errors import InvalidInputError
 from ..hf.model import attn_implementation
 from ..hf.versions import cache_kwargs, compile_on_any_device, flash_attention_available
 
@@ -152,7 +153,7 @@ def prefilled_cache(
     elif kind == "dynamic":
         cache = DynamicCache(config=model.config)
     else:
-        raise ValueError(f"kind={kind!r}: 'dynamic' or 'static'.")
+        raise InvalidInputError(f"kind={kind!r}: 'dynamic' or 'static'.")
     n = prefix_ids.shape[1]
     step = chunk_size or n
     with torch.inference_mode():
@@ -176,7 +177,7 @@ def plain_decoding(name: str) -> PlainDecoding:
     for decoding in PLAIN_DECODINGS:
         if decoding.name == name:
             return decoding
-    raise ValueError(f"unknown plain decoding {name!r}: choose from {[d.name for d in PLAIN_DECODINGS]}.")
+    raise InvalidInputError(f"unknown plain decoding {name!r}: choose from {[d.name for d in PLAIN_DECODINGS]}.")
 
 
 def generate_batch_one(model, input_ids: torch.LongTensor, **generate_kwargs) -> tuple[torch.LongTensor, list[float]]:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import TriForceConfigError
 from .results import read_results
 
 DEFAULT_PATH = Path("benchmarks/results/eval-drafts.json")
@@ -45,10 +46,12 @@ def parse_real_acceptance(value: str | None, preset: str | None) -> str | float 
         rate = float(value)
     except ValueError:
         if not Path(value).is_file():
-            raise ValueError(f"--real-acceptance {value}: no such file (an eval-drafts JSON or a rate).") from None
+            raise TriForceConfigError(
+                f"--real-acceptance {value}: no such file (an eval-drafts JSON or a rate)."
+            ) from None
         return value
     if not 0.0 < rate <= 1.0:
-        raise ValueError(f"--real-acceptance {value}: an acceptance rate must lie in (0, 1].")
+        raise TriForceConfigError(f"--real-acceptance {value}: an acceptance rate must lie in (0, 1].")
     return rate
 
 
@@ -74,7 +77,7 @@ def _from_eval_drafts(results: dict[str, Any], fraction: float, temperature: flo
     views = [v for v in results["views"] if v["group"] == "main" and v["task_kind"] == "natural"]
     views = [v for v in views if v["kind"] == "retrieval"]
     if not views:
-        raise ValueError(f"{path} holds no natural-text retrieval rows: is it an eval-drafts result?")
+        raise TriForceConfigError(f"{path} holds no natural-text retrieval rows: is it an eval-drafts result?")
     near_f = _nearest({v["budget_fraction"] for v in views}, fraction, log=True)
     near_t = _nearest({v["temperature"] for v in views}, temperature)
     chosen = [v for v in views if v["budget_fraction"] == near_f and v["temperature"] == near_t]

@@ -66,8 +66,8 @@ class BenchOptions(DocumentQuestion):
 
     prompt_tokens: list[int | str] = field(default_factory=lambda: [7000])  # "max": the longest that fits (CUDA)
     temperatures: list[float] = field(default_factory=lambda: [0.0, 0.6])
-    budgets: list[int] = field(default_factory=lambda: [512])
-    drafters: list[str] = field(default_factory=lambda: ["ngram"])
+    budgets: list[int] = field(default_factory=lambda: [TriForceConfig.retrieval_budget])  # the config's defaults
+    drafters: list[str] = field(default_factory=lambda: [TriForceConfig.drafter])
     tree_budgets: list[int | str] = field(default_factory=lambda: ["auto"])  # TriForceConfig.tree_budget, each a row
     new_tokens: int = 128
     top_p: float = 0.9
@@ -225,9 +225,9 @@ def _batch_benchmark(options: BenchOptions, command: str) -> dict[str, Any]:
 def _check_repeats(options: BenchOptions) -> None:
     """``repeats`` is a positive count, for the one-sequence benchmark on one process (refused elsewhere)."""
     if not isinstance(options.repeats, int) or options.repeats < 1:
-        raise ValueError(f"repeats must be an integer >= 1, got {options.repeats!r}.")
+        raise TriForceConfigError(f"repeats must be an integer >= 1, got {options.repeats!r}.")
     if options.repeats > 1 and (options.batch_size > 1 or options.tp > 1):
-        raise ValueError(
+        raise TriForceConfigError(
             "--repeats measures interleaved pairs of the one-sequence benchmark; it is not implemented with "
             "--batch-size or --tp. Run the command several times instead."
         )
@@ -242,7 +242,9 @@ def _checked_prompt_lengths(options: BenchOptions) -> list[int]:
     """
     cases = _memory_cases(options)
     if "max" in options.prompt_tokens and not cases:
-        raise ValueError("--prompt-tokens max (the longest context that fits) needs --preset and --device cuda.")
+        raise TriForceConfigError(
+            "--prompt-tokens max (the longest context that fits) needs --preset and --device cuda."
+        )
     if "max" in options.prompt_tokens:
         longest = min(longest_context(**c) for c in cases) - options.new_tokens
     lengths = [longest if t == "max" else t for t in options.prompt_tokens]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from ..errors import TriForceConfigError
+
 # Llama-architecture shapes of the models the paper and the design discuss.
 PRESETS: dict[str, dict] = {
     "llama2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
@@ -66,7 +68,7 @@ def preset_config(name: str, context: int, attn_implementation: str = "sdpa") ->
         ValueError: unknown preset (the message lists the known ones).
     """
     if name not in PRESETS:
-        raise ValueError(f"unknown shape preset {name!r}: choose one of {sorted(PRESETS)}.")
+        raise TriForceConfigError(f"unknown shape preset {name!r}: choose one of {sorted(PRESETS)}.")
     shape = {"tie_word_embeddings": False, **PRESETS[name]}
     return LlamaConfig(max_position_embeddings=context, bos_token_id=None, eos_token_id=None, pad_token_id=None,
                        initializer_range=0.02, attn_implementation=attn_implementation, **shape)  # fmt: skip

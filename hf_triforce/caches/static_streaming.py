@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InvalidInputError
 from .static_buffer import SlotWrites, StaticKVBuffer, StepSlots
 from .streaming import StreamingLayer, StreamingLLMCache
 
@@ -33,7 +34,7 @@ def use_static_layers(cache: StreamingLLMCache) -> StepSlots:
         ('StaticStreamingLayer', True)
     """
     if cache.get_seq_length() > 0:
-        raise ValueError("use_static_layers needs an empty StreamingLLMCache.")
+        raise InvalidInputError("use_static_layers needs an empty StreamingLLMCache.")
     slots = StepSlots()
     cache.layers = [
         StaticStreamingLayer(cache.budget, cache.sinks, layer.inv_freq, slots, layer.interleaved)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InvalidInputError
 from .base import BufferedCache, BufferedLayer
 from .retrieval import RetrievalCache
 from .slots import SlotMask, gathered_validity
@@ -56,7 +57,7 @@ class StaticRetrievalView(SparseViewMixin, BufferedCache):
             ValueError: ``source`` has another number of layers.
         """
         if len(source.layers) != len(self.layers):
-            raise ValueError(f"a {len(self.layers)}-layer view cannot serve a {len(source.layers)}-layer cache.")
+            raise InvalidInputError(f"a {len(self.layers)}-layer view cannot serve a {len(source.layers)}-layer cache.")
         self.source, self.source_length = source, 0
         for layer in self.layers:
             layer.static_length = layer.buffer.length = 0

@@ -210,7 +210,8 @@ LIMITS: tuple[Limit, ...] = (
           lambda f: bool(_gc(f).output_attentions or _gc(f).output_hidden_states)),
     Limit(_GENERATE, "contrastive search (penalty_alpha)", Generation, _PLAIN, lambda f: bool(_gc(f).penalty_alpha)),
     Limit(_GENERATE, "prompt_lookup_num_tokens / assistant_early_exit (another drafter)", Generation,
-          "TriForce drafts itself: for n-gram lookup at level 0 use TriForceConfig(drafter='ngram').",
+          "TriForce drafts itself: prompt_lookup_num_tokens=N maps to TriForceConfig(drafter='ngram', gamma1=N) "
+          "(n-gram lookup at level 0); assistant_early_exit has no counterpart (level 0: lookup or assistant_model=).",
           lambda f: _gc(f).prompt_lookup_num_tokens is not None or _gc(f).assistant_early_exit is not None),
     Limit(_GENERATE, "inputs_embeds", Generation, "Pass input_ids.",
           lambda f: f.call.model_kwargs.get("inputs_embeds") is not None),

@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol
 import torch
 from transformers import Cache
 
+from ..errors import InternalError, UnsupportedModelError
 from ..hf.attention import slot_attention
 from ..hf.masks import MaskKind, mask_kind
 from ..hf.versions import cache_kwargs
@@ -105,7 +106,7 @@ class StaticStepRunner:
     ) -> None:
         kind = mask_kind(model)
         if kind is None:  # the call's plan never asks for fixed shapes then
-            raise ValueError("Fixed-shape steps need sdpa or eager attention.")
+            raise UnsupportedModelError("Fixed-shape steps need sdpa or eager attention.")
         self.model, self.cache, self.kind = model, cache, kind
         self.slots = cache.layers[0].slots
         self.capacity = cache.layers[0].buffer.capacity
@@ -133,7 +134,7 @@ class StaticStepRunner:
         rows = tokens if tokens.dim() == 2 else tokens[None]
         q, start = rows.shape[1], self.visible_length
         if start + q > self.capacity:
-            raise RuntimeError(f"A {q}-token step after {start} slots overflows the static cache ({self.capacity}).")
+            raise InternalError(f"A {q}-token step after {start} slots overflows the static cache ({self.capacity}).")
         inputs = self._inputs.get(q) or self._inputs.setdefault(q, _StepInputs(rows.shape[0], q, self.device))
         firsts = first_position if isinstance(first_position, list) else [first_position]
         inputs.load(rows, torch.tensor(firsts), start)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from ..errors import InvalidInputError
+
 MAX_BRANCH = 8
 """The most candidates a node may have (later ranks are rarely accepted; the program's cost grows with it)."""
 
@@ -97,7 +99,7 @@ def best_trees(acceptance: list[float], sizes: list[int], depth: int) -> list[Tr
     """
     p = tuple(round(float(a), 3) for a in acceptance[:MAX_BRANCH])
     if min(sizes) < 1 or depth < 0:
-        raise ValueError(f"best_tree needs sizes >= 1 and depth >= 0, got sizes={sizes}, depth={depth}.")
+        raise InvalidInputError(f"best_tree needs sizes >= 1 and depth >= 0, got sizes={sizes}, depth={depth}.")
     splits, best = _program(p, max(sizes), depth)
     return [TreeShape(_breadth_first(splits, size, depth), best[(size, depth)]) for size in sizes]
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..errors import InvalidInputError
+
 
 def gqa_sdpa_attention(
     module: torch.nn.Module,
@@ -31,7 +33,7 @@ def gqa_sdpa_attention(
         torch.Size([1, 3, 6, 8])
     """
     if dropout:
-        raise ValueError("gqa_sdpa_attention is for inference: dropout must be 0.")
+        raise InvalidInputError("gqa_sdpa_attention is for inference: dropout must be 0.")
     q_len, kv_len = query.shape[2], key.shape[2]
     is_causal = attention_mask is None and 1 < q_len == kv_len
     if attention_mask is None and 1 < q_len < kv_len:

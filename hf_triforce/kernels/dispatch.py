@@ -11,6 +11,8 @@ import os
 
 import torch
 
+from ..errors import InvalidInputError
+
 logger = logging.getLogger(__name__)
 
 DISABLE_ENV = "HF_TRIFORCE_DISABLE_TRITON"
@@ -60,6 +62,6 @@ def check_device(what: str, *tensors: torch.Tensor) -> None:
     """Raise ``ValueError`` unless ``tensors`` share one device that ``what`` (a Triton entry point) can run on."""
     devices = {t.device for t in tensors}
     if len(devices) != 1:
-        raise ValueError(f"{what} needs all tensors on one device, got {sorted(map(str, devices))}.")
+        raise InvalidInputError(f"{what} needs all tensors on one device, got {sorted(map(str, devices))}.")
     if not tensors[0].is_cuda and not interpreting():
-        raise ValueError(f"{what} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors).")
+        raise InvalidInputError(f"{what} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors).")

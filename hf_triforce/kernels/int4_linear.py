@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..errors import InvalidInputError
+
 GROUP_SIZE = 32
 """Input channels per scale and zero (32 keeps level 1's acceptance close to the int8 copy's; 64 lost noticeably)."""
 N_MULTIPLE = 16  # torch's int4 packing needs out_features a multiple of 16
@@ -142,7 +144,7 @@ def quantize_int4(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> Int4Wei
         (0, 15, True)
     """
     if not int4_kernel_supports(weight, group_size):
-        raise ValueError(
+        raise InvalidInputError(
             f"quantize_int4 needs out_features a multiple of {N_MULTIPLE} and in_features of {group_size}, got "
             f"{tuple(weight.shape)}."
         )

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..errors import InvalidInputError
+
 INT8_MAX = 127
 K_MULTIPLE = 16  # torch._weight_int8pack_mm reads K in blocks of 16: other K crash it or give wrong sums
 # the kernel's cost grows with every row, the float32 few-row path's barely: past this many rows it is no faster
@@ -90,7 +92,9 @@ def int8_linear(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None =
         True
     """
     if not int8_kernel_supports(weight.qweight):
-        raise ValueError(f"int8_linear needs in_features a multiple of {K_MULTIPLE}, got {weight.qweight.shape[1]}.")
+        raise InvalidInputError(
+            f"int8_linear needs in_features a multiple of {K_MULTIPLE}, got {weight.qweight.shape[1]}."
+        )
     rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
     out = torch._weight_int8pack_mm(rows, weight.qweight, weight.scale).to(x.dtype)
     if bias is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InvalidInputError
 from .dispatch import check_device, interpreting, triton_enabled
 from .guard import first_launch_guard
 
@@ -322,11 +323,11 @@ def _kernels():
 def _check_score_inputs(query: torch.Tensor, summaries: torch.Tensor) -> tuple[int, int, int]:
     if query.dim() != 3 or summaries.dim() != 4:
         shapes = f"{tuple(query.shape)}, {tuple(summaries.shape)}"
-        raise ValueError(f"expected query [B, H_q, D] and summaries [B, H_kv, C, D], got {shapes}.")
+        raise InvalidInputError(f"expected query [B, H_q, D] and summaries [B, H_kv, C, D], got {shapes}.")
     b, hq, d = query.shape
     hkv = summaries.shape[1]
     if summaries.shape[0] != b or summaries.shape[3] != d or hkv == 0 or hq % hkv:
-        raise ValueError(f"incompatible query {tuple(query.shape)} and summaries {tuple(summaries.shape)}.")
+        raise InvalidInputError(f"incompatible query {tuple(query.shape)} and summaries {tuple(summaries.shape)}.")
     check_device("score_chunks_triton", query, summaries)
     return b, hq, d
 
@@ -334,32 +335,36 @@ def _check_score_inputs(query: torch.Tensor, summaries: torch.Tensor) -> tuple[i
 def _check_chunk_key_inputs(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tensor) -> tuple[int, int]:
     if query.dim() != 3 or keys.dim() != 4 or chunks.dim() != 3:
         shapes = f"{tuple(query.shape)}, {tuple(keys.shape)}, {tuple(chunks.shape)}"
-        raise ValueError(f"expected query [B, H_q, D], keys [B, H_kv, L, D] and chunks [B, H_kv, F], got {shapes}.")
+        raise InvalidInputError(
+            f"expected query [B, H_q, D], keys [B, H_kv, L, D] and chunks [B, H_kv, F], got {shapes}."
+        )
     b, hq, d = query.shape
     hkv = keys.shape[1]
     if keys.shape[0] != b or keys.shape[3] != d or not 0 < hkv <= hq or hq % hkv or chunks.shape[:2] != (b, hkv):
         shapes = f"{tuple(query.shape)}, {tuple(keys.shape)}, {tuple(chunks.shape)}"
-        raise ValueError(f"incompatible query, keys and chunks: {shapes}.")
+        raise InvalidInputError(f"incompatible query, keys and chunks: {shapes}.")
     if chunks.dtype.is_floating_point or chunks.dtype == torch.bool:
-        raise ValueError(f"chunks must be integer chunk ids, got {chunks.dtype}.")
+        raise InvalidInputError(f"chunks must be integer chunk ids, got {chunks.dtype}.")
     check_device("score_chunk_keys_triton", query, keys, chunks)
     return b, hq // hkv
 
 
 def _check_gather_inputs(keys, values, indices, out_keys, out_values) -> tuple[int, int, int, int]:
     if keys.dim() != 4 or indices.dim() != 3:
-        raise ValueError(f"expected keys [B, H, L, D] and indices [B, H, S], got {keys.shape}, {indices.shape}.")
+        raise InvalidInputError(f"expected keys [B, H, L, D] and indices [B, H, S], got {keys.shape}, {indices.shape}.")
     b, hkv, _, d = keys.shape
     n_slots = indices.shape[2]
     if values.shape != keys.shape or values.stride() != keys.stride() or values.dtype != keys.dtype:
-        raise ValueError("values must have the shape, strides and dtype of keys.")
+        raise InvalidInputError("values must have the shape, strides and dtype of keys.")
     if tuple(indices.shape[:2]) != (b, hkv) or indices.dtype.is_floating_point or indices.dtype == torch.bool:
-        raise ValueError(f"indices must be integer [B, H, S] = [{b}, {hkv}, S], got {indices.dtype} {indices.shape}.")
+        raise InvalidInputError(
+            f"indices must be integer [B, H, S] = [{b}, {hkv}, S], got {indices.dtype} {indices.shape}."
+        )
     expected = (b, hkv, n_slots, d)
     for name, out in (("out_keys", out_keys), ("out_values", out_values)):
         if tuple(out.shape) != expected or out.dtype != keys.dtype:
-            raise ValueError(f"{name} must be {keys.dtype} {expected}, got {out.dtype} {tuple(out.shape)}.")
+            raise InvalidInputError(f"{name} must be {keys.dtype} {expected}, got {out.dtype} {tuple(out.shape)}.")
     if out_values.stride() != out_keys.stride():
-        raise ValueError("out_values must have the strides of out_keys.")
+        raise InvalidInputError("out_values must have the strides of out_keys.")
     check_device("gather_kv_triton", keys, values, indices, out_keys, out_values)
     return b, hkv, n_slots, d

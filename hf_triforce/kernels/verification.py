@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InvalidInputError
 from .attention import _bottom_right_causal, gqa_sdpa_attention
 from .dispatch import check_device, interpreting, triton_enabled
 from .guard import first_launch_guard
@@ -111,14 +112,20 @@ def _check_inputs(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_len: torch.Tensor | None = None
 ) -> tuple[int, int, int, int]:
     if query.dim() == 4 and key.dim() == 4 and query.shape[1] * query.shape[2] > MAX_ROWS * key.shape[1]:
-        raise ValueError(f"verify_attention_triton takes at most {MAX_ROWS} query rows per KV head (tokens x group).")
+        raise InvalidInputError(
+            f"verify_attention_triton takes at most {MAX_ROWS} query rows per KV head (tokens x group)."
+        )
     if query.dim() != 4 or key.shape != value.shape or key.dim() != 4:
-        raise ValueError(f"expected query [B, H_q, q, D], key = value [B, H_kv, L, D]; got {query.shape}, {key.shape}.")
+        raise InvalidInputError(
+            f"expected query [B, H_q, q, D], key = value [B, H_kv, L, D]; got {query.shape}, {key.shape}."
+        )
     b, hq, q_len, d = query.shape
     if key.shape[0] != b or key.shape[3] != d or hq % key.shape[1] or not 0 < q_len <= key.shape[2]:
-        raise ValueError(f"incompatible query {tuple(query.shape)} and key {tuple(key.shape)}.")
+        raise InvalidInputError(f"incompatible query {tuple(query.shape)} and key {tuple(key.shape)}.")
     if kv_len is not None and (kv_len.numel() != 1 or kv_len.dtype != torch.long or kv_len.device != key.device):
-        raise ValueError(f"kv_len must be one int64 on the keys' device, got {tuple(kv_len.shape)} {kv_len.dtype}.")
+        raise InvalidInputError(
+            f"kv_len must be one int64 on the keys' device, got {tuple(kv_len.shape)} {kv_len.dtype}."
+        )
     check_device("verify_attention_triton", query, key, value)
     return b, hq, q_len, d
 

@@ -21,11 +21,12 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from hf_triforce import TriForceConfig
 from hf_triforce.bench.bandwidth import modeled_speedup
 from hf_triforce.bench.documents import DocumentError, question_prompt, read_document
 from hf_triforce.bench.loading import ModelLoadError
 from hf_triforce.bench.plain_baselines import DEFAULT_PLAIN
-from hf_triforce.cli import main
+from hf_triforce.cli import CUDA_GRAPHS, build_parser, main
 
 pytestmark = pytest.mark.integration
 
@@ -92,7 +93,7 @@ def test_demo_runs_end_to_end(capsys, model_dir, document, tmp_path):
     """The defaults: one greedy and one sampled comparison, a summary, and the figures in a JSON file."""
     argv = ["demo", "--model", model_dir, "--document", document, "--document-tokens", "600"]
     output = tmp_path / "demo.json"
-    assert main(argv + ["--max-new-tokens", "24", "--budget", "128", "--output", str(output)]) == 0
+    assert main(argv + ["--max-new-tokens", "24", "--retrieval-budget", "128", "--output", str(output)]) == 0
     out = capsys.readouterr().out
     assert "TriForce answer at T=0 (greedy) (streamed):" in out
     assert "TriForce answer at T=0.6 (top-p 0.9) (streamed):" in out
@@ -116,7 +117,7 @@ def test_demo_runs_end_to_end(capsys, model_dir, document, tmp_path):
 def test_demo_without_repetition_penalty(capsys, model_dir, document):
     """``--repetition-penalty 1`` switches the penalty off: generate() gets no processor for it."""
     argv = ["demo", "--model", model_dir, "--document", document, "--document-tokens", "300", "--temperatures", "0"]
-    assert main(argv + ["--max-new-tokens", "8", "--budget", "128", "--repetition-penalty", "1"]) == 0
+    assert main(argv + ["--max-new-tokens", "8", "--retrieval-budget", "128", "--repetition-penalty", "1"]) == 0
     out = capsys.readouterr().out
     assert "identical text: yes" in out and "T=0.6" not in out, out
 
@@ -126,7 +127,7 @@ def test_questions_demo(capsys, model_dir, document, tmp_path):
     output = tmp_path / "questions.json"
     argv = ["demo", "--model", model_dir, "--document", document, "--document-tokens", "300", "--questions", "2",
             "--output", str(output)]  # fmt: skip
-    assert main(argv + ["--max-new-tokens", "8", "--budget", "128", "--temperatures", "0"]) == 0
+    assert main(argv + ["--max-new-tokens", "8", "--retrieval-budget", "128", "--temperatures", "0"]) == 0
     out = capsys.readouterr().out
     assert out.count("identical text: yes") == 2 and "TriForce + reuse vs plain + reuse" in out, out
     record = json.loads(output.read_text())
@@ -149,7 +150,7 @@ def test_bad_temperatures_are_one_line(capsys, model_dir, document):
 
 def test_demo_samples(capsys, model_dir, document):
     argv = ["demo", "--model", model_dir, "--document", document, "--document-tokens", "300", "--temperature", "0.8"]
-    assert main(argv + ["--max-new-tokens", "12", "--budget", "128", "--drafter", "none"]) == 0
+    assert main(argv + ["--max-new-tokens", "12", "--retrieval-budget", "128", "--drafter", "none"]) == 0
     assert "identical text: n/a when sampling" in capsys.readouterr().out
 
 
@@ -204,8 +205,26 @@ def test_debug_shows_the_traceback(tmp_path):
         main(["--debug", "demo", "--model", str(tmp_path / "nope")])
 
 
+@pytest.mark.parametrize(
+    "old,new", [("--budgets", "--retrieval-budget"), ("--drafters", "--drafter"), ("--tree-budgets", "--tree-budget")]
+)
+def test_renamed_bench_options_say_their_new_name(capsys, old, new):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--preset", "tiny", old, "1"])
+    assert exit_info.value.code == 2
+    assert f"{old} was renamed in 0.3: use {new}" in capsys.readouterr().err
+
+
+def test_bench_defaults_are_the_configs():
+    args = build_parser().parse_args(["bench"])
+    defaults = TriForceConfig()
+    assert int(args.retrieval_budget) == defaults.retrieval_budget and args.drafter == defaults.drafter
+    assert args.tree_budget == str(defaults.tree_budget) and CUDA_GRAPHS[args.cuda_graphs] == defaults.cuda_graphs
+
+
 def test_bad_budget_is_one_line(capsys, model_dir, document):
-    one_line_error(capsys, ["demo", "--model", model_dir, "--document", document, "--budget", "100"], "try 96")
+    argv = ["demo", "--model", model_dir, "--document", document, "--retrieval-budget", "100"]
+    one_line_error(capsys, argv, "try 96")
 
 
 def test_document_is_cut_to_fit_the_context():
@@ -225,8 +244,8 @@ def test_default_document_is_the_python_reference():
 def test_bench_writes_json_and_markdown(capsys, tmp_path, model_dir, document):
     out = tmp_path / "results" / "bench.json"
     argv = ["bench", "--model", model_dir, "--document", document, "--prompt-tokens", "300", "--temperatures", "0,0.7"]
-    argv += ["--prompt-lookup", "4", "--drafters", "suffix"]
-    assert main(argv + ["--budgets", "128", "--new-tokens", "10", "--profile", "--output", str(out)]) == 0
+    argv += ["--prompt-lookup", "4", "--drafter", "suffix"]
+    assert main(argv + ["--retrieval-budget", "128", "--new-tokens", "10", "--profile", "--output", str(out)]) == 0
     results = json.loads(out.read_text())
     assert {"cpu", "torch", "transformers", "hf_triforce", "date"} <= set(results["machine"])
     assert [row["temperature"] for row in results["rows"]] == [0.0, 0.7]
@@ -263,9 +282,8 @@ def test_bench_runs_the_prompt_set_by_default(capsys, tmp_path, model_dir):
     """Without --document/--question the rows are the bench's documents, each named, its answer checked."""
     out = tmp_path / "set.json"
     argv = ["bench", "--model", model_dir, "--prompts", "code,table", "--prompt-tokens", "200", "--temperatures", "0"]
-    assert (
-        main(argv + ["--budgets", "128", "--new-tokens", "8", "--plain", "dynamic,static", "--output", str(out)]) == 0
-    )
+    argv += ["--retrieval-budget", "128", "--new-tokens", "8", "--plain", "dynamic,static", "--output", str(out)]
+    assert main(argv) == 0
     results = json.loads(out.read_text())
     assert [r["prompt"]["name"] for r in results["rows"]] == ["code", "table"]
     assert results["rows"][1]["prompt"]["source"] == "html.entities.html5"
@@ -285,7 +303,7 @@ def test_bench_prompt_errors_come_before_loading(capsys, tmp_path, document):
 
 def test_demo_says_which_document_it_used(capsys, model_dir):
     argv = ["demo", "--model", model_dir, "--prompt", "changelog", "--document-tokens", "200", "--temperatures", "0"]
-    assert main(argv + ["--max-new-tokens", "6", "--budget", "128"]) == 0
+    assert main(argv + ["--max-new-tokens", "6", "--retrieval-budget", "128"]) == 0
     out = capsys.readouterr().out
     assert "Document: idlelib/NEWS.txt (changelog; --prompt chooses another of: prose, reference" in out, out
     assert "Question: Using only the release notes above" in out and "identical text: yes" in out
@@ -293,8 +311,9 @@ def test_demo_says_which_document_it_used(capsys, model_dir):
 
 def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
     out, png = tmp_path / "preset.json", tmp_path / "preset.png"
-    argv = ["bench", "--preset", "tiny", "--draft-preset", "tiny", "--drafters", "model", "--prompt-tokens", "1k"]
-    argv += ["--temperatures", "0", "--budgets", "128", "--new-tokens", "12", "--output", str(out), "--plot", str(png)]
+    argv = ["bench", "--preset", "tiny", "--draft-preset", "tiny", "--drafter", "model", "--prompt-tokens", "1k"]
+    argv += ["--temperatures", "0", "--retrieval-budget", "128", "--new-tokens", "12"]
+    argv += ["--output", str(out), "--plot", str(png)]
     argv += ["--plain", "dynamic"]  # the plain configurations are the first bench test's subject (compiling is slow)
     assert main(argv + ["--attn-implementation", "eager", "--real-acceptance", "0.9", "--cuda-graphs", "eager"]) == 0
     row = json.loads(out.read_text())["rows"][0]
@@ -322,9 +341,9 @@ def test_bench_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
 
 def test_bench_passes_its_config_options_to_every_triforce_call(tmp_path):
     out = tmp_path / "options.json"
-    argv = ["bench", "--preset", "tiny", "--prompt-tokens", "1k", "--temperatures", "0", "--budgets", "128"]
-    argv += ["--new-tokens", "12", "--drafters", "none", "--plain", "dynamic", "--cuda-graphs", "off"]
-    argv += ["--rescore-candidates", "0", "--no-adaptive", "--gamma2", "3", "--tree-budgets", "0"]
+    argv = ["bench", "--preset", "tiny", "--prompt-tokens", "1k", "--temperatures", "0", "--retrieval-budget", "128"]
+    argv += ["--new-tokens", "12", "--drafter", "none", "--plain", "dynamic", "--cuda-graphs", "false"]
+    argv += ["--rescore-candidates", "0", "--no-adaptive", "--gamma2", "3", "--tree-budget", "0"]
     assert main(argv + ["--output", str(out)]) == 0
     row = json.loads(out.read_text())["rows"][0]
     config = row["config"]
@@ -342,7 +361,7 @@ def test_bench_repeats_interleaves_pairs_and_reports_the_median(capsys, tmp_path
     out = tmp_path / "repeats.json"
     argv = ["bench", "--model", model_dir, "--document", document, "--prompt-tokens", "200", "--temperatures", "0"]
     argv += [
-        "--budgets",
+        "--retrieval-budget",
         "128",
         "--new-tokens",
         "8",
@@ -389,7 +408,7 @@ def test_bench_tp_reports_every_rank(capsys, tmp_path, model_dir, document):
     """Two ranks (1 of the 2 KV heads each): rank 0 alone reports both ranks' figures; each rank caches half of
     what one process does, and both generate the same text."""
     argv = ["--model", model_dir, "--document", document, "--prompt-tokens", "300", "--temperatures", "0"]
-    argv += ["--budgets", "128", "--new-tokens", "10"]
+    argv += ["--retrieval-budget", "128", "--new-tokens", "10"]
     assert main(["bench", *argv, "--output", str(tmp_path / "one.json")]) == 0
     single = json.loads((tmp_path / "one.json").read_text())["rows"][0]["triforce"]["triforce"]
     done = torchrun_bench(2, [*argv, "--tp", "2", "--output", str(tmp_path / "tp.json")])

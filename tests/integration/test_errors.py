@@ -56,7 +56,7 @@ def prompt():
         (dict(num_return_sequences=2), "num_return_sequences"),  # greedy: transformers' own check
         (dict(use_cache=False), "use_cache"),
         (dict(output_attentions=True, return_dict_in_generate=True), "output_attentions"),
-        (dict(prompt_lookup_num_tokens=3), "prompt_lookup_num_tokens"),
+        (dict(prompt_lookup_num_tokens=3), r"drafter='ngram', gamma1=N"),
         (dict(guidance_scale=1.5), "guidance_scale"),  # its processor steps the model on a cache of its own
     ],
     ids=["beams", "beam_sample", "return_sequences_greedy", "no_cache", "attentions", "lookup", "guidance"],

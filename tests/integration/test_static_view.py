@@ -14,6 +14,7 @@ import pytest
 import torch
 from transformers.models.llama.modeling_llama import repeat_kv
 
+from hf_triforce import InternalError
 from hf_triforce.caches.retrieval import RetrievalCache
 from hf_triforce.caches.static_view import StaticRetrievalView
 from hf_triforce.hf.versions import cache_kwargs
@@ -176,7 +177,7 @@ def test_runner_refuses_to_overflow_the_view(zoo):
         view.refresh([torch.arange(30).expand(1, KV_HEADS, 30)] * model.config.num_hidden_layers)
         runner = StaticStepRunner(model, view)
         runner.step(torch.tensor([1, 2]), 30)
-        with pytest.raises(RuntimeError, match="overflows the static cache"):
+        with pytest.raises(InternalError, match="overflows the static cache"):
             runner.step(torch.tensor([3]), 32)
 
 
@@ -213,5 +214,5 @@ def test_static_layer_needs_slots():
     source.update(torch.randn(1, KV_HEADS, 8, HEAD_DIM), torch.randn(1, KV_HEADS, 8, HEAD_DIM), layer_idx=0)
     view = StaticRetrievalView(source, capacity=16)
     view.refresh([torch.arange(8).expand(1, KV_HEADS, 8)])
-    with pytest.raises(RuntimeError, match="outside a StaticStepRunner step"):
+    with pytest.raises(InternalError, match="outside a StaticStepRunner step"):
         view.update(torch.randn(1, KV_HEADS, 1, HEAD_DIM), torch.randn(1, KV_HEADS, 1, HEAD_DIM), layer_idx=0)

@@ -53,3 +53,20 @@ def test_core_packages_import_on_their_own():
     """Each layer imports without the package's __init__ having imported the layers above it first."""
     for name in ("kernels", "sampling", "caches", "hierarchy", "generation", "hf", "bench"):
         assert importlib.import_module(f"hf_triforce.{name}")
+
+
+BUILTIN_ERRORS = {"ValueError", "TypeError", "RuntimeError", "KeyError", "NotImplementedError", "AssertionError"}
+
+
+def test_every_error_the_package_raises_is_a_triforce_error():
+    """A user catches ``hf_triforce.TriForceError`` for everything the package raises (json's ``default`` hook,
+    whose protocol is a TypeError, is the one exception)."""
+    import ast
+
+    raised = []
+    for path in sorted((ROOT / "hf_triforce").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and isinstance(node.exc.func, ast.Name):
+                if node.exc.func.id in BUILTIN_ERRORS:
+                    raised.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.exc.func.id}")
+    assert raised == ["hf_triforce/bench/results.py:66 TypeError"], raised

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from hf_triforce import InvalidInputError
 from hf_triforce.bench.comparison import Comparison
 from hf_triforce.bench.divergence import NEAR_TIE_ULPS, first_divergence, identical_cell, logit_ulp
 from hf_triforce.bench.timed_run import RunResult
@@ -108,9 +109,9 @@ def test_logit_ulp_is_the_bfloat16_spacing_at_the_value(value, ulp):
 
 
 def test_the_dtype_must_be_a_floating_torch_dtype():
-    with pytest.raises(TypeError, match="floating-point torch.dtype"):
+    with pytest.raises(InvalidInputError, match="floating-point torch.dtype"):
         first_divergence(1, PLAIN, FAST, _logits([0]), _logits([0]), dtype=torch.int64)
-    with pytest.raises(TypeError, match="floating-point torch.dtype"):
+    with pytest.raises(InvalidInputError, match="floating-point torch.dtype"):
         first_divergence(1, PLAIN, FAST, _logits([0]), _logits([0]), dtype="bfloat16")
     with pytest.raises(TypeError):
         first_divergence(1, PLAIN, FAST, _logits([0]), _logits([0]))  # no default: generate()'s logits are float32
