@@ -4,10 +4,10 @@ Pass a small causal LM that shares the target's tokenizer as ``assistant_model``
 drafting ``gamma1`` tokens at a time over a StreamingLLM cache of ``draft_cache_budget`` tokens
 (attention sinks + a recent window), whatever the context length. Level 1 verifies its drafts exactly.
 
-No smaller model with SmolLM2's vocabulary can be downloaded here, so by default a second copy of
-SmolLM2-135M-Instruct stands in for the draft model (acceptance then shows what a StreamingLLM cache
-keeps; it is not faster on this tiny target). Pass ``--draft DIR`` to use a real one, e.g. SmolLM2-135M
-as the draft of SmolLM2-1.7B given with ``--target DIR``.
+The embedded SmolLM2-135M-Instruct is the only model ``make venv`` provides, so by default a second copy of it
+stands in for the draft model (acceptance then shows what a StreamingLLM cache keeps; it is not faster on this
+tiny target). Pass ``--draft DIR`` to use a real one, e.g. SmolLM2-135M as the draft of SmolLM2-1.7B given with
+``--target DIR`` (a pair that shares a tokenizer, not measured by this project).
 
 Run:
     .venv/bin/python examples/own_draft_model.py                                # ~50 s on 2 CPU cores
