@@ -16,6 +16,7 @@ Without ``enable``, transformers' own convention for decoding methods works too:
 from .caches import RetrievalCache, RetrievalView, StreamingLLMCache
 from .config import TriForceConfig
 from .errors import (
+    EstimateInputError,
     NoStatsError,
     TriForceConfigError,
     TriForceError,
@@ -30,6 +31,7 @@ __version__ = "0.3.0"
 
 __all__ = [
     "CUSTOM_GENERATE_DIR",
+    "EstimateInputError",
     "NoStatsError",
     "RetrievalCache",
     "RetrievalView",

@@ -23,3 +23,8 @@ class UnsupportedDeviceError(TriForceError):
 
 class NoStatsError(TriForceError):
     """:func:`hf_triforce.last_stats` has no call to report (none ran, or the latest one raised)."""
+
+
+class EstimateInputError(TriForceError):
+    """An input of ``hf-triforce estimate`` is invalid: an unknown GPU, a context of no tokens, an unknown dtype, or a
+    model that is not a local directory or ``config.json`` (the estimate downloads nothing)."""
