@@ -1,14 +1,17 @@
-"""``hf-triforce`` / ``python -m hf_triforce``: the demo and the benchmark from the command line."""
+"""``hf-triforce`` / ``python -m hf_triforce``: the demo, the benchmark and the estimate from the command line."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shlex
 import sys
 from collections.abc import Sequence
 
 from .bench.backend import ATTN_CHOICES
+from .bench.estimate import DTYPE_BYTES, estimate, estimate_inputs, format_estimate
+from .bench.local_config import load_local_config
 from .bench.plain_baselines import DEFAULT_PLAIN
 from .bench.plain_decoding import plain_decoding
 from .bench.plot import write_plot
@@ -43,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_demo(commands.add_parser("demo", help="answer a question about a long document, with and without TriForce"))
     _add_bench(commands.add_parser("bench", help="measure plain generate() vs TriForce on a real model"))
+    _add_estimate(
+        commands.add_parser(
+            "estimate", help="will TriForce help? memory and modeled ms/token from a model's config, nothing loaded"
+        )
+    )
     return parser
 
 
@@ -191,6 +199,31 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         "under torchrun --nproc-per-node N -m hf_triforce bench --tp N ... (default 1: one process)",
     )  # fmt: skip
     p.set_defaults(func=_run_bench)
+
+
+def _add_estimate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="local model directory or its config.json (nothing is downloaded)")
+    p.add_argument("--context", required=True, help="tokens in the cache while decoding, e.g. 65536 or 64k")
+    p.add_argument(
+        "--gpu", required=True, help="h100, h200, a100 (80 GB), l40s, 4090, or the GPU's memory bandwidth in GB/s"
+    )
+    p.add_argument(
+        "--dtype", default="bfloat16", help=f"weights and KV cache: {', '.join(DTYPE_BYTES)} (default bfloat16)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks and debug logging")
+    p.set_defaults(func=_run_estimate)
+
+
+def _run_estimate(args: argparse.Namespace) -> int:
+    """Print the estimate: a table, or one JSON object with ``--json``."""
+    context, gpu, dtype = estimate_inputs(args.context, args.gpu, args.dtype)  # checked before the config is read
+    result = estimate(load_local_config(args.model), context, gpu, dtype)
+    if args.json:
+        print(json.dumps({"model": args.model, **result.to_dict()}, indent=2))
+    else:
+        print(format_estimate(result, args.model))
+    return 0
 
 
 def _run_demo(args: argparse.Namespace) -> int:

@@ -17,10 +17,11 @@ Example:
 
 from __future__ import annotations
 
+from ..hf.versions import cache_layer_types
 from .shapes import head_dim, kv_heads
 
-# Peak HBM bandwidth in bytes/s, matched against torch.cuda.get_device_name().
-PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "RTX 4090": 1.008e12}
+# Peak memory bandwidth in bytes/s, matched against torch.cuda.get_device_name(). A100: the 80 GB SXM part.
+PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "L40S": 8.64e11, "RTX 4090": 1.008e12}
 
 
 def device_bandwidth(device_name: str | None) -> float | None:
@@ -37,12 +38,116 @@ def kv_bytes_per_token(config, dtype_bytes: int) -> int:
 
 
 def weight_bytes(config, dtype_bytes: int) -> int:
-    """Bytes of a Llama-architecture model's weights (embedding + layers + norm + untied lm_head)."""
+    """Bytes of a Llama-architecture model's weights (embedding + layers + norm + untied lm_head).
+
+    A mixture-of-experts config (``num_local_experts``/``num_experts``) counts every expert: what the weights take in
+    memory. What a decoding step reads of them is :func:`read_weight_bytes`.
+
+    Example:
+        >>> from hf_triforce.bench.shapes import preset_config
+        >>> round(weight_bytes(preset_config("llama3.1-8b", 4096), 2) / 1e9, 2)  # GB
+        16.06
+    """
+    return layer_linear_bytes(config, dtype_bytes) + embedding_bytes(config, dtype_bytes)
+
+
+def read_weight_bytes(config, dtype_bytes: int) -> int:
+    """Bytes of weights one decoding step reads: :func:`weight_bytes`, but only the ``num_experts_per_tok`` experts a
+    token is routed to (plus any shared expert and the router) in a mixture-of-experts layer. The input embedding
+    table counts as read, as in the bench's floor (one row of it is; for Llama-3.1-8B that overstates the floor by
+    1 GB of 16).
+
+    Example:
+        >>> from transformers import MixtralConfig
+        >>> moe = MixtralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        ...                     num_key_value_heads=2, vocab_size=256, num_local_experts=8, num_experts_per_tok=2)
+        >>> weight_bytes(moe, 2) > read_weight_bytes(moe, 2)
+        True
+    """
+    return layer_linear_bytes(config, dtype_bytes, active=True) + embedding_bytes(config, dtype_bytes)
+
+
+def layer_linear_bytes(config, dtype_bytes: int, active: bool = False) -> int:
+    """Bytes of the decoder layers' projections: attention (q, k, v, o) and a gated MLP (gate, up, down: three
+    ``hidden x intermediate`` matrices), all layers; ``active``: a mixture of experts' routed experts only.
+
+    Example:
+        >>> from hf_triforce.bench.shapes import preset_config
+        >>> layer_linear_bytes(preset_config("tiny", 512), 1)  # 2 layers x (64 x 16 x (2 x 4 + 2 x 2) + 3 x 64 x 128)
+        73728
+    """
     h, d = config.hidden_size, head_dim(config)
     attention = h * d * (2 * config.num_attention_heads + 2 * kv_heads(config))
-    layer = attention + 3 * h * config.intermediate_size + 2 * h
-    embeddings = config.vocab_size * h * (1 if config.tie_word_embeddings else 2)
-    return dtype_bytes * (config.num_hidden_layers * layer + embeddings + h)
+    stored, read = mlp_parameters(config)
+    return dtype_bytes * config.num_hidden_layers * (attention + (read if active else stored))
+
+
+def mlp_parameters(config) -> tuple[int, int]:
+    """Parameters of one decoder layer's MLP: ``(stored, read per token)``; equal for a dense MLP.
+
+    A mixture of experts (``num_local_experts`` or ``num_experts``) stores every expert of
+    ``moe_intermediate_size`` (else ``intermediate_size``) and a router, and reads ``num_experts_per_tok`` experts,
+    the router and a shared expert (``shared_expert_intermediate_size``, or ``n_shared_experts`` experts) if any.
+    Every layer counts as a MoE layer (``mlp_only_layers``/``first_k_dense_replace`` are not read).
+
+    Example:
+        >>> from transformers import MixtralConfig
+        >>> mlp_parameters(MixtralConfig(hidden_size=8, intermediate_size=16, num_local_experts=4,
+        ...                              num_experts_per_tok=2))  # (4 x 384 + 32, 2 x 384 + 32)
+        (1568, 800)
+    """
+    h = config.hidden_size
+    dense = getattr(config, "intermediate_size", None) or 4 * h
+    experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+    if not experts:
+        return 3 * h * dense, 3 * h * dense
+    expert = 3 * h * (getattr(config, "moe_intermediate_size", None) or dense)
+    shared_size = getattr(config, "shared_expert_intermediate_size", None) or 0
+    shared = 3 * h * shared_size + (getattr(config, "n_shared_experts", None) or 0) * expert
+    active = getattr(config, "num_experts_per_tok", None) or 1
+    router = h * experts
+    return experts * expert + shared + router, active * expert + shared + router
+
+
+def embedding_bytes(config, dtype_bytes: int) -> int:
+    """Bytes of the input embeddings, the lm_head when untied, and the norms (two a layer, one final).
+
+    Example:
+        >>> from hf_triforce.bench.shapes import preset_config
+        >>> embedding_bytes(preset_config("tiny", 512), 1)  # 256 x 64 x 2 + (2 x 2 + 1) x 64
+        33088
+    """
+    h = config.hidden_size
+    tables = 1 if getattr(config, "tie_word_embeddings", False) else 2
+    return dtype_bytes * (config.vocab_size * h * tables + (2 * config.num_hidden_layers + 1) * h)
+
+
+def layer_windows(config) -> list[int | None]:
+    """Each decoder layer's sliding window (``None``: full attention), as transformers builds the cache.
+
+    Example:
+        >>> from transformers import MistralConfig
+        >>> layer_windows(MistralConfig(num_hidden_layers=2, sliding_window=64))
+        [64, 64]
+    """
+    window = getattr(config, "sliding_window", None)
+    return [window if kind == "sliding_attention" else None for kind in cache_layer_types(config)]
+
+
+def attended_kv_bytes(config, tokens: int, dtype_bytes: int) -> int:
+    """Key + value bytes a step attending to ``tokens`` cached tokens reads: every layer's ``tokens``, a sliding
+    layer's at most its window. Also what transformers' plain cache holds for ``tokens`` tokens.
+
+    Example:
+        >>> from transformers import MistralConfig
+        >>> shape = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        >>> kv_bytes_per_token(MistralConfig(**shape), 2)  # 2 layers x 2 heads x 16 dims x (K, V) x 2 bytes
+        256
+        >>> [attended_kv_bytes(MistralConfig(**shape, sliding_window=w), 100, 2) for w in (4096, 10)]
+        [25600, 2560]
+    """
+    per_layer = kv_bytes_per_token(config, dtype_bytes) // config.num_hidden_layers
+    return per_layer * sum(tokens if w is None else min(tokens, w) for w in layer_windows(config))
 
 
 def expected_tokens(acceptance: float, gamma: int) -> float:

@@ -58,7 +58,7 @@ def kv_heads(config) -> int:
         >>> kv_heads(preset_config("llama3.1-8b", 4096))
         8
     """
-    return config.num_key_value_heads or config.num_attention_heads
+    return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
 
 
 def preset_config(name: str, context: int, attn_implementation: str = "sdpa") -> LlamaConfig:
