@@ -23,8 +23,8 @@ Example:
     >>> result = estimate(preset_config("llama3.1-8b", 131072), context=65536, gpu="h100")
     >>> round(result.plain_floor_ms, 2), round(result.kinds["full"].speedup, 2), round(result.kinds["int4"].speedup, 2)
     (7.36, 1.0, 1.76)
-    >>> result.recommended_expression()
-    "TriForceConfig(level1_weights='int4')"
+    >>> result.recommended_expression()  # int4 models faster, but no GPU has timed it: a note, not the recommendation
+    "TriForceConfig(level1_weights='full')"
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ from .bandwidth import (
 from .gpus import Gpu, resolve_gpu
 from .memory import summaries_bytes, triforce_kv_bytes, view_bytes, views_alive
 from .shapes import text_config
+
+GPU_TIMED_WEIGHTS = ("full",)
+"""Level-1 weight kinds whose step a GPU run has timed (``benchmarks/results/h100-*``, ``h200-*``)."""
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
@@ -343,8 +346,12 @@ def _checked_text_config(config):
 def _recommendation(
     config, context: int, gpu: Gpu, memory: dict[str, int], kinds: dict[str, KindEstimate], tc: TriForceConfig
 ) -> tuple[TriForceConfig, list[str]]:
-    """``tc`` with the fastest level-1 weights the GPU runs and ``offload_kv`` when plain decoding does not fit."""
-    fastest = min((k for k in kinds.values() if k.refused is None), key=lambda k: k.ms_per_token)
+    """``tc`` with the fastest level-1 weights a GPU has run and ``offload_kv`` when plain decoding does not fit.
+
+    A weight kind no GPU has timed is never recommended (a note says what it models instead)."""
+    served = [k for k in kinds.values() if k.refused is None]
+    fastest = min((k for k in served if k.weights in GPU_TIMED_WEIGHTS), key=lambda k: k.ms_per_token)
+    untimed = min(served, key=lambda k: k.ms_per_token)
     notes = []
     needed = memory["plain_total_bytes"] + memory["triforce_extra_bytes"] + fastest.copy_bytes
     offload = gpu.memory_bytes is not None and memory["plain_total_bytes"] > gpu.memory_bytes
@@ -353,20 +360,24 @@ def _recommendation(
     elif offload:
         notes.append(
             f"weights + plain KV ({memory['plain_total_bytes'] / 1e9:.1f} GB) exceed the GPU's "
-            f"{gpu.memory_bytes / 1e9:.0f} GB: offload_kv=True (its PCIe transfers are not modeled; gamma2 12-16 "
-            "suits it, docs/offload.md)."
+            f"{gpu.memory_bytes / 1e9:.0f} GB: offload_kv=True (tested on the CPU only; its PCIe transfers are not "
+            "modeled; gamma2 12-16 suits it, docs/offload.md)."
         )
     elif needed > gpu.memory_bytes:
         notes.append(
             f"with TriForce's extra memory ({needed / 1e9:.1f} GB without activations) the GPU's "
             f"{gpu.memory_bytes / 1e9:.0f} GB is tight: consider offload_kv=True or prefill_chunk_size."
         )
-    if fastest.speedup < 1.0:
+    if fastest.speedup < 1.1:
         notes.append(
-            "no level-1 weight kind beats the plain floor here: the adaptive schedule falls back to plain steps."
+            f"level1_weights={fastest.weights!r} models {fastest.speedup:.2f}x: expect little or nothing over plain "
+            "decoding here (the adaptive schedule takes plain steps where speculation loses)."
         )
-    if fastest.weights != "full":
-        notes.append(f"level1_weights={fastest.weights!r}: its GPU step time is still to measure (no GPU record yet).")
+    if untimed.ms_per_token < fastest.ms_per_token:
+        notes.append(
+            f"level1_weights={untimed.weights!r} models {untimed.speedup:.2f}x, but no GPU has timed its step yet: "
+            "worth trying, not recommended."
+        )
     limit = getattr(config, "max_position_embeddings", None)
     if limit and context > limit:
         notes.append(f"context {context} exceeds the config's max_position_embeddings ({limit}).")
