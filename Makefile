@@ -64,7 +64,7 @@ demo: venv
 # written under benchmarks/results/ (~100 min on 2 CPU cores: 7 prompts x 2 temperatures x 6 configurations).
 BENCH_OUTPUT ?= benchmarks/results/cpu-smollm2-7k-natural.json
 bench: venv
-	$(VPY) -m hf_triforce bench --prompt-lookup 10 --output $(BENCH_OUTPUT) $(BENCH_ARGS)
+	$(VPY) -m hf_triforce bench --retrieval-budget 512 --prompt-lookup 10 --output $(BENCH_OUTPUT) $(BENCH_ARGS)
 
 # The documentation site (site/); --strict fails on any warning: broken links, bad docstrings, missing API names.
 docs: venv

@@ -31,7 +31,7 @@ big=$($PY -c "import torch; print(int(torch.cuda.is_available() and torch.cuda.m
 CONTEXTS_7B=${CONTEXTS_7B:-$([ "$big" = 1 ] && echo 32k,64k,120000 || echo 32k,64k,max)}
 CONTEXTS_8B=${CONTEXTS_8B:-32k,64k,128k}
 PREFILL_CHUNK=${PREFILL_CHUNK:-8192}
-CUDA_GRAPHS=${CUDA_GRAPHS:-auto}           # TriForceConfig.cuda_graphs: the level-0/1 steps and the verification; "off" if capture fails
+CUDA_GRAPHS=${CUDA_GRAPHS:-auto}           # TriForceConfig.cuda_graphs: the level-0/1 steps and the verification; "false" if capture fails
 RESULTS=${OUT:-benchmarks/results}
 STEPS=${STEPS:-versions,best-plain,tests,7b,8b,8b-int4,8b-rescore0,8b-no-triton,level0,8b-fp32}
 CONTEXTS_FP32=${CONTEXTS_FP32:-32k}
@@ -46,7 +46,7 @@ run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; }
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 bench() {  # bench NAME ARGS...: one JSON + .md per shape (plain = generate()'s defaults unless ARGS say --plain)
     local name=$1; shift
-    run $PY -m hf_triforce bench --device "$DEVICE" --dtype "$DTYPE" --temperatures 0 --budgets "$BUDGET" \
+    run $PY -m hf_triforce bench --device "$DEVICE" --dtype "$DTYPE" --temperatures 0 --retrieval-budget "$BUDGET" \
         --new-tokens 128 --prefill-chunk-size "$PREFILL_CHUNK" --output "$RESULTS/$name.json" \
         --cuda-graphs "$CUDA_GRAPHS" --plain dynamic "$@"
 }
@@ -56,32 +56,32 @@ print(torch.__version__, transformers.__version__, triton.__version__, torch.cud
 # Best plain against TriForce with the floors (the static uncompiled cache is left out: on CUDA generate() compiles a
 # static cache by itself, and the uncompiled one is the slowest choice there).
 want best-plain && bench "$tag-best-plain-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_BEST_8B" \
-    --drafters none --plain "$BEST_PLAIN" --new-tokens "${BEST_NEW_TOKENS:-64}"
+    --drafter none --plain "$BEST_PLAIN" --new-tokens "${BEST_NEW_TOKENS:-64}"
 want best-plain && bench "$tag-best-plain-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_BEST_7B" \
-    --drafters none --plain "$BEST_PLAIN" --new-tokens "${BEST_NEW_TOKENS:-64}"
+    --drafter none --plain "$BEST_PLAIN" --new-tokens "${BEST_NEW_TOKENS:-64}"
 want tests && run $PY -m pytest -q -p no:cacheprovider -m gpu tests
-want 7b && bench "$tag-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_7B" --drafters none
-want 8b && bench "$tag-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafters none
+want 7b && bench "$tag-$PRESET_7B" --preset "$PRESET_7B" --prompt-tokens "$CONTEXTS_7B" --drafter none
+want 8b && bench "$tag-$PRESET_8B" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafter none
 # Level 1 on the int4 copy (issue 55: torch._weight_int4pack_mm, groups of 32, the LM head in bf16), CUDA graphs as
 # above: its level-1 step ms against the 8b run's (full bf16 weights) and against its own floor (a quarter of the
 # projections' bytes), and the level-1 acceptance the random-weight preset cannot show (use the CPU's, below).
-want 8b-int4 && bench "$tag-$PRESET_8B-int4" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafters none \
+want 8b-int4 && bench "$tag-$PRESET_8B-int4" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" --drafter none \
     --level1-weights int4
 # rescore_candidates=0 (the chunk-mean ranking alone, TriForce's; the default until 2026-11-28): its refresh ms
 # against the 8b run above (the default, rescore_candidates=4) is what ranking the nominees by their keys costs.
 want 8b-rescore0 && bench "$tag-$PRESET_8B-rescore0" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" \
-    --drafters none --rescore-candidates 0
+    --drafter none --rescore-candidates 0
 # The same without any Triton kernel (retrieval scoring/gather, split-KV verification): what they are worth.
 # Its markdown is dropped (the device returns 8 files at most): hf_triforce.bench.report.markdown_table rebuilds it.
 want 8b-no-triton && HF_TRIFORCE_DISABLE_TRITON=1 bench "$tag-$PRESET_8B-no-triton" --preset "$PRESET_8B" \
-    --prompt-tokens "$CONTEXTS_8B" --drafters none && rm -f "$RESULTS/$tag-$PRESET_8B-no-triton.md"
+    --prompt-tokens "$CONTEXTS_8B" --drafter none && rm -f "$RESULTS/$tag-$PRESET_8B-no-triton.md"
 # Level 0: the 68M-class draft model under the 7B shape with CUDA graphs, short context (its step does not
 # depend on it). PNGs are left out (the device returns 8 files at most): hf_triforce.bench.plot.write_plot draws them
 # from the JSON.
-want level0 && bench "$tag-level0" --preset "$PRESET_7B" --draft-preset "$DRAFT_PRESET" --drafters model \
+want level0 && bench "$tag-level0" --preset "$PRESET_7B" --draft-preset "$DRAFT_PRESET" --drafter model \
     --prompt-tokens 16k
 # Lossless at full size: the 8B shape in float32, where greedy output must be identical (in bf16 the bench's
 # "identical" column may say "near-tie at N": hf_triforce.bench.divergence).
-want 8b-fp32 && bench "$tag-$PRESET_8B-fp32" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_FP32" --drafters none \
+want 8b-fp32 && bench "$tag-$PRESET_8B-fp32" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_FP32" --drafter none \
     --dtype float32
 echo "results in $RESULTS" | tee -a "$LOG"
