@@ -30,6 +30,7 @@ from ..errors import (
 from ..hf.caches import callers_cache
 from ..hf.distributed import RankConsensus, random_states_differ
 from ..hf.facts import ModelFacts, model_facts
+from ..hf.generate import effective_cache_implementation
 from ..hf.masks import has_mask_function
 from ..hf.model import TESTED_MODEL_TYPES, context_limit, vocab_size
 from ..hierarchy.static_steps import StepMode
@@ -97,8 +98,7 @@ class Limit:
 
 
 def _cache_implementation(f: Facts) -> str | None:
-    kwargs = f.generate_kwargs
-    implementation = kwargs.get("cache_implementation", kwargs["generation_config"].cache_implementation)
+    implementation = f.generate_kwargs["effective_cache_implementation"]  # what generate() will act on
     return None if implementation in (None, "dynamic") else f"cache_implementation={implementation!r} was given"
 
 
@@ -407,6 +407,7 @@ def check_generate_kwargs(model: torch.nn.Module, generate_kwargs: dict[str, Any
     kwargs = {
         **generate_kwargs,
         "generation_config": generate_kwargs.get("generation_config") or model.generation_config,
+        "effective_cache_implementation": effective_cache_implementation(model, generate_kwargs),
     }
     facts = Facts(model_facts(model), TriForceConfig(), generate_kwargs=kwargs)
     for feature in (_CACHE, _CUSTOM, _STOPS, _TWO_DRAFTS):

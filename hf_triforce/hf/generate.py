@@ -46,6 +46,24 @@ def wrap_generate(model: torch.nn.Module, handler: Handler) -> None:
     model.generation_config.triforce_config = None
 
 
+def effective_cache_implementation(model: torch.nn.Module, generate_kwargs: dict[str, Any]) -> str | None:
+    """The ``cache_implementation`` that ``generate()`` will act on for a call with ``generate_kwargs``.
+
+    Read through transformers' own preparation of the call's generation config (the call's kwarg over its
+    ``generation_config`` over the model's), which also drops what transformers ignores for this model: e.g. the Hub
+    default ``"hybrid"`` of Gemma checkpoints, served by the dynamic sliding-window cache.
+
+    Example:
+        >>> model.generation_config.cache_implementation = "hybrid"  # doctest: +SKIP
+        >>> effective_cache_implementation(model, {}) is None  # doctest: +SKIP
+        True
+    """
+    given = generate_kwargs.get("cache_implementation")
+    kwargs = {} if given is None else {"cache_implementation": given}
+    config, _ = model._prepare_generation_config(copy.deepcopy(generate_kwargs.get("generation_config")), **kwargs)
+    return config.cache_implementation
+
+
 def routed_kwargs(model: torch.nn.Module, handler: Handler, triforce_config: Any, kwargs: dict[str, Any]) -> dict:
     """``generate()``'s ``kwargs`` for a TriForce call: stop strings as a criterion, ``custom_generate`` set.
 

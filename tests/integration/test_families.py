@@ -130,6 +130,30 @@ def test_a_sliding_layer_s_view_is_its_window(families, assert_greedy_equal, mod
     assert hf_triforce.last_stats(families.target(model_type)).level1.per_token_acceptance == 1.0
 
 
+@pytest.mark.parametrize("given", ["model's generation config", "the call"])
+def test_hub_default_hybrid_cache_is_served_as_plain_generate_serves_it(families, assert_greedy_equal, given):
+    """Gemma checkpoints ship ``generation_config.cache_implementation="hybrid"``, which transformers drops for the
+    dynamic sliding-window cache: TriForce drops it too (the same tokens), set by the Hub or by the call."""
+    model = families.target("gemma3_text")
+    kwargs = {"cache_implementation": "hybrid"} if given == "the call" else {}
+    model.generation_config.cache_implementation = None if kwargs else "hybrid"
+    try:
+        cfg = TriForceConfig(drafter="ngram", **SPARSE)
+        assert_greedy_equal(model, prompt_ids(6), cfg, NEW_TOKENS, ran=Ran(drafted=("level1",)), **kwargs)
+    finally:
+        model.generation_config.cache_implementation = None
+
+
+def test_a_cache_implementation_transformers_keeps_is_refused_from_the_model_s_config_too(families):
+    model = families.target("gemma3_text")
+    model.generation_config.cache_implementation = "static"
+    try:
+        with pytest.raises(hf_triforce.UnsupportedGenerationError, match="cache_implementation='static'"):
+            model.generate(prompt_ids(), max_new_tokens=4, triforce_config=TriForceConfig(**SPARSE))
+    finally:
+        model.generation_config.cache_implementation = None
+
+
 def left_padded_pair() -> tuple[torch.Tensor, torch.Tensor]:
     """``([2, 200], [2, 200])``: a 200- and a 150-token prompt, left-padded with id 0, and their mask."""
     ids = torch.cat([prompt_ids(2), torch.cat([torch.zeros(1, 50, dtype=torch.long), prompt_ids(3, 150)], 1)])
