@@ -197,6 +197,10 @@ LIMITS: tuple[Limit, ...] = (
     Limit(_MODEL, "its attention implementation has no causal-mask function", Model, _SDPA,
           lambda f: f.model.attention != "eager" and not has_mask_function(f.model.attention)
           and f"attn_implementation={f.model.attention!r} has no causal-mask function"),
+    Limit(_MODEL, "a token's logits in a forward of several tokens depend on the other tokens (bitsandbytes' LLM.int8 "
+          "outlier split), so verifying drafts cannot give plain decoding's tokens", Model,
+          "Load it with BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=0.0) (no outlier split) or "
+          "load_in_4bit=True, or use plain generate().", lambda f: f.model.rows_interact),
     # generate()'s options; a cache_implementation is refused before generate() builds that cache.
     Limit(_CACHE, "TriForce keeps its own full cache and level-1 view", Generation,
           "Drop cache_implementation; to reuse a prefilled prefix, pass a DynamicCache as cache=.",
@@ -279,6 +283,10 @@ LIMITS: tuple[Limit, ...] = (
     Limit(_GRAPHS, "its RoPE recomputes the frequencies from the positions on the host", Model,
           "Use cuda_graphs='eager' or False.", lambda f: f.model.dynamic_rope),
     # Level 1's weights.
+    *(Limit(weights, "the model's linear layers are already quantized (the copy is made from plain float weights)",
+            Model, "Use level1_weights='auto' or 'full': level 1 then drafts with the model's own quantized layers.",
+            lambda f: f.model.quantized and f"{f.model.quantized}, and the copy is made from plain float weights")
+      for weights in (_INT8, _INT4)),
     Limit(_INT8, "the int8 kernel runs on the CPU only", Device, "Use level1_weights='int4' on a GPU, or 'full'.",
           lambda f: f.model.device != "cpu"),
     Limit(_INT8, "this torch has no torch._weight_int8pack_mm", Device, "Use level1_weights='full'.",

@@ -27,6 +27,7 @@ from .attention import active_tree_mask
 from .distributed import tensor_parallel_size
 from .linears import kept_beside, weight_fingerprint
 from .model import apply_rope, decoder_layers, is_dispatched
+from .quantization import is_plain_linear, quantized_linears
 from .versions import cache_layer_types
 
 DIRECT_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
@@ -224,8 +225,12 @@ def _layout_problem(model: torch.nn.Module) -> str | None:
     parts = ("embed_tokens", "rotary_emb", "norm")
     if layers is None or not all(hasattr(inner, p) for p in parts) or not hasattr(model, "lm_head"):
         return "it lacks the Llama layout (model.embed_tokens, layers, norm, rotary_emb; lm_head)"
+    quantized = quantized_linears(model)
+    if quantized is not None:
+        return f"{quantized}, not plain nn.Linear (it multiplies by float weights itself)"
     linears = [model.lm_head] + [m for layer in layers for m in layer.modules() if isinstance(m, torch.nn.Linear)]
-    if any(type(m) is not torch.nn.Linear or hasattr(m, "_hf_hook") for m in linears):
+    embed = getattr(inner.embed_tokens, "weight", None)
+    if not all(is_plain_linear(m) for m in linears) or type(embed) not in (torch.nn.Parameter, torch.Tensor):
         return "some of its linear layers are quantized or wrapped (not plain nn.Linear)"
     attn, mlp = layers[0].self_attn, layers[0].mlp
     has_qkv = hasattr(attn, "qkv_proj") or all(hasattr(attn, p) for p in ("q_proj", "k_proj", "v_proj"))

@@ -12,6 +12,7 @@ from .direct_forward import direct_forward_problem
 from .distributed import tensor_parallel_size
 from .masks import mask_kind
 from .model import attn_implementation, is_dispatched, layer_windows, model_problem, rope_types
+from .quantization import quantized_linears, rows_interact
 from .versions import cache_layer_types
 
 
@@ -27,6 +28,9 @@ class ModelFacts:
         direct_layout: why level 1's direct forward cannot run its layers (``None``: it can).
         int8_kernel: this torch has the CPU int8 weight-only kernel.
         int4_kernel: this torch has the int4 weight-only kernel for the model's device.
+        quantized: what quantizes its linear layers (``None``: plain float ``nn.Linear`` layers).
+        rows_interact: why a token's logits in a multi-token forward depend on the other tokens of that forward
+            (bitsandbytes' LLM.int8 outlier split; ``None``: they do not).
 
     Example:
         >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -53,6 +57,8 @@ class ModelFacts:
     direct_layout: str | None
     int8_kernel: bool
     int4_kernel: bool
+    quantized: str | None = None
+    rows_interact: str | None = None
 
 
 def model_facts(model: torch.nn.Module) -> ModelFacts:
@@ -84,4 +90,6 @@ def model_facts(model: torch.nn.Module) -> ModelFacts:
         direct_layout=direct_forward_problem(model),
         int8_kernel=int8_kernel_available(),
         int4_kernel=int4_kernel_available(parameter.device),
+        quantized=quantized_linears(model),
+        rows_interact=rows_interact(model),
     )

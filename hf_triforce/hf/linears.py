@@ -1,7 +1,7 @@
 """A model's ``nn.Linear`` layers swapped for a call: the CPU few-row path, and level 1's low-bit weight copies.
 
-Layers that transformers' integrations own are left alone: those with accelerate hooks (``_hf_hook``) and
-subclasses of ``nn.Linear`` (quantized layers).
+Layers that transformers' integrations own are left alone: those with accelerate hooks (``_hf_hook``), subclasses of
+``nn.Linear`` and layers whose weight is a tensor subclass (quantized layers: :func:`~.quantization.is_plain_linear`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ..kernels.int8_linear import (
     use_int8_linear,
 )
 from ..kernels.linear import linear_forward
+from .quantization import is_plain_linear
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +38,8 @@ _INT4_COPIES: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple, LowBitCopy
 
 
 def _plain_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
-    """The model's plain (not subclassed), unhooked ``nn.Linear`` layers."""
-    return [m for m in model.modules() if type(m) is torch.nn.Linear and not hasattr(m, "_hf_hook")]
+    """The model's plain (not subclassed, plain weight), unhooked ``nn.Linear`` layers."""
+    return [m for m in model.modules() if is_plain_linear(m)]
 
 
 def _patchable_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:

@@ -30,6 +30,7 @@ CPU = ModelFacts(unsupported=None, device="cpu", dtype=torch.float32, attention=
                  softcap=False, sinks=False, dispatched=False, tensor_parallel=False, dynamic_rope=False,
                  direct_layout=None, int8_kernel=True, int4_kernel=True)  # fmt: skip
 CUDA = dataclasses.replace(CPU, device="cuda", dtype=torch.bfloat16)
+QUANTIZED = dataclasses.replace(CPU, quantized="its linear layers are quantized with awq (WQLinear)")
 
 
 def facts(model: ModelFacts = CPU, rows: int = 1, **config) -> Facts:
@@ -81,6 +82,8 @@ def test_steps_refused(model, setting, fault, message):
         (dataclasses.replace(CPU, tensor_parallel=True), "auto", False, "full"),
         (CUDA, "auto", False, "full"),
         (CUDA, "int4", False, "int4"),
+        (QUANTIZED, "auto", True, "full"),  # level 1 drafts with the model's own quantized layers
+        (QUANTIZED, "full", False, "full"),
     ],
 )
 def test_level1_weights(model, choice, direct, expected):
@@ -97,6 +100,8 @@ def test_level1_weights(model, choice, direct, expected):
         (dataclasses.replace(CPU, int8_kernel=False), "int4", UnsupportedDeviceError, "LM head in int8"),
         (dataclasses.replace(CUDA, int4_kernel=False), "int4", UnsupportedDeviceError, "compute capability 8.0"),
         (dataclasses.replace(CPU, dispatched=True), "int4", UnsupportedModelError, "dispatched by accelerate"),
+        (QUANTIZED, "int8", UnsupportedModelError, r"with awq \(WQLinear\), and the copy is made from plain float"),
+        (dataclasses.replace(QUANTIZED, device="cuda"), "int4", UnsupportedModelError, "with awq"),
     ],
 )
 def test_level1_weights_refused(model, choice, fault, message):
@@ -128,6 +133,16 @@ def test_direct_forward_and_fixed_verification_are_automatic():
     assert plan.available(facts(), plan._FIXED_VERIFY)
     assert not plan.available(facts(offload_kv=True), plan._FIXED_VERIFY)
     assert not plan.available(facts(dataclasses.replace(CPU, sliding=True)), plan._FIXED_VERIFY)
+
+
+def test_a_model_whose_tokens_interact_within_a_forward_is_refused():
+    """bitsandbytes' LLM.int8 outlier split makes a verified token's logits depend on the tokens verified with it:
+    no call can equal plain decoding, so the model itself is refused (enable() and every call)."""
+    interacting = dataclasses.replace(CPU, rows_interact="its 8-bit layers split outlier columns")
+    with pytest.raises(UnsupportedModelError, match=r"TriForce on this model cannot run here: .*outlier columns.*"
+                       r"llm_int8_threshold=0\.0"):  # fmt: skip
+        plan.refuse(facts(interacting), plan._MODEL)
+    plan.refuse(facts(QUANTIZED), plan._MODEL)  # quantized alone is served
 
 
 def test_every_limit_has_one_fault_of_its_kind_and_says_what_to_do():

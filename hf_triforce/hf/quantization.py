@@ -1,0 +1,104 @@
+"""What a quantized model is, read off its modules: which linear layers carry no plain float weight, and whether a
+token's output depends on the other tokens of the same forward.
+
+A quantized model (bitsandbytes, quanto, torchao, AWQ, GPTQ, HQQ, ...) replaces ``nn.Linear`` layers by its own
+class (a subclass of ``nn.Linear`` or not), or keeps ``nn.Linear`` and makes its weight a tensor subclass (torchao).
+Both are found here from the modules themselves, whatever the method's name; ``config.quantization_config`` only
+names the method in messages. TriForce's verification runs the model's own forward, so it serves any of them as long
+as each token's output is its own; level 1's direct forward and its int8/int4 copies read plain float weights.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def is_plain_linear(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is an ``nn.Linear`` itself (not a subclass) with a plain tensor weight, no accelerate hook.
+
+    Example:
+        >>> is_plain_linear(torch.nn.Linear(2, 2)), is_plain_linear(torch.nn.Embedding(2, 2))
+        (True, False)
+    """
+    return (
+        type(module) is torch.nn.Linear
+        and type(module.weight) in (torch.nn.Parameter, torch.Tensor)
+        and not hasattr(module, "_hf_hook")
+    )
+
+
+def _linear_like(module: torch.nn.Module) -> bool:
+    """A linear layer of any integration: ``nn.Linear`` or a class with ``in_features``/``out_features`` (AWQ's
+    ``WQLinear``, GPTQ's ``QuantLinear``, HQQ's ``HQQLinear`` are not ``nn.Linear`` subclasses)."""
+    return isinstance(module, torch.nn.Linear) or (hasattr(module, "in_features") and hasattr(module, "out_features"))
+
+
+def _quantized(module: torch.nn.Module) -> bool:
+    if not _linear_like(module):
+        return False
+    if type(module) is torch.nn.Linear:
+        return type(module.weight) not in (torch.nn.Parameter, torch.Tensor)  # a weight tensor subclass (torchao)
+    return True
+
+
+def quantization_method(model: torch.nn.Module) -> str | None:
+    """``config.quantization_config``'s ``quant_method`` (``"bitsandbytes"``, ``"quanto"``, ``"torchao"``, ``"awq"``,
+    ``"gptq"``, ...), or ``None`` when the model was not loaded with one.
+
+    Example:
+        >>> quantization_method(torch.nn.Linear(2, 2)) is None
+        True
+    """
+    config = getattr(getattr(model, "config", None), "quantization_config", None)
+    if config is None:
+        return None
+    method = config.get("quant_method") if isinstance(config, dict) else getattr(config, "quant_method", None)
+    return None if method is None else str(getattr(method, "value", method))
+
+
+def quantized_linears(model: torch.nn.Module) -> str | None:
+    """What quantizes ``model``'s linear layers (``None``: every one is a plain float ``nn.Linear``), for messages:
+    the method and the layer (or weight) classes.
+
+    Example:
+        >>> quantized_linears(torch.nn.Sequential(torch.nn.Linear(2, 2))) is None
+        True
+        >>> class QLinear(torch.nn.Linear): ...
+        >>> quantized_linears(torch.nn.Sequential(QLinear(2, 2)))
+        'its linear layers are quantized (QLinear)'
+    """
+    kinds = set()
+    for module in model.modules():
+        if _quantized(module):
+            kinds.add(type(module.weight).__name__ if type(module) is torch.nn.Linear else type(module).__name__)
+    if not kinds:
+        return None
+    method = quantization_method(model)
+    by = f" with {method}" if method else ""
+    return f"its linear layers are quantized{by} ({', '.join(sorted(kinds))})"
+
+
+def rows_interact(model: torch.nn.Module) -> str | None:
+    """Why a token's output in a multi-token forward of ``model`` depends on the other tokens of that forward
+    (``None``: it does not, up to floating-point rounding).
+
+    bitsandbytes' LLM.int8 (``load_in_8bit`` with ``llm_int8_threshold > 0``, 6.0 by default) finds outlier feature
+    columns over all the tokens of a forward and multiplies those columns in 16 bits, the rest in int8: verifying
+    several drafted tokens in one forward then gives other logits than plain decoding's one-token forwards.
+
+    Example:
+        >>> rows_interact(torch.nn.Sequential(torch.nn.Linear(2, 2))) is None
+        True
+    """
+    thresholds = {
+        float(threshold)
+        for module in model.modules()
+        if _quantized(module) and (threshold := getattr(getattr(module, "state", None), "threshold", 0.0))
+    }
+    if not thresholds:
+        return None
+    shown = ", ".join(f"{t:g}" for t in sorted(thresholds))
+    return (
+        f"its 8-bit layers split outlier columns (llm_int8_threshold={shown}) found over all the tokens of a forward, "
+        "so a verified token's logits depend on the tokens verified with it and differ from plain decoding's"
+    )
