@@ -58,9 +58,11 @@ def main() -> None:
     print("4096-token view, gamma2 6), the level-1 acceptance measured on SmolLM2-135M on a CPU")
     print("(0.888 full, 0.867 int4).")
     print("A sliding layer's KV is at most its window, in a plain step and in level 1's view alike.\n")
-    print("| model | context | weights GB | attended KV GB | KV share of a plain step | plain step GB "
-          "| level-1 step GB, full weights (of plain) | speedup, full | level-1 step GB, int4 (of plain) "
-          "| speedup, int4 |")
+    print(
+        "| model | context | weights GB | attended KV GB | KV share of a plain step | plain step GB "
+        "| level-1 step GB, full weights (of plain) | speedup, full | level-1 step GB, int4 (of plain) "
+        "| speedup, int4 |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, (model_type, shape) in SHAPES.items():
         config = AutoConfig.for_model(model_type, **shape)
