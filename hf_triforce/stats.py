@@ -138,6 +138,11 @@ class PhaseTimes:
         return {k: _phase_dict(each) for k, each in self.durations.items()}
 
 
+def _ms(value: float | None) -> str:
+    """Milliseconds to two decimals, trailing zeros dropped (``"-"``: unknown)."""
+    return "-" if value is None else f"{value:.2f}".rstrip("0").rstrip(".")
+
+
 def _phase_dict(each: list[float]) -> dict[str, float]:
     """One phase of :meth:`PhaseTimes.to_dict` from its calls' seconds."""
     total = sum(each)
@@ -172,6 +177,9 @@ class TriForceStats:
         level1: level-1 drafts judged by the full cache (level 2).
         level0_to_level2: level-0 drafts judged by level 2 directly (rounds that skip level 1).
         rounds: rounds per schedule: ``"levels"``, ``"level0"``, ``"plain"`` (:mod:`~hf_triforce.hierarchy.planner`).
+        planner: what the schedule's planner weighed and why it settled where it did (JSON-ready, bounded size; see
+            :meth:`~hf_triforce.hierarchy.planner.Planner.explain`; :attr:`schedule_summary` reads it out); empty
+            for a batch's rows.
         phases: times of ``level0``, ``level1``, ``refresh``, ``level2``, ``prefill``, ``reuse`` (a caller's cache).
         rows: a batched call's per-row stats, in batch order (the top-level figures are the batch's totals).
 
@@ -204,6 +212,7 @@ class TriForceStats:
     level1: LevelStats = field(default_factory=LevelStats)
     level0_to_level2: LevelStats = field(default_factory=LevelStats)
     rounds: dict[str, int] = field(default_factory=dict)
+    planner: dict[str, Any] = field(default_factory=dict)
     phases: PhaseTimes = field(default_factory=PhaseTimes)
     rows: list[TriForceStats] = field(default_factory=list)
 
@@ -222,6 +231,32 @@ class TriForceStats:
         """
         decoding = self.seconds - self.prefill_seconds
         return self.decoded_tokens / decoding if decoding > 0 else 0.0
+
+    @property
+    def schedule_summary(self) -> str:
+        """:attr:`planner` in two lines: each schedule's rounds and milliseconds per token, measured over its timed
+        rounds (modeled at the latest decision), the switches and probes; then why the call settled where it did
+        (``""``: no record, as for a batch's rows).
+
+        Example:
+            >>> plain = {"rounds": 3, "measured_ms_per_token": 10.4, "modeled_ms_per_token": 10.0}
+            >>> levels = {"rounds": 30, "measured_ms_per_token": 4.1, "modeled_ms_per_token": 3.9, "gamma2": 6}
+            >>> record = {"schedules": {"levels": levels, "plain": plain}, "switches": 1, "probes": 2,
+            ...           "reason": "levels (gamma2 6, chain): modeled 3.9 ms/token vs plain 10 ms/token"}
+            >>> print(TriForceStats(planner=record).schedule_summary)
+            schedule: levels 30 rounds 4.1 ms/token (modeled 3.9), plain 3 rounds 10.4 (10); 1 switch, 2 probes
+            why: levels (gamma2 6, chain): modeled 3.9 ms/token vs plain 10 ms/token
+        """
+        if not self.planner:
+            return ""
+        parts = []
+        for i, (kind, entry) in enumerate(self.planner["schedules"].items()):
+            measured, modeled = _ms(entry.get("measured_ms_per_token")), _ms(entry.get("modeled_ms_per_token"))
+            unit = " ms/token (modeled " if i == 0 else " ("
+            parts.append(f"{kind} {entry['rounds']} rounds {measured}{unit}{modeled})")
+        switches, probes = self.planner["switches"], self.planner["probes"]
+        counts = f"{switches} switch{'es' * (switches != 1)}, {probes} probe{'s' * (probes != 1)}"
+        return f"schedule: {', '.join(parts)}; {counts}\nwhy: {self.planner['reason']}"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict (JSON-serializable)."""

@@ -300,6 +300,7 @@ class TriForceRun:
         self.stats.full_cache_bytes = self.cache.kv_nbytes()
         if not self.batched:
             self.stats.positional_acceptance = self.level1.planner.positional.to_dict()
+        self.stats.planner = self.level1.planner.explain(context_tokens=self.slots.length)
         if self.cache.transfers is not None:
             self.stats.kv_bytes_to_device = self.cache.transfers.to_device
             self.stats.kv_bytes_to_host = self.cache.transfers.to_host

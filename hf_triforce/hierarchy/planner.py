@@ -21,11 +21,12 @@ Under tensor parallelism each rank times itself, so rank 0 takes the adaptive de
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ..config import TriForceConfig
 from ..hf.distributed import RankConsensus
 from .cost_model import ConfidenceAcceptance, RunningRate, StepCost, StreakAcceptance, expected_tokens
+from .schedule_record import ScheduleRecord, TreesWeighed, Weighed, reason
 from .tree_shape import MAX_BRANCH, PositionalAcceptance, TreeShape, best_tree, best_trees
 
 PROBE_EVERY = 16  # rounds between re-tries of a schedule that is not chosen
@@ -87,6 +88,7 @@ class Planner:
         self.rounds = 0
         self.last_tried: dict[Kind, int] = {}
         self._steps_without_level0 = 0
+        self.record = ScheduleRecord()  # what it weighed and chose, for the call's stats (:meth:`explain`)
 
     # -- decisions --------------------------------------------------------------------------------------------
 
@@ -94,6 +96,7 @@ class Planner:
         """The schedule of the next round."""
         self.rounds += 1
         self._last = self._plan_round()
+        self.record.ran(self._last.kind, None if self._last.tree is None else self._last.tree.size)
         if self._last.tree is not None:
             self._tree_tried = self.rounds
         elif self._last.kind == "levels":
@@ -103,7 +106,9 @@ class Planner:
     def _plan_round(self) -> Plan:
         if not self.adaptive:
             return self._with_tree(Plan("levels", self.config.gamma2))
-        plan = self._agreed(self._probe() or self._best())
+        probe = self._probe()
+        self.record.probes += int(probe is not None)
+        plan = self._agreed(probe if probe is not None else self._best())
         self.last_tried[plan.kind] = self.rounds
         if plan.kind == "levels":
             tree = self._with_tree(plan)
@@ -136,10 +141,22 @@ class Planner:
         shapes = best_trees(vector, list(AUTO_TREE_SIZES), self.config.gamma2)
         best = max(shapes, key=self.tree_rate)
         if self.tree_rate(best) <= TREE_MARGIN * chain_rate:
-            return None
+            return self._weighed_trees(shapes, chain_rate, None, f"no tree models {TREE_MARGIN}x the chain's speed")
         if self._tree_tried > self._chain_tried and self.rounds - self._chain_tried >= PROBE_EVERY:
             return None  # a chain now and then among trees, so the rounds measure both shapes
-        return None if self._trees_measured_slower() and self.rounds - self._tree_tried < PROBE_EVERY else best
+        if self._trees_measured_slower() and self.rounds - self._tree_tried < PROBE_EVERY:
+            return self._weighed_trees(shapes, chain_rate, None, "tree rounds measured slower than chain rounds")
+        why = f"the {best.size}-node tree models over {TREE_MARGIN}x the chain's speed"
+        return self._weighed_trees(shapes, chain_rate, best, why)
+
+    def _weighed_trees(
+        self, shapes: list[TreeShape], chain_rate: float, chosen: TreeShape | None, why: str
+    ) -> TreeShape | None:
+        """Keep ``'auto'``'s weighing in the record; returns ``chosen``."""
+        rates = [self.tree_rate(shape) for shape in shapes]
+        size = None if chosen is None else chosen.size
+        self.record.trees = TreesWeighed([shape.size for shape in shapes], rates, chain_rate, size, why)
+        return chosen
 
     def _trees_measured_slower(self) -> bool:
         """Whether the call's tree rounds measured fewer tokens per second than its chain rounds."""
@@ -185,6 +202,10 @@ class Planner:
 
     def gamma1(self) -> int:
         """Level-0 drafts for the next level-1 step (0: level 1 decodes one token on its own)."""
+        self.record.gamma1 = self._gamma1()
+        return self.record.gamma1
+
+    def _gamma1(self) -> int:
         if not self.has_drafter:
             return 0
         if not self.adaptive:
@@ -213,7 +234,11 @@ class Planner:
         return None
 
     def _best(self) -> Plan:
-        return max([Plan("plain", 0)] + [self._best_of(kind) for kind in self._kinds()[:-1]], key=self.rate)
+        candidates = [Plan("plain", 0)] + [self._best_of(kind) for kind in self._kinds()[:-1]]
+        best = max(candidates, key=self.rate)
+        by_kind = {plan.kind: plan for plan in candidates}
+        self.record.decide(best.kind, {kind: self._weigh(by_kind[kind]) for kind in self._kinds()}, self.rounds)
+        return best
 
     def _best_of(self, kind: Kind) -> Plan:
         """The length of ``kind`` with the most expected tokens per second (the longest while none is known)."""
@@ -228,6 +253,12 @@ class Planner:
         return self.config.gamma2 if kind == "levels" else self.config.gamma1 + self.config.gamma2
 
     # -- the model --------------------------------------------------------------------------------------------
+
+    def _weigh(self, plan: Plan) -> Weighed:
+        """``plan`` as the model prices it: the acceptance and expected tokens per round it assumes, its rate."""
+        acceptance = {"levels": self.a1.rate, "level0": self.a02.rate}.get(plan.kind)
+        tokens = 1.0 if acceptance is None else expected_tokens(acceptance, plan.gamma2)
+        return Weighed(plan.gamma2, acceptance, tokens, self.rate(plan))
 
     def rate(self, plan: Plan) -> float:
         """Expected tokens per second of a round run by ``plan`` (0 when a cost it needs is unknown)."""
@@ -322,12 +353,68 @@ class Planner:
     def observe_round(self, tokens: int, seconds: float) -> None:
         """A whole round (drafting, verification and what the loop did around them) gave ``tokens`` in ``seconds``."""
         self.reached.observe(tokens, seconds)
+        if self._last is not None:
+            self.record.timed(self._last.kind, tokens, seconds)
         if self._last is not None and self._last.kind == "levels":
             self.reached_by_shape["chain" if self._last.tree is None else "tree"].observe(tokens, seconds)
 
     def observe_refresh(self, seconds: float) -> None:
         """One re-selection of the retrieval chunks took ``seconds``."""
         self.refresh.observe(1, seconds)
+
+    # -- the explanation --------------------------------------------------------------------------------------
+
+    def explain(self, context_tokens: int | None = None) -> dict[str, Any]:
+        """What the planner weighed and why it settled where it did, JSON-ready and of bounded size (the call's
+        ``TriForceStats.planner``); ``context_tokens``: the full cache's length, for the reason's wording.
+
+        Per schedule (``"levels"``, ``"level0"`` with a drafter, ``"plain"``): the rounds planned, milliseconds per
+        token measured over its timed rounds (whole rounds, overheads included; a call's last round is not timed) and
+        modeled at the latest decision, at the length (``gamma2``), per-token acceptance and expected tokens per round
+        the model used. A decision is a round that was not a probe; ``switches`` counts decisions that changed the
+        schedule. Without ``adaptive``, or before any decision, the modeled figures are priced at the end of the call
+        (``modeled_at_round``). ``trees``: ``tree_budget='auto'``'s latest weighing, when it weighed.
+
+        Example:
+            >>> p = Planner(TriForceConfig(gamma2=4), has_drafter=False)
+            >>> for w in (1, 5): p.level2.observe(w, 0.010 + 0.001 * (w - 1))
+            >>> p.level1.observe(1, 0.002); p.rounds = p.last_tried["levels"] = p.last_tried["plain"] = 20
+            >>> p.plan_round().kind
+            'levels'
+            >>> e = p.explain(context_tokens=4096)
+            >>> e["chosen"], e["schedules"]["plain"]["modeled_ms_per_token"]
+            ('levels', 10.0)
+            >>> e["reason"]
+            'levels (gamma2 3, chain): modeled 6.44 ms/token vs plain 10 ms/token at 4096 tokens of context'
+        """
+        record = self.record
+        if self.adaptive and record.decided is not None:
+            chosen, weighed, at = record.decided, record.weighed, record.decided_round
+        else:  # priced now: the fixed schedule's length, each other schedule at its best
+            chosen = "levels" if not self.adaptive else None
+            plans = [self._best_of(kind) if kind != "plain" else Plan("plain", 0) for kind in self._kinds()]
+            if not self.adaptive:
+                plans[0] = Plan("levels", self.config.gamma2)
+            weighed, at = {plan.kind: self._weigh(plan) for plan in plans}, self.rounds
+        shape = record.shape
+        out: dict[str, Any] = {
+            "adaptive": self.adaptive,
+            "chosen": chosen,
+            "reason": reason(chosen, weighed, self.adaptive, context_tokens, shape, self.rounds),
+            "rounds": self.rounds,
+            "decisions": record.decisions,
+            "probes": record.probes,
+            "switches": record.switches,
+            "modeled_at_round": at,
+            "stops_by_confidence": self.confidence_stops,
+            "context_tokens": context_tokens,
+            "schedules": {kind: record.schedule(kind, weighed.get(kind)) for kind in self._kinds()},
+        }
+        measured = {shape: rate.rate for shape, rate in self.reached_by_shape.items()}
+        trees = record.trees_dict(measured)
+        if trees is not None:
+            out["trees"] = trees
+        return out
 
 
 def tree_widths(shape: TreeShape) -> list[int]:
