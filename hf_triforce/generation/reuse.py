@@ -83,8 +83,8 @@ def start_cache(
 
 
 def _new_cache(model, config: TriForceConfig, capacity: int, offload_to, windows: list[int | None]) -> RetrievalCache:
-    """A full cache whose sliding layers keep their window and one round: up to ``gamma1 + gamma2`` drafts and the
-    token before them (a token tree never verifies on a sliding model, :data:`~hf_triforce.generation.plan.LIMITS`)."""
+    """A full cache whose sliding layers keep their window and one round: room for ``gamma1 + gamma2`` drafts and the
+    token before them (a larger token tree grows a sliding layer's storage to exactly its window and that tree)."""
     round_slots = config.gamma1 + config.gamma2 + 1
     return RetrievalCache(num_layers(model), config.chunk_size, capacity, offload_to, windows, round_slots)
 

@@ -118,7 +118,7 @@ def _slot_attention(base: str, slots: Any, module, query, key, value, **kwargs):
 def _tree_attention(base: str, rows: torch.Tensor, module, query, key, value, **kwargs):
     """A token tree's attention (see :func:`tree_attention`): plain attention through
     :func:`~hf_triforce.kernels.attention.gqa_sdpa_attention`, soft-capping or sinks through the model's own."""
-    mask = tree_attention_mask(rows, key.shape[2])
+    mask = tree_attention_mask(rows, key.shape[2], kwargs.get("sliding_window"))
     if _plain_attention(kwargs):
         return gqa_sdpa_attention(module, query, key, value, mask, scaling=kwargs.get("scaling"))
     return _base_with_mask(base, module, query, key, value, mask, **kwargs)
@@ -231,7 +231,8 @@ def tree_attention(model: torch.nn.Module, rows: torch.Tensor) -> Iterator[dict[
     """Within the block, the forwards are token-tree steps over the cache's last ``m`` keys (yields no kwargs).
 
     Query ``i`` sees every key before the tree and the tree's keys where ``rows[i]`` (``[q, m]`` bool: its ancestors
-    and itself) is ``True``.
+    and itself) is ``True``; in a sliding layer only those within its window
+    (:func:`~hf_triforce.kernels.attention.tree_attention_mask`).
 
     Example:
         >>> rows = torch.tensor([[True, False, False], [True, True, False], [True, False, True]])
