@@ -95,8 +95,13 @@ def hand_back(start: StartingCache) -> Any:
     if start.callers is not None:
         for i, layer in enumerate(start.cache.layers):
             if layer.is_sliding:
-                keys, values = layer.read_from(layer.start)
-                set_window_layer(start.callers.layers[i], keys.clone(), values.clone(), layer.get_seq_length())
+                keys, values = (t.clone() for t in layer.read_from(layer.start))
+                theirs = start.callers.layers[i]
+                if isinstance(start.callers, RetrievalCache):  # another layout of ours: loaded afresh
+                    theirs.reset()
+                    theirs.load(keys, values, layer.get_seq_length())
+                else:
+                    set_window_layer(theirs, keys, values, layer.get_seq_length())
             else:
                 keys, values = layer.read_from(start.reused)
                 start.callers.update(keys, values, i)

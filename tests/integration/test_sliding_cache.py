@@ -92,9 +92,11 @@ def test_greedy_equals_plain_generate_and_sliding_layers_hold_their_window(model
     assert bool(runners) == (form == "fixed shapes")  # level 1 on the fixed-capacity view
 
 
+@pytest.mark.parametrize("options", [{}, {"offload_kv": True}])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_batch_equals_plain_batched_generate(models, shape):
-    """Two left-padded prompts, four and five windows long: each row as plain batched ``generate()``."""
+def test_batch_equals_plain_batched_generate(models, shape, options):
+    """Two left-padded prompts, four and five windows long: each row as plain batched ``generate()`` (with
+    ``offload_kv`` too: the full layers in host memory, the sliding ones on the device)."""
     model = models[shape]
     ids = torch.cat(
         [prompt_ids(seed=1), torch.cat([torch.zeros(1, WINDOW, dtype=torch.long), prompt_ids(4 * WINDOW, 2)], 1)]
@@ -103,7 +105,7 @@ def test_batch_equals_plain_batched_generate(models, shape):
     mask[1, :WINDOW] = 0
     common = dict(attention_mask=mask, max_new_tokens=NEW, do_sample=False, pad_token_id=0)
     expected = model.generate(ids, **common)
-    got = model.generate(ids, triforce_config=TriForceConfig(**CFG), **common)
+    got = model.generate(ids, triforce_config=TriForceConfig(**CFG, **options), **common)
     assert torch.equal(got, expected)
 
 
@@ -160,9 +162,15 @@ def test_the_returned_cache_serves_later_calls(models, shape):
     assert torch.equal(plain.sequences, expected)
     sliding = [layer for layer in output_cache(plain).layers if layer.is_sliding]
     assert all(layer.buffer.length == WINDOW - 1 for layer in sliding)  # plain decoding keeps the window only
+    other_layout = copy.deepcopy(cache)  # another chunk size: copied into a new full cache, handed back after
     again = model.generate(follow_up, triforce_config=TriForceConfig(**CFG), **common, **{CACHE_ARG: cache})
     assert torch.equal(again.sequences, expected)
     assert hf_triforce.last_stats(model).reused_tokens == first.sequences.shape[1] - 1
+    config = TriForceConfig(**{**CFG, "chunk_size": 4})
+    copied = model.generate(follow_up, triforce_config=config, **common, **{CACHE_ARG: other_layout})
+    assert torch.equal(copied.sequences, expected) and output_cache(copied) is other_layout
+    assert other_layout.get_seq_length() == expected.shape[1] - 1
+    assert all(layer.buffer.length == WINDOW - 1 for layer in other_layout.layers if layer.is_sliding)
 
 
 def _dynamic_bytes(cache: DynamicCache) -> int:
