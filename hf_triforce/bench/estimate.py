@@ -231,9 +231,10 @@ def level1_copy_bytes(config, weights: str) -> int:
 
 def memory_terms(config, context: int, dtype_bytes: int, triforce_config: TriForceConfig) -> dict[str, int]:
     """Device memory by term, in bytes: the weights, plain ``generate()``'s KV cache, and what TriForce adds to it
-    (its full cache keeps every layer's tokens, sliding layers' too; the chunk summaries; the retrieval views alive
-    at once). Level 1's low-bit copy is per kind (:func:`level1_copy_bytes`); activations are not counted here
-    (:mod:`~hf_triforce.bench.memory` estimates the peak with them).
+    (its full cache reserves every full layer's ``max_length`` and a sliding layer's window and one round; the chunk
+    summaries of the full layers; the retrieval views alive at once). Level 1's low-bit copy is per kind
+    (:func:`level1_copy_bytes`); activations are not counted here (:mod:`~hf_triforce.bench.memory` estimates the
+    peak with them).
 
     Example:
         >>> from hf_triforce.bench.shapes import preset_config

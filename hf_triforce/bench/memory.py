@@ -35,9 +35,10 @@ Facts checked in the installed transformers (5.23) and torch sources:
 
 And in hf_triforce, whose capacities ``TriForceConfig`` derives (this model reads them from there): the
 generation loop (``generation/loop.py``) reserves ``TriForceConfig.full_cache_capacity(max_length)`` slots per
-layer up front (``KVBuffer.reserve`` allocates ``max(size, capacity)`` on the first append and doubles only past
-that, which ``max_length`` rules out); ``ChunkSummaries._grow`` allocates ``capacity // chunk_size + 1``
-mean keys per layer and KV head on the first selection; ``Level1Drafter._new_view`` builds a new view of
+full-attention layer up front (``KVBuffer.reserve`` allocates ``max(size, capacity)`` on the first append and
+doubles only past that, which ``max_length`` rules out), and ``window - 1 + gamma1 + gamma2 + 1`` per sliding
+layer (``SlidingLayer``: never doubled); ``ChunkSummaries._grow`` allocates ``capacity // chunk_size + 1``
+mean keys per full layer and KV head on the first selection; ``Level1Drafter._new_view`` builds a new view of
 ``selected + TriForceConfig.view_extra_capacity`` slots while the previous one is still referenced (two views
 alive during a re-selection on the dynamic path; one fixed ``StaticRetrievalView`` of
 ``TriForceConfig.view_capacity`` slots on the fixed-shape path).
@@ -55,7 +56,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..config import DRAFT_SINKS, TriForceConfig
-from .bandwidth import kv_bytes_per_token, weight_bytes
+from .bandwidth import attended_kv_bytes, kv_bytes_per_token, layer_windows, weight_bytes
 from .shapes import head_dim, kv_heads, text_config
 
 GIB = 2**30
@@ -244,7 +245,7 @@ def plain_generate_estimate(
     regrow = layer_keys_bytes(config, prompt, dtype_bytes) if chunked else 0
     return MemoryEstimate(
         weights=weight_bytes(config, dtype_bytes),
-        kv=context * kv_bytes_per_token(config, dtype_bytes),
+        kv=attended_kv_bytes(config, context, dtype_bytes),  # a sliding layer keeps its window
         prefill=prefill_bytes(config, prompt, dtype_bytes, prefill_chunk) + regrow,
         decode=layer_keys_bytes(config, context, dtype_bytes) + forward_bytes(config, 1, context, dtype_bytes),
     )
@@ -253,16 +254,27 @@ def plain_generate_estimate(
 def triforce_kv_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForceConfig) -> int:
     """Bytes of the ``RetrievalCache``'s keys and values (``RetrievalCache.kv_nbytes()``). Exact.
 
+    A full layer reserves ``full_cache_capacity(context)`` slots; a sliding layer (``SlidingLayer``) its window
+    minus one and one round (``gamma1 + gamma2 + 1`` slots).
+
     Example:
         >>> from hf_triforce.bench.shapes import preset_config
         >>> triforce_kv_bytes(preset_config("llama2-7b", 4096), 1000, 2, TriForceConfig(gamma2=6)) / 2**19
         1008.0
+        >>> from transformers import MistralConfig
+        >>> shape = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        >>> triforce_kv_bytes(MistralConfig(**shape, sliding_window=64), 1000, 2, TriForceConfig()) // 128  # slots
+        144
     """
-    return triforce_config.full_cache_capacity(context) * kv_bytes_per_token(text_config(config), dtype_bytes)
+    config, tc = text_config(config), triforce_config
+    per_layer = kv_bytes_per_token(config, dtype_bytes) // config.num_hidden_layers
+    round_slots = tc.gamma1 + tc.gamma2 + 1
+    slots = (tc.full_cache_capacity(context) if w is None else w - 1 + round_slots for w in layer_windows(config))
+    return per_layer * sum(slots)
 
 
 def summaries_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForceConfig) -> int:
-    """Bytes of the chunk summaries: ``capacity // chunk_size + 1`` mean keys per layer and KV head. Exact.
+    """Bytes of the chunk summaries: ``capacity // chunk_size + 1`` mean keys per full layer and KV head. Exact.
 
     Example:
         >>> from hf_triforce.bench.shapes import preset_config
@@ -271,7 +283,8 @@ def summaries_bytes(config, context: int, dtype_bytes: int, triforce_config: Tri
     """
     config = text_config(config)
     chunks = triforce_config.full_cache_capacity(context) // triforce_config.chunk_size + 1
-    return config.num_hidden_layers * layer_keys_bytes(config, chunks, dtype_bytes)
+    full = sum(w is None for w in layer_windows(config))  # sliding layers have none
+    return full * layer_keys_bytes(config, chunks, dtype_bytes)
 
 
 def static_view(triforce_config: TriForceConfig) -> bool:

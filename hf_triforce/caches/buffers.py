@@ -20,9 +20,10 @@ class KVBuffer:
         torch.Size([1, 2, 3, 8])
     """
 
-    def __init__(self, capacity: int = 0, align: int = 1) -> None:
+    def __init__(self, capacity: int = 0, align: int = 1, doubling: bool = True) -> None:
         self.capacity = capacity
         self.align = align  # storage sizes are multiples of it (whole chunks)
+        self.doubling = doubling  # grow by doubling (amortized appends), or to exactly what is asked (bounded storage)
         self.length = 0
         self._k: torch.Tensor | None = None
         self._v: torch.Tensor | None = None
@@ -53,7 +54,8 @@ class KVBuffer:
         """Make room for ``size`` slots, keeping the stored ones."""
         if self._k is not None and size <= self._k.shape[-2]:
             return
-        capacity = max(size, self.capacity, 2 * (0 if self._k is None else self._k.shape[-2]))
+        held = 0 if self._k is None else self._k.shape[-2]
+        capacity = max(size, self.capacity, 2 * held if self.doubling else 0)
         capacity += -capacity % self.align
         shape = (*like.shape[:2], capacity, like.shape[-1])
         new_k = like.new_empty(shape)
@@ -130,6 +132,21 @@ class KVBuffer:
         if tokens_to_remove > 0:
             raise InvalidInputError(f"crop expects a negative count (tokens to remove), got {tokens_to_remove}.")
         self.length = max(0, self.length + tokens_to_remove)
+
+    def drop_front(self, count: int) -> None:
+        """Drop the first ``count`` stored slots, moving the others to the front (a sliding layer's trim).
+
+        Example:
+            >>> buf = KVBuffer(); _ = buf.append(torch.arange(4.0).view(1, 1, 4, 1), torch.zeros(1, 1, 4, 1))
+            >>> buf.drop_front(3); buf.keys.flatten().tolist()
+            [3.0]
+        """
+        if count <= 0:
+            return
+        kept = self.length - count
+        self._k[:, :, :kept] = self._k[:, :, count : self.length].clone()
+        self._v[:, :, :kept] = self._v[:, :, count : self.length].clone()
+        self.length = kept
 
     def nbytes(self) -> int:
         """Bytes held by the allocated storage (both keys and values)."""

@@ -20,7 +20,8 @@ from .selection import (
     window_layout,
     with_key_scores,
 )
-from .slots import SlotMask
+from .sliding import SlidingLayer
+from .slots import SlotMask, window_start
 from .static_buffer import StepSlots
 from .summaries import ChunkSummaries
 from .view import RetrievalView
@@ -45,9 +46,28 @@ class RetrievalLayer(BufferedLayer):
             return super().update(key_states, value_states, *args, **kwargs)
         return self.buffer.index_write(self.slots.positions, key_states, value_states)
 
+    start = 0  # the position of slot 0: a full layer holds every token
+
     def advance(self, count: int) -> None:
         """Count the ``count`` slots a fixed-shape step wrote as stored (host-side, after the step)."""
         self.buffer.advance(count)
+
+    def local(self, positions: torch.Tensor) -> torch.Tensor:
+        """Slots of the tokens at absolute ``positions`` (the same)."""
+        return positions
+
+    def read_from(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of the tokens from absolute ``position`` on."""
+        return self.buffer.read(position, self.buffer.length)
+
+    def holds(self, position: int) -> bool:
+        return True
+
+    def load(self, key_states: torch.Tensor, value_states: torch.Tensor, length: int) -> None:
+        """Start from a caller's ``[B, H_kv, length, D]`` keys and values."""
+        if key_states.shape[-2] != length:
+            raise InternalError("a full layer is loaded with every token")
+        self.update(key_states, value_states)
 
     def share_summaries(self, summaries: ChunkSummaries, index: int) -> None:
         """Keep this layer's chunk means in ``summaries`` (the cache's, for all its layers) as layer ``index``."""
@@ -76,7 +96,10 @@ class RetrievalCache(BufferedCache):
     """The target model's full KV cache, with chunk summaries for query-aware retrieval.
 
     ``DynamicCache``-like (appends, negative ``crop``) over preallocated buffers of ``capacity`` slots; ``offload_to``
-    (the model's device) keeps keys and values in host memory (:mod:`~hf_triforce.caches.offload`).
+    (the model's device) keeps keys and values in host memory (:mod:`~hf_triforce.caches.offload`). ``windows``: each
+    layer's sliding window (``None``: full attention); a sliding layer is a
+    :class:`~hf_triforce.caches.sliding.SlidingLayer` (its window and ``round_slots`` more; no chunk summaries; it
+    stays on the device when the full layers are offloaded).
 
     Example:
         >>> cache = RetrievalCache(num_layers=2, chunk_size=8, capacity=64)
@@ -86,21 +109,58 @@ class RetrievalCache(BufferedCache):
     """
 
     def __init__(
-        self, num_layers: int, chunk_size: int = 8, capacity: int = 0, offload_to: torch.device | None = None
+        self,
+        num_layers: int,
+        chunk_size: int = 8,
+        capacity: int = 0,
+        offload_to: torch.device | None = None,
+        windows: list[int | None] | None = None,
+        round_slots: int = 0,
     ) -> None:
         self.transfers = None if offload_to is None else Transfers()
-        buffers = [None] * num_layers
-        if offload_to is not None:
-            buffers = [HostKVBuffer(capacity, chunk_size, i, offload_to, self.transfers) for i in range(num_layers)]
-            window = DeviceWindow(buffers, offload_to)
-            for buffer in buffers:
-                buffer.window = window
-        layers = [RetrievalLayer(capacity, chunk_size, buffer) for buffer in buffers]
-        self.summaries = ChunkSummaries(layers, chunk_size)  # every layer's chunk means, side by side
-        for i, layer in enumerate(layers):
-            layer.share_summaries(self.summaries, i)
+        windows = [None] * num_layers if windows is None else list(windows)
+        full = [i for i, window in enumerate(windows) if window is None]
+        buffers = {i: None for i in full}
+        if offload_to is not None and full:
+            host = [HostKVBuffer(capacity, chunk_size, n, offload_to, self.transfers) for n in range(len(full))]
+            device_window = DeviceWindow(host, offload_to)
+            for i, buffer in zip(full, host, strict=True):
+                buffer.window, buffers[i] = device_window, buffer
+        layers = [
+            RetrievalLayer(capacity, chunk_size, buffers[i]) if w is None else SlidingLayer(w, round_slots)
+            for i, w in enumerate(windows)
+        ]
+        self.full_layers = [layers[i] for i in full]
+        self.summaries = ChunkSummaries(self.full_layers, chunk_size)  # every full layer's chunk means, side by side
+        for n, layer in enumerate(self.full_layers):
+            layer.share_summaries(self.summaries, n)
         super().__init__(layers=layers)
         self.chunk_size = chunk_size
+
+    def windows(self) -> list[int | None]:
+        """Each layer's sliding window (``None``: a full layer, which holds every token)."""
+        return [layer.window if layer.is_sliding else None for layer in self.layers]
+
+    def load(self, layer_idx: int, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+        """Layer ``layer_idx`` starts from a caller's keys and values: the last ``keys.shape[2]`` of ``length`` tokens
+        (all of them for a full layer)."""
+        self.layers[layer_idx].load(keys, values, length)
+
+    def record_rounds(self, on: bool) -> None:
+        """Within a call's rounds (``on``) sliding layers keep every token until :meth:`trim`; after, an ``update``
+        keeps their window only (a later plain ``generate()``)."""
+        for layer in self.layers:
+            if layer.is_sliding:
+                layer.activate_past_recording() if on else layer.stop_recording()
+
+    def trim(self, slots: SlotMask | None = None) -> None:
+        """After a verification's crop: each sliding layer drops the tokens no next query's window reaches (with
+        ``slots``, a batch: of any row, counted as plain ``generate()`` lays the row out)."""
+        for layer in self.layers:
+            if layer.is_sliding and layer.buffer.length:
+                length = layer.get_seq_length()
+                keep_from = length - (layer.window - 1) if slots is None else window_start(slots, layer.window)
+                layer.trim(keep_from)
 
     def select(
         self,
@@ -119,18 +179,27 @@ class RetrievalCache(BufferedCache):
         """
         length = self.get_seq_length()
         windows = [None] * len(self.layers) if windows is None else windows
-        if slots is None and self._stackable(queries, budget, length):
-            return self._select_stacked(queries, budget, recent_window, length, rescore_candidates, windows)
+        indices = [layer.recent_indices(budget) if layer.is_sliding else None for layer in self.layers]
+        full = [i for i, layer in enumerate(self.layers) if not layer.is_sliding]
+        if not full:
+            return indices
         settings = (budget, recent_window, slots, rescore_candidates)
-        pairs = enumerate(zip(queries, windows, strict=True))
-        return [self.select_layer(i, query, *settings, window=window) for i, (query, window) in pairs]
+        full_queries = [queries[i] for i in full]
+        if slots is None and self._stackable(full_queries, budget, length):
+            settings = (budget, recent_window, length, rescore_candidates, [windows[i] for i in full], full)
+            chosen = self._select_stacked(full_queries, *settings)
+        else:
+            chosen = [self.select_layer(i, queries[i], *settings, window=windows[i]) for i in full]
+        for i, layer_indices in zip(full, chosen, strict=True):
+            indices[i] = layer_indices
+        return indices
 
     def _stackable(self, queries: list[torch.Tensor], budget: int, length: int) -> bool:
-        """Whether every layer has chunks to choose from, holds as many tokens and lives where layer 0 does
+        """Whether every full layer has chunks to choose from, holds as many tokens and lives where the first does
         (:meth:`~hf_triforce.caches.summaries.ChunkSummaries.one_place`), and the queries share shape, dtype, device."""
         if length <= budget or not self.summaries.one_place():
             return False
-        one_length = len({layer.buffer.length for layer in self.layers}) == 1
+        one_length = len({layer.buffer.length for layer in self.full_layers}) == 1
         return one_length and len({(query.shape, query.dtype, query.device) for query in queries}) == 1
 
     def _select_stacked(
@@ -141,22 +210,27 @@ class RetrievalCache(BufferedCache):
         length: int,
         rescore_candidates: int,
         windows: list[int | None],
+        layer_ids: list[int],
     ) -> list[torch.Tensor]:
-        """:meth:`select` for all ``L`` layers at once, the same indices as layer by layer: one top-k over stacked
-        ``[L * B, H_kv, C]`` scores (a selection's small operations cost more than their arithmetic). Only the keys'
-        reading (:meth:`_rescore_stacked`) stays per layer; sliding layers get their own recent window."""
+        """:meth:`select` for the ``L`` full layers ``layer_ids`` at once, the same indices as layer by layer: one
+        top-k over stacked ``[L * B, H_kv, C]`` scores (a selection's small operations cost more than their
+        arithmetic). Only the keys' reading (:meth:`_rescore_stacked`) stays per layer; a full layer of a model's
+        sliding layer (a caller's cache that kept every token) gets its own recent window."""
         layout = (length, self.chunk_size, budget, recent_window)
         kinds = [window_layout(*layout, w) for w in windows]
         if ranks_every_chunk(*layout, rescore_candidates):  # every chunk ranked by its keys, read in place per layer
             settings = (budget, recent_window, None, rescore_candidates, length)
-            ranked = (self.chunk_ranking(i, q, *settings, kinds[i][1]) for i, q in enumerate(queries))
+            ranked = (
+                self.chunk_ranking(i, q, *settings, kind[1])
+                for i, q, kind in zip(layer_ids, queries, kinds, strict=True)
+            )
             scores = torch.cat(list(ranked))
         else:
             scores = _outside_windows(self._stacked_chunk_scores(queries), kinds, self.chunk_size)
             if rescore_candidates:
                 scores = self._rescore_stacked(scores, queries, layout, rescore_candidates)
-        per_layer = scores.unflatten(0, (len(self.layers), -1))
-        indices: list[torch.Tensor] = [None] * len(self.layers)
+        per_layer = scores.unflatten(0, (len(queries), -1))
+        indices: list[torch.Tensor] = [None] * len(queries)
         for recent in {recent for recent, _ in kinds}:  # one indexing per recent window (one without sliding layers)
             layers = [i for i, (r, _) in enumerate(kinds) if r == recent]
             chosen = select_token_indices(per_layer[layers].flatten(0, 1), *layout[:3], recent, LOOKAHEAD)
@@ -165,11 +239,12 @@ class RetrievalCache(BufferedCache):
         return indices
 
     def _stacked_chunk_scores(self, queries: list[torch.Tensor]) -> torch.Tensor:
-        """``[L * B, H_kv, C]`` chunk-mean scores of the ``L`` layers' ``queries``: one scoring of stacked summaries."""
-        n = min(layer.summaries().shape[2] for layer in self.layers)  # computes what each layer lacks
+        """``[L * B, H_kv, C]`` chunk-mean scores of the ``L`` full layers' ``queries``: one scoring of stacked
+        summaries."""
+        n = min(layer.summaries().shape[2] for layer in self.full_layers)  # computes what each layer lacks
         summaries = self.summaries.stacked(n)
         if summaries is None:  # each layer got its own tensor before they were all in one place
-            summaries = torch.stack([layer.summaries()[:, :, :n] for layer in self.layers]).flatten(0, 1)
+            summaries = torch.stack([layer.summaries()[:, :, :n] for layer in self.full_layers]).flatten(0, 1)
         return chunk_scores(torch.stack(queries).flatten(0, 1), summaries)
 
     def _rescore_stacked(
@@ -178,7 +253,8 @@ class RetrievalCache(BufferedCache):
         """:func:`~hf_triforce.caches.selection.rescore` of stacked ``scores`` ``[L * B, H_kv, C]`` (``layout``: length,
         chunk size, budget, recent window): one top-k of the nominees, each layer's keys read for its own."""
         nominated = nominate_chunks(scores, *layout, factor)  # [L * B, H_kv, F]
-        per_layer = zip(queries, self.layers, nominated.unflatten(0, (len(self.layers), -1)).unbind(0), strict=True)
+        layers, split = self.full_layers, nominated.unflatten(0, (len(self.full_layers), -1)).unbind(0)
+        per_layer = zip(queries, layers, split, strict=True)
         by_keys = [
             chunk_key_scores(q, *layer.buffer.gather_chunk_keys(n, self.chunk_size), self.chunk_size)
             for q, layer, n in per_layer
@@ -198,8 +274,11 @@ class RetrievalCache(BufferedCache):
         """Token indices ``[B, H_kv, S]`` of layer ``layer_idx``'s best chunks: one layer of :meth:`select`.
 
         ``query`` may hold several queries per query head (``[B, H_q * m, D]``, grouped by KV head): the summaries sum
-        them, the keys take the largest logit of any.
+        them, the keys take the largest logit of any. A sliding layer's view is its most recent tokens (at most
+        ``budget``): it holds only its window.
         """
+        if self.layers[layer_idx].is_sliding:
+            return self.layers[layer_idx].recent_indices(budget)
         length = self.get_seq_length()
         recent, start = window_layout(length, self.chunk_size, budget, recent_window, window)
         settings = (budget, recent_window, slots, rescore_candidates, length, start)
@@ -262,6 +341,8 @@ class RetrievalCache(BufferedCache):
         """
         if self.transfers is not None:
             raise InternalError("An offloaded full cache streams its layers to the device: it has no fixed storage.")
+        if any(layer.is_sliding for layer in self.layers):
+            raise InternalError("A sliding layer's storage moves as its window does: it has no fixed storage.")
         slots = StepSlots()
         for layer in self.layers:
             layer.buffer.fix_capacity()
@@ -280,11 +361,11 @@ class RetrievalCache(BufferedCache):
             [0.0, 1.0, 2.0, 4.0]
         """
         for layer in self.layers:
-            length = layer.buffer.length
+            length = layer.get_seq_length()
             if torch.equal(nodes.cpu(), torch.arange(nodes.shape[0])):  # a chain: the leading slots, in place
                 layer.crop(start + nodes.shape[0] - length)
                 continue
-            keys, values = layer.buffer.read(start, length)
+            keys, values = layer.read_from(start)
             keys, values = keys.index_select(2, nodes.to(keys.device)), values.index_select(2, nodes.to(keys.device))
             layer.crop(start - length)
             layer.update(keys, values)
@@ -292,7 +373,7 @@ class RetrievalCache(BufferedCache):
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Only the batch rows at ``rows`` (``[B']`` indices) remain."""
         self.summaries.keep_rows(rows)
-        for layer in self.layers:
+        for layer in self.layers:  # full and sliding alike
             layer.keep_rows(rows)
 
     def sparse_view(self, indices: list[torch.Tensor], extra_capacity: int) -> RetrievalView:

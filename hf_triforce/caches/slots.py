@@ -33,6 +33,21 @@ def gathered_validity(valid: torch.Tensor, indices: torch.Tensor) -> torch.Tenso
     return valid[:, None].expand(-1, indices.shape[1], -1).gather(-1, indices)
 
 
+def window_start(slots: SlotMask, window: int) -> int:
+    """The first slot any row's next query still sees through a sliding ``window``: row ``b``'s next token takes
+    index ``plain_index[b, -1] + 1`` (:meth:`SlotMask.plain_index`) and sees keys of index above it minus ``window``.
+
+    Example:
+        >>> slots = SlotMask(torch.ones(2, 4, dtype=torch.bool))
+        >>> _ = slots.append(3); _ = slots.keep(torch.tensor([1, 3]), width=3)  # row 0 leaves two holes
+        >>> window_start(slots, 3)  # row 1 sees slots 5 and 6; row 0 its slots 3 and 4 (5 and 6 are holes)
+        3
+    """
+    index = slots.plain_index()
+    lowest = index[:, -1:] + 2 - window  # [B, 1] the lowest index a row's next query sees
+    return int((index < lowest).sum(dim=1).min())
+
+
 class SlotMask:
     """Which of a batched cache's ``L`` slots hold real tokens, per row, and each row's next position.
 

@@ -18,6 +18,8 @@ from .view import SparseViewMixin, gather_selection
 class StaticViewLayer(SlotWrites, BufferedLayer):
     """One layer of a :class:`StaticRetrievalView`: ``capacity`` fixed slots, the first ``static_length`` gathered."""
 
+    start = 0  # compacted slots (the step runner builds the masks)
+
     def __init__(self, capacity: int, slots: StepSlots) -> None:
         super().__init__(StaticKVBuffer(capacity))
         self.slots = slots
@@ -63,9 +65,20 @@ class StaticRetrievalView(SparseViewMixin, BufferedCache):
             layer.static_length = layer.buffer.length = 0
 
     def refresh(self, indices: list[torch.Tensor]) -> None:
-        """Gather the tokens at per-layer ``indices`` ``[B, H_kv, S <= capacity]`` into slots ``0 .. S``, in place."""
+        """Gather the tokens at per-layer ``indices`` ``[B, H_kv, S <= capacity]`` into slots ``0 .. S``, in place.
+
+        Every layer's steps write at the same slots: a layer given fewer indices (a sliding layer whose window is
+        shorter than the others' selection) gets them at the end of ``0 .. S``, after zero keys and values (a row's
+        slots are masked there, :class:`StaticViewSlots`; a lone sequence's level 1 attends to them: drafts only).
+        """
+        width = max(idx.shape[-1] for idx in indices)
         for view_layer, layer, idx in zip(self.layers, self.source.layers, indices, strict=True):
-            view_layer.static_length = gather_selection(view_layer.buffer, layer.buffer, idx)
+            pad = width - idx.shape[-1]
+            if pad:
+                view_layer.buffer.reserve(width, layer.buffer.like())
+                keys, values = view_layer.buffer.storage
+                keys[:, :, :pad].zero_(), values[:, :, :pad].zero_()
+            view_layer.static_length = pad + gather_selection(view_layer.buffer, layer.buffer, layer.local(idx), pad)
         self.source_length = self.source.get_seq_length()
 
 
@@ -107,8 +120,9 @@ class StaticViewSlots:
             shape = (len(indices), *indices[0].shape[:2], self.view.capacity)
             self.valid = torch.zeros(shape, dtype=torch.bool, device=valid.device)
         self.valid.zero_()
+        width = max(idx.shape[-1] for idx in indices)  # a shorter selection sits at the end (StaticRetrievalView)
         for layer, idx in enumerate(indices):
-            self.valid[layer, :, :, : idx.shape[-1]] = gathered_validity(valid, idx)
+            self.valid[layer, :, :, width - idx.shape[-1] : width] = gathered_validity(valid, idx)
 
     def sync(self) -> None:
         """After the view copied in the tokens since the selection: they take the source's validity, later ones none."""

@@ -11,31 +11,50 @@ from .buffers import KVBuffer
 from .offload import HostKVBuffer
 
 
-def gather_selection(buffer: KVBuffer, source: KVBuffer, indices: torch.Tensor) -> int:
-    """Gather full-cache storage ``source`` at ``indices`` ``[B, H_kv, S]`` into ``buffer[:S]``; returns ``S``.
+def gather_selection(buffer: KVBuffer, source: KVBuffer, indices: torch.Tensor, at: int = 0) -> int:
+    """Gather full-cache storage ``source`` at slots ``indices`` ``[B, H_kv, S]`` into ``buffer[at : at + S]``;
+    returns ``S``.
 
     In place (:func:`~hf_triforce.kernels.retrieval.gather_kv_into`); an offloaded ``source`` copies the selected tokens
     to the device first (:meth:`~hf_triforce.caches.offload.HostKVBuffer.gather`).
     """
     selected = indices.shape[-1]
-    buffer.reserve(selected, source.like())
-    buffer.length = selected
+    buffer.reserve(at + selected, source.like())
+    buffer.length = at + selected
+    keys_out, values_out = buffer.keys[:, :, at:], buffer.values[:, :, at:]
     if isinstance(source, HostKVBuffer):
         keys, values = source.gather(indices)
-        buffer.keys.copy_(keys)
-        buffer.values.copy_(values)
+        keys_out.copy_(keys)
+        values_out.copy_(values)
     else:
-        gather_kv_into(source.keys, source.values, indices, buffer.keys, buffer.values)
+        gather_kv_into(source.keys, source.values, indices, keys_out, values_out)
     return selected
 
 
 class ViewLayer(BufferedLayer):
-    """One layer of a sparse view: the ``S`` tokens gathered at ``indices`` ``[B, H_kv, S]``, then room for more."""
+    """One layer of a sparse view: the ``S`` tokens gathered at ``indices`` ``[B, H_kv, S]`` (slots of ``source``),
+    then room for more. Its slots are compacted: queries and keys count from 0."""
+
+    start = 0
 
     def __init__(self, source: KVBuffer, indices: torch.Tensor, extra_capacity: int, align: int = 1) -> None:
         super().__init__(KVBuffer(indices.shape[-1] + extra_capacity, align))
         self.static_length = gather_selection(self.buffer, source, indices)
         self.lazy_initialization(self.buffer.keys, self.buffer.values)
+
+
+class SlidingViewLayer(ViewLayer):
+    """A sliding layer's share of a view: its most recent tokens from position ``start`` on, contiguous, so its mask
+    is the model's sliding-window mask at true positions (``get_mask_sizes`` answers with the offset ``start``)."""
+
+    is_sliding = True
+
+    def __init__(self, source: KVBuffer, indices: torch.Tensor, extra_capacity: int, start: int) -> None:
+        super().__init__(source, indices, extra_capacity)
+        self.start = start
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.buffer.length + query_length, self.start
 
 
 class SparseViewMixin:
@@ -54,17 +73,21 @@ class SparseViewMixin:
         return self.source_length + layer.buffer.length - layer.static_length
 
     def get_query_offset(self, layer_idx: int = 0) -> int:
-        return self.layers[layer_idx].buffer.length
+        layer = self.layers[layer_idx]
+        return layer.start + layer.buffer.length  # compacted (start 0), or true positions for a sliding layer's
 
-    def tail_length(self) -> int:
-        """Tokens of the full cache appended since the selection."""
+    def tail_length(self) -> int | None:
+        """Tokens of the full cache appended since the selection; ``None`` once a sliding layer no longer holds them
+        (its window moved past the selection: the view is selected again)."""
+        if not all(layer.holds(self.source_length) for layer in self.source.layers):
+            return None
         return self.source.get_seq_length() - self.source_length
 
     def sync(self) -> None:
         """Drop drafted tokens and copy the full cache's tokens added since the selection (exact KV)."""
         start = self.source_length
         for view_layer, layer in zip(self.layers, self.source.layers, strict=True):
-            keys, values = layer.buffer.read(start, layer.buffer.length)
+            keys, values = layer.read_from(start)
             view_layer.buffer.write(view_layer.static_length, keys, values)
 
 
@@ -79,8 +102,11 @@ class RetrievalView(SparseViewMixin, BufferedCache):
     def __init__(self, source, indices: list[torch.Tensor], extra_capacity: int) -> None:
         layers = []
         for layer, idx in zip(source.layers, indices, strict=True):
-            # whole chunks of slots, as the full cache's
-            layers.append(ViewLayer(layer.buffer, idx, extra_capacity, source.chunk_size))
+            if layer.is_sliding:  # its last tokens, contiguous
+                first = layer.get_seq_length() - idx.shape[-1]
+                layers.append(SlidingViewLayer(layer.buffer, layer.local(idx), extra_capacity, first))
+            else:  # whole chunks of slots, as the full cache's
+                layers.append(ViewLayer(layer.buffer, idx, extra_capacity, source.chunk_size))
         super().__init__(layers=layers)
         self.source = source
         self.source_length = source.get_seq_length()

@@ -106,8 +106,12 @@ class TriForceRun:
         self._first_tokens(logits, streamer)
         self.stats.prefill_seconds = time.perf_counter() - start
         self._drop_finished()
-        while self.active:
-            self._round(streamer)
+        self.cache.record_rounds(True)  # sliding layers keep a round's tokens until its verification's crop
+        try:
+            while self.active:
+                self._round(streamer)
+        finally:
+            self.cache.record_rounds(False)
         if streamer is not None:
             streamer.end()
         self.stats.seconds = time.perf_counter() - start
@@ -177,6 +181,7 @@ class TriForceRun:
             row.stats.target_forwards += 1
             row.stats.decoded_tokens += kept[-1]
         self.cache.crop(self.slots.keep(torch.tensor(kept), width))
+        self.cache.trim(self.slots if self.batched else None)  # sliding layers: back to what the next query sees
         self.stats.target_forwards += 1
         self.stats.decoded_tokens += sum(kept)
         rank = self._missed_rank(plan, drafts, verdicts)
@@ -220,6 +225,7 @@ class TriForceRun:
             row, torch.cat([tokens[path], tokens.new_tensor([token])]), scores[nodes], raw[nodes], streamer
         )
         self.cache.keep_path(self.cache.get_seq_length() - tree.size, torch.tensor(nodes[:kept]))
+        self.cache.trim()
         self.slots.keep(torch.tensor([kept]), tree.size)
         for stats in (row.stats, self.stats):
             stats.target_forwards += 1

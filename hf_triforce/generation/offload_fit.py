@@ -1,6 +1,7 @@
 """Whether an offloaded call fits, checked before any work: the host holds the full cache, the device what streams.
 
-On the device: the two layers a full-cache forward streams, the chunk means and the retrieval views.
+On the host: the full-attention layers. On the device: the two layers a full-cache forward streams, the chunk means,
+the retrieval views and the sliding-window layers (their window and a round: they stay on the device).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 import torch
 
 from ..config import TriForceConfig
-from ..hf.model import kv_shape, num_layers
+from ..hf.model import kv_shape, layer_windows
 
 VIEWS_ALIVE = 2  # a re-selection builds the new view before the old one is dropped (dynamic path)
 
@@ -22,12 +23,14 @@ def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: in
     Example:
         >>> offload_fit_problem(model, TriForceConfig(offload_kv=True), 1, 131072)  # doctest: +SKIP
     """
-    per_token, device_per_slot = _bytes_per_slot(model, rows, config.chunk_size)
-    views = VIEWS_ALIVE * (config.retrieval_budget + config.view_extra_capacity) * per_token
+    per_token, device_per_slot, per_layer = _bytes_per_slot(model, rows, config.chunk_size)
+    windows = [w for w in layer_windows(model) if w is not None]
+    sliding = sum(w - 1 + config.gamma1 + config.gamma2 + 1 for w in windows) * per_layer  # SlidingLayer storage
+    views = VIEWS_ALIVE * (config.retrieval_budget + config.view_extra_capacity) * per_layer * len(layer_windows(model))
     limits = {"host memory": (host_available_bytes(), per_token, 0)}
     free = device_free_bytes(next(model.parameters()).device)
     if free is not None:
-        limits["free device memory"] = (free, device_per_slot, views)
+        limits["free device memory"] = (free, device_per_slot, views + sliding)
     capacity = config.full_cache_capacity(max_length)
     for where, (available, per_slot, fixed) in limits.items():
         if capacity * per_slot + fixed > available:
@@ -39,15 +42,18 @@ def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: in
     return None
 
 
-def _bytes_per_slot(model: torch.nn.Module, rows: int, chunk_size: int) -> tuple[int, int]:
-    """``(host, device)`` bytes per cache slot: every layer's keys and values; two layers' and the chunk means."""
+def _bytes_per_slot(model: torch.nn.Module, rows: int, chunk_size: int) -> tuple[int, int, int]:
+    """``(host, device, one layer's)`` bytes per cache slot: every full layer's keys and values; two layers' and the
+    full layers' chunk means; one layer's keys and values."""
     kv_heads, head_dim = kv_shape(model)
-    layers, itemsize = num_layers(model), next(model.parameters()).element_size()
+    full, itemsize = sum(w is None for w in layer_windows(model)), next(model.parameters()).element_size()
     per_layer = 2 * kv_heads * head_dim * itemsize * rows
-    return layers * per_layer, 2 * per_layer + layers * per_layer // 2 // chunk_size
+    return full * per_layer, (2 * per_layer if full else 0) + full * per_layer // 2 // chunk_size, per_layer
 
 
 def _longest(config: TriForceConfig, available: int, per_slot: int, fixed: int) -> int:
+    if per_slot == 0:  # nothing grows with the context (every layer slides)
+        return 1 << 62
     slots = max(0, available - fixed) // per_slot
     whole = slots // config.chunk_size * config.chunk_size
     return max(0, whole - config.gamma2 - 2)

@@ -305,8 +305,6 @@ LIMITS: tuple[Limit, ...] = (
       for weights in (_INT8, _INT4)),
     # Token trees.
     Limit(_TREES, "a batch verifies chains", Generation, "Use tree_budget='auto' or 0.", lambda f: f.call.batched),
-    Limit(_TREES, "the model has sliding-window layers (a tree's mask covers full attention only)", Model,
-          "Use tree_budget='auto' or 0.", lambda f: f.model.sliding),
     Limit(_TREES, "trees attend through sdpa or eager attention", Model,
           "Use tree_budget='auto' or 0, or load the model with attn_implementation='sdpa'.",
           lambda f: f.model.attention not in ("sdpa", "eager")),

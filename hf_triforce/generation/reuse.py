@@ -15,8 +15,8 @@ import torch
 
 from ..caches.retrieval import RetrievalCache
 from ..config import TriForceConfig
-from ..hf.caches import describe, plain_kv_layers
-from ..hf.model import is_dispatched, kv_shape, num_layers
+from ..hf.caches import describe, plain_kv_layers, set_window_layer
+from ..hf.model import is_dispatched, kv_shape, layer_windows, num_layers
 
 
 @dataclass
@@ -55,54 +55,78 @@ def start_cache(
     """
     capacity = config.full_cache_capacity(max_length)
     offload_to = next(model.parameters()).device if config.offload_kv else None
+    windows = layer_windows(model)
     if callers is None:
-        cache = RetrievalCache(num_layers(model), config.chunk_size, capacity, offload_to)
+        cache = _new_cache(model, config, capacity, offload_to, windows)
         return StartingCache(cache, 0, None, None if batched else cache)
     reused = callers.get_seq_length() if _layouts(callers) else 0
+    # a layer the caller's cache keeps whole stays whole (its tokens are handed back); a sliding one keeps its window
+    kinds = [getattr(layer, "is_sliding", False) for layer in callers.layers]
+    windows = [w if i < len(kinds) and kinds[i] else None for i, w in enumerate(windows)]
     if batched:
-        cache = RetrievalCache(num_layers(model), config.chunk_size, capacity, offload_to)
-        for i, (keys, values) in enumerate(_key_values(callers)):
+        cache = _new_cache(model, config, capacity, offload_to, windows)
+        for i, (keys, values, length) in _key_values(callers):
             rows = input_ids.shape[0]
-            cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), i)
+            cache.load(i, keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), length)
         return StartingCache(cache, reused, None, None)
     offloaded = isinstance(callers, RetrievalCache) and callers.transfers is not None
     same_layout = isinstance(callers, RetrievalCache) and callers.chunk_size == config.chunk_size
     if same_layout and offloaded == config.offload_kv:
         for layer in callers.layers:
-            if layer.is_initialized:
+            if layer.is_initialized and not layer.is_sliding:
                 layer.buffer.reserve(capacity, layer.buffer.like())
         return StartingCache(callers, reused, None, callers)
-    cache = RetrievalCache(num_layers(model), config.chunk_size, capacity, offload_to)
-    for i, (keys, values) in enumerate(_key_values(callers)):
-        cache.update(keys, values, i)
+    cache = _new_cache(model, config, capacity, offload_to, windows)
+    for i, (keys, values, length) in _key_values(callers):
+        cache.load(i, keys, values, length)
     return StartingCache(cache, reused, callers, callers)
 
 
+def _new_cache(model, config: TriForceConfig, capacity: int, offload_to, windows: list[int | None]) -> RetrievalCache:
+    """A full cache whose sliding layers keep their window and one round: room for ``gamma1 + gamma2`` drafts and the
+    token before them (a larger token tree grows a sliding layer's storage to exactly its window and that tree)."""
+    round_slots = config.gamma1 + config.gamma2 + 1
+    return RetrievalCache(num_layers(model), config.chunk_size, capacity, offload_to, windows, round_slots)
+
+
 def hand_back(start: StartingCache) -> Any:
-    """Append the call's new tokens to a copied caller's cache; returns the cache the output carries."""
+    """Append the call's new tokens to a copied caller's cache (a sliding layer takes the window the call ends with);
+    returns the cache the output carries."""
     if start.callers is not None:
         for i, layer in enumerate(start.cache.layers):
-            keys, values = layer.buffer.read(start.reused, layer.buffer.length)
-            start.callers.update(keys, values, i)
+            if layer.is_sliding:
+                keys, values = (t.clone() for t in layer.read_from(layer.start))
+                theirs = start.callers.layers[i]
+                if isinstance(start.callers, RetrievalCache):  # another layout of ours: loaded afresh
+                    theirs.reset()
+                    theirs.load(keys, values, layer.get_seq_length())
+                else:
+                    set_window_layer(theirs, keys, values, layer.get_seq_length())
+            else:
+                keys, values = layer.read_from(start.reused)
+                start.callers.update(keys, values, i)
     return start.returned
 
 
-def _key_values(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per-layer ``([B, H_kv, L, D] keys, values)`` of a DynamicCache or RetrievalCache (empty ones left out)."""
+def _key_values(cache: Any) -> list[tuple[int, tuple[torch.Tensor, torch.Tensor, int]]]:
+    """Per initialized layer ``(index, ([B, H_kv, S, D] keys, values, length))``: the ``S`` tokens it holds of the
+    ``length`` it has seen (a DynamicCache's or RetrievalCache's; a sliding layer holds the last ones)."""
     pairs = []
-    for layer in cache.layers:
+    for i, layer in enumerate(cache.layers):
+        if not layer.is_initialized:
+            continue
         if isinstance(cache, RetrievalCache):
-            pairs.append(layer.buffer.read(0, layer.buffer.length) if layer.is_initialized else (None, None))
+            pairs.append((i, (*layer.read_from(layer.start), layer.get_seq_length())))
         else:
-            pairs.append((layer.keys, layer.values) if layer.is_initialized else (None, None))
-    return [(k, v) for k, v in pairs if k is not None]
+            pairs.append((i, (layer.keys, layer.values, layer.get_seq_length())))
+    return pairs
 
 
 def _layouts(cache: Any) -> list[tuple[torch.Tensor, int]]:
     """Per initialized layer, ``(a tensor with its keys' shape, dtype and device, its length)``, read no keys."""
     if isinstance(cache, RetrievalCache):
-        return [(layer.buffer.like(), layer.buffer.length) for layer in cache.layers if layer.is_initialized]
-    return [(layer.keys, layer.keys.shape[2]) for layer in cache.layers if layer.is_initialized]
+        return [(layer.buffer.like(), layer.get_seq_length()) for layer in cache.layers if layer.is_initialized]
+    return [(layer.keys, layer.get_seq_length()) for layer in cache.layers if layer.is_initialized]
 
 
 def callers_cache_problem(model: torch.nn.Module, cache: Any | None, input_shape: torch.Size) -> str | None:
@@ -115,11 +139,17 @@ def callers_cache_problem(model: torch.nn.Module, cache: Any | None, input_shape
     if cache is None:
         return None
     rows, input_length = input_shape
-    if not (isinstance(cache, RetrievalCache) or plain_kv_layers(cache)):
+    windows = layer_windows(model)
+    if not (isinstance(cache, RetrievalCache) or plain_kv_layers(cache, windows)):
         return (
-            f"it is a {describe(cache)}, and TriForce needs the plain key/value tensors of every cached token (a "
-            "sliding-window layer keeps only its window; DynamicCache() keeps every token of every layer)"
+            f"it is a {describe(cache)}, and TriForce needs the plain key/value tensors of every cached token of a "
+            "full-attention layer and of the window of a sliding one, in memory (DynamicCache(config=model.config) "
+            "or DynamicCache())"
         )
+    if isinstance(cache, RetrievalCache):
+        other = [i for i, layer in enumerate(cache.layers) if layer.is_sliding and layer.window != windows[i]]
+        if len(cache.layers) == len(windows) and other:
+            return f"its sliding layers {other} have other windows than the model's (it was made for another model)"
     layouts = _layouts(cache)
     cached = cache.get_seq_length() if layouts else 0
     problem = _other_model(model, layouts, rows) if layouts else None

@@ -104,6 +104,9 @@ def _slot_attention(base: str, slots: Any, module, query, key, value, **kwargs):
     :func:`~hf_triforce.kernels.attention.masked_gqa_attention`, anything else through the model's own."""
     valid = slots.for_layer(module.layer_idx)
     in_window = slots.in_window(kwargs.get("sliding_window"), query.shape[2])
+    if valid.shape[-1] > key.shape[2]:  # a sliding layer holds only the last slots
+        valid = valid[..., -key.shape[2] :]
+        in_window = None if in_window is None else in_window[..., -key.shape[2] :]
     query_slots = getattr(slots, "query_slots", None)  # fixed-capacity storage: the step's own slots
     if _plain_attention(kwargs) and in_window is None:
         return masked_gqa_attention(query, key, value, valid, kwargs.get("scaling"), query_slots)
@@ -115,7 +118,7 @@ def _slot_attention(base: str, slots: Any, module, query, key, value, **kwargs):
 def _tree_attention(base: str, rows: torch.Tensor, module, query, key, value, **kwargs):
     """A token tree's attention (see :func:`tree_attention`): plain attention through
     :func:`~hf_triforce.kernels.attention.gqa_sdpa_attention`, soft-capping or sinks through the model's own."""
-    mask = tree_attention_mask(rows, key.shape[2])
+    mask = tree_attention_mask(rows, key.shape[2], kwargs.get("sliding_window"))
     if _plain_attention(kwargs):
         return gqa_sdpa_attention(module, query, key, value, mask, scaling=kwargs.get("scaling"))
     return _base_with_mask(base, module, query, key, value, mask, **kwargs)
@@ -215,7 +218,8 @@ def slot_attention(model: torch.nn.Module, slots: Any) -> Iterator[dict[str, Any
 
     ``slots.for_layer(layer_idx)``: ``[B, 1 or H_kv, L]`` bool validity (padding and holes, see
     :mod:`hf_triforce.caches.slots`); ``slots.in_window(window, q)``: ``[B, 1, q, L]`` keys within a sliding window
-    (``None``: no window). Transformers' own mask is ignored.
+    (``None``: no window). A layer whose keys are fewer than ``L`` (a sliding layer) holds the last of them.
+    Transformers' own mask is ignored.
     """
     with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
         with _active(_ACTIVE_SLOTS, slots):
@@ -227,7 +231,8 @@ def tree_attention(model: torch.nn.Module, rows: torch.Tensor) -> Iterator[dict[
     """Within the block, the forwards are token-tree steps over the cache's last ``m`` keys (yields no kwargs).
 
     Query ``i`` sees every key before the tree and the tree's keys where ``rows[i]`` (``[q, m]`` bool: its ancestors
-    and itself) is ``True``.
+    and itself) is ``True``; in a sliding layer only those within its window
+    (:func:`~hf_triforce.kernels.attention.tree_attention_mask`).
 
     Example:
         >>> rows = torch.tensor([[True, False, False], [True, True, False], [True, False, True]])

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from transformers import Cache, DynamicCache, DynamicLayer
+from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from .versions import find_cache
 
@@ -18,8 +20,10 @@ def callers_cache(model_kwargs: dict[str, Any]) -> Any | None:
     return cache if getattr(cache, "_is_user_defined", False) else None
 
 
-def plain_kv_layers(cache: Any) -> bool:
-    """Whether ``cache`` is a ``DynamicCache`` of full-attention, in-memory ``DynamicLayer`` layers.
+def plain_kv_layers(cache: Any, windows: list[int | None] | None = None) -> bool:
+    """Whether ``cache`` is an in-memory ``DynamicCache`` of ``DynamicLayer`` layers (every token) or, where the
+    model's layer slides through a window (``windows``, :func:`~hf_triforce.hf.model.layer_windows`), a
+    ``DynamicSlidingWindowLayer`` of that window holding what its next query sees.
 
     Example:
         >>> plain_kv_layers(DynamicCache()), plain_kv_layers(None)
@@ -27,7 +31,25 @@ def plain_kv_layers(cache: Any) -> bool:
     """
     if type(cache) is not DynamicCache or getattr(cache, "offloading", False):
         return False
-    return all(type(layer) is DynamicLayer for layer in cache.layers)
+    windows = windows or []
+    for i, layer in enumerate(cache.layers):
+        window = windows[i] if i < len(windows) else None
+        if type(layer) is DynamicSlidingWindowLayer:
+            if window is None or layer.sliding_window != window:
+                return False
+            held = layer.keys.shape[-2] if layer.is_initialized and layer.keys.dim() == 4 else 0
+            if held < min(layer.get_seq_length(), window - 1):
+                return False
+        elif type(layer) is not DynamicLayer:
+            return False
+    return True
+
+
+def set_window_layer(layer: Any, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+    """A caller's ``DynamicSlidingWindowLayer`` now holds ``keys``/``values``, the last of ``length`` tokens."""
+    if not layer.is_initialized:
+        layer.lazy_initialization(keys, values)
+    layer.keys, layer.values, layer.cumulative_length = keys, values, length
 
 
 def describe(cache: Any) -> str:

@@ -107,18 +107,32 @@ def slot_attention_mask(
     return mask
 
 
-def tree_attention_mask(rows: torch.Tensor, kv_len: int) -> torch.Tensor:
+def tree_attention_mask(rows: torch.Tensor, kv_len: int, window: int | None = None) -> torch.Tensor:
     """``[1, 1, q, kv_len]`` bool mask of a token tree's ``q`` nodes (their keys last of the tree's ``m``, last of all):
     every key before the tree, and the tree's keys where ``rows`` ``[q, m]`` (each node's ancestors and itself) says.
+
+    With a sliding ``window`` the keys before the tree are the contiguous tokens just before its root, and a node at
+    depth ``d`` (``rows[i].sum() - 1`` ancestors) sees those within ``window`` of its position (root + ``d``); when
+    ``q == m`` (the whole tree) also only the ancestors within the window.
 
     Example:
         >>> rows = torch.tensor([[True, True, False], [True, False, True]])  # two siblings under one root
         >>> tree_attention_mask(rows, 5)[0, 0].int().tolist()
         [[1, 1, 1, 1, 0], [1, 1, 1, 0, 1]]
+        >>> chain = torch.tensor([[True, False], [True, True]])  # a root and its child, window 3
+        >>> tree_attention_mask(chain, 5, window=3)[0, 0].int().tolist()
+        [[0, 1, 1, 1, 0], [0, 0, 1, 1, 1]]
     """
     q, m = rows.shape
     before = torch.ones(q, kv_len - m, dtype=torch.bool, device=rows.device)
-    return torch.cat([before, rows.bool()], dim=1)[None, None]
+    tree = rows.bool()
+    if window is not None:
+        depths = tree.sum(dim=1, keepdim=True) - 1  # [q, 1]
+        key = torch.arange(kv_len - m, device=rows.device)[None]
+        before = key > (kv_len - m) + depths - window  # the root's position minus `before`'s length is key 0's
+        if q == m:
+            tree = tree & (depths - depths.T < window)
+    return torch.cat([before, tree], dim=1)[None, None]
 
 
 def masked_gqa_attention(

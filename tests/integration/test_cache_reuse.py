@@ -221,7 +221,7 @@ def test_unusable_cache_kinds(llama, watched, make_prompt, model_factory):
     sliding.config.sliding_window = 16
     caches = {
         "offloaded": DynamicCache(config=llama.config, offloading=True),
-        "sliding": DynamicCache(config=sliding.config),
+        "another model's sliding layers": DynamicCache(config=sliding.config),  # llama's layers attend in full
     }
     for cache in caches.values():
         _refused(llama, ids, cache, "it is a DynamicCache")
@@ -229,6 +229,24 @@ def test_unusable_cache_kinds(llama, watched, make_prompt, model_factory):
     quantized.layers = []
     quantized._is_user_defined = True
     _refused(llama, ids, quantized, "it is a QuantizedCache")
+
+
+def test_a_sliding_model_s_own_cache_is_served(make_prompt, model_factory):
+    """``DynamicCache(config=model.config)`` of a sliding-window model (its sliding layers keep only their window),
+    prefilled by the model's forward over 48 tokens (three 16-token windows): served, and left as plain
+    ``generate()`` leaves it."""
+    sliding = model_factory("mistral", seed=2, enable=False)
+    sliding.config.sliding_window = 16
+    hf_triforce.enable(sliding)
+    ids = make_prompt(64, seed=14)
+    cache = prefilled(sliding, ids[:, :48])
+    assert all(layer.is_sliding for layer in cache.layers)
+    mine, theirs = copy.deepcopy(cache), copy.deepcopy(cache)
+    out = generate(sliding, ids, mine)
+    plain = generate(sliding, ids, theirs, triforce=False)
+    assert torch.equal(out.sequences, plain.sequences)
+    assert output_cache(out) is mine and hf_triforce.last_stats(sliding).reused_tokens == 48
+    assert_same_cache(mine, theirs)
 
 
 @pytest.mark.parametrize("implementation", ["static", "offloaded", "quantized"])

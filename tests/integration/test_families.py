@@ -1,7 +1,7 @@
 """Every family of the test matrix (``tests/support/families.py``): TriForce is plain ``generate()``, losslessly.
 
 For each of the 24 families, a tiny random model with a 200-token prompt (three times the 64-token retrieval budget,
-48 where every layer slides; four times the 48-token sliding window of the families that have one):
+40 where every layer slides; four times the 48-token sliding window of the families that have one):
 
 * greedy output identical to plain ``generate()`` with each level-0 drafter (n-gram, suffix, a 1-layer draft model
   of the same family), level 1 drafting over a sparse view and rejected, level 0 drafting;
@@ -49,14 +49,14 @@ NEW_TOKENS = 24
 SPARSE = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, adaptive=False,
               draft_cache_budget=48)  # fmt: skip
 ALL_SLIDING = [family.model_type for family in FAMILIES if family.all_sliding]
-"""Families whose every layer slides. At budget 64 their level 1 is the target (each view ends with its layer's
-whole 48-token window: :func:`test_a_sliding_layer_s_view_is_its_window`), so level 1 never rejects; the matrix's
-other cases run them at budget 48, where the window does not fit and level 1 retrieves inside it."""
+"""Families whose every layer slides. At a budget of 47 tokens or more their level 1 is the target (a sliding layer's
+view is the 47 tokens it holds, its window: :func:`test_a_sliding_layer_s_view_is_its_window`), so level 1 never
+rejects; the matrix's other cases run them at budget 40, where level 1 sees only the last 40 of them."""
 
 
 def sparse(model_type: str) -> dict:
-    """The matrix's sparse settings for ``model_type``: budget 48 where every layer slides, else 64."""
-    return {**SPARSE, "retrieval_budget": 48} if model_type in ALL_SLIDING else SPARSE
+    """The matrix's sparse settings for ``model_type``: budget 40 where every layer slides, else 64."""
+    return {**SPARSE, "retrieval_budget": 40} if model_type in ALL_SLIDING else SPARSE
 
 
 class FamilyZoo:
@@ -120,10 +120,10 @@ def test_a_view_of_the_whole_sequence_is_accepted(families, assert_greedy_equal,
 
 @pytest.mark.parametrize("model_type", ALL_SLIDING)
 def test_a_sliding_layer_s_view_is_its_window(families, assert_greedy_equal, model_type):
-    """Budget 64 of a 200-token sequence: every layer's view ends with its whole 48-token window (the sink chunk and
-    retrieved chunks before it, which the sliding mask hides), so level 1 computes what level 2 computes and every
-    draft is accepted. A view of the sink, the retrieved chunks and 16 recent tokens (the selection without
-    windows) accepts 0-8% of them."""
+    """Budget 64 of a 200-token sequence: every layer's view is the 47 tokens its sliding layer of the full cache holds
+    (its window; no chunk summaries, no retrieval), at their true positions under the model's sliding mask, so level 1
+    computes what level 2 computes and every draft is accepted. A view of the sink, the retrieved chunks and 16 recent
+    tokens (the selection without windows) accepts 0-8% of them."""
     cfg = TriForceConfig(drafter="none", **SPARSE, level1_weights="full")
     ran = Ran(accepted=("level1",), full_rounds=True)
     assert_greedy_equal(families.target(model_type), prompt_ids(5), cfg, NEW_TOKENS, ran=ran)
@@ -216,12 +216,12 @@ def new_tokens(sequences: torch.Tensor, start: int) -> np.ndarray:
 @pytest.mark.parametrize("model_type", SAMPLED)
 def test_sampled_triforce_is_distributed_like_plain_generate(model_type):
     """The prefill's token and one whole round (6 new tokens) of a 2-layer model (a sliding and a full layer for
-    hybrid families, the 100-token prompt two windows long) against plain sampling: each 3-token window passes the
+    hybrid families, the 200-token prompt four windows long) against plain sampling: each 3-token window passes the
     chi-square homogeneity test at ``ALPHA / 2``; level 1 rejected some drafts and accepted some whole rounds."""
     with torch.random.fork_rng(devices=[]):
         target = hf_triforce.enable(build(model_type, num_layers=2, seed=0, vocab_size=VOCAB))
         draft = build(model_type, num_layers=1, seed=100, vocab_size=VOCAB)
-        prompt = torch.randint(0, VOCAB, (1, 100), generator=torch.Generator().manual_seed(1))
+        prompt = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
         torch.manual_seed(1_000_003)
         plain = target.generate(prompt, max_new_tokens=6, num_return_sequences=PLAIN_SAMPLES, **SAMPLING)
         config = TriForceConfig(**SAMPLING_CONFIG)
@@ -233,7 +233,7 @@ def test_sampled_triforce_is_distributed_like_plain_generate(model_type):
             stats = hf_triforce.last_stats(target)
             drafted, rejected = drafted + stats.level1.drafted, rejected + stats.level1.rejections
             whole += stats.rounds.get("levels", 0) - stats.level1.rejections
-    got, expected = new_tokens(torch.cat(runs), 100), new_tokens(plain, 100)
+    got, expected = new_tokens(torch.cat(runs), PROMPT), new_tokens(plain, PROMPT)
     for window in WINDOWS:
         codes = [window_codes(tokens, window, VOCAB) for tokens in (expected, got)]
         p_value, table, labels = homogeneity_test(*codes, VOCAB, 3)

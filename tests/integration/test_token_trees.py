@@ -13,14 +13,16 @@ import torch
 
 import hf_triforce
 from hf_triforce import TriForceConfig
-from hf_triforce.errors import TriForceConfigError, UnsupportedGenerationError, UnsupportedModelError
+from hf_triforce.errors import TriForceConfigError, UnsupportedGenerationError
+from hf_triforce.hf.versions import output_cache
 from tests.support.families import FAMILIES, build
 from tests.support.speculation import Ran
 
 pytestmark = pytest.mark.integration
 
-FULL_ATTENTION = [family.model_type for family in FAMILIES if not family.sliding]
+TYPES = [family.model_type for family in FAMILIES]
 SLIDING = [family.model_type for family in FAMILIES if family.sliding]
+ALL_SLIDING = [family.model_type for family in FAMILIES if family.all_sliding]
 SPARSE = dict(chunk_size=8, retrieval_budget=64, recent_window=16, refresh_every=4, adaptive=False, drafter="none")
 NEW_TOKENS = 24
 
@@ -48,19 +50,21 @@ def tree_rounds(model) -> int:
     return hf_triforce.last_stats(model).tree_rounds
 
 
-@pytest.mark.parametrize("model_type", FULL_ATTENTION)
+@pytest.mark.parametrize("model_type", TYPES)
 def test_greedy_trees_equal_plain_generate(zoo, assert_greedy_equal, model_type):
     """A sparse view (budget 64 of 224 tokens): level 1's candidates are often wrong, so paths end early and at
-    every depth; the output is plain greedy decoding's, and every round drafted a tree."""
+    every depth; the output is plain greedy decoding's, and every round drafted a tree. In a sliding layer (windows
+    of 48 tokens, a quarter of the prompt) each node sees the window of its own position."""
     model = zoo(model_type)
-    cfg = TriForceConfig(**SPARSE, tree_budget=12, gamma2=4)
+    budget = 40 if model_type in ALL_SLIDING else 64  # at 64 a sliding layer's view is its whole window: no rejection
+    cfg = TriForceConfig(**{**SPARSE, "retrieval_budget": budget}, tree_budget=12, gamma2=4)
     assert_greedy_equal(model, prompt(), cfg, NEW_TOKENS, ran=Ran(drafted=("level1",), rejected=("level1",)))
     stats = hf_triforce.last_stats(model)
     assert stats.tree_rounds >= stats.target_forwards - 1  # the last round may have no room for a draft
     assert stats.tree_nodes > 2 * stats.tree_rounds
 
 
-@pytest.mark.parametrize("model_type", FULL_ATTENTION)
+@pytest.mark.parametrize("model_type", TYPES)
 def test_a_tree_over_a_whole_sequence_view_is_accepted(zoo, assert_greedy_equal, model_type):
     """Budget >= the sequence and the target's own weights: level 1 computes what level 2 computes, node by node, so
     every first candidate is accepted and each verification yields depth + 1 tokens. A tree mask that let a node see
@@ -107,14 +111,19 @@ def test_eos_and_stop_strings_inside_a_tree(zoo, assert_greedy_equal):
 
 
 @pytest.mark.parametrize("model_type", SLIDING[:3])
-def test_trees_are_refused_where_they_cannot_run(zoo, model_type):
-    """A model with sliding-window layers: an explicit node count is refused before any work; ``'auto'`` drafts
-    chains there."""
+def test_a_sliding_layer_holds_its_window_and_a_tree(zoo, model_type):
+    """A tree of 24 nodes (wider than a chain's round): a sliding layer's storage grows to its window and that
+    tree, and holds its window once the accepted path is kept."""
     model = zoo(model_type)
-    with pytest.raises(UnsupportedModelError, match="sliding-window"):
-        model.generate(prompt(), max_new_tokens=4, triforce_config=TriForceConfig(**SPARSE, tree_budget=8))
-    model.generate(prompt(), max_new_tokens=8, triforce_config=TriForceConfig(**SPARSE, tree_budget="auto"))
-    assert tree_rounds(model) == 0
+    cfg = TriForceConfig(**SPARSE, tree_budget=24, gamma2=4)
+    out = model.generate(prompt(), max_new_tokens=NEW_TOKENS, do_sample=False, return_dict_in_generate=True,
+                         triforce_config=cfg)  # fmt: skip
+    assert torch.equal(out.sequences, model.generate(prompt(), max_new_tokens=NEW_TOKENS, do_sample=False))
+    assert tree_rounds(model) > 0
+    sliding = [layer for layer in output_cache(out).layers if layer.is_sliding]
+    window = sliding[0].window
+    assert all(layer.buffer.length == window - 1 for layer in sliding)
+    assert all(layer.buffer.storage[0].shape[2] <= window - 1 + 24 for layer in sliding)
 
 
 def test_trees_are_refused_for_batches_and_fixed_shapes(zoo):

@@ -112,9 +112,9 @@ def test_level1_weights_refused(model, choice, fault, message):
 def test_token_trees():
     assert plan._trees(facts(), "auto") and not plan._trees(facts(), 0) and plan._trees(facts(), 8)
     assert not plan._trees(facts(rows=2), "auto")  # 'auto': chains where trees cannot run
+    assert plan._trees(facts(dataclasses.replace(CPU, sliding=True)), 8)  # each node's window in its mask
     cases = [
         (facts(rows=2), UnsupportedGenerationError, "a batch verifies chains"),
-        (facts(dataclasses.replace(CPU, sliding=True)), UnsupportedModelError, "sliding-window layers"),
         (facts(dataclasses.replace(CPU, attention="flash_attention_2")), UnsupportedModelError, "sdpa or eager"),
         (dataclasses.replace(facts(), level1_steps="eager"), TriForceConfigError, "fixed shapes"),
         (facts(dataclasses.replace(CPU, tensor_parallel=True)), UnsupportedModelError, "tensor-parallel"),
