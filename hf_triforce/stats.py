@@ -138,9 +138,14 @@ class PhaseTimes:
         return {k: _phase_dict(each) for k, each in self.durations.items()}
 
 
-def _ms(value: float | None) -> str:
-    """Milliseconds to two decimals, trailing zeros dropped (``"-"``: unknown)."""
-    return "-" if value is None else f"{value:.2f}".rstrip("0").rstrip(".")
+def ms_text(value: float | None, unknown: str = "-") -> str:
+    """Milliseconds to two decimals, trailing zeros dropped (``unknown`` for ``None``).
+
+    Example:
+        >>> ms_text(10.0), ms_text(6.444), ms_text(None)
+        ('10', '6.44', '-')
+    """
+    return unknown if value is None else f"{value:.2f}".rstrip("0").rstrip(".")
 
 
 def _phase_dict(each: list[float]) -> dict[str, float]:
@@ -251,7 +256,7 @@ class TriForceStats:
             return ""
         parts = []
         for i, (kind, entry) in enumerate(self.planner["schedules"].items()):
-            measured, modeled = _ms(entry.get("measured_ms_per_token")), _ms(entry.get("modeled_ms_per_token"))
+            measured, modeled = ms_text(entry.get("measured_ms_per_token")), ms_text(entry.get("modeled_ms_per_token"))
             unit = " ms/token (modeled " if i == 0 else " ("
             parts.append(f"{kind} {entry['rounds']} rounds {measured}{unit}{modeled})")
         switches, probes = self.planner["switches"], self.planner["probes"]

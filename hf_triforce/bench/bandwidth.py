@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from ..hf.versions import cache_layer_types
+from ..hf.model import config_windows
 from .shapes import head_dim, kv_heads
 
 # Peak memory bandwidth in bytes/s, matched against torch.cuda.get_device_name(). A100: the 80 GB SXM part.
@@ -122,18 +122,6 @@ def embedding_bytes(config, dtype_bytes: int) -> int:
     return dtype_bytes * (config.vocab_size * h * tables + (2 * config.num_hidden_layers + 1) * h)
 
 
-def layer_windows(config) -> list[int | None]:
-    """Each decoder layer's sliding window (``None``: full attention), as transformers builds the cache.
-
-    Example:
-        >>> from transformers import MistralConfig
-        >>> layer_windows(MistralConfig(num_hidden_layers=2, sliding_window=64))
-        [64, 64]
-    """
-    window = getattr(config, "sliding_window", None)
-    return [window if kind == "sliding_attention" else None for kind in cache_layer_types(config)]
-
-
 def attended_kv_bytes(config, tokens: int, dtype_bytes: int) -> int:
     """Key + value bytes a step attending to ``tokens`` cached tokens reads: every layer's ``tokens``, a sliding
     layer's at most its window. Also what transformers' plain cache holds for ``tokens`` tokens.
@@ -147,7 +135,7 @@ def attended_kv_bytes(config, tokens: int, dtype_bytes: int) -> int:
         [25600, 2560]
     """
     per_layer = kv_bytes_per_token(config, dtype_bytes) // config.num_hidden_layers
-    return per_layer * sum(tokens if w is None else min(tokens, w) for w in layer_windows(config))
+    return per_layer * sum(tokens if w is None else min(tokens, w) for w in config_windows(config))
 
 
 def expected_tokens(acceptance: float, gamma: int) -> float:

@@ -56,7 +56,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..config import DRAFT_SINKS, TriForceConfig
-from .bandwidth import attended_kv_bytes, kv_bytes_per_token, layer_windows, weight_bytes
+from ..hf.model import config_windows
+from .bandwidth import attended_kv_bytes, kv_bytes_per_token, weight_bytes
 from .shapes import head_dim, kv_heads, text_config
 
 GIB = 2**30
@@ -269,7 +270,7 @@ def triforce_kv_bytes(config, context: int, dtype_bytes: int, triforce_config: T
     config, tc = text_config(config), triforce_config
     per_layer = kv_bytes_per_token(config, dtype_bytes) // config.num_hidden_layers
     round_slots = tc.gamma1 + tc.gamma2 + 1
-    slots = (tc.full_cache_capacity(context) if w is None else w - 1 + round_slots for w in layer_windows(config))
+    slots = (tc.full_cache_capacity(context) if w is None else w - 1 + round_slots for w in config_windows(config))
     return per_layer * sum(slots)
 
 
@@ -283,7 +284,7 @@ def summaries_bytes(config, context: int, dtype_bytes: int, triforce_config: Tri
     """
     config = text_config(config)
     chunks = triforce_config.full_cache_capacity(context) // triforce_config.chunk_size + 1
-    full = sum(w is None for w in layer_windows(config))  # sliding layers have none
+    full = sum(w is None for w in config_windows(config))  # sliding layers have none
     return full * layer_keys_bytes(config, chunks, dtype_bytes)
 
 

@@ -23,10 +23,11 @@ def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: in
     Example:
         >>> offload_fit_problem(model, TriForceConfig(offload_kv=True), 1, 131072)  # doctest: +SKIP
     """
-    per_token, device_per_slot, per_layer = _bytes_per_slot(model, rows, config.chunk_size)
-    windows = [w for w in layer_windows(model) if w is not None]
-    sliding = sum(w - 1 + config.gamma1 + config.gamma2 + 1 for w in windows) * per_layer  # SlidingLayer storage
-    views = VIEWS_ALIVE * (config.retrieval_budget + config.view_extra_capacity) * per_layer * len(layer_windows(model))
+    windows = layer_windows(model)
+    per_token, device_per_slot, per_layer = _bytes_per_slot(model, windows, rows, config.chunk_size)
+    round_slots = config.gamma1 + config.gamma2 + 1
+    sliding = sum(w - 1 + round_slots for w in windows if w is not None) * per_layer  # SlidingLayer storage
+    views = VIEWS_ALIVE * (config.retrieval_budget + config.view_extra_capacity) * per_layer * len(windows)
     limits = {"host memory": (host_available_bytes(), per_token, 0)}
     free = device_free_bytes(next(model.parameters()).device)
     if free is not None:
@@ -42,11 +43,13 @@ def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: in
     return None
 
 
-def _bytes_per_slot(model: torch.nn.Module, rows: int, chunk_size: int) -> tuple[int, int, int]:
+def _bytes_per_slot(
+    model: torch.nn.Module, windows: list[int | None], rows: int, chunk_size: int
+) -> tuple[int, int, int]:
     """``(host, device, one layer's)`` bytes per cache slot: every full layer's keys and values; two layers' and the
     full layers' chunk means; one layer's keys and values."""
     kv_heads, head_dim = kv_shape(model)
-    full, itemsize = sum(w is None for w in layer_windows(model)), next(model.parameters()).element_size()
+    full, itemsize = sum(w is None for w in windows), next(model.parameters()).element_size()
     per_layer = 2 * kv_heads * head_dim * itemsize * rows
     return full * per_layer, (2 * per_layer if full else 0) + full * per_layer // 2 // chunk_size, per_layer
 

@@ -60,7 +60,7 @@ def effective_cache_implementation(model: torch.nn.Module, generate_kwargs: dict
     """
     given = generate_kwargs.get("cache_implementation")
     kwargs = {} if given is None else {"cache_implementation": given}
-    config, _ = model._prepare_generation_config(copy.deepcopy(generate_kwargs.get("generation_config")), **kwargs)
+    config, _ = model._prepare_generation_config(generate_kwargs.get("generation_config"), **kwargs)  # copies it
     return config.cache_implementation
 
 

@@ -167,9 +167,19 @@ def layer_windows(model: torch.nn.Module) -> list[int | None]:
         >>> layer_windows(gemma3)  # five 1024-token sliding layers to one full  # doctest: +SKIP
         [1024, 1024, 1024, 1024, 1024, None, 1024, ...]
     """
-    text = model.config.get_text_config()
-    window = getattr(text, "sliding_window", None)
-    return [window if kind == "sliding_attention" else None for kind in cache_layer_types(text)]
+    return config_windows(model.config.get_text_config())
+
+
+def config_windows(text_config) -> list[int | None]:
+    """:func:`layer_windows` read off a text config (no model needed), as transformers builds the cache.
+
+    Example:
+        >>> from transformers import MistralConfig
+        >>> config_windows(MistralConfig(num_hidden_layers=2, sliding_window=64))
+        [64, 64]
+    """
+    window = getattr(text_config, "sliding_window", None)
+    return [window if kind == "sliding_attention" else None for kind in cache_layer_types(text_config)]
 
 
 def attn_implementation(model: torch.nn.Module) -> str:

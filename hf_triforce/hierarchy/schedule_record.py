@@ -12,6 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..stats import ms_text
+
+UNMEASURED = "unmeasured"
+
 
 def ms_per_token(tokens_per_second: float | None) -> float | None:
     """Milliseconds per token of a rate in tokens per second, rounded to the microsecond (``None``: unknown).
@@ -154,13 +158,8 @@ def reason(
         what += f", {shape})"
     elif kind == "level0" and chosen is not None:
         what += ")"
-    others = ", ".join(f"{k} {_ms(v)}" for k, v in costs.items() if k != kind)
-    own = _ms(costs.get(kind))
+    others = ", ".join(f"{k} {ms_text(v, UNMEASURED)}" for k, v in costs.items() if k != kind)
+    own = ms_text(costs.get(kind), UNMEASURED)
     if not adaptive:
         return f"fixed schedule (adaptive=False): {what} every round; modeled {own} ms/token vs {others} ms/token{at}"
     return f"{what}: modeled {own} ms/token vs {others} ms/token{at}"
-
-
-def _ms(value: float | None) -> str:
-    """Milliseconds to two decimals, trailing zeros dropped (``"unmeasured"``: ``None``)."""
-    return "unmeasured" if value is None else f"{value:.2f}".rstrip("0").rstrip(".")
