@@ -148,6 +148,18 @@ class KVBuffer:
         self._v[:, :, :kept] = self._v[:, :, count : self.length].clone()
         self.length = kept
 
+    def pack(self, slots: torch.Tensor) -> None:
+        """Row ``b`` keeps its slots at ``slots[b]`` (``[B, k]``, in that order), moved to the front (length ``k``).
+
+        Example:
+            >>> buf = KVBuffer(); _ = buf.append(torch.arange(6.0).view(2, 1, 3, 1), torch.zeros(2, 1, 3, 1))
+            >>> buf.pack(torch.tensor([[0, 2], [1, 2]])); buf.keys.flatten().tolist()
+            [0.0, 2.0, 4.0, 5.0]
+        """
+        index = slots.to(self._k.device)[:, None, :, None].expand(-1, self._k.shape[1], -1, self._k.shape[-1])
+        keys, values = self.keys.gather(2, index), self.values.gather(2, index)
+        self.write(0, keys, values)
+
     def nbytes(self) -> int:
         """Bytes held by the allocated storage (both keys and values)."""
         if self._k is None:

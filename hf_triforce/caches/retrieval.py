@@ -21,7 +21,7 @@ from .selection import (
     with_key_scores,
 )
 from .sliding import SlidingLayer
-from .slots import SlotMask, window_start
+from .slots import SlotMask, gathered_validity
 from .static_buffer import StepSlots
 from .summaries import ChunkSummaries
 from .view import RetrievalView
@@ -155,12 +155,33 @@ class RetrievalCache(BufferedCache):
 
     def trim(self, slots: SlotMask | None = None) -> None:
         """After a verification's crop: each sliding layer drops the tokens no next query's window reaches (with
-        ``slots``, a batch: of any row, counted as plain ``generate()`` lays the row out)."""
+        ``slots``, a batch: each row keeps its last tokens, packed by
+        :meth:`~hf_triforce.caches.sliding.SlidingLayer.pack_rows`)."""
         for layer in self.layers:
             if layer.is_sliding and layer.buffer.length:
-                length = layer.get_seq_length()
-                keep_from = length - (layer.window - 1) if slots is None else window_start(slots, layer.window)
-                layer.trim(keep_from)
+                if slots is None:
+                    layer.trim(layer.get_seq_length() - (layer.window - 1))
+                else:
+                    layer.pack_rows(slots)
+
+    def validity(self, layer_idx: int, slots: SlotMask) -> torch.Tensor:
+        """``[B, held]`` whether each slot layer ``layer_idx`` holds is a real token of its row (a batch's ``slots``:
+        a full layer's are the batch's, a sliding layer's its own)."""
+        layer = self.layers[layer_idx]
+        return layer.validity(slots) if layer.is_sliding else slots.valid
+
+    def gathered_validity(self, indices: list[torch.Tensor], slots: SlotMask) -> list[torch.Tensor]:
+        """Per layer ``[B, H_kv, S]``: whether the tokens a selection chose (``indices[l]``, ``[B, H_kv, S]``) are
+        real tokens of their row."""
+        return [
+            gathered_validity(self.validity(i, slots), layer.local(idx))
+            for i, (layer, idx) in enumerate(zip(self.layers, indices, strict=True))
+        ]
+
+    def index(self, layer_idx: int, slots: SlotMask) -> torch.Tensor:
+        """``[B, held]`` each slot's index as plain ``generate()`` lays the row out (what sliding windows count)."""
+        layer = self.layers[layer_idx]
+        return layer.index(slots) if layer.is_sliding else slots.plain_index()
 
     def select(
         self,

@@ -8,6 +8,12 @@ only the last ``window - 1`` (a prefill, or a later plain ``generate()`` over a 
 the rejected ones; the call then :meth:`~SlidingLayer.trim`\\ s the layer back to what the next query's window reaches.
 Every reader goes through the layer's own positions (``get_seq_length`` is the absolute length, ``get_mask_sizes``
 the held length and its offset, as ``DynamicSlidingWindowLayer`` answers them).
+
+In a batch, rows accept different numbers of drafts, so a round leaves holes (:mod:`~hf_triforce.caches.slots`); a
+sliding layer does not keep them: after each round (:meth:`SlidingLayer.pack_rows`) each row's last ``window - 1``
+tokens are packed to the end of the layer (earlier slots of a shorter row are masked, like left padding). Its slots
+then have their own validity and sliding-window indices (:meth:`~SlidingLayer.validity`, :meth:`~SlidingLayer.index`)
+instead of the batch's shared ones, so it holds at most ``window - 1`` slots and one round, whatever the acceptance.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import torch
 from ..errors import InternalError, InvalidInputError
 from .base import BufferedLayer
 from .buffers import KVBuffer
+from .slots import SlotMask
 
 
 class SlidingLayer(BufferedLayer):
@@ -42,6 +49,7 @@ class SlidingLayer(BufferedLayer):
         self.window = window
         self.start = 0  # the position of slot 0
         self.record_past = False
+        self.packed: torch.Tensor | None = None  # a batch: [B, P] validity of the first P slots (pack_rows)
 
     def activate_past_recording(self, **kwargs) -> None:
         """Keep every token an ``update`` brings until :meth:`trim` (a round can then be cropped)."""
@@ -82,6 +90,53 @@ class SlidingLayer(BufferedLayer):
         if self.keys is not None:
             self.keys, self.values = self.buffer.keys, self.buffer.values
 
+    def pack_rows(self, slots: SlotMask) -> None:
+        """A batch's trim: each row keeps its last ``window - 1`` real tokens, packed to the end of the first ``k``
+        slots (``k``: the most any row keeps); ``slots``: the batch's, after the round's crop.
+
+        Example:
+            >>> layer = SlidingLayer(window=3, round_slots=2); slots = SlotMask(torch.ones(2, 2, dtype=torch.bool))
+            >>> _ = layer.update(torch.arange(4.0).view(2, 1, 2, 1), torch.zeros(2, 1, 2, 1))
+            >>> layer.activate_past_recording(); _ = slots.append(2)
+            >>> _ = layer.update(torch.arange(4.0, 8).view(2, 1, 2, 1), torch.zeros(2, 1, 2, 1))
+            >>> slots.keep(torch.tensor([1, 2]), width=2); layer.pack_rows(slots)  # row 0 keeps one: a hole, packed
+            0
+            >>> layer.buffer.keys.flatten().tolist(), layer.packed.int().tolist()
+            ([1.0, 4.0, 6.0, 7.0], [[1, 1], [1, 1]])
+        """
+        valid = self.validity(slots)
+        held = valid.shape[1]
+        keep = valid.sum(dim=1).clamp(max=self.window - 1)  # [B]
+        k = int(keep.max())
+        packed = torch.arange(k, device=valid.device)[None] >= (k - keep)[:, None]
+        trailing = valid.flip(1).int().cumprod(dim=1).sum(dim=1)  # [B] real tokens at the end, before any hole
+        if bool((trailing >= keep).all()):  # already packed: drop the front
+            self.buffer.drop_front(held - k)
+        else:
+            order = torch.sort(valid.to(torch.uint8), dim=1, stable=True).indices  # holes first, then real tokens
+            self.buffer.pack(order[:, held - k :])
+        self.start, self.packed = slots.length - k, packed
+        if self.keys is not None:
+            self.keys, self.values = self.buffer.keys, self.buffer.values
+
+    def validity(self, slots: SlotMask) -> torch.Tensor:
+        """``[B, held]`` whether each held slot is a real token of its row: the packed slots', then those since
+        (the batch's last slots)."""
+        packed = 0 if self.packed is None else self.packed.shape[1]
+        since = slots.valid[:, slots.length - (self.buffer.length - packed) :]
+        return since if self.packed is None else torch.cat([self.packed, since], dim=1)
+
+    def index(self, slots: SlotMask) -> torch.Tensor:
+        """``[B, held]`` each held slot's index as plain ``generate()`` lays the row out (what its window counts,
+        :meth:`~hf_triforce.caches.slots.SlotMask.plain_index`): a packed row's real tokens are consecutive."""
+        index = slots.plain_index()
+        first = slots.length - (self.buffer.length - (0 if self.packed is None else self.packed.shape[1]))
+        if self.packed is None:
+            return index[:, first:]
+        packed = self.packed.shape[1]
+        before = index[:, first - 1 : first] if first else index[:, :1] - 1  # the last token packed
+        return torch.cat([before - packed + 1 + torch.arange(packed, device=index.device), index[:, first:]], dim=1)
+
     def recent_indices(self, budget: int) -> torch.Tensor:
         """``[B, H_kv, S]`` absolute positions of the last ``S = min(held, budget)`` tokens: a level-1 view's share of
         this layer (its window, needing no chunk summaries and no retrieval)."""
@@ -121,8 +176,10 @@ class SlidingLayer(BufferedLayer):
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Only the batch rows at ``rows`` remain."""
         self.buffer.keep_rows(rows)
+        if self.packed is not None:
+            self.packed = self.packed[rows]
         if self.keys is not None:
             self.keys, self.values = self.buffer.keys, self.buffer.values
 
     def reset(self) -> None:
-        self.buffer.length, self.start = 0, 0
+        self.buffer.length, self.start, self.packed = 0, 0, None

@@ -33,21 +33,6 @@ def gathered_validity(valid: torch.Tensor, indices: torch.Tensor) -> torch.Tenso
     return valid[:, None].expand(-1, indices.shape[1], -1).gather(-1, indices)
 
 
-def window_start(slots: SlotMask, window: int) -> int:
-    """The first slot any row's next query still sees through a sliding ``window``: row ``b``'s next token takes
-    index ``plain_index[b, -1] + 1`` (:meth:`SlotMask.plain_index`) and sees keys of index above it minus ``window``.
-
-    Example:
-        >>> slots = SlotMask(torch.ones(2, 4, dtype=torch.bool))
-        >>> _ = slots.append(3); _ = slots.keep(torch.tensor([1, 3]), width=3)  # row 0 leaves two holes
-        >>> window_start(slots, 3)  # row 1 sees slots 5 and 6; row 0 its slots 3 and 4 (5 and 6 are holes)
-        3
-    """
-    index = slots.plain_index()
-    lowest = index[:, -1:] + 2 - window  # [B, 1] the lowest index a row's next query sees
-    return int((index < lowest).sum(dim=1).min())
-
-
 class SlotMask:
     """Which of a batched cache's ``L`` slots hold real tokens, per row, and each row's next position.
 
@@ -110,6 +95,7 @@ class ViewSlots:
 
     Layer ``l`` holds ``S`` gathered tokens (validity ``gathered[l]`` ``[B, H_kv, S]``: they differ per head), then a
     tail shared by all heads and layers (the full cache's tokens since the selection, then drafts; ``tail`` ``[B, T]``).
+    A sliding layer, copied again at each sync (its rows are packed), covers the tail's first ``covered[l]`` slots.
 
     Example:
         >>> view = ViewSlots([torch.ones(1, 2, 3, dtype=torch.bool)], torch.tensor([[True, False]]))
@@ -119,15 +105,21 @@ class ViewSlots:
 
     def __init__(self, gathered: list[torch.Tensor], tail: torch.Tensor) -> None:
         self.gathered, self.tail = gathered, tail.bool()
+        self.covered = [0] * len(gathered)
 
-    def in_window(self, window: int | None, q_len: int) -> None:
+    def in_window(self, layer_idx: int, window: int | None, q_len: int) -> None:
         """No window: a level-1 view is compacted, its sliding layers attend to all of it (level 1 only drafts)."""
         return None
 
     def for_layer(self, layer_idx: int) -> torch.Tensor:
         """``[B, H_kv, S + T]`` validity of layer ``layer_idx``'s keys."""
-        gathered = self.gathered[layer_idx]
-        return torch.cat([gathered, self.tail[:, None].expand(-1, gathered.shape[1], -1)], dim=-1)
+        gathered, tail = self.gathered[layer_idx], self.tail[:, self.covered[layer_idx] :]
+        return torch.cat([gathered, tail[:, None].expand(-1, gathered.shape[1], -1)], dim=-1)
+
+    def cover(self, layer_idx: int, valid: torch.Tensor, covered: int) -> None:
+        """Layer ``layer_idx`` holds slots of validity ``valid`` ``[B, S']`` before the tail's ``covered``-th slot."""
+        self.gathered[layer_idx] = valid[:, None].expand(-1, self.gathered[layer_idx].shape[1], -1)
+        self.covered[layer_idx] = covered
 
     def append(self, width: int) -> None:
         """Mark ``width`` new tail slots valid in every row (a level-1 forward's inputs)."""
@@ -140,29 +132,32 @@ class ViewSlots:
 
 
 class CacheSlots:
-    """The validity a full-cache forward attends with: the same ``[B, 1, L]`` for every layer and head.
+    """The validity a full-cache forward attends with, ``[B, 1, held]`` per layer: the batch's slots for a full layer,
+    a sliding layer's own (its rows packed, :meth:`~hf_triforce.caches.sliding.SlidingLayer.pack_rows`).
 
     Example:
-        >>> CacheSlots(SlotMask(torch.ones(2, 3))).for_layer(5).shape
+        >>> from hf_triforce.caches.retrieval import RetrievalCache
+        >>> CacheSlots(SlotMask(torch.ones(2, 3)), RetrievalCache(num_layers=1)).for_layer(0).shape
         torch.Size([2, 1, 3])
     """
 
-    def __init__(self, slots: SlotMask) -> None:
-        self.slots = slots
+    def __init__(self, slots: SlotMask, cache) -> None:
+        self.slots, self.cache = slots, cache
 
     def for_layer(self, layer_idx: int) -> torch.Tensor:
-        return self.slots.valid[:, None]
+        return self.cache.validity(layer_idx, self.slots)[:, None]
 
-    def in_window(self, window: int | None, q_len: int) -> torch.Tensor | None:
-        """``[B, 1, q, L]``: the keys within the sliding ``window`` of the last ``q_len`` slots' queries, or ``None``
-        (``key > query - window`` by :meth:`SlotMask.plain_index`, as transformers counts).
+    def in_window(self, layer_idx: int, window: int | None, q_len: int) -> torch.Tensor | None:
+        """``[B, 1, q, held]``: layer ``layer_idx``'s keys within the sliding ``window`` of its last ``q_len`` slots'
+        queries, or ``None`` (``key > query - window`` by their index as plain ``generate()`` counts).
 
         Example:
+            >>> from hf_triforce.caches.retrieval import RetrievalCache
             >>> slots = SlotMask(torch.tensor([[0, 1, 1, 1, 1]]))
-            >>> CacheSlots(slots).in_window(2, 1)[0, 0].int().tolist()  # the last slot's query sees 2 keys
+            >>> CacheSlots(slots, RetrievalCache(num_layers=1)).in_window(0, 2, 1)[0, 0].int().tolist()
             [[0, 0, 0, 1, 1]]
         """
-        if window is None or window >= self.slots.length:  # every slot's index is below the slot count
+        index = self.cache.index(layer_idx, self.slots)
+        if window is None or window >= index.shape[1]:  # every slot's index is within the held count
             return None
-        index = self.slots.plain_index()
         return (index[:, None, :] > index[:, -q_len:, None] - window)[:, None]

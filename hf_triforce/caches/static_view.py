@@ -10,7 +10,7 @@ import torch
 from ..errors import InvalidInputError
 from .base import BufferedCache, BufferedLayer
 from .retrieval import RetrievalCache
-from .slots import SlotMask, gathered_validity
+from .slots import SlotMask
 from .static_buffer import SlotWrites, StaticKVBuffer, StepSlots
 from .view import SparseViewMixin, gather_selection
 
@@ -109,27 +109,29 @@ class StaticViewSlots:
         """``[B, H_kv, capacity]`` validity of layer ``layer_idx``'s slots (a view of the fixed tensor)."""
         return self.valid[layer_idx]
 
-    def in_window(self, window: int | None, q_len: int) -> None:
+    def in_window(self, layer_idx: int, window: int | None, q_len: int) -> None:
         """No window, as :meth:`~hf_triforce.caches.slots.ViewSlots.in_window`."""
         return None
 
     def refresh(self, indices: list[torch.Tensor]) -> None:
         """After the view gathered at ``indices``: those slots take their source's validity, later slots none."""
-        valid = self.slots.valid
         if self.valid is None:
             shape = (len(indices), *indices[0].shape[:2], self.view.capacity)
-            self.valid = torch.zeros(shape, dtype=torch.bool, device=valid.device)
+            self.valid = torch.zeros(shape, dtype=torch.bool, device=self.slots.valid.device)
         self.valid.zero_()
         width = max(idx.shape[-1] for idx in indices)  # a shorter selection sits at the end (StaticRetrievalView)
-        for layer, idx in enumerate(indices):
-            self.valid[layer, :, :, width - idx.shape[-1] : width] = gathered_validity(valid, idx)
+        for layer, valid in enumerate(self.view.source.gathered_validity(indices, self.slots)):
+            self.valid[layer, :, :, width - valid.shape[-1] : width] = valid
 
-    def sync(self) -> None:
-        """After the view copied in the tokens since the selection: they take the source's validity, later ones none."""
+    def sync(self, packed: list[tuple[int, torch.Tensor, int]]) -> None:
+        """After the view copied in the tokens since the selection: they take the source's validity, later ones none;
+        ``packed``: the sliding layers copied again, with their validity (:meth:`StaticRetrievalView.sync`)."""
         start = self.view.layers[0].static_length
         tail = self.slots.valid[:, self.view.source_length :]
         self.valid[..., start:] = False
         self.valid[..., start : start + tail.shape[1]] = tail[None, :, None, :]
+        for layer, valid, _ in packed:
+            self.valid[layer, :, :, : valid.shape[1]] = valid[:, None]
 
     def append(self, width: int) -> None:
         """A step writes the ``width`` slots after the visible ones: valid in every row while it runs."""

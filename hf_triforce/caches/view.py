@@ -9,6 +9,7 @@ from ..kernels.retrieval import gather_kv_into
 from .base import BufferedCache, BufferedLayer
 from .buffers import KVBuffer
 from .offload import HostKVBuffer
+from .slots import SlotMask
 
 
 def gather_selection(buffer: KVBuffer, source: KVBuffer, indices: torch.Tensor, at: int = 0) -> int:
@@ -83,12 +84,26 @@ class SparseViewMixin:
             return None
         return self.source.get_seq_length() - self.source_length
 
-    def sync(self) -> None:
-        """Drop drafted tokens and copy the full cache's tokens added since the selection (exact KV)."""
-        start = self.source_length
-        for view_layer, layer in zip(self.layers, self.source.layers, strict=True):
-            keys, values = layer.read_from(start)
-            view_layer.buffer.write(view_layer.static_length, keys, values)
+    def sync(self, slots: SlotMask | None = None) -> list[tuple[int, torch.Tensor, int]]:
+        """Drop drafted tokens and copy the full cache's tokens added since the selection (exact KV).
+
+        A batch's (``slots``) sliding layer packs its rows after each round, so the view copies its last slots again,
+        as many as the view held and the tail (fewer if it holds fewer, after invalid ones); returns, per such layer,
+        ``(layer_idx, validity [B, S + T], T)``: ``T`` tail slots covered.
+        """
+        start, tail, packed = self.source_length, self.source.get_seq_length() - self.source_length, []
+        for i, (view_layer, layer) in enumerate(zip(self.layers, self.source.layers, strict=True)):
+            if slots is None or not layer.is_sliding or layer.packed is None:
+                keys, values = layer.read_from(start)
+                view_layer.buffer.write(view_layer.static_length, keys, values)
+                continue
+            span = view_layer.static_length + tail
+            count = min(span, layer.buffer.length)
+            keys, values = layer.buffer.read(layer.buffer.length - count, layer.buffer.length)
+            view_layer.buffer.write(span - count, keys, values)
+            valid = layer.validity(slots)[:, layer.buffer.length - count :]
+            packed.append((i, torch.cat([valid.new_zeros(valid.shape[0], span - count), valid], dim=1), tail))
+        return packed
 
 
 class RetrievalView(SparseViewMixin, BufferedCache):

@@ -246,7 +246,7 @@ class TriForceRun:
             if visibility is not None:  # a token tree: each node sees the cache and its ancestors
                 stack.enter_context(tree_attention(self.model, visibility.to(inputs.device)))
             if self.batched:  # padding and holes: each row attends to its own real slots
-                stack.enter_context(slot_attention(self.model, CacheSlots(self.slots)))
+                stack.enter_context(slot_attention(self.model, CacheSlots(self.slots, self.cache)))
             out = self.model(
                 input_ids=inputs, position_ids=positions, use_cache=True, logits_to_keep=q, **cache_kwargs(self.cache)
             )

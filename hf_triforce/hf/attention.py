@@ -103,10 +103,7 @@ def _slot_attention(base: str, slots: Any, module, query, key, value, **kwargs):
     """A batch's attention over the valid slots (see :func:`slot_attention`): plain attention through
     :func:`~hf_triforce.kernels.attention.masked_gqa_attention`, anything else through the model's own."""
     valid = slots.for_layer(module.layer_idx)
-    in_window = slots.in_window(kwargs.get("sliding_window"), query.shape[2])
-    if valid.shape[-1] > key.shape[2]:  # a sliding layer holds only the last slots
-        valid = valid[..., -key.shape[2] :]
-        in_window = None if in_window is None else in_window[..., -key.shape[2] :]
+    in_window = slots.in_window(module.layer_idx, kwargs.get("sliding_window"), query.shape[2])
     query_slots = getattr(slots, "query_slots", None)  # fixed-capacity storage: the step's own slots
     if _plain_attention(kwargs) and in_window is None:
         return masked_gqa_attention(query, key, value, valid, kwargs.get("scaling"), query_slots)
@@ -216,10 +213,9 @@ def capturing_queries(model: torch.nn.Module, capture: QueryCapture, keep: int) 
 def slot_attention(model: torch.nn.Module, slots: Any) -> Iterator[dict[str, Any]]:
     """Within the block, the model's forwards attend only to the key slots ``slots`` marks valid (yields no kwargs).
 
-    ``slots.for_layer(layer_idx)``: ``[B, 1 or H_kv, L]`` bool validity (padding and holes, see
-    :mod:`hf_triforce.caches.slots`); ``slots.in_window(window, q)``: ``[B, 1, q, L]`` keys within a sliding window
-    (``None``: no window). A layer whose keys are fewer than ``L`` (a sliding layer) holds the last of them.
-    Transformers' own mask is ignored.
+    ``slots.for_layer(layer_idx)``: ``[B, 1 or H_kv, L]`` bool validity of the layer's ``L`` keys (padding and holes,
+    see :mod:`hf_triforce.caches.slots`); ``slots.in_window(layer_idx, window, q)``: ``[B, 1, q, L]`` keys within a
+    sliding window (``None``: no window). Transformers' own mask is ignored.
     """
     with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
         with _active(_ACTIVE_SLOTS, slots):

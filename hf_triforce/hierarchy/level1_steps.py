@@ -10,7 +10,7 @@ import contextlib
 import torch
 
 from ..caches.retrieval import RetrievalCache
-from ..caches.slots import SlotMask, ViewSlots, gathered_validity
+from ..caches.slots import SlotMask, ViewSlots
 from ..caches.static_view import StaticRetrievalView, StaticViewSlots
 from ..caches.view import RetrievalView
 from ..config import TriForceConfig
@@ -75,14 +75,16 @@ class ViewSteps:
         """A new view of the tokens at per-layer ``indices`` ``[B, H_kv, S]``."""
         self.view = self.cache.sparse_view(indices, self.config.view_extra_capacity)
         if self.slots is not None:
-            valid = self.slots.valid
-            self.view_slots = ViewSlots([gathered_validity(valid, idx) for idx in indices], valid[:, valid.shape[1] :])
+            self.view_slots = ViewSlots(self.cache.gathered_validity(indices, self.slots), self.slots.valid[:, :0])
 
     def sync(self) -> None:
-        """Drop the last round's drafts and copy in the full cache's tokens since the selection."""
-        self.view.sync()
+        """Drop the last round's drafts and copy in the full cache's tokens since the selection (a batch's sliding
+        layers: their last slots again, :meth:`~hf_triforce.caches.view.SparseViewMixin.sync`)."""
+        packed = self.view.sync(self.slots)
         if self.slots is not None:
             self.view_slots.tail = self.slots.valid[:, self.view.source_length :]
+            for layer, valid, covered in packed:
+                self.view_slots.cover(layer, valid, covered)
 
     def logits(self, inputs: torch.Tensor, positions: list[int]) -> torch.Tensor:
         """float32 logits ``[B, q, V]`` of ``inputs`` ``[B, q]``, row ``b`` at true positions ``positions[b] ..``,
@@ -159,9 +161,9 @@ class StaticSteps(ViewSteps):
             self.view_slots.refresh(indices)
 
     def sync(self) -> None:
-        self.view.sync()
+        packed = self.view.sync(self.slots)
         if self.view_slots is not None:
-            self.view_slots.sync()
+            self.view_slots.sync(packed)
 
     def logits(self, inputs: torch.Tensor, positions: list[int]) -> torch.Tensor:
         if self.view_slots is not None:

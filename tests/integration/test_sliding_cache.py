@@ -20,6 +20,7 @@ from transformers import DynamicCache
 
 import hf_triforce
 from hf_triforce import RetrievalCache, TriForceConfig
+from hf_triforce.caches.buffers import KVBuffer
 from hf_triforce.caches.sliding import SlidingLayer
 from hf_triforce.hf.versions import CACHE_ARG, cache_kwargs, output_cache
 from tests.support.families import BY_TYPE, WINDOW, build
@@ -92,11 +93,15 @@ def test_greedy_equals_plain_generate_and_sliding_layers_hold_their_window(model
     assert bool(runners) == (form == "fixed shapes")  # level 1 on the fixed-capacity view
 
 
-@pytest.mark.parametrize("options", [{}, {"offload_kv": True}])
+@pytest.mark.parametrize("options", [{}, {"offload_kv": True}, {"cuda_graphs": "eager"}])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_batch_equals_plain_batched_generate(models, shape, options):
+def test_batch_equals_plain_batched_generate(models, held, monkeypatch, shape, options):
     """Two left-padded prompts, four and five windows long: each row as plain batched ``generate()`` (with
-    ``offload_kv`` too: the full layers in host memory, the sliding ones on the device)."""
+    ``offload_kv`` too: the full layers in host memory, the sliding ones on the device); the rows accept unevenly, and
+    each sliding layer packs their last tokens, so it holds its window and a round at most."""
+    packs = []
+    pack = KVBuffer.pack
+    monkeypatch.setattr(KVBuffer, "pack", lambda self, slots: (packs.append(slots.shape), pack(self, slots))[1])
     model = models[shape]
     ids = torch.cat(
         [prompt_ids(seed=1), torch.cat([torch.zeros(1, WINDOW, dtype=torch.long), prompt_ids(4 * WINDOW, 2)], 1)]
@@ -107,6 +112,7 @@ def test_batch_equals_plain_batched_generate(models, shape, options):
     expected = model.generate(ids, **common)
     got = model.generate(ids, triforce_config=TriForceConfig(**CFG, **options), **common)
     assert torch.equal(got, expected)
+    assert packs and held and max(held) <= WINDOW - 1 + ROUND  # holes were left, and packed away
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from hf_triforce.caches.retrieval import RetrievalCache
 from hf_triforce.caches.sliding import SlidingLayer
-from hf_triforce.caches.slots import SlotMask
+from hf_triforce.caches.slots import CacheSlots, SlotMask
 
 WINDOW = 8
 
@@ -77,7 +78,7 @@ def test_a_view_is_selected_again_once_the_window_moved_past_it():
     assert view.tail_length() is None
 
 
-def test_a_batch_keeps_the_slots_every_row_s_window_reaches():
+def test_a_batch_packs_each_row_s_last_tokens():
     cache = RetrievalCache(num_layers=1, chunk_size=4, windows=[4], round_slots=3)
     cache.update(*states(6, rows=2), layer_idx=0)
     slots = SlotMask(torch.ones(2, 6, dtype=torch.bool))
@@ -85,5 +86,48 @@ def test_a_batch_keeps_the_slots_every_row_s_window_reaches():
     cache.update(*states(3, 6, rows=2), layer_idx=0)
     slots.append(3)
     cache.crop(slots.keep(torch.tensor([1, 3]), width=3))
-    cache.trim(slots)  # row 0 has two holes: its last 3 real tokens span slots 4, 5, 6
-    assert cache.layers[0].start == 4 and cache.layers[0].buffer.length == 5
+    cache.trim(slots)  # row 0 kept one of the round's 3 slots: two holes, not kept
+    layer = cache.layers[0]
+    assert layer.buffer.length == 3 and layer.get_seq_length() == slots.length == 9
+    assert layer.buffer.keys[:, 0, :, 0].tolist() == [[4.0, 5.0, 6.0], [6.0, 7.0, 8.0]]
+    assert layer.index(slots).tolist() == [[4, 5, 6], [6, 7, 8]]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_batch_s_sliding_layer_attends_as_its_full_cache_with_a_window(seed):
+    """Rounds of random widths and uneven acceptance over two rows (one left-padded): after every round the sliding
+    layer holds at most ``window - 1`` slots, and every query of the next round sees exactly the keys a full layer
+    (holes kept) shows it through the window, by its validity and window mask."""
+    gen = torch.Generator().manual_seed(seed)
+    window, rows = 5, 2
+    cache = RetrievalCache(num_layers=2, chunk_size=4, windows=[None, window], round_slots=6)
+    valid = torch.ones(rows, 7, dtype=torch.bool)
+    valid[1, :3] = False
+    slots = SlotMask(valid)
+    for layer in range(2):
+        cache.update(*states(7, rows=rows), layer_idx=layer)
+    cache.trim(slots)
+    cache.record_rounds(True)
+    next_id = 7
+    for _ in range(12):
+        width = int(torch.randint(1, 6, (1,), generator=gen))
+        slots.append(width)
+        for layer in range(2):
+            cache.update(*states(width, next_id, rows=rows), layer_idx=layer)
+        assert cache.layers[1].buffer.length <= window - 1 + width
+        masks = CacheSlots(slots, cache)
+        assert _visible(cache, masks, 0, window, width) == _visible(cache, masks, 1, window, width)
+        next_id += width
+        kept = torch.randint(1, width + 1, (rows,), generator=gen)
+        cache.crop(slots.keep(kept, width))
+        cache.trim(slots)
+        assert cache.layers[1].buffer.length <= window - 1
+
+
+def _visible(cache, slots, layer_idx: int, window: int, q: int) -> list[list[set[float]]]:
+    """Per row and query, the ids of the keys it sees in layer ``layer_idx`` (valid and within the window)."""
+    mask = slots.for_layer(layer_idx)[:, :, None, :].expand(-1, -1, q, -1)
+    in_window = slots.in_window(layer_idx, window, q)  # None: every key is within the window
+    mask = mask if in_window is None else mask & in_window
+    keys = cache.layers[layer_idx].buffer.keys[:, 0, :, 0]
+    return [[set(keys[b][mask[b, 0, i]].tolist()) for i in range(q)] for b in range(keys.shape[0])]
