@@ -137,7 +137,7 @@ class Planner:
             return best_tree(vector, budget, self.config.gamma2)
         if not self.adaptive or len(self.level2.fastest) < 2 or not self.level1.known:
             return None  # the verification's cost by width is not measured yet
-        chain_rate = self.rate(Plan(plan.kind, plan.gamma2))
+        chain_rate = self._chain_rate(plan, vector[0])
         shapes = best_trees(vector, list(AUTO_TREE_SIZES), self.config.gamma2)
         best = max(shapes, key=self.tree_rate)
         if self.tree_rate(best) <= TREE_MARGIN * chain_rate:
@@ -148,6 +148,14 @@ class Planner:
             return self._weighed_trees(shapes, chain_rate, None, "tree rounds measured slower than chain rounds")
         why = f"the {best.size}-node tree models over {TREE_MARGIN}x the chain's speed"
         return self._weighed_trees(shapes, chain_rate, best, why)
+
+    def _chain_rate(self, plan: Plan, first: float) -> float:
+        """The chain's tokens per second, as planned (the latest streak) or priced as the trees are (its nodes at the
+        positional acceptance's first rank ``first``, any length up to ``gamma2``), whichever is higher: a tree must
+        win by its branches, not by an acceptance estimate the chain was not given."""
+        lengths = range(1, self.config.gamma2 + 1)
+        chains = best_trees([first], [g + 1 for g in lengths], self.config.gamma2)
+        return max([self.rate(Plan(plan.kind, plan.gamma2)), *map(self.tree_rate, chains)])
 
     def _weighed_trees(
         self, shapes: list[TreeShape], chain_rate: float, chosen: TreeShape | None, why: str
