@@ -50,6 +50,7 @@ class SlidingLayer(BufferedLayer):
         self.start = 0  # the position of slot 0
         self.record_past = False
         self.packed: torch.Tensor | None = None  # a batch: [B, P] validity of the first P slots (pack_rows)
+        self.packed_counted: torch.Tensor | None = None  # [B, P] which of them a sliding window counts
 
     def activate_past_recording(self, **kwargs) -> None:
         """Keep every token an ``update`` brings until :meth:`trim` (a round can then be cropped)."""
@@ -91,8 +92,9 @@ class SlidingLayer(BufferedLayer):
             self.keys, self.values = self.buffer.keys, self.buffer.values
 
     def pack_rows(self, slots: SlotMask) -> None:
-        """A batch's trim: each row keeps its last ``window - 1`` real tokens, packed to the end of the first ``k``
-        slots (``k``: the most any row keeps); ``slots``: the batch's, after the round's crop.
+        """A batch's trim: each row keeps the last ``window - 1`` slots its window counts (its tokens, and a prompt's
+        padding, :meth:`~hf_triforce.caches.slots.SlotMask.counted`; not the holes), packed to the end of the first
+        ``k`` slots (``k``: the most any row keeps); ``slots``: the batch's, after the round's crop.
 
         Example:
             >>> layer = SlidingLayer(window=3, round_slots=2); slots = SlotMask(torch.ones(2, 2, dtype=torch.bool))
@@ -104,37 +106,48 @@ class SlidingLayer(BufferedLayer):
             >>> layer.buffer.keys.flatten().tolist(), layer.packed.int().tolist()
             ([1.0, 4.0, 6.0, 7.0], [[1, 1], [1, 1]])
         """
-        valid = self.validity(slots)
+        valid, counted = self.validity(slots), self._counted(slots)
         held = valid.shape[1]
-        keep = valid.sum(dim=1).clamp(max=self.window - 1)  # [B]
+        keep = counted.sum(dim=1).clamp(max=self.window - 1)  # [B]
         k = int(keep.max())
-        packed = torch.arange(k, device=valid.device)[None] >= (k - keep)[:, None]
-        trailing = valid.flip(1).int().cumprod(dim=1).sum(dim=1)  # [B] real tokens at the end, before any hole
+        trailing = counted.flip(1).int().cumprod(dim=1).sum(dim=1)  # [B] counted slots at the end, before any hole
         if bool((trailing >= keep).all()):  # already packed: drop the front
             self.buffer.drop_front(held - k)
+            self.packed = valid[:, held - k :]
         else:
-            order = torch.sort(valid.to(torch.uint8), dim=1, stable=True).indices  # holes first, then real tokens
-            self.buffer.pack(order[:, held - k :])
-        self.start, self.packed = slots.length - k, packed
+            order = torch.sort(counted.to(torch.uint8), dim=1, stable=True).indices[:, held - k :]  # holes first
+            self.buffer.pack(order)
+            self.packed = valid.gather(1, order)
+        self.packed_counted = torch.arange(k, device=valid.device)[None] >= (k - keep)[:, None]
+        self.packed &= self.packed_counted
+        self.start = slots.length - k
         if self.keys is not None:
             self.keys, self.values = self.buffer.keys, self.buffer.values
 
     def validity(self, slots: SlotMask) -> torch.Tensor:
         """``[B, held]`` whether each held slot is a real token of its row: the packed slots', then those since
         (the batch's last slots)."""
-        packed = 0 if self.packed is None else self.packed.shape[1]
-        since = slots.valid[:, slots.length - (self.buffer.length - packed) :]
-        return since if self.packed is None else torch.cat([self.packed, since], dim=1)
+        return self._with_packed(slots.valid, self.packed)
+
+    def _counted(self, slots: SlotMask) -> torch.Tensor:
+        """``[B, held]`` whether each held slot is one a sliding window counts (:meth:`SlotMask.counted`)."""
+        return self._with_packed(slots.counted(), self.packed_counted)
+
+    def _with_packed(self, per_slot: torch.Tensor, packed: torch.Tensor | None) -> torch.Tensor:
+        """``packed`` ``[B, P]`` for the packed slots, then ``per_slot``'s (``[B, L]``, the batch's) for those since."""
+        width = 0 if packed is None else packed.shape[1]
+        since = per_slot[:, per_slot.shape[1] - (self.buffer.length - width) :]
+        return since if packed is None else torch.cat([packed, since], dim=1)
 
     def index(self, slots: SlotMask) -> torch.Tensor:
         """``[B, held]`` each held slot's index as plain ``generate()`` lays the row out (what its window counts,
-        :meth:`~hf_triforce.caches.slots.SlotMask.plain_index`): a packed row's real tokens are consecutive."""
+        :meth:`~hf_triforce.caches.slots.SlotMask.plain_index`): a packed row's counted slots are consecutive."""
         index = slots.plain_index()
         first = slots.length - (self.buffer.length - (0 if self.packed is None else self.packed.shape[1]))
         if self.packed is None:
             return index[:, first:]
         packed = self.packed.shape[1]
-        before = index[:, first - 1 : first] if first else index[:, :1] - 1  # the last token packed
+        before = index[:, first - 1 : first] if first else index[:, :1] - 1  # the last slot packed
         return torch.cat([before - packed + 1 + torch.arange(packed, device=index.device), index[:, first:]], dim=1)
 
     def recent_indices(self, budget: int) -> torch.Tensor:
@@ -177,9 +190,9 @@ class SlidingLayer(BufferedLayer):
         """Only the batch rows at ``rows`` remain."""
         self.buffer.keep_rows(rows)
         if self.packed is not None:
-            self.packed = self.packed[rows]
+            self.packed, self.packed_counted = self.packed[rows], self.packed_counted[rows]
         if self.keys is not None:
             self.keys, self.values = self.buffer.keys, self.buffer.values
 
     def reset(self) -> None:
-        self.buffer.length, self.start, self.packed = 0, 0, None
+        self.buffer.length, self.start, self.packed, self.packed_counted = 0, 0, None, None

@@ -53,12 +53,17 @@ class SlotMask:
         self.positions = self.valid.sum(dim=1)
         self.prompt_length = self.valid.shape[1]
 
-    def plain_index(self) -> torch.Tensor:
-        """``[B, L]`` each slot's index as plain ``generate()`` lays the row out (what sliding windows count): the
-        prompt's slots, then the new tokens; a hole repeats its left neighbour's index."""
+    def counted(self) -> torch.Tensor:
+        """``[B, L]`` the slots plain ``generate()`` lays a row out in (what sliding windows count): the prompt's
+        slots, padding included, then the new tokens, not the holes."""
         counted = self.valid.clone()
         counted[:, : self.prompt_length] = True
-        return counted.long().cumsum(-1) - 1
+        return counted
+
+    def plain_index(self) -> torch.Tensor:
+        """``[B, L]`` each slot's index as plain ``generate()`` lays the row out (:meth:`counted`); a hole repeats
+        its left neighbour's index."""
+        return self.counted().long().cumsum(-1) - 1
 
     @property
     def length(self) -> int:

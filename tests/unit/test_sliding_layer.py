@@ -95,14 +95,15 @@ def test_a_batch_packs_each_row_s_last_tokens():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_a_batch_s_sliding_layer_attends_as_its_full_cache_with_a_window(seed):
-    """Rounds of random widths and uneven acceptance over two rows (one left-padded): after every round the sliding
+    """Rounds of random widths and uneven acceptance over two rows (padded): after every round the sliding
     layer holds at most ``window - 1`` slots, and every query of the next round sees exactly the keys a full layer
     (holes kept) shows it through the window, by its validity and window mask."""
     gen = torch.Generator().manual_seed(seed)
     window, rows = 5, 2
     cache = RetrievalCache(num_layers=2, chunk_size=4, windows=[None, window], round_slots=6)
     valid = torch.ones(rows, 7, dtype=torch.bool)
-    valid[1, :3] = False
+    valid[1, :3] = False  # left padding
+    valid[0, 4] = False  # padding inside the prompt (a pad id there, and no attention mask): its window counts it
     slots = SlotMask(valid)
     for layer in range(2):
         cache.update(*states(7, rows=rows), layer_idx=layer)
