@@ -1,9 +1,7 @@
 """Weight-only int4 linear layers for level 1: half the int8 copy's bytes on the CPU, a quarter of bfloat16 on CUDA.
 
-Per group of :data:`GROUP_SIZE` inputs, a bfloat16 scale and zero (the kernel's ``scales_and_zeros``):
-``q = round((w - min) / scale)`` in ``0..15``, ``scale = (max - min) / 15``, standing for ``(q - 8) * scale + zero``,
-``zero = min + 8 * scale``. Level 1 only drafts: the output is unchanged. :func:`int4_linear` (tinygemm's kernel on
-CUDA 8.0+) must equal :func:`int4_linear_reference` (bfloat16 inputs, de-quantized weights, a bfloat16-rounded result).
+Per group of :data:`GROUP_SIZE` inputs, a bfloat16 scale and zero: ``q`` in ``0..15`` stands for
+``(q - 8) * scale + zero``. :func:`int4_linear` must equal :func:`int4_linear_reference`.
 """
 
 from __future__ import annotations
@@ -11,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import InvalidInputError
+from .int8_linear import int8_linear_reference
 
 GROUP_SIZE = 32
 """Input channels per scale and zero (32 keeps level 1's acceptance close to the int8 copy's; 64 lost noticeably)."""
@@ -182,14 +180,5 @@ def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None =
     return out.view(*x.shape[:-1], weight.out_features)
 
 
-def int4_linear_reference(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Pure-torch :func:`int4_linear`: bfloat16-rounded ``x`` times :meth:`Int4Weight.dequantize`, rounded to bfloat16.
-
-    Example:
-        >>> q = quantize_int4(torch.eye(32)[:16].contiguous())
-        >>> int4_linear_reference(torch.ones(1, 32), q)[0, :3].tolist()
-        [1.0, 1.0, 1.0]
-    """
-    rows = x.to(torch.bfloat16).float()
-    out = F.linear(rows, weight.dequantize()).to(torch.bfloat16).to(x.dtype)
-    return out if bias is None else out + bias
+int4_linear_reference = int8_linear_reference
+"""Pure-torch :func:`int4_linear`: bfloat16-rounded ``x`` times :meth:`Int4Weight.dequantize`, rounded to bfloat16."""

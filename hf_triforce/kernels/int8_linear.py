@@ -1,7 +1,7 @@
 """Weight-only int8 linear layers on the CPU (``torch._weight_int8pack_mm``): level 1's copy of the target's weights.
 
-Level 1 only drafts (the verification runs the float32 weights): the output is unchanged. :func:`int8_linear` must
-equal :func:`int8_linear_reference` (bfloat16 inputs, de-quantized weights, a bfloat16-rounded result).
+:func:`int8_linear` must equal :func:`int8_linear_reference` (bfloat16 inputs, de-quantized weights, a
+bfloat16-rounded result).
 """
 
 from __future__ import annotations
@@ -102,8 +102,9 @@ def int8_linear(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None =
     return out.view(*x.shape[:-1], weight.qweight.shape[0])
 
 
-def int8_linear_reference(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Pure-torch :func:`int8_linear`: bfloat16-rounded ``x`` times the de-quantized weight, rounded to bfloat16.
+def int8_linear_reference(x: torch.Tensor, weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Pure-torch :func:`int8_linear` (and ``int4_linear``): bfloat16-rounded ``x`` times ``weight.dequantize()``
+    (an :class:`Int8Weight` or ``Int4Weight``), rounded to bfloat16.
 
     Example:
         >>> q = quantize_int8(torch.eye(3))
