@@ -11,7 +11,7 @@ from ..kernels.int8_linear import int8_kernel_available
 from .direct_forward import direct_forward_problem
 from .distributed import tensor_parallel_size
 from .masks import mask_kind
-from .model import attn_implementation, is_dispatched, layer_windows, model_problem, rope_types
+from .model import attn_implementation, is_dispatched, model_problem, rope_types
 from .quantization import quantized_linears, rows_interact
 from .versions import cache_layer_types
 
@@ -80,8 +80,7 @@ def model_facts(model: torch.nn.Module) -> ModelFacts:
         dtype=parameter.dtype,
         attention=attn_implementation(model),
         fixed_masks=mask_kind(model) is not None,
-        sliding=any(window is not None for window in layer_windows(model))
-        or "sliding_attention" in cache_layer_types(text),
+        sliding="sliding_attention" in cache_layer_types(text),
         softcap=bool(getattr(text, "attn_logit_softcapping", None)),
         sinks=any(hasattr(m, "sinks") for m in model.modules()),
         dispatched=is_dispatched(model),
