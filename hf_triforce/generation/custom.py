@@ -1,9 +1,8 @@
 """TriForce through transformers' own convention for decoding methods: ``generate(custom_generate=...)``.
 
-Without :func:`~hf_triforce.enable`: :func:`triforce_generate` is the decoding method as a callable, and
-:data:`CUSTOM_GENERATE_DIR` a directory laid out as a Hub repository's (it runs :func:`hub_generate`). A callable
-is handed only its own extra arguments: TriForce reads ``streamer`` and ``assistant_model`` off the ``generate()``
-call, but stop strings (which need ``tokenizer``) work only through the directory or ``enable``.
+Without :func:`~hf_triforce.enable`: :func:`triforce_generate` is the decoding method as a callable (stop strings
+need ``tokenizer``, which a callable is not handed), :data:`CUSTOM_GENERATE_DIR` a directory laid out as a Hub
+repository's (it runs :func:`hub_generate`).
 """
 
 from __future__ import annotations
@@ -82,12 +81,7 @@ def triforce_generate(
 
 
 def hub_generate(model, *args, triforce_config: TriForceConfig | dict | None = None, **kwargs) -> Any:
-    """What :data:`CUSTOM_GENERATE_DIR` runs: ``generate()`` with all its arguments, TriForce as decoding method.
-
-    Example:
-        >>> out = model.generate(ids, custom_generate=CUSTOM_GENERATE_DIR, trust_remote_code=True,
-        ...                      triforce_config=TriForceConfig(), max_new_tokens=64)  # doctest: +SKIP
-    """
+    """What :data:`CUSTOM_GENERATE_DIR` runs: ``generate()`` with all its arguments, TriForce as decoding method."""
     _state(model)
     kwargs = routed_kwargs(model, prepare_triforce_call, triforce_config or TriForceConfig(), kwargs)
     return class_generate(model, *args, **kwargs)

@@ -18,11 +18,7 @@ VIEWS_ALIVE = 2  # a re-selection builds the new view before the old one is drop
 
 def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: int, max_length: int) -> str | None:
     """Why ``rows`` offloaded caches of ``max_length`` tokens do not fit host or device memory (with the longest
-    ``max_length`` that does); ``None`` when they fit.
-
-    Example:
-        >>> offload_fit_problem(model, TriForceConfig(offload_kv=True), 1, 131072)  # doctest: +SKIP
-    """
+    ``max_length`` that does); ``None`` when they fit."""
     windows = layer_windows(model)
     per_token, device_per_slot, per_layer = _bytes_per_slot(model, windows, rows, config.chunk_size)
     round_slots = config.gamma1 + config.gamma2 + 1

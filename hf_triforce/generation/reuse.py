@@ -2,8 +2,7 @@
 
 As plain ``generate()``, a call prefills only ``input_ids[:, cached:]`` and leaves the caller's cache holding
 ``sequences`` minus the last token. A :class:`~hf_triforce.caches.RetrievalCache` an earlier call returned is used
-in place; a ``DynamicCache`` is copied into a new one, and the new tokens are appended to it at the end. Without a
-caller's cache the output carries TriForce's own full cache.
+in place; a ``DynamicCache`` is copied, and the new tokens are appended to it at the end.
 """
 
 from __future__ import annotations
@@ -47,11 +46,6 @@ def start_cache(
 
     A batched call copies the caller's cache (one row per row, or one row all share) and leaves it as it was: plain
     ``generate()`` would append the padding it feeds finished rows, which TriForce never computes. It returns no cache.
-
-    Example:
-        >>> start = start_cache(model, TriForceConfig(), ids, max_length=600, callers=prefilled)  # doctest: +SKIP
-        >>> start.reused  # tokens of ids already cached  # doctest: +SKIP
-        512
     """
     capacity = config.full_cache_capacity(max_length)
     offload_to = next(model.parameters()).device if config.offload_kv else None
@@ -130,12 +124,7 @@ def _layouts(cache: Any) -> list[tuple[torch.Tensor, int]]:
 
 
 def callers_cache_problem(model: torch.nn.Module, cache: Any | None, input_shape: torch.Size) -> str | None:
-    """Why a call over ``input_shape`` ``(rows, tokens)`` cannot start from the caller's ``cache`` (``None``: it can).
-
-    Example:
-        >>> callers_cache_problem(model, DynamicCache(config=model.config), (1, 10)) is None  # doctest: +SKIP
-        True
-    """
+    """Why a call over ``input_shape`` ``(rows, tokens)`` cannot start from the caller's ``cache`` (``None``: can)."""
     if cache is None:
         return None
     rows, input_length = input_shape

@@ -24,10 +24,6 @@ class TriForceState:
         level1_runner: ``(key, runner)``, the static level-1 runner kept for the next call with the same shapes
             and weights (:func:`hf_triforce.hierarchy.static_steps.kept_runner`), or ``None``.
         enabled: :func:`hf_triforce.enable` routes ``generate()``; ``False``: only ``custom_generate`` calls' stats.
-
-    Example:
-        >>> state = attach_state(model); state_of(model) is state  # doctest: +SKIP
-        True
     """
 
     last_stats: TriForceStats | None = None

@@ -1,11 +1,8 @@
 """Bit-exact faster equivalents of transformers' top-p and minimum-length processors.
 
-TriForce processes about twice as many positions per token as ``generate()``. :func:`finite_top_p` sorts only the
-finite scores (after top-k, all but a few are ``-inf``) instead of the whole vocabulary; :func:`suppress_eos`
+:func:`finite_top_p` sorts only the finite scores (after top-k, all but a few are ``-inf``); :func:`suppress_eos`
 applies the minimum lengths to every position at once. Both copy transformers' implementation, unchanged from 5.17
-to 5.25 (``TopKLogitsWarper``, ``TopPLogitsWarper``, ``MinLengthLogitsProcessor`` and
-``MinNewTokensLengthLogitsProcessor`` read the same in 5.25 as in 5.24); on a release from :data:`CHECKED_BELOW` on they
-are not used (:func:`fast_paths_checked`).
+to 5.25; from :data:`CHECKED_BELOW` on they are not used (:func:`fast_paths_checked`).
 """
 
 from __future__ import annotations
@@ -96,8 +93,7 @@ def finite_top_p(warper: transformers.TopPLogitsWarper, scores: torch.Tensor) ->
 
 def _finite_top(warper, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(values, indices)`` ``[P, m]`` of each row's ``m`` largest scores, descending (``m``: the most finite
-    scores of any row); ``None`` where :func:`finite_top_p` must use transformers (``topk`` ranks NaN, ``+inf`` first).
-    """
+    scores of any row); ``None`` where :func:`finite_top_p` must use transformers (NaN, ``+inf``)."""
     if scores.dim() != 2 or warper.filter_value != -math.inf or scores.numel() == 0:
         return None
     k = min(scores.shape[-1], 64)

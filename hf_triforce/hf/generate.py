@@ -1,8 +1,7 @@
 """The hook into ``generate()``: ``triforce_config`` routes a call to ``custom_generate``; outputs; stop strings.
 
-``generate()`` rejects unknown kwargs and has no registry of decoding methods, only
-``generate(custom_generate=<callable>)`` after its usual preparation. :func:`wrap_generate` wraps one instance's
-``generate`` to take ``triforce_config``; it is also a generation-config attribute, so pipelines forward it.
+``generate()`` rejects unknown kwargs, so :func:`wrap_generate` wraps one instance's ``generate`` to take
+``triforce_config``; it is also a generation-config attribute, so pipelines forward it.
 """
 
 from __future__ import annotations
@@ -28,9 +27,6 @@ def wrap_generate(model: torch.nn.Module, handler: Handler) -> None:
 
     ``cfg`` may also come from the call's or the model's ``generation_config``; without one, ``generate()`` is
     unchanged. Undo with :func:`unwrap_generate`.
-
-    Example:
-        >>> wrap_generate(model, lambda model, cfg, kwargs: my_decoding_loop)  # doctest: +SKIP
     """
     plain_generate = model.generate
 
@@ -47,17 +43,8 @@ def wrap_generate(model: torch.nn.Module, handler: Handler) -> None:
 
 
 def effective_cache_implementation(model: torch.nn.Module, generate_kwargs: dict[str, Any]) -> str | None:
-    """The ``cache_implementation`` that ``generate()`` will act on for a call with ``generate_kwargs``.
-
-    Read through transformers' own preparation of the call's generation config (the call's kwarg over its
-    ``generation_config`` over the model's), which also drops what transformers ignores for this model: e.g. the Hub
-    default ``"hybrid"`` of Gemma checkpoints, served by the dynamic sliding-window cache.
-
-    Example:
-        >>> model.generation_config.cache_implementation = "hybrid"  # doctest: +SKIP
-        >>> effective_cache_implementation(model, {}) is None  # doctest: +SKIP
-        True
-    """
+    """The ``cache_implementation`` that ``generate()`` will act on for a call with ``generate_kwargs``, read
+    through transformers' own preparation (which drops e.g. Gemma checkpoints' Hub default ``"hybrid"``)."""
     given = generate_kwargs.get("cache_implementation")
     kwargs = {} if given is None else {"cache_implementation": given}
     config, _ = model._prepare_generation_config(generate_kwargs.get("generation_config"), **kwargs)  # copies it
@@ -65,12 +52,7 @@ def effective_cache_implementation(model: torch.nn.Module, generate_kwargs: dict
 
 
 def routed_kwargs(model: torch.nn.Module, handler: Handler, triforce_config: Any, kwargs: dict[str, Any]) -> dict:
-    """``generate()``'s ``kwargs`` for a TriForce call: stop strings as a criterion, ``custom_generate`` set.
-
-    Example:
-        >>> kwargs = routed_kwargs(model, handler, TriForceConfig(), {"max_new_tokens": 8})  # doctest: +SKIP
-        >>> type(model).generate(model, ids, **kwargs)  # doctest: +SKIP
-    """
+    """``generate()``'s ``kwargs`` for a TriForce call: stop strings as a criterion, ``custom_generate`` set."""
     decode = handler(model, triforce_config, kwargs)  # refuses what TriForce cannot serve, before anything moves
     _move_stop_strings(model, kwargs)
     kwargs["custom_generate"] = decode
@@ -100,11 +82,7 @@ _GENERATE_MODULE = "transformers.generation.utils"
 
 
 def class_generate(model: torch.nn.Module, *args, **kwargs):
-    """The model class's own ``generate()``, not the instance's wrapper.
-
-    Example:
-        >>> class_generate(model, ids, max_new_tokens=8)  # doctest: +SKIP
-    """
+    """The model class's own ``generate()``, not the instance's wrapper."""
     return type(model).generate(model, *args, **kwargs)
 
 

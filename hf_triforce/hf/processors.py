@@ -1,9 +1,7 @@
 """What hf_triforce needs to know about transformers' logits processors.
 
-TriForce calls the processors per position, with that position's own context (exact for any processor that is a
-function of ``(input_ids, scores)`` row by row). The warpers that never read ``input_ids`` may process every
-position at once; ``PrefixConstrainedLogitsProcessor`` must see each row's own batch index. Classes are matched
-exactly (``type(p) is cls``): a subclass may read ``input_ids``.
+TriForce calls the processors per position, with that position's own context; the warpers that never read
+``input_ids`` may process every position at once. Classes are matched exactly: a subclass may read ``input_ids``.
 """
 
 from __future__ import annotations
@@ -16,18 +14,10 @@ import transformers
 from transformers import LogitsProcessorList
 
 _CONTEXT_FREE_NAMES = (
-    "TemperatureLogitsWarper",
-    "TopKLogitsWarper",
-    "TopPLogitsWarper",
-    "MinPLogitsWarper",
-    "TypicalLogitsWarper",
-    "EpsilonLogitsWarper",
-    "EtaLogitsWarper",
-    "TopHLogitsWarper",
-    "SuppressTokensLogitsProcessor",
-    "InfNanRemoveLogitsProcessor",
-    "LogitNormalization",
-)
+    "TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper", "TypicalLogitsWarper",
+    "EpsilonLogitsWarper", "EtaLogitsWarper", "TopHLogitsWarper", "SuppressTokensLogitsProcessor",
+    "InfNanRemoveLogitsProcessor", "LogitNormalization",
+)  # fmt: skip
 CONTEXT_FREE = tuple(getattr(transformers, n) for n in _CONTEXT_FREE_NAMES if hasattr(transformers, n))
 """Processor classes whose ``__call__`` ignores ``input_ids`` (checked for each supported transformers)."""
 
@@ -77,9 +67,8 @@ def _rebound(processor, index: int):
 def answer_repetition_penalty(penalty: float, prompt_length: int) -> dict[str, Any]:
     """``generate()`` kwargs for a repetition penalty on the answer's own tokens (the prompt's tokens are free).
 
-    A ``RepetitionPenaltyLogitsProcessor(p, prompt_ignore_length=n)``; ``repetition_penalty`` is passed too so that
-    it replaces the built-in one in place (before temperature, top-k and top-p). Use the kwargs inside
-    :func:`custom_processor_replaces_builtin` to keep transformers' note about that replacement out of the log.
+    ``repetition_penalty`` is passed too so that the processor replaces the built-in one in place (before the
+    warpers); :func:`custom_processor_replaces_builtin` keeps transformers' note about that out of the log.
 
     Example:
         >>> kwargs = answer_repetition_penalty(1.2, prompt_length=7000)
@@ -97,12 +86,7 @@ class _Replaced(logging.Filter):
 
 @contextlib.contextmanager
 def custom_processor_replaces_builtin():
-    """Within the block, transformers' warning that a custom processor replaces a built-in one is dropped.
-
-    Example:
-        >>> with custom_processor_replaces_builtin():
-        ...     pass
-    """
+    """Within the block, transformers' warning that a custom processor replaces a built-in one is dropped."""
     log, quiet = logging.getLogger("transformers.generation.utils"), _Replaced()
     log.addFilter(quiet)
     try:

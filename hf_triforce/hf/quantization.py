@@ -1,11 +1,8 @@
 """What a quantized model is, read off its modules: which linear layers carry no plain float weight, and whether a
 token's output depends on the other tokens of the same forward.
 
-A quantized model (bitsandbytes, quanto, torchao, AWQ, GPTQ, HQQ, ...) replaces ``nn.Linear`` layers by its own
-class (a subclass of ``nn.Linear`` or not), or keeps ``nn.Linear`` and makes its weight a tensor subclass (torchao).
-Both are found here from the modules themselves, whatever the method's name; ``config.quantization_config`` only
-names the method in messages. TriForce's verification runs the model's own forward, so it serves any of them as long
-as each token's output is its own; level 1's direct forward and its int8/int4 copies read plain float weights.
+A quantized model replaces ``nn.Linear`` layers by its own class, or makes the weight a tensor subclass (torchao);
+both are found from the modules themselves (``config.quantization_config`` only names the method in messages).
 """
 
 from __future__ import annotations
@@ -82,9 +79,8 @@ def rows_interact(model: torch.nn.Module) -> str | None:
     """Why a token's output in a multi-token forward of ``model`` depends on the other tokens of that forward
     (``None``: it does not, up to floating-point rounding).
 
-    bitsandbytes' LLM.int8 (``load_in_8bit`` with ``llm_int8_threshold > 0``, 6.0 by default) finds outlier feature
-    columns over all the tokens of a forward and multiplies those columns in 16 bits, the rest in int8: verifying
-    several drafted tokens in one forward then gives other logits than plain decoding's one-token forwards.
+    bitsandbytes' LLM.int8 (``llm_int8_threshold > 0``) picks outlier columns over all the tokens of a forward, so
+    verifying several drafts in one forward gives other logits than plain decoding's one-token forwards.
 
     Example:
         >>> rows_interact(torch.nn.Sequential(torch.nn.Linear(2, 2))) is None

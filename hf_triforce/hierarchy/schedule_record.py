@@ -1,11 +1,5 @@
-"""What the planner weighed in one call, kept small enough for the call's statistics.
-
-:class:`ScheduleRecord` is filled by :class:`~hf_triforce.hierarchy.planner.Planner` as it decides (rounds per
-schedule, the rounds' measured seconds, the modeled rates at its latest decision, token trees weighed against the
-chain) and turned into the JSON-ready ``TriForceStats.planner`` by :meth:`~hf_triforce.hierarchy.planner.Planner.
-explain`. It keeps totals and the latest decision only, never a log per round, so its size does not grow with the
-call. It records; it never decides.
-"""
+"""What the planner weighed in one call (totals and the latest decision only, so its size does not grow with the
+call), read out as ``TriForceStats.planner`` by :meth:`~hf_triforce.hierarchy.planner.Planner.explain`."""
 
 from __future__ import annotations
 

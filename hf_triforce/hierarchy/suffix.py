@@ -1,8 +1,7 @@
 """Suffix-automaton drafting: continue the sequence with what followed the longest earlier match of its end.
 
-A suffix automaton (Blumer et al. 1985) is extended in O(1) amortized per token, so it indexes the prompt and every
-committed token as decoding goes. A longer match is likelier to continue the same way, so the number of proposed
-tokens grows with the match length (as in SuffixDecoding, Oliaro et al. 2024). Deterministic: a one-hot ``q``.
+The automaton (Blumer et al. 1985) grows in O(1) amortized per token; the number of proposed tokens grows with the
+match length (as in SuffixDecoding, Oliaro et al. 2024). Deterministic: a one-hot ``q``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """A Triton kernel's first launch, with its pure-torch reference as the way out if it cannot compile.
 
-An unfamiliar GPU, driver or Triton version can refuse to compile a kernel on its first launch, before anything is
-written, so falling back to the reference (same result) is safe: warned once, the kernel is not tried again in this
-process. After a successful first launch errors propagate; under ``TRITON_INTERPRET=1`` (the tests) nothing is caught.
+A kernel that fails to compile on its first launch has written nothing, so the reference (same result) is safe;
+after a successful first launch errors propagate, and under ``TRITON_INTERPRET=1`` (the tests) nothing is caught.
 """
 
 from __future__ import annotations

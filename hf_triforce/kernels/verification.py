@@ -1,8 +1,7 @@
 """Attention of a few new tokens over a long cache (the full-cache verification), split over the keys.
 
-:func:`verify_attention_triton` is flash-decoding with the GQA group folded into the query rows (transformers' masked
-``sdpa`` copies every KV head per query head); :func:`verify_attention` dispatches between it and the reference,
-:func:`verify_attention_reference`.
+:func:`verify_attention_triton` is flash-decoding with the GQA group folded into the query rows;
+:func:`verify_attention` dispatches between it and :func:`verify_attention_reference`.
 """
 
 from __future__ import annotations
