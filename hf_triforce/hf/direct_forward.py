@@ -1,11 +1,8 @@
 """Level 1's forward run directly over a Llama-family decoder's weights, without transformers' module calls.
 
-On the CPU transformers' per-layer module calls, mask and dispatch add much to a few-token step over a view;
-:class:`DirectDecoder` runs the same computation as plain torch calls (with a low-bit copy, one fused ``q|k|v`` and
-one ``gate|up`` product). Level 1 only drafts, so the output is unchanged whichever forward it uses. Layouts
-(checked against transformers 5.23-5.24 ``modeling_llama``, ``_mistral``, ``_qwen2``, ``_qwen3``, ``_phi3``):
-``q_proj``/``k_proj``/``v_proj`` or ``qkv_proj``, optional ``q_norm``/``k_norm`` (Qwen3), ``gate_proj``/``up_proj``
-or ``gate_up_proj`` (Phi-3), RMSNorms, RoPE through the model's ``rotary_emb``.
+On the CPU transformers' module calls, mask and dispatch add much to a few-token step over a view; level 1 only
+drafts, so the output is unchanged whichever forward it uses. Layouts: ``q_proj``/``k_proj``/``v_proj`` or
+``qkv_proj``, optional ``q_norm``/``k_norm``, ``gate_proj``/``up_proj`` or ``gate_up_proj``, RMSNorms, ``rotary_emb``.
 """
 
 from __future__ import annotations
@@ -160,11 +157,6 @@ class DirectDecoder:
         model: see :func:`direct_forward_problem`.
         weights: ``"full"``, ``"int8"`` (stacked int8 copies of the projections and LM head) or ``"int4"`` (int4
             projections; the LM head stays int8, since level 1 samples from its logits).
-
-    Example:
-        >>> decoder = DirectDecoder(model, weights="int8")  # doctest: +SKIP
-        >>> decoder.logits(torch.tensor([42]), position=900, cache=view).shape  # [q, vocab], float32  # doctest: +SKIP
-        torch.Size([1, 49152])
     """
 
     def __init__(self, model: torch.nn.Module, weights: str = "full") -> None:
@@ -180,12 +172,7 @@ class DirectDecoder:
         self.norm = _norm(inner.norm)
         self.head = Projection.of(model.lm_head, weights="full" if weights == "full" else "int8")
 
-    def logits(
-        self,
-        tokens: torch.Tensor,
-        position: int | torch.Tensor,
-        cache: Cache,
-    ) -> torch.Tensor:
+    def logits(self, tokens: torch.Tensor, position: int | torch.Tensor, cache: Cache) -> torch.Tensor:
         """float32 logits ``[q, V]`` of ``tokens`` ``[q]`` at positions ``position ..`` (or ``[q]``, one per token),
         appended to ``cache`` (batch 1; ``layers[i].update`` returns all of the layer's keys/values)."""
         x = self.embed.weight[tokens]
@@ -241,12 +228,7 @@ def _layout_problem(model: torch.nn.Module) -> str | None:
 
 
 def direct_decoder(model: torch.nn.Module, weights: str) -> DirectDecoder:
-    """The :class:`DirectDecoder` of ``model``, kept beside it (rebuilt when a weight changed).
-
-    Example:
-        >>> direct_decoder(model, "int8") is direct_decoder(model, "int8")  # doctest: +SKIP
-        True
-    """
+    """The :class:`DirectDecoder` of ``model``, kept beside it (rebuilt when a weight changed)."""
     key = (weights, *(weight_fingerprint(p) for p in model.parameters()))
     return kept_beside(_DECODERS, model, key, lambda: DirectDecoder(model, weights))
 

@@ -18,13 +18,7 @@ from typing import TypeVar
 import torch
 
 from ..kernels.int4_linear import Int4Weight, int4_kernel_supports, int4_linear, quantize_int4
-from ..kernels.int8_linear import (
-    Int8Weight,
-    int8_kernel_supports,
-    int8_linear,
-    quantize_int8,
-    use_int8_linear,
-)
+from ..kernels.int8_linear import Int8Weight, int8_kernel_supports, int8_linear, quantize_int8, use_int8_linear
 from ..kernels.linear import linear_forward
 from .quantization import is_plain_linear
 

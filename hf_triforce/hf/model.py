@@ -161,12 +161,7 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList | None:
 
 
 def layer_windows(model: torch.nn.Module) -> list[int | None]:
-    """Each decoder layer's sliding window, ``None`` for a layer that attends in full.
-
-    Example:
-        >>> layer_windows(gemma3)  # five 1024-token sliding layers to one full  # doctest: +SKIP
-        [1024, 1024, 1024, 1024, 1024, None, 1024, ...]
-    """
+    """Each decoder layer's sliding window, ``None`` for a layer that attends in full."""
     return config_windows(model.config.get_text_config())
 
 
