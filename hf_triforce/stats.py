@@ -36,47 +36,25 @@ class LevelStats:
 
     @property
     def acceptance_rate(self) -> float:
-        """The round rate ``accepted / drafted``, the share of drafted tokens kept (0.0 when nothing was drafted).
-
-        Example:
-            >>> level = LevelStats(); level.record(4, 1); level.acceptance_rate
-            0.25
-        """
+        """The round rate ``accepted / drafted``, the share of drafted tokens kept (0.0 when nothing was drafted)."""
         return self.accepted / self.drafted if self.drafted else 0.0
 
     @property
     def per_token_acceptance(self) -> float:
         """Per-token acceptance ``alpha`` (the papers' figure): the probability that a draft is accepted given that
         every earlier draft of its round was, estimated as ``accepted / (accepted + rejections)`` (maximum likelihood;
-        drafts after a rejection are never judged, so ``per_token_acceptance >= acceptance_rate``).
-
-        Example:
-            >>> level = LevelStats(); level.record(6, 6); level.record(6, 2); level.record(6, 0)
-            >>> level.per_token_acceptance, round(level.acceptance_rate, 3)  # 8 accepted, 2 rounds rejected
-            (0.8, 0.444)
-        """
+        drafts after a rejection are never judged, so ``per_token_acceptance >= acceptance_rate``)."""
         judged = self.accepted + self.rejections
         return self.accepted / judged if judged else 0.0
 
     def record(self, drafted: int, accepted: int) -> None:
-        """Fold in one round: its ``accepted`` leading drafts of the ``drafted`` that were judged.
-
-        Example:
-            >>> level = LevelStats(); level.record(3, 1); level.record(0, 0); level
-            LevelStats(drafted=3, accepted=1, rejections=1)
-        """
+        """Fold in one round: its ``accepted`` leading drafts of the ``drafted`` that were judged."""
         self.drafted += drafted
         self.accepted += accepted
         self.rejections += int(accepted < drafted)
 
     def to_dict(self) -> dict[str, Any]:
-        """The counts and both acceptance figures (JSON-serializable).
-
-        Example:
-            >>> level = LevelStats(); level.record(6, 5); level.to_dict()  # doctest: +NORMALIZE_WHITESPACE
-            {'drafted': 6, 'accepted': 5, 'rejections': 1, 'acceptance_rate': 0.8333333333333334,
-             'per_token_acceptance': 0.8333333333333334}
-        """
+        """The counts and both acceptance figures (JSON-serializable; see :class:`TriForceStats`' example)."""
         return {
             "drafted": self.drafted,
             "accepted": self.accepted,
@@ -116,13 +94,7 @@ class PhaseTimes:
             self.add(phase, time.perf_counter() - start)
 
     def add(self, phase: str, seconds: float) -> None:
-        """Add one call of ``seconds`` to ``phase`` (timed by the caller: work spread over a forward's layers).
-
-        Example:
-            >>> times = PhaseTimes(); times.add("level1", 0.5); times.add("level1", 0.25)
-            >>> times.seconds["level1"], times.calls["level1"]
-            (0.75, 2)
-        """
+        """Add one call of ``seconds`` to ``phase`` (timed by the caller: work spread over a forward's layers)."""
         self.durations.setdefault(phase, []).append(seconds)
 
     def to_dict(self) -> dict[str, dict[str, float]]:

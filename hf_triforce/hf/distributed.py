@@ -1,8 +1,7 @@
 """Tensor parallelism: which process group a sharded model runs over, and agreeing on a decision across it.
 
-A model sharded by ``from_pretrained(..., tp_plan="auto")`` all-reduces inside every forward, so every rank must
-run the same forwards with the same shapes: a decision from a rank's own clock is taken by rank 0 and broadcast
-(:class:`RankConsensus`), and sampling ranks must share a random state (:func:`random_states_differ`).
+A sharded model all-reduces inside every forward, so every rank must run the same forwards with the same shapes: a
+decision from a rank's own clock is rank 0's, broadcast (:class:`RankConsensus`), and ranks share a random state.
 """
 
 from __future__ import annotations
@@ -40,9 +39,7 @@ def tensor_parallel_group(model: torch.nn.Module) -> dist.ProcessGroup | None:
 
 
 class RankConsensus:
-    """Makes every rank of a tensor-parallel ``group`` take rank 0's value of a decision (a few ints).
-
-    With ``group=None`` (one process, or a model that is not sharded) :meth:`agree` is a free no-op.
+    """Makes every rank of a tensor-parallel ``group`` (``None``: a no-op) take rank 0's value of a decision (ints).
 
     Example:
         >>> RankConsensus(None).agree([2, 6])  # one process: a no-op

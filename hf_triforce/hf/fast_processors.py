@@ -69,10 +69,9 @@ def _minimum_length(processor) -> int:
 def finite_top_p(warper: transformers.TopPLogitsWarper, scores: torch.Tensor) -> torch.Tensor:
     """``warper(input_ids, scores)`` for ``[P, V]`` scores, bit for bit, sorting only each row's finite scores.
 
-    With at most ``m`` finite scores per row, transformers' ascending sort is ``V - m`` times ``-inf`` then the top
-    ``m`` ascending: built here from one ``topk``, it is the same tensor, so the same kernels give the same sums.
-    Ties among finite scores, NaN, ``+inf``, a filter value other than ``-inf`` or more than :data:`FINITE_LIMIT`
-    finite scores go to ``warper`` itself.
+    Transformers' ascending sort is ``V - m`` times ``-inf`` then the top ``m`` ascending: built here from one ``topk``,
+    it is the same tensor, so the same kernels give the same sums. Ties among finite scores, NaN, ``+inf``, another
+    filter value or more than :data:`FINITE_LIMIT` finite scores go to ``warper`` itself.
 
     Example:
         >>> w = transformers.TopPLogitsWarper(0.5)

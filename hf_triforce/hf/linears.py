@@ -47,10 +47,9 @@ _LEVEL1: contextvars.ContextVar[bool] = contextvars.ContextVar("triforce_level1_
 
 @contextlib.contextmanager
 def swapped_linears(models: Iterable[torch.nn.Module | None], level1: LowBitCopy | None = None) -> Iterator[None]:
-    """For a whole call, the models' plain ``nn.Linear`` layers are swapped for one forward: the CPU few-row path
-    (:func:`~hf_triforce.kernels.linear.linear_forward`, a few rows at about a single-token step's cost) and, inside
-    :func:`level1_linears`, the int8 or int4 weights of ``level1`` (an int8 layer given more rows than its kernel
-    serves uses its own weights). Restored when the block ends.
+    """Within the block, the models' plain ``nn.Linear`` layers run the CPU few-row path
+    (:func:`~hf_triforce.kernels.linear.linear_forward`) and, inside :func:`level1_linears`, ``level1``'s low-bit
+    weights (an int8 layer given more rows than its kernel serves uses its own weights).
 
     Example:
         >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8))
@@ -120,14 +119,7 @@ def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
 
 def int4_weight_copy(model: torch.nn.Module) -> LowBitCopy:
     """An int4 copy of ``model``'s plain ``nn.Linear`` projections (int8 where int4 does not serve the shape) and
-    an int8 copy of its output embeddings (level 1 samples from its logits), kept beside the model.
-
-    Example:
-        >>> model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 16))
-        >>> copy = int4_weight_copy(model)
-        >>> [type(w).__name__ for w in copy.values()], int4_weight_copy(model) is copy  # doctest: +SKIP
-        (['Int4Weight', 'Int4Weight'], True)
-    """
+    an int8 copy of its output embeddings (level 1 samples from its logits), kept beside the model."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if _on_cuda(model):  # no int8 kernel there: the head and the shapes int4 does not serve keep their own weights
         layers = [m for m in _plain_layers(model) if m is not head and int4_kernel_supports(m.weight)]
@@ -184,8 +176,6 @@ def drop_int8_copy(model: torch.nn.Module) -> None:
 
 
 def weight_fingerprint(weight: torch.Tensor) -> tuple[int, int]:
-    """Where the weight lives and how often it was written in place (inference tensors have no such count).
-
-    A stale copy only lowers level 1's acceptance: level 2 verifies with the weights themselves.
-    """
+    """Where the weight lives and how often it was written in place (inference tensors have no such count); a stale
+    copy would only lower level 1's acceptance: level 2 verifies with the weights themselves."""
     return weight.data_ptr(), -1 if weight.is_inference() else weight._version

@@ -21,11 +21,8 @@ SERVED_LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def model_problem(model: torch.nn.Module) -> str | None:
-    """Why TriForce cannot serve ``model`` (what it lacks, and what to do), or ``None`` when it can.
-
-    It needs a decoder-only causal LM whose attention goes through transformers' attention interface, with
-    per-token keys and values in every layer (:data:`SERVED_LAYER_TYPES`) and a rotary embedding (a StreamingLLM
-    draft cache moves keys to new positions with it).
+    """Why TriForce cannot serve ``model`` (what it lacks, and what to do), or ``None`` when it can (the rotary
+    embedding is needed: a StreamingLLM draft cache moves keys to new positions with it).
 
     Example:
         >>> from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel

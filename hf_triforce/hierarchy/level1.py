@@ -51,19 +51,10 @@ class Level1Drafter:
     """
 
     def __init__(
-        self,
-        model,
-        cache: RetrievalCache,
-        slots: SlotMask,
-        config: TriForceConfig,
-        plan,
-        do_sample: bool,
-        drafters: list[Drafter] | None,
-        stats: TriForceStats,
-        row_stats: list[TriForceStats] | None = None,
-        eos_token_ids: list[int] | None = None,
-        runner_slot: RunnerSlot | None = None,
-    ) -> None:
+        self, model, cache: RetrievalCache, slots: SlotMask, config: TriForceConfig, plan, do_sample: bool,
+        drafters: list[Drafter] | None, stats: TriForceStats, row_stats: list[TriForceStats] | None = None,
+        eos_token_ids: list[int] | None = None, runner_slot: RunnerSlot | None = None,
+    ) -> None:  # fmt: skip
         self.model, self.cache, self.slots, self.config = model, cache, slots, config
         self.do_sample, self.drafters = do_sample, drafters
         self.stats, self.row_stats = stats, row_stats
