@@ -14,7 +14,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from ..config import TriForceConfig
-from ..hf.generate import class_generate, dropped_generate_arguments, routed_kwargs
+from ..hf.generate import dropped_generate_arguments, routed_kwargs
 from .call import prepare_triforce_call
 from .plan import check_model
 from .state import TriForceState, attach_state, state_of
@@ -84,7 +84,7 @@ def hub_generate(model, *args, triforce_config: TriForceConfig | dict | None = N
     """What :data:`CUSTOM_GENERATE_DIR` runs: ``generate()`` with all its arguments, TriForce as decoding method."""
     _state(model)
     kwargs = routed_kwargs(model, prepare_triforce_call, triforce_config or TriForceConfig(), kwargs)
-    return class_generate(model, *args, **kwargs)
+    return type(model).generate(model, *args, **kwargs)  # the class's own, not the instance's wrapper
 
 
 def _state(model: torch.nn.Module) -> TriForceState:

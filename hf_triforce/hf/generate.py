@@ -1,8 +1,5 @@
-"""The hook into ``generate()``: ``triforce_config`` routes a call to ``custom_generate``; outputs; stop strings.
-
-``generate()`` rejects unknown kwargs, so :func:`wrap_generate` wraps one instance's ``generate`` to take
-``triforce_config``; it is also a generation-config attribute, so pipelines forward it.
-"""
+"""The hook into ``generate()`` (which rejects unknown kwargs): ``triforce_config`` routes a call to
+``custom_generate``; outputs; stop strings."""
 
 from __future__ import annotations
 
@@ -79,11 +76,6 @@ def dropped_generate_arguments(depth: int = 2) -> dict[str, Any]:
 
 
 _GENERATE_MODULE = "transformers.generation.utils"
-
-
-def class_generate(model: torch.nn.Module, *args, **kwargs):
-    """The model class's own ``generate()``, not the instance's wrapper."""
-    return type(model).generate(model, *args, **kwargs)
 
 
 def unwrap_generate(model: torch.nn.Module) -> None:
