@@ -241,9 +241,7 @@ class TriForceStats:
         out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
         out["mean_accepted_length"] = self.mean_accepted_length
         out["decode_tokens_per_second"] = self.decode_tokens_per_second
-        levels = {"level0": self.level0.to_dict(), "level1": self.level1.to_dict()}
-        levels["level0_to_level2"] = self.level0_to_level2.to_dict()
-        out["levels"] = levels
+        out["levels"] = {level: getattr(self, level).to_dict() for level in ("level0", "level1", "level0_to_level2")}
         out["phases"] = self.phases.to_dict()
         if self.rows:
             out["rows"] = [row.to_dict() for row in self.rows]

@@ -1,9 +1,5 @@
-"""The full-cache verification of one sequence on fixed shapes: eagerly, or replayed as a CUDA graph per width.
-
-The forward runs over the cache's fixed storage, the cache's end read from a device tensor
-(:func:`~hf_triforce.hf.attention.fixed_capacity_attention`). One unpadded sequence with no sliding-window layer
-(the static mask is plain causal); the call's plan sends the rest to the dynamic path.
-"""
+"""The full-cache verification of one unpadded sequence on fixed shapes (the cache's fixed storage, its end read
+from a device tensor): eagerly, or replayed as a CUDA graph per width. No sliding-window layer: the mask is causal."""
 
 from __future__ import annotations
 

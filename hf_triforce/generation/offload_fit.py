@@ -1,8 +1,5 @@
-"""Whether an offloaded call fits, checked before any work: the host holds the full cache, the device what streams.
-
-On the host: the full-attention layers. On the device: the two layers a full-cache forward streams, the chunk means,
-the retrieval views and the sliding-window layers (their window and a round: they stay on the device).
-"""
+"""Whether an offloaded call fits, checked before any work: the host holds the full-attention layers; the device the
+two layers a forward streams, the chunk means, the retrieval views and the sliding-window layers."""
 
 from __future__ import annotations
 

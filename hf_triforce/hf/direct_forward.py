@@ -1,9 +1,5 @@
-"""Level 1's forward run directly over a Llama-family decoder's weights, without transformers' module calls.
-
-On the CPU transformers' module calls, mask and dispatch add much to a few-token step over a view; level 1 only
-drafts, so the output is unchanged whichever forward it uses. Layouts: ``q_proj``/``k_proj``/``v_proj`` or
-``qkv_proj``, optional ``q_norm``/``k_norm``, ``gate_proj``/``up_proj`` or ``gate_up_proj``, RMSNorms, ``rotary_emb``.
-"""
+"""Level 1's forward run directly over a Llama-family decoder's weights as plain torch calls: on the CPU transformers'
+module calls, mask and dispatch add much to a few-token step, and level 1 only drafts (the output is unchanged)."""
 
 from __future__ import annotations
 
@@ -126,10 +122,8 @@ class DirectLayer:
         """Self-attention of ``h`` ``[q, H]`` over the cache layer and itself (causal): ``[q, heads * head_dim]``."""
         q, d = h.shape[0], self.head_dim
         query, key, value = self.qkv(h).split([self.heads * d, self.kv_heads * d, self.kv_heads * d], dim=-1)
-        query, key = (
-            self._head_norm(query.view(q, self.heads, d), self.q_norm),
-            self._head_norm(key.view(q, self.kv_heads, d), self.k_norm),
-        )
+        query = self._head_norm(query.view(q, self.heads, d), self.q_norm)
+        key = self._head_norm(key.view(q, self.kv_heads, d), self.k_norm)
         query, key = apply_rope(query.transpose(0, 1)[None], cos, sin), apply_rope(key.transpose(0, 1)[None], cos, sin)
         keys, values = cache_layer.update(key, value.view(q, self.kv_heads, d).transpose(0, 1)[None])
         return _attend(query, keys, values, self.scaling).reshape(q, self.heads * d)

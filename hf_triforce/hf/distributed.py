@@ -1,8 +1,5 @@
-"""Tensor parallelism: which process group a sharded model runs over, and agreeing on a decision across it.
-
-A sharded model all-reduces inside every forward, so every rank must run the same forwards with the same shapes: a
-decision from a rank's own clock is rank 0's, broadcast (:class:`RankConsensus`), and ranks share a random state.
-"""
+"""Tensor parallelism: a sharded model all-reduces inside every forward, so its ranks must run the same forwards: a
+decision from a rank's own clock is rank 0's, broadcast (:class:`RankConsensus`), and ranks share a random state."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Bit-exact faster equivalents of transformers' top-p and minimum-length processors.
-
-:func:`finite_top_p` sorts only the finite scores (after top-k, all but a few are ``-inf``); :func:`suppress_eos`
-applies the minimum lengths to every position at once. Both copy transformers' implementation, unchanged from 5.17
-to 5.25; from :data:`CHECKED_BELOW` on they are not used (:func:`fast_paths_checked`).
-"""
+"""Bit-exact faster equivalents of transformers' top-p and minimum-length processors, copies of its implementation
+(unchanged from 5.17 to 5.25), not used from :data:`CHECKED_BELOW` on (:func:`fast_paths_checked`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A model's ``nn.Linear`` layers swapped for a call: the CPU few-row path, and level 1's low-bit weight copies.
-
-Layers that transformers' integrations own are left alone: those with accelerate hooks (``_hf_hook``), subclasses of
-``nn.Linear`` and layers whose weight is a tensor subclass (quantized layers: :func:`~.quantization.is_plain_linear`).
-"""
+"""A model's ``nn.Linear`` layers swapped for a call: the CPU few-row path, and level 1's low-bit weight copies. Layers
+transformers' integrations own (hooked, subclassed, tensor-subclass weights) are left alone."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What hf_triforce needs to know about transformers' logits processors.
-
-TriForce calls the processors per position, with that position's own context; the warpers that never read
-``input_ids`` may process every position at once. Classes are matched exactly: a subclass may read ``input_ids``.
-"""
+"""What hf_triforce needs to know about transformers' logits processors (called per position, with that position's
+own context; classes are matched exactly: a subclass may read ``input_ids``)."""
 
 from __future__ import annotations
 

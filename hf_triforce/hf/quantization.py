@@ -1,9 +1,5 @@
-"""What a quantized model is, read off its modules: which linear layers carry no plain float weight, and whether a
-token's output depends on the other tokens of the same forward.
-
-A quantized model replaces ``nn.Linear`` layers by its own class, or makes the weight a tensor subclass (torchao);
-both are found from the modules themselves (``config.quantization_config`` only names the method in messages).
-"""
+"""What a quantized model is, read off its modules (its own layer class, or a tensor-subclass weight): which linear
+layers carry no plain float weight, and whether a token's output depends on the other tokens of the same forward."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Level 1 of the hierarchy: the target's weights over a retrieval view draft tokens for the full cache.
-
-Level 1's tokens are distributed exactly as its own ``p_hat`` (it verifies level 0's drafts exactly); their processed
-scores are the ``q`` the full cache (level 2) verifies against.
-"""
+"""Level 1: the target's weights over a retrieval view draft tokens (exactly its own ``p_hat``, verifying level 0's
+drafts exactly); their processed scores are the ``q`` the full cache (level 2) verifies against."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Suffix-automaton drafting: continue the sequence with what followed the longest earlier match of its end.
-
-The automaton (Blumer et al. 1985) grows in O(1) amortized per token; the number of proposed tokens grows with the
-match length (as in SuffixDecoding, Oliaro et al. 2024). Deterministic: a one-hot ``q``.
-"""
+"""Suffix-automaton drafting (Blumer et al. 1985; as in SuffixDecoding, Oliaro et al. 2024): continue the sequence with
+what followed the longest earlier match of its end, more tokens for a longer match. Deterministic: a one-hot ``q``."""
 
 from __future__ import annotations
 

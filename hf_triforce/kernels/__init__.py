@@ -1,7 +1,4 @@
-"""Fast paths, each beside the pure-torch (or transformers) computation it must equal; pure torch.
-
-:mod:`.dispatch` decides when a Triton kernel runs; :mod:`.guard` falls back when one cannot compile.
-"""
+"""Fast paths, each beside the pure-torch computation it must equal (:mod:`.dispatch`: when a Triton kernel runs)."""
 
 from .attention import gqa_sdpa_attention
 from .dispatch import triton_enabled

@@ -1,8 +1,5 @@
-"""A Triton kernel's first launch, with its pure-torch reference as the way out if it cannot compile.
-
-A kernel that fails to compile on its first launch has written nothing, so the reference (same result) is safe;
-after a successful first launch errors propagate, and under ``TRITON_INTERPRET=1`` (the tests) nothing is caught.
-"""
+"""A Triton kernel's first launch, its pure-torch reference the way out if it cannot compile (it has written nothing
+then); later errors propagate, and under ``TRITON_INTERPRET=1`` (the tests) nothing is caught."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Weight-only int4 linear layers for level 1: half the int8 copy's bytes on the CPU, a quarter of bfloat16 on CUDA.
-
-Per group of :data:`GROUP_SIZE` inputs, a bfloat16 scale and zero: ``q`` in ``0..15`` stands for
-``(q - 8) * scale + zero``. :func:`int4_linear` must equal :func:`int4_linear_reference`.
-"""
+"""Weight-only int4 linear layers for level 1; per group of :data:`GROUP_SIZE` inputs a bfloat16 scale and zero:
+``q`` in ``0..15`` stands for ``(q - 8) * scale + zero``. :func:`int4_linear` must equal its reference."""
 
 from __future__ import annotations
 

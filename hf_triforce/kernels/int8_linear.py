@@ -1,8 +1,5 @@
-"""Weight-only int8 linear layers on the CPU (``torch._weight_int8pack_mm``): level 1's copy of the target's weights.
-
-:func:`int8_linear` must equal :func:`int8_linear_reference` (bfloat16 inputs, de-quantized weights, a
-bfloat16-rounded result).
-"""
+"""Weight-only int8 linear layers on the CPU (``torch._weight_int8pack_mm``), level 1's copy of the target's weights;
+:func:`int8_linear` must equal :func:`int8_linear_reference`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Linear layers for a few rows at a time (speculative verification) on the CPU; the reference is ``F.linear``.
-
-MKL runs ``x @ W.T`` with a handful of rows far below memory speed (the 1-row case is slower still);
-``W @ x.T`` (many rows, a few columns) streams the weight once at close to memory speed.
-"""
+"""Linear layers for a few rows on the CPU: MKL runs ``x @ W.T`` with a handful of rows far below memory speed, while
+``W @ x.T`` streams the weight once at close to memory speed. The reference is ``F.linear``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Retrieval kernels: chunk scoring and the gather into a sparse view, each beside its pure-torch reference.
-
-:func:`chunk_scores`, :func:`chunk_key_scores` and :func:`gather_kv_into` run a Triton kernel (``*_triton``) when
-:func:`~hf_triforce.kernels.dispatch.triton_enabled`, else the reference (always on the CPU). Top-k stays in torch.
-"""
+"""Retrieval kernels, chunk scoring and the gather into a sparse view: :func:`chunk_scores`, :func:`chunk_key_scores`
+and :func:`gather_kv_into` run a Triton kernel (``*_triton``) where it is enabled, else their pure-torch reference."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Attention of a few new tokens over a long cache (the full-cache verification), split over the keys.
-
-:func:`verify_attention_triton` is flash-decoding with the GQA group folded into the query rows;
-:func:`verify_attention` dispatches between it and :func:`verify_attention_reference`.
-"""
+"""Attention of a few new tokens over a long cache (the full-cache verification): :func:`verify_attention_triton` is
+flash-decoding with the GQA group folded into the query rows; :func:`verify_attention_reference` is pure torch."""
 
 from __future__ import annotations
 
