@@ -1,9 +1,5 @@
-"""Per-call statistics of a TriForce ``generate()``: tokens, time, forwards and per-level acceptance.
-
-The levels are named alike everywhere (stats, phases, docs, CLI output): ``level0`` the drafter, ``level1`` the
-target over the retrieval view (a ``retrieval_budget``-token sparse KV cache), ``level2`` the target with its full
-KV cache, whose output is the output.
-"""
+"""Per-call statistics of a TriForce ``generate()``: tokens, time, forwards and per-level acceptance (``level0`` the
+drafter, ``level1`` the target over the retrieval view, ``level2`` the target with its full KV cache)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""TriForce through transformers' own convention for decoding methods: ``generate(custom_generate=...)``.
-
-Without :func:`~hf_triforce.enable`: :func:`triforce_generate` is the decoding method as a callable (stop strings
-need ``tokenizer``, which a callable is not handed), :data:`CUSTOM_GENERATE_DIR` a directory laid out as a Hub
-repository's (it runs :func:`hub_generate`).
-"""
+"""TriForce through transformers' own convention for decoding methods, without :func:`~hf_triforce.enable`:
+:func:`triforce_generate` as a callable, :data:`CUSTOM_GENERATE_DIR` as a Hub repository (:func:`hub_generate`)."""
 
 from __future__ import annotations
 

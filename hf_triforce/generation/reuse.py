@@ -1,9 +1,5 @@
-"""Starting a TriForce call from a cache the caller prefilled, and handing the grown cache back.
-
-As plain ``generate()``, a call prefills only ``input_ids[:, cached:]`` and leaves the caller's cache holding
-``sequences`` minus the last token. A :class:`~hf_triforce.caches.RetrievalCache` an earlier call returned is used
-in place; a ``DynamicCache`` is copied, and the new tokens are appended to it at the end.
-"""
+"""Starting a TriForce call from a cache the caller prefilled (prefilling only ``input_ids[:, cached:]``, as plain
+``generate()``), and handing the grown cache back: a returned RetrievalCache is used in place, a DynamicCache copied."""
 
 from __future__ import annotations
 
