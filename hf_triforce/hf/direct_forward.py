@@ -182,12 +182,7 @@ class DirectDecoder:
 
 
 def direct_forward_problem(model: torch.nn.Module) -> str | None:
-    """Why :class:`DirectDecoder` cannot run ``model`` (``None``: it can).
-
-    Example:
-        >>> direct_forward_problem(torch.nn.Linear(2, 2))
-        'it is not a transformers causal LM with a config'
-    """
+    """Why :class:`DirectDecoder` cannot run ``model`` (``None``: it can)."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "get_text_config"):
         return "it is not a transformers causal LM with a config"
@@ -228,9 +223,5 @@ def direct_decoder(model: torch.nn.Module, weights: str) -> DirectDecoder:
 
 
 def drop_direct_decoder(model: torch.nn.Module) -> None:
-    """Free ``model``'s :class:`DirectDecoder` and its low-bit copy, if one was made.
-
-    Example:
-        >>> drop_direct_decoder(torch.nn.Linear(2, 2))  # nothing was made: a no-op
-    """
+    """Free ``model``'s :class:`DirectDecoder` and its low-bit copy, if one was made."""
     _DECODERS.pop(model, None)

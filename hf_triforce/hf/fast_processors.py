@@ -18,22 +18,12 @@ LENGTH_ONLY = (transformers.MinLengthLogitsProcessor, transformers.MinNewTokensL
 
 
 def fast_paths_checked(current: str | None = None) -> bool:
-    """Whether the installed transformers is one these equivalents were checked against.
-
-    Example:
-        >>> fast_paths_checked("5.24.0"), fast_paths_checked("5.30.0")
-        (True, False)
-    """
+    """Whether the installed transformers is one these equivalents were checked against."""
     return version.parse(current or transformers.__version__) < version.parse(CHECKED_BELOW)
 
 
 def length_only(processors) -> bool:
-    """Whether :func:`suppress_eos` serves ``processors`` (all :data:`LENGTH_ONLY`, transformers checked).
-
-    Example:
-        >>> length_only([transformers.MinLengthLogitsProcessor(5, 2)]), length_only([])
-        (True, True)
-    """
+    """Whether :func:`suppress_eos` serves ``processors`` (all :data:`LENGTH_ONLY`, transformers checked)."""
     return fast_paths_checked() and all(type(p) in LENGTH_ONLY for p in processors)
 
 
@@ -121,12 +111,7 @@ class FiniteTopP:
 
 
 def faster(processor):
-    """``processor``, or its faster exact stand-in where one exists and was checked (top-p today).
-
-    Example:
-        >>> [type(faster(p)).__name__ for p in (transformers.TopPLogitsWarper(0.9), transformers.TopKLogitsWarper(5))]
-        ['FiniteTopP', 'TopKLogitsWarper']
-    """
+    """``processor``, or its faster exact stand-in where one exists and was checked (top-p today)."""
     if type(processor) is transformers.TopPLogitsWarper and fast_paths_checked():
         return FiniteTopP(processor)
     return processor

@@ -101,14 +101,7 @@ def _on_cuda(model: torch.nn.Module) -> bool:
 
 def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
     """The int8 copy of ``model``'s plain ``nn.Linear`` weights the kernel serves, kept beside the model (remade
-    when a weight changed).
-
-    Example:
-        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Linear(8, 2))
-        >>> copy = int8_weight_copy(model)
-        >>> copy[model[0]].qweight.shape, model[1] in copy, int8_weight_copy(model) is copy
-        (torch.Size([8, 16]), False, True)
-    """
+    when a weight changed)."""
     layers = [m for m in _plain_layers(model) if int8_kernel_supports(m.weight)]
     key = tuple(weight_fingerprint(m.weight) for m in layers)
     return kept_beside(_INT8_COPIES, model, key, lambda: _quantized(layers, "int8", lambda m: quantize_int8(m.weight)))
@@ -160,14 +153,7 @@ def kept_beside(store: weakref.WeakKeyDictionary, model: torch.nn.Module, key: t
 
 
 def drop_int8_copy(model: torch.nn.Module) -> None:
-    """Free ``model``'s int8 and int4 weight copies, if made.
-
-    Example:
-        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8))
-        >>> copy = int8_weight_copy(model); drop_int8_copy(model)
-        >>> int8_weight_copy(model) is copy
-        False
-    """
+    """Free ``model``'s int8 and int4 weight copies, if made."""
     _INT8_COPIES.pop(model, None)
     _INT4_COPIES.pop(model, None)
 

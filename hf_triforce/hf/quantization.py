@@ -7,12 +7,7 @@ import torch
 
 
 def is_plain_linear(module: torch.nn.Module) -> bool:
-    """Whether ``module`` is an ``nn.Linear`` itself (not a subclass) with a plain tensor weight, no accelerate hook.
-
-    Example:
-        >>> is_plain_linear(torch.nn.Linear(2, 2)), is_plain_linear(torch.nn.Embedding(2, 2))
-        (True, False)
-    """
+    """Whether ``module`` is an ``nn.Linear`` itself (not a subclass) with a plain tensor weight, no accelerate hook."""
     return (
         type(module) is torch.nn.Linear
         and type(module.weight) in (torch.nn.Parameter, torch.Tensor)
@@ -36,12 +31,7 @@ def _quantized(module: torch.nn.Module) -> bool:
 
 def quantization_method(model: torch.nn.Module) -> str | None:
     """``config.quantization_config``'s ``quant_method`` (``"bitsandbytes"``, ``"quanto"``, ``"torchao"``, ``"awq"``,
-    ``"gptq"``, ...), or ``None`` when the model was not loaded with one.
-
-    Example:
-        >>> quantization_method(torch.nn.Linear(2, 2)) is None
-        True
-    """
+    ``"gptq"``, ...), or ``None`` when the model was not loaded with one."""
     config = getattr(getattr(model, "config", None), "quantization_config", None)
     if config is None:
         return None
@@ -51,15 +41,7 @@ def quantization_method(model: torch.nn.Module) -> str | None:
 
 def quantized_linears(model: torch.nn.Module) -> str | None:
     """What quantizes ``model``'s linear layers (``None``: every one is a plain float ``nn.Linear``), for messages:
-    the method and the layer (or weight) classes.
-
-    Example:
-        >>> quantized_linears(torch.nn.Sequential(torch.nn.Linear(2, 2))) is None
-        True
-        >>> class QLinear(torch.nn.Linear): ...
-        >>> quantized_linears(torch.nn.Sequential(QLinear(2, 2)))
-        'its linear layers are quantized (QLinear)'
-    """
+    the method and the layer (or weight) classes."""
     kinds = set()
     for module in model.modules():
         if _quantized(module):
@@ -76,12 +58,7 @@ def rows_interact(model: torch.nn.Module) -> str | None:
     (``None``: it does not, up to floating-point rounding).
 
     bitsandbytes' LLM.int8 (``llm_int8_threshold > 0``) picks outlier columns over all the tokens of a forward, so
-    verifying several drafts in one forward gives other logits than plain decoding's one-token forwards.
-
-    Example:
-        >>> rows_interact(torch.nn.Sequential(torch.nn.Linear(2, 2))) is None
-        True
-    """
+    verifying several drafts in one forward gives other logits than plain decoding's one-token forwards."""
     thresholds = {
         float(threshold)
         for module in model.modules()

@@ -61,12 +61,7 @@ def cache_kwargs(cache: Any) -> dict[str, Any]:
 
 
 def find_cache(kwargs: dict[str, Any]) -> tuple[str, Any] | tuple[None, None]:
-    """``(name, cache)`` of the cache in a call's ``kwargs`` under any name, or ``(None, None)``.
-
-    Example:
-        >>> find_cache({"past_key_values": None, "cache": "c"})
-        ('cache', 'c')
-    """
+    """``(name, cache)`` of the cache in a call's ``kwargs`` under any name, or ``(None, None)``."""
     for name in CACHE_ARGS:
         if kwargs.get(name) is not None:
             return name, kwargs[name]
@@ -110,12 +105,7 @@ def flash_attention_available(generation: int) -> bool:
 
 def compile_on_any_device(config: transformers.CompileConfig) -> transformers.CompileConfig | None:
     """``config`` marked so that ``generate()`` compiles on a CPU too (a flag that is not a constructor argument), or
-    ``None`` on a release without that flag.
-
-    Example:
-        >>> compile_on_any_device(transformers.CompileConfig(mode="default")) is not None
-        True
-    """
+    ``None`` on a release without that flag."""
     if not hasattr(config, "_compile_all_devices"):
         return None
     config._compile_all_devices = True  # read by generate()'s auto-compile check

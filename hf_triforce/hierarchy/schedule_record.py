@@ -12,12 +12,7 @@ UNMEASURED = "unmeasured"
 
 
 def ms_per_token(tokens_per_second: float | None) -> float | None:
-    """Milliseconds per token of a rate in tokens per second, rounded to the microsecond (``None``: unknown).
-
-    Example:
-        >>> ms_per_token(250.0), ms_per_token(0.0), ms_per_token(None)
-        (4.0, None, None)
-    """
+    """Milliseconds per token of a rate in tokens per second, rounded to the microsecond (``None``: unknown)."""
     if not tokens_per_second or tokens_per_second <= 0:
         return None
     return round(1e3 / tokens_per_second, 3)

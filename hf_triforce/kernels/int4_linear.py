@@ -60,12 +60,7 @@ class Int4Weight:
 
 def int4_kernel_available(device: torch.device | str = "cpu") -> bool:
     """Whether this torch build has the int4 matmul for ``device``: ``torch._weight_int4pack_mm_for_cpu`` on the CPU,
-    ``torch._weight_int4pack_mm`` on a CUDA GPU of compute capability 8.0 or newer.
-
-    Example:
-        >>> isinstance(int4_kernel_available(), bool), int4_kernel_available("meta")
-        (True, False)
-    """
+    ``torch._weight_int4pack_mm`` on a CUDA GPU of compute capability 8.0 or newer."""
     device = torch.device(device)
     if device.type == "cuda":
         usable = hasattr(torch, "_weight_int4pack_mm") and torch.cuda.is_available()
@@ -76,12 +71,7 @@ def int4_kernel_available(device: torch.device | str = "cpu") -> bool:
 
 
 def int4_kernel_supports(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> bool:
-    """Whether :func:`int4_linear` serves weight ``[N, K]``: ``N % 16 == 0``, ``K % group_size == 0`` (and 32 on CUDA).
-
-    Example:
-        >>> int4_kernel_supports(torch.zeros(960, 576)), int4_kernel_supports(torch.zeros(8, 576))
-        (True, False)
-    """
+    """Whether :func:`int4_linear` serves weight ``[N, K]``: ``N % 16 == 0``, ``K % group_size == 0`` (and 32 on CUDA)."""
     n, k = weight.shape if weight.dim() == 2 else (0, 0)
     tiles = k % (2 * K_TILE) == 0 if weight.device.type == "cuda" else True
     return n > 0 and k > 0 and n % N_MULTIPLE == 0 and k % group_size == 0 and tiles

@@ -49,32 +49,17 @@ def quantize_int8(weight: torch.Tensor) -> Int8Weight:
 
 
 def int8_kernel_available() -> bool:
-    """Whether this torch build has the CPU int8 weight-only matmul (``torch._weight_int8pack_mm``).
-
-    Example:
-        >>> isinstance(int8_kernel_available(), bool)
-        True
-    """
+    """Whether this torch build has the CPU int8 weight-only matmul (``torch._weight_int8pack_mm``)."""
     return hasattr(torch, "_weight_int8pack_mm")
 
 
 def int8_kernel_supports(weight: torch.Tensor) -> bool:
-    """Whether :func:`int8_linear` serves a weight ``[N, K]``: two dimensions, ``K`` a multiple of 16.
-
-    Example:
-        >>> int8_kernel_supports(torch.zeros(8, 576)), int8_kernel_supports(torch.zeros(8, 24))
-        (True, False)
-    """
+    """Whether :func:`int8_linear` serves a weight ``[N, K]``: two dimensions, ``K`` a multiple of 16."""
     return weight.dim() == 2 and weight.shape[1] % K_MULTIPLE == 0 and weight.shape[1] > 0
 
 
 def use_int8_linear(x: torch.Tensor) -> bool:
-    """Whether ``x`` ``[..., K]`` is few enough rows (at most :data:`MAX_ROWS`) for the int8 kernel to be faster.
-
-    Example:
-        >>> use_int8_linear(torch.zeros(1, 3, 64)), use_int8_linear(torch.zeros(4, 8, 64))
-        (True, False)
-    """
+    """Whether ``x`` ``[..., K]`` is few enough rows (at most :data:`MAX_ROWS`) for the int8 kernel to be faster."""
     return x.numel() // max(x.shape[-1], 1) <= MAX_ROWS
 
 
