@@ -26,14 +26,7 @@ def tensor_parallel_group(model: torch.nn.Module) -> dist.ProcessGroup | None:
 
 
 class RankConsensus:
-    """Makes every rank of a tensor-parallel ``group`` (``None``: a no-op) take rank 0's value of a decision (ints).
-
-    Example:
-        >>> RankConsensus(None).agree([2, 6])  # one process: a no-op
-        [2, 6]
-        >>> RankConsensus.for_model(torch.nn.Linear(2, 2)).active
-        False
-    """
+    """Makes every rank of a tensor-parallel ``group`` (``None``: a no-op) take rank 0's value of a decision (ints)."""
 
     def __init__(self, group: dist.ProcessGroup | None) -> None:
         self.group = group

@@ -30,18 +30,7 @@ class ModelFacts:
         int4_kernel: this torch has the int4 weight-only kernel for the model's device.
         quantized: what quantizes its linear layers (``None``: plain float ``nn.Linear`` layers).
         rows_interact: why a token's logits in a multi-token forward depend on the other tokens of that forward
-            (bitsandbytes' LLM.int8 outlier split; ``None``: they do not).
-
-    Example:
-        >>> from transformers import LlamaConfig, LlamaForCausalLM
-        >>> config = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        ...                      num_attention_heads=2, num_key_value_heads=1)
-        >>> facts = model_facts(LlamaForCausalLM(config))
-        >>> facts.unsupported, facts.device, facts.sliding, facts.direct_layout is None
-        (None, 'cpu', False, True)
-        >>> model_facts(torch.nn.Linear(2, 2)).unsupported
-        'Linear (model_type=None): it is not a transformers model (no PreTrainedConfig)'
-    """
+            (bitsandbytes' LLM.int8 outlier split; ``None``: they do not)."""
 
     unsupported: str | None
     device: str

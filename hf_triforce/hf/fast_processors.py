@@ -29,13 +29,7 @@ def length_only(processors) -> bool:
 
 def suppress_eos(processors, lengths: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """``[P, V]`` ``scores`` processed by the :data:`LENGTH_ONLY` ``processors``, row ``i`` with a context of
-    ``lengths[i]`` (``[P]``) tokens; returns a new tensor.
-
-    Example:
-        >>> p = transformers.MinNewTokensLengthLogitsProcessor(10, 2, [3])  # 10 prompt tokens, 2 new ones at least
-        >>> suppress_eos([p], torch.tensor([11, 12]), torch.zeros(2, 4))[:, 3].tolist()
-        [-inf, 0.0]
-    """
+    ``lengths[i]`` (``[P]``) tokens; returns a new tensor."""
     out = scores.clone()
     for processor in processors:
         eos = processor.eos_token_id.to(scores.device).flatten()

@@ -20,14 +20,7 @@ CONTEXT_FREE = tuple(getattr(transformers, n) for n in _CONTEXT_FREE_NAMES if ha
 
 
 def context_free_tail(logits_processor: LogitsProcessorList) -> int:
-    """How many processors at the end of ``logits_processor`` ignore ``input_ids`` (they may run on all positions).
-
-    Example:
-        >>> from transformers import TemperatureLogitsWarper, TopPLogitsWarper, RepetitionPenaltyLogitsProcessor
-        >>> context_free_tail(LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.2),
-        ...                                         TemperatureLogitsWarper(0.6), TopPLogitsWarper(0.9)]))
-        2
-    """
+    """How many processors at the end of ``logits_processor`` ignore ``input_ids`` (they may run on all positions)."""
     tail = 0
     for processor in reversed(logits_processor):
         if type(processor) not in CONTEXT_FREE:
@@ -38,17 +31,7 @@ def context_free_tail(logits_processor: LogitsProcessorList) -> int:
 
 def for_row(logits_processor: LogitsProcessorList, index: int) -> LogitsProcessorList:
     """``logits_processor`` for row ``index`` run as a batch of one: a ``PrefixConstrainedLogitsProcessor`` gets the
-    row's batch index (as in plain batched ``generate()``); the other processors are shared.
-
-    Example:
-        >>> import torch
-        >>> from transformers import PrefixConstrainedLogitsProcessor
-        >>> seen = []
-        >>> row = for_row(LogitsProcessorList([PrefixConstrainedLogitsProcessor(
-        ...     lambda b, ids: seen.append(b) or [0], num_beams=1)]), 3)
-        >>> _ = row(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 4)); seen
-        [3]
-    """
+    row's batch index (as in plain batched ``generate()``); the other processors are shared."""
     return LogitsProcessorList(_rebound(p, index) for p in logits_processor)
 
 
@@ -65,13 +48,7 @@ def answer_repetition_penalty(penalty: float, prompt_length: int) -> dict[str, A
     """``generate()`` kwargs for a repetition penalty on the answer's own tokens (the prompt's tokens are free).
 
     ``repetition_penalty`` is passed too so that the processor replaces the built-in one in place (before the
-    warpers); :func:`custom_processor_replaces_builtin` keeps transformers' note about that out of the log.
-
-    Example:
-        >>> kwargs = answer_repetition_penalty(1.2, prompt_length=7000)
-        >>> kwargs["repetition_penalty"], kwargs["logits_processor"][0].prompt_ignore_length
-        (1.2, 7000)
-    """
+    warpers); :func:`custom_processor_replaces_builtin` keeps transformers' note about that out of the log."""
     processor = transformers.RepetitionPenaltyLogitsProcessor(float(penalty), prompt_ignore_length=prompt_length)
     return {"repetition_penalty": float(penalty), "logits_processor": LogitsProcessorList([processor])}
 

@@ -17,12 +17,7 @@ _WORKING: set[str] = set()
 
 
 def first_launch_guard(name: str, kernel: Callable[..., T], reference: Callable[..., T], *args: Any) -> T:
-    """``kernel(*args)``, or ``reference(*args)`` if ``kernel``'s first launch in this process raised.
-
-    Example:
-        >>> first_launch_guard("demo", lambda x: x / 0, lambda x: 0.0, 1.0)  # logs a warning once
-        0.0
-    """
+    """``kernel(*args)``, or ``reference(*args)`` if ``kernel``'s first launch in this process raised."""
     if name in _BROKEN:
         return reference(*args)
     if name in _WORKING:
