@@ -13,15 +13,9 @@ import torch
 from .errors import InvalidInputError
 
 __all__ = [
-    "acceptance_probability",
-    "after_rejection",
-    "draw",
-    "residual_distribution",
-    "verify_candidates",
-    "verify_greedy",
-    "verify_sampled",
-    "verify_tree",
-]
+    "acceptance_probability", "after_rejection", "draw", "residual_distribution", "verify_candidates",
+    "verify_greedy", "verify_sampled", "verify_tree",
+]  # fmt: skip
 
 
 def acceptance_probability(

@@ -9,12 +9,5 @@ from .rows import Row, RowDraft, padded_tokens
 from .suffix import SuffixDrafter
 
 __all__ = [
-    "Drafter",
-    "Level1Drafter",
-    "ModelDrafter",
-    "NGramDrafter",
-    "Row",
-    "RowDraft",
-    "SuffixDrafter",
-    "padded_tokens",
-]
+    "Drafter", "Level1Drafter", "ModelDrafter", "NGramDrafter", "Row", "RowDraft", "SuffixDrafter", "padded_tokens",
+]  # fmt: skip

@@ -14,16 +14,7 @@ from .retrieval import (
 from .verification import verify_attention, verify_attention_reference, verify_attention_triton
 
 __all__ = [
-    "chunk_means",
-    "chunk_scores",
-    "gather_kv_into",
-    "gather_kv_triton",
-    "gather_tokens",
-    "gqa_sdpa_attention",
-    "score_chunks",
-    "score_chunks_triton",
-    "triton_enabled",
-    "verify_attention",
-    "verify_attention_reference",
+    "chunk_means", "chunk_scores", "gather_kv_into", "gather_kv_triton", "gather_tokens", "gqa_sdpa_attention",
+    "score_chunks", "score_chunks_triton", "triton_enabled", "verify_attention", "verify_attention_reference",
     "verify_attention_triton",
-]
+]  # fmt: skip
