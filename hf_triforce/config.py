@@ -157,12 +157,7 @@ class TriForceConfig:
 
     def full_cache_capacity(self, max_length: int) -> int:
         """Slots per layer the full cache reserves for a call of ``max_length`` tokens: a verification appends
-        ``gamma2`` drafts and the token before them to at most ``max_length - 1`` cached tokens, in whole chunks.
-
-        Example:
-            >>> TriForceConfig(gamma2=6, chunk_size=8).full_cache_capacity(1001)
-            1016
-        """
+        ``gamma2`` drafts and the token before them to at most ``max_length - 1`` cached tokens, in whole chunks."""
         return self.whole_chunks(max_length + self.gamma2 + 2)
 
     def whole_chunks(self, slots: int) -> int:
@@ -209,12 +204,7 @@ class TriForceConfig:
 
 def field_docs() -> dict[str, str]:
     """``{field: its help}`` from :class:`TriForceConfig`'s docstring ``Args`` (what ``help()`` shows, and the docs'
-    table of fields).
-
-    Example:
-        >>> field_docs()["gamma2"]
-        'tokens level 1 drafts per full-cache verification (the most, with ``adaptive``).'
-    """
+    table of fields)."""
     args = TriForceConfig.__doc__.split("    Args:\n", 1)[1].split("\n\n", 1)[0]
     docs: dict[str, str] = {}
     for line in args.splitlines():

@@ -95,14 +95,7 @@ class PhaseTimes:
 
     def to_dict(self) -> dict[str, dict[str, float]]:
         """``{phase: {"seconds": total, "calls": n, "ms_per_call": mean, "ms_median": median, "ms_max": largest}}``;
-        the median and the largest tell a phase's usual call from a one-off (a kernel compiled, a graph captured).
-
-        Example:
-            >>> times = PhaseTimes()
-            >>> for seconds in (1.0, 0.004, 0.006): times.add("refresh", seconds)
-            >>> {k: round(v, 1) for k, v in times.to_dict()["refresh"].items()}
-            {'seconds': 1.0, 'calls': 3, 'ms_per_call': 336.7, 'ms_median': 6.0, 'ms_max': 1000.0}
-        """
+        the median and the largest tell a phase's usual call from a one-off (a kernel compiled, a graph captured)."""
         return {k: _phase_dict(each) for k, each in self.durations.items()}
 
 

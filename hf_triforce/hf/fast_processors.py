@@ -51,13 +51,7 @@ def finite_top_p(warper: transformers.TopPLogitsWarper, scores: torch.Tensor) ->
 
     Transformers' ascending sort is ``V - m`` times ``-inf`` then the top ``m`` ascending: built here from one ``topk``,
     it is the same tensor, so the same kernels give the same sums. Ties among finite scores, NaN, ``+inf``, another
-    filter value or more than :data:`FINITE_LIMIT` finite scores go to ``warper`` itself.
-
-    Example:
-        >>> w = transformers.TopPLogitsWarper(0.5)
-        >>> finite_top_p(w, torch.tensor([[0.0, 2.0, float("-inf"), 1.0]])).tolist()  # 2.0 holds 0.67
-        [[-inf, 2.0, -inf, -inf]]
-    """
+    filter value or more than :data:`FINITE_LIMIT` finite scores go to ``warper`` itself."""
     top = _finite_top(warper, scores)
     if top is None:
         return warper(None, scores)

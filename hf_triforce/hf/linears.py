@@ -46,18 +46,7 @@ _LEVEL1: contextvars.ContextVar[bool] = contextvars.ContextVar("triforce_level1_
 def swapped_linears(models: Iterable[torch.nn.Module | None], level1: LowBitCopy | None = None) -> Iterator[None]:
     """Within the block, the models' plain ``nn.Linear`` layers run the CPU few-row path
     (:func:`~hf_triforce.kernels.linear.linear_forward`) and, inside :func:`level1_linears`, ``level1``'s low-bit
-    weights (an int8 layer given more rows than its kernel serves uses its own weights).
-
-    Example:
-        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8))
-        >>> x = torch.randn(2, 16)
-        >>> with torch.no_grad(), swapped_linears([model], int8_weight_copy(model)):
-        ...     full = model(x)
-        ...     with level1_linears():
-        ...         low_bit = model(x)
-        >>> torch.allclose(full, model(x).detach(), atol=1e-6), torch.equal(full, low_bit)
-        (True, False)
-    """
+    weights (an int8 layer given more rows than its kernel serves uses its own weights)."""
     layers = {id(m): m for model in models if model is not None for m in _patchable_layers(model)}.values()
     level1 = level1 or {}
     for layer in layers:

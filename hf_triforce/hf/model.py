@@ -88,16 +88,7 @@ def layer_rotary(model: torch.nn.Module) -> tuple[list[torch.Tensor], bool]:
     """How each decoder layer rotates its keys: ``([R] inverse frequencies per layer, interleaved)``.
 
     The frequencies cover a head's first ``2 R`` channels (partial rotary: ``R < head_dim / 2``); ``interleaved``
-    (read off the modeling file's ``rotate_half``) pairs them ``(2i, 2i + 1)`` (Cohere, GLM), else ``(i, i + R)``.
-
-    Example:
-        >>> from transformers import CohereConfig, CohereForCausalLM
-        >>> config = CohereConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        ...                       num_attention_heads=2, num_key_value_heads=1)
-        >>> freqs, interleaved = layer_rotary(CohereForCausalLM(config))
-        >>> len(freqs), freqs[0].shape, interleaved
-        (2, torch.Size([4]), True)
-    """
+    (read off the modeling file's ``rotate_half``) pairs them ``(2i, 2i + 1)`` (Cohere, GLM), else ``(i, i + R)``."""
     buffers = _rotary_buffers(model)
     if not buffers:
         raise UnsupportedModelError(f"{type(model).__name__} has no rotary position embedding (model.rotary_emb).")

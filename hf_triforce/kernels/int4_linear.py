@@ -79,12 +79,7 @@ def int4_kernel_supports(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> 
 
 def pack_nibbles(values: torch.Tensor) -> torch.Tensor:
     """``[N, K]`` int4 values two to a byte, ``[N, K / 2]`` uint8: the even input channel in the high nibble, the odd
-    one in the low (the layout ``torch._convert_weight_to_int4pack`` takes on CUDA).
-
-    Example:
-        >>> pack_nibbles(torch.tensor([[1, 2, 15, 0]])).tolist(), unpack_nibbles(pack_nibbles(torch.tensor([[1, 2]])))
-        ([[18, 240]], tensor([[1, 2]], dtype=torch.int32))
-    """
+    one in the low (the layout ``torch._convert_weight_to_int4pack`` takes on CUDA)."""
     values = values.to(torch.int32)
     return (values[:, ::2] << 4 | values[:, 1::2]).to(torch.uint8)
 
@@ -96,12 +91,7 @@ def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
 
 
 def inner_k_tiles(in_features: int) -> int:
-    """How many 16-input tiles the CUDA kernel packs per row: 8 where ``in_features`` allows, else 4 or 2.
-
-    Example:
-        >>> inner_k_tiles(4096), inner_k_tiles(576), inner_k_tiles(96)
-        (8, 4, 2)
-    """
+    """How many 16-input tiles the CUDA kernel packs per row: 8 where ``in_features`` allows, else 4 or 2."""
     return next(tiles for tiles in (8, 4, 2) if in_features % (tiles * K_TILE) == 0)
 
 

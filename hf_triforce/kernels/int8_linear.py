@@ -72,13 +72,7 @@ def int8_linear(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None =
 
 def int8_linear_reference(x: torch.Tensor, weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Pure-torch :func:`int8_linear` (and ``int4_linear``): bfloat16-rounded ``x`` times ``weight.dequantize()``
-    (an :class:`Int8Weight` or ``Int4Weight``), rounded to bfloat16.
-
-    Example:
-        >>> q = quantize_int8(torch.eye(3))
-        >>> int8_linear_reference(torch.ones(1, 3), q).tolist()
-        [[1.0, 1.0, 1.0]]
-    """
+    (an :class:`Int8Weight` or ``Int4Weight``), rounded to bfloat16."""
     rows = x.to(torch.bfloat16).float()
     out = F.linear(rows, weight.dequantize()).to(torch.bfloat16).to(x.dtype)
     return out if bias is None else out + bias
