@@ -33,11 +33,6 @@ def _plain_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
     return [m for m in model.modules() if is_plain_linear(m)]
 
 
-def _patchable_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
-    """The model's plain, unhooked ``nn.Linear`` layers that carry no instance ``forward`` yet."""
-    return [m for m in _plain_layers(model) if "forward" not in vars(m)]
-
-
 _LEVEL1: contextvars.ContextVar[bool] = contextvars.ContextVar("triforce_level1_weights", default=False)
 """True inside :func:`level1_linears`: the swapped layers multiply by level 1's low-bit copy."""
 
@@ -47,7 +42,8 @@ def swapped_linears(models: Iterable[torch.nn.Module | None], level1: LowBitCopy
     """Within the block, the models' plain ``nn.Linear`` layers run the CPU few-row path
     (:func:`~hf_triforce.kernels.linear.linear_forward`) and, inside :func:`level1_linears`, ``level1``'s low-bit
     weights (an int8 layer given more rows than its kernel serves uses its own weights)."""
-    layers = {id(m): m for model in models if model is not None for m in _patchable_layers(model)}.values()
+    plain = [m for model in models if model is not None for m in _plain_layers(model)]
+    layers = {id(m): m for m in plain if "forward" not in vars(m)}.values()  # each once, none already swapped
     level1 = level1 or {}
     for layer in layers:
         layer.forward = functools.partial(_swapped_forward, layer, level1.get(layer))

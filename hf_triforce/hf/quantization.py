@@ -15,18 +15,11 @@ def is_plain_linear(module: torch.nn.Module) -> bool:
     )
 
 
-def _linear_like(module: torch.nn.Module) -> bool:
-    """A linear layer of any integration: ``nn.Linear`` or a class with ``in_features``/``out_features`` (AWQ's
-    ``WQLinear``, GPTQ's ``QuantLinear``, HQQ's ``HQQLinear`` are not ``nn.Linear`` subclasses)."""
-    return isinstance(module, torch.nn.Linear) or (hasattr(module, "in_features") and hasattr(module, "out_features"))
-
-
 def _quantized(module: torch.nn.Module) -> bool:
-    if not _linear_like(module):
-        return False
+    """A linear layer of any integration (AWQ's, GPTQ's, HQQ's are no ``nn.Linear``) other than a plain one."""
     if type(module) is torch.nn.Linear:
         return type(module.weight) not in (torch.nn.Parameter, torch.Tensor)  # a weight tensor subclass (torchao)
-    return True
+    return isinstance(module, torch.nn.Linear) or (hasattr(module, "in_features") and hasattr(module, "out_features"))
 
 
 def quantization_method(model: torch.nn.Module) -> str | None:

@@ -69,7 +69,10 @@ class Level1Drafter:
 
     def plan_round(self) -> Plan:
         """The schedule of the next round (one for every row, from the pooled acceptance and step costs)."""
-        self._time_round()
+        now = time.perf_counter()  # the planner learns how long the last round took
+        if self._round is not None and self._round[1]:
+            self.planner.observe_round(self._round[1], now - self._round[0])
+        self._round = (now, 0)
         plan = self.planner.plan_round()
         self.stats.rounds[plan.kind] = self.stats.rounds.get(plan.kind, 0) + 1
         return plan
@@ -178,12 +181,6 @@ class Level1Drafter:
         if self.row_stats is not None:
             self.row_stats = [self.row_stats[i] for i in kept]
         self.steps.forget()
-
-    def _time_round(self) -> None:
-        now = time.perf_counter()
-        if self._round is not None and self._round[1]:
-            self.planner.observe_round(self._round[1], now - self._round[0])
-        self._round = (now, 0)
 
     def _record(self, b: int, level: str, drafted: int, accepted: int) -> None:
         getattr(self.stats, level).record(drafted, accepted)
