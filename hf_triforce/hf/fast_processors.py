@@ -84,12 +84,7 @@ def _finite_top(warper, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 
 class FiniteTopP:
-    """A :class:`~transformers.TopPLogitsWarper` that sorts only the finite scores (:func:`finite_top_p`).
-
-    Example:
-        >>> FiniteTopP(transformers.TopPLogitsWarper(0.8))(None, torch.tensor([[0.0, 2.0, 1.0]])).tolist()
-        [[-inf, 2.0, 1.0]]
-    """
+    """A :class:`~transformers.TopPLogitsWarper` that sorts only the finite scores (:func:`finite_top_p`)."""
 
     def __init__(self, warper: transformers.TopPLogitsWarper) -> None:
         self.warper = warper

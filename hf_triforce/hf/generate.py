@@ -20,11 +20,8 @@ Handler = Callable[[torch.nn.Module, Any, dict[str, Any]], Callable]
 
 
 def wrap_generate(model: torch.nn.Module, handler: Handler) -> None:
-    """Route ``model.generate(..., triforce_config=cfg)`` through ``custom_generate=handler(model, cfg, kwargs)``.
-
-    ``cfg`` may also come from the call's or the model's ``generation_config``; without one, ``generate()`` is
-    unchanged. Undo with :func:`unwrap_generate`.
-    """
+    """Route ``model.generate(..., triforce_config=cfg)`` (or ``cfg`` from the call's or the model's
+    ``generation_config``) through ``custom_generate=handler(model, cfg, kwargs)`` (undo: :func:`unwrap_generate`)."""
     plain_generate = model.generate
 
     @functools.wraps(plain_generate)

@@ -24,14 +24,7 @@ CACHE_RENAMED_IN = "5.24"
 
 
 def check_transformers_version(current: str | None = None) -> None:
-    """Raise ``ImportError`` unless ``MIN_TRANSFORMERS <= transformers < MAX_TRANSFORMERS``.
-
-    Example:
-        >>> check_transformers_version("4.57.0")
-        Traceback (most recent call last):
-        ...
-        ImportError: hf_triforce needs transformers>=5.17,<6; found 4.57.0. Run: pip install 'transformers>=5.17,<6'
-    """
+    """Raise ``ImportError`` unless ``MIN_TRANSFORMERS <= transformers < MAX_TRANSFORMERS``."""
     current = current or transformers.__version__
     v = version.parse(current)
     if not version.parse(MIN_TRANSFORMERS) <= v < version.parse(MAX_TRANSFORMERS):

@@ -80,13 +80,7 @@ def score_all_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunk_size: in
     """:func:`score_chunk_keys` for every complete chunk of ``keys``, read in place (pure torch on every device).
 
     ``query`` ``[B, H_q, D]`` may hold several queries per query head, laid out by KV head group as ``repeat_kv`` does;
-    returns ``[B, H_kv, L // chunk_size]`` float32, equal to :func:`score_chunk_keys` over all the chunks.
-
-    Example:
-        >>> keys = torch.zeros(1, 1, 24, 2); keys[0, 0, 13] = torch.tensor([3.0, 0.0])
-        >>> score_all_chunk_keys(torch.tensor([[[1.0, 0.0]]]), keys, 8).tolist()
-        [[[0.0, 3.0, 0.0]]]
-    """
+    returns ``[B, H_kv, L // chunk_size]`` float32, equal to :func:`score_chunk_keys` over all the chunks."""
     b, hq, d = query.shape
     hkv = keys.shape[1]
     n = keys.shape[2] // chunk_size
@@ -119,13 +113,7 @@ def chunk_scores(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
 
 def chunk_key_scores(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tensor, chunk_size: int) -> torch.Tensor:
     """Key scores ``[B, H_kv, F]`` of the chunks at ``chunks``: :func:`score_chunk_keys_triton` on CUDA, else
-    :func:`score_chunk_keys` (same arguments and result, float32).
-
-    Example:
-        >>> keys = torch.zeros(1, 1, 24, 2); keys[0, 0, 13] = torch.tensor([3.0, 0.0])
-        >>> chunk_key_scores(torch.tensor([[[1.0, 0.0]]]), keys, torch.tensor([[[0, 1, 2]]]), 8).tolist()
-        [[[0.0, 3.0, 0.0]]]
-    """
+    :func:`score_chunk_keys` (same arguments and result, float32)."""
     if triton_enabled(query, keys, chunks):
         args = (query, keys, chunks, chunk_size)
         return first_launch_guard("score_chunk_keys", score_chunk_keys_triton, score_chunk_keys, *args)
