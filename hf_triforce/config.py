@@ -33,11 +33,9 @@ REMOVED_FIELDS = {
 class TriForceConfig:
     """Configuration of TriForce hierarchical speculative decoding.
 
-    Level 0 (a draft model with a StreamingLLM cache, n-gram or suffix lookup, or nothing) proposes ``gamma1`` tokens
-    at a time; level 1 (the target's weights over a ``retrieval_budget``-token view of its KV cache) verifies them and
-    drafts ``gamma2`` tokens; level 2 (the target with its full cache) verifies those. Every level is exact
-    speculative sampling: greedy output equals plain ``generate()``, sampled output has exactly its distribution.
-    What runs where, and why a combination is refused: ``docs/compatibility.md``.
+    Level 0 (a draft model, n-gram or suffix lookup, or nothing) proposes ``gamma1`` tokens at a time; level 1 (the
+    target over a ``retrieval_budget``-token view of its KV cache) verifies them and drafts ``gamma2`` tokens; level 2
+    (the target with its full cache) verifies those, exactly (``docs/compatibility.md``: what runs where).
 
     Args:
         retrieval_budget: tokens of the full cache (per layer and KV head) in level 1's view: the sink chunk, the

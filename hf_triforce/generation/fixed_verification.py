@@ -13,15 +13,8 @@ from ..hierarchy.static_steps import StaticStepRunner, StepMode
 
 
 class FixedShapeVerification:
-    """Full-cache verification forwards of one unpadded sequence over the cache's fixed storage.
-
-    Args:
-        cache: the call's full cache, prefilled (its storage is fixed here).
-        capture: holds each forward's queries afterwards, as after a dynamic one.
-        mode: ``"graphs"`` (CUDA) or ``"eager"``.
-        widths: the widths to capture as graphs (others run eagerly on the same buffers).
-        strict: raise if a capture fails instead of running eagerly.
-    """
+    """Full-cache verification forwards of one unpadded sequence over the prefilled ``cache``'s fixed storage, its
+    queries left in ``capture``; ``widths`` run as CUDA graphs (``mode="graphs"``, ``strict``: raise if one fails)."""
 
     def __init__(
         self, model: torch.nn.Module, cache: RetrievalCache, capture: QueryCapture, mode: StepMode, widths: range,

@@ -16,18 +16,12 @@ from ..hf.model import is_dispatched, kv_shape, layer_windows, num_layers
 
 @dataclass
 class StartingCache:
-    """The full cache a call decodes into, and what becomes of the caller's cache.
-
-    Attributes:
-        reused: tokens already in ``cache`` when the call starts (the caller's prefix).
-        callers: the caller's cache when it was copied (the new tokens are appended to it at the end), else None.
-        returned: the cache the output carries.
-    """
+    """The full cache a call decodes into, and what becomes of the caller's cache."""
 
     cache: RetrievalCache
-    reused: int
-    callers: Any | None
-    returned: Any
+    reused: int  # tokens already in cache when the call starts (the caller's prefix)
+    callers: Any | None  # the caller's cache when it was copied (the new tokens are appended to it at the end)
+    returned: Any  # the cache the output carries
 
 
 def start_cache(

@@ -22,17 +22,7 @@ SERVED_LAYER_TYPES = ("full_attention", "sliding_attention")
 
 def model_problem(model: torch.nn.Module) -> str | None:
     """Why TriForce cannot serve ``model`` (what it lacks, and what to do), or ``None`` when it can (the rotary
-    embedding is needed: a StreamingLLM draft cache moves keys to new positions with it).
-
-    Example:
-        >>> from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel
-        >>> config = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        ...                      num_attention_heads=2, num_key_value_heads=1)
-        >>> model_problem(LlamaForCausalLM(config)) is None
-        True
-        >>> model_problem(LlamaModel(config))
-        'it has no causal LM head: load it with AutoModelForCausalLM'
-    """
+    embedding is needed: a StreamingLLM draft cache moves keys to new positions with it)."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "get_text_config"):
         return "it is not a transformers model (no PreTrainedConfig)"

@@ -1,12 +1,6 @@
-"""The supported transformers range, and the names that differ between its releases.
-
-transformers 5.24 renamed the cache argument ``past_key_values`` to ``cache`` (the old name warns); hf_triforce
-passes :data:`CACHE_ARG` and looks for a user's cache under both names (:data:`CACHE_ARGS`).
-
-Example:
-    >>> cache_argument("5.23.0"), cache_argument("5.24.0")
-    ('past_key_values', 'cache')
-"""
+"""The supported transformers range, and the names that differ between its releases: 5.24 renamed the cache argument
+``past_key_values`` to ``cache`` (the old name warns); hf_triforce passes :data:`CACHE_ARG` and looks for a user's
+cache under both names (:data:`CACHE_ARGS`)."""
 
 from __future__ import annotations
 
