@@ -56,15 +56,8 @@ def triforce_decode(
     triforce_streamer=None,
     **model_kwargs,
 ):
-    """TriForce decoding with the call's logits processors and stopping criteria (``custom_generate``).
-
-    Greedy output equals plain ``generate()``, sampled output has exactly its distribution, row by row in a batch.
-    A caller's cache holding a prefix of ``input_ids`` is reused (:mod:`~hf_triforce.generation.reuse`).
-
-    Returns:
-        ``[B, prompt + new]`` token ids, or a ``GenerateDecoderOnlyOutput`` when
-        ``return_dict_in_generate=True`` (``sequences``, the cache, and ``scores``/``logits`` when requested).
-    """
+    """TriForce decoding with the call's logits processors and stopping criteria (``custom_generate``): ``[B, prompt +
+    new]`` token ids, or a ``GenerateDecoderOnlyOutput`` (``return_dict_in_generate=True``), as plain ``generate()``."""
     streamer = streamer or triforce_streamer
     call = Call(input_ids, generation_config, model_kwargs, streamer, stopping_criteria, assistant_model, model)
     plan = plan_call(model, triforce_config, call)

@@ -57,13 +57,7 @@ def score_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tens
 
 def gather_chunks(states: torch.Tensor, chunks: torch.Tensor, chunk_size: int) -> torch.Tensor:
     """The tokens of chunks ``chunks`` ``[B, H, F]`` of ``states`` ``[B, H, L, D]``, per head, as one new contiguous
-    ``[B, H, F * chunk_size, D]`` tensor (chunk ``chunks[..., i]`` at tokens ``i * chunk_size ..``).
-
-    Example:
-        >>> states = torch.arange(24.0).view(1, 1, 24, 1)
-        >>> gather_chunks(states, torch.tensor([[[2, 0]]]), 8)[0, 0, :, 0].tolist()[::4]
-        [16.0, 20.0, 0.0, 4.0]
-    """
+    ``[B, H, F * chunk_size, D]`` tensor (chunk ``chunks[..., i]`` at tokens ``i * chunk_size ..``)."""
     b, h, f, d = states.shape[0], states.shape[1], chunks.shape[-1], states.shape[-1]
     n = states.shape[2] // chunk_size
     by_chunk = states[:, :, : n * chunk_size].unflatten(2, (n, chunk_size))  # [B, H, n, chunk_size, D], a view
