@@ -25,13 +25,9 @@ class StartingCache:
 
 
 def start_cache(
-    model: torch.nn.Module,
-    config: TriForceConfig,
-    input_ids: torch.LongTensor,
-    max_length: int,
-    callers: Any | None,
+    model: torch.nn.Module, config: TriForceConfig, input_ids: torch.LongTensor, max_length: int, callers: Any | None,
     batched: bool = False,
-) -> StartingCache:
+) -> StartingCache:  # fmt: skip
     """The full cache for a call over ``input_ids`` ``[B, n]``, from the caller's checked cache when given.
 
     A batched call copies the caller's cache (one row per row, or one row all share) and leaves it as it was: plain

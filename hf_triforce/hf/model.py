@@ -56,13 +56,10 @@ def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     found = []
     for module in model.modules():
         modeling = sys.modules.get(type(module).__module__)
-        if hasattr(module, "layer_idx") and hasattr(modeling, "ALL_ATTENTION_FUNCTIONS") and _is_attention(module):
+        named = type(module).__name__.endswith("Attention") and not isinstance(module, torch.nn.MultiheadAttention)
+        if hasattr(module, "layer_idx") and hasattr(modeling, "ALL_ATTENTION_FUNCTIONS") and named:
             found.append(module)
     return found
-
-
-def _is_attention(module: torch.nn.Module) -> bool:
-    return type(module).__name__.endswith("Attention") and not isinstance(module, torch.nn.MultiheadAttention)
 
 
 def _rotary_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -123,12 +123,7 @@ class ScheduleRecord:
 
 
 def reason(
-    kind: str | None,
-    weighed: dict[str, Weighed],
-    adaptive: bool,
-    context_tokens: int | None,
-    shape: str,
-    rounds: int,
+    kind: str | None, weighed: dict[str, Weighed], adaptive: bool, context_tokens: int | None, shape: str, rounds: int
 ) -> str:
     """One line saying why the call settled on ``kind``: its modeled milliseconds per token against the others'.
 
