@@ -223,5 +223,9 @@ def direct_decoder(model: torch.nn.Module, weights: str) -> DirectDecoder:
 
 
 def drop_direct_decoder(model: torch.nn.Module) -> None:
-    """Free ``model``'s :class:`DirectDecoder` and its low-bit copy, if one was made."""
+    """Free ``model``'s :class:`DirectDecoder` and its low-bit copy, if one was made.
+
+    Example:
+        >>> drop_direct_decoder(torch.nn.Linear(2, 2))  # nothing was made: a no-op
+    """
     _DECODERS.pop(model, None)

@@ -138,7 +138,14 @@ def kept_beside(store: weakref.WeakKeyDictionary, model: torch.nn.Module, key: t
 
 
 def drop_int8_copy(model: torch.nn.Module) -> None:
-    """Free ``model``'s int8 and int4 weight copies, if made."""
+    """Free ``model``'s int8 and int4 weight copies, if made.
+
+    Example:
+        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8))
+        >>> copy = int8_weight_copy(model); drop_int8_copy(model)
+        >>> int8_weight_copy(model) is copy
+        False
+    """
     _INT8_COPIES.pop(model, None)
     _INT4_COPIES.pop(model, None)
 

@@ -141,7 +141,13 @@ def layer_windows(model: torch.nn.Module) -> list[int | None]:
 
 
 def config_windows(text_config) -> list[int | None]:
-    """:func:`layer_windows` read off a text config (no model needed), as transformers builds the cache."""
+    """:func:`layer_windows` read off a text config (no model needed), as transformers builds the cache.
+
+    Example:
+        >>> from transformers import MistralConfig
+        >>> config_windows(MistralConfig(num_hidden_layers=2, sliding_window=64))
+        [64, 64]
+    """
     window = getattr(text_config, "sliding_window", None)
     return [window if kind == "sliding_attention" else None for kind in cache_layer_types(text_config)]
 

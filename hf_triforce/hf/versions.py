@@ -92,7 +92,12 @@ def flash_attention_available(generation: int) -> bool:
 
 def compile_on_any_device(config: transformers.CompileConfig) -> transformers.CompileConfig | None:
     """``config`` marked so that ``generate()`` compiles on a CPU too (a flag that is not a constructor argument), or
-    ``None`` on a release without that flag."""
+    ``None`` on a release without that flag.
+
+    Example:
+        >>> compile_on_any_device(transformers.CompileConfig(mode="default")) is not None
+        True
+    """
     if not hasattr(config, "_compile_all_devices"):
         return None
     config._compile_all_devices = True  # read by generate()'s auto-compile check

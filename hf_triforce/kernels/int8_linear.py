@@ -52,7 +52,12 @@ def int8_kernel_supports(weight: torch.Tensor) -> bool:
 
 
 def use_int8_linear(x: torch.Tensor) -> bool:
-    """Whether ``x`` ``[..., K]`` is few enough rows (at most :data:`MAX_ROWS`) for the int8 kernel to be faster."""
+    """Whether ``x`` ``[..., K]`` is few enough rows (at most :data:`MAX_ROWS`) for the int8 kernel to be faster.
+
+    Example:
+        >>> use_int8_linear(torch.zeros(1, 3, 64)), use_int8_linear(torch.zeros(4, 8, 64))
+        (True, False)
+    """
     return x.numel() // max(x.shape[-1], 1) <= MAX_ROWS
 
 
