@@ -31,23 +31,8 @@ from .stats import TriForceStats
 __version__ = "0.3.0"
 
 __all__ = [
-    "CUSTOM_GENERATE_DIR",
-    "InternalError",
-    "InvalidInputError",
-    "NoStatsError",
-    "RetrievalCache",
-    "RetrievalView",
-    "StreamingLLMCache",
-    "TriForceConfig",
-    "TriForceConfigError",
-    "TriForceError",
-    "TriForceStats",
-    "UnsupportedDeviceError",
-    "UnsupportedGenerationError",
-    "UnsupportedModelError",
-    "disable",
-    "enable",
-    "is_enabled",
-    "last_stats",
-    "triforce_generate",
-]
+    "CUSTOM_GENERATE_DIR", "InternalError", "InvalidInputError", "NoStatsError", "RetrievalCache", "RetrievalView",
+    "StreamingLLMCache", "TriForceConfig", "TriForceConfigError", "TriForceError", "TriForceStats",
+    "UnsupportedDeviceError", "UnsupportedGenerationError", "UnsupportedModelError",
+    "disable", "enable", "is_enabled", "last_stats", "triforce_generate",
+]  # fmt: skip

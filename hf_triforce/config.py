@@ -33,11 +33,9 @@ REMOVED_FIELDS = {
 class TriForceConfig:
     """Configuration of TriForce hierarchical speculative decoding.
 
-    Level 0 (a draft model with a StreamingLLM cache, n-gram or suffix lookup, or nothing) proposes ``gamma1`` tokens
-    at a time; level 1 (the target's weights over a ``retrieval_budget``-token view of its KV cache) verifies them and
-    drafts ``gamma2`` tokens; level 2 (the target with its full cache) verifies those. Every level is exact
-    speculative sampling: greedy output equals plain ``generate()``, sampled output has exactly its distribution.
-    What runs where, and why a combination is refused: ``docs/compatibility.md``.
+    Level 0 (a draft model, n-gram or suffix lookup, or nothing) proposes ``gamma1`` tokens at a time; level 1 (the
+    target over a ``retrieval_budget``-token view of its KV cache) verifies them and drafts ``gamma2`` tokens; level 2
+    (the target with its full cache) verifies those, exactly (``docs/compatibility.md``: what runs where).
 
     Args:
         retrieval_budget: tokens of the full cache (per layer and KV head) in level 1's view: the sink chunk, the
@@ -157,12 +155,7 @@ class TriForceConfig:
 
     def full_cache_capacity(self, max_length: int) -> int:
         """Slots per layer the full cache reserves for a call of ``max_length`` tokens: a verification appends
-        ``gamma2`` drafts and the token before them to at most ``max_length - 1`` cached tokens, in whole chunks.
-
-        Example:
-            >>> TriForceConfig(gamma2=6, chunk_size=8).full_cache_capacity(1001)
-            1016
-        """
+        ``gamma2`` drafts and the token before them to at most ``max_length - 1`` cached tokens, in whole chunks."""
         return self.whole_chunks(max_length + self.gamma2 + 2)
 
     def whole_chunks(self, slots: int) -> int:
@@ -209,12 +202,7 @@ class TriForceConfig:
 
 def field_docs() -> dict[str, str]:
     """``{field: its help}`` from :class:`TriForceConfig`'s docstring ``Args`` (what ``help()`` shows, and the docs'
-    table of fields).
-
-    Example:
-        >>> field_docs()["gamma2"]
-        'tokens level 1 drafts per full-cache verification (the most, with ``adaptive``).'
-    """
+    table of fields)."""
     args = TriForceConfig.__doc__.split("    Args:\n", 1)[1].split("\n\n", 1)[0]
     docs: dict[str, str] = {}
     for line in args.splitlines():

@@ -13,15 +13,9 @@ import torch
 from .errors import InvalidInputError
 
 __all__ = [
-    "acceptance_probability",
-    "after_rejection",
-    "draw",
-    "residual_distribution",
-    "verify_candidates",
-    "verify_greedy",
-    "verify_sampled",
-    "verify_tree",
-]
+    "acceptance_probability", "after_rejection", "draw", "residual_distribution", "verify_candidates",
+    "verify_greedy", "verify_sampled", "verify_tree",
+]  # fmt: skip
 
 
 def acceptance_probability(
@@ -31,13 +25,7 @@ def acceptance_probability(
 
     ``target_probs``, ``draft_probs``: ``[k, V]``; ``draft_probs=None`` for a one-hot drafter. A token with
     ``q(x) == 0`` cannot come from ``q``: it is verified as a one-hot draft (accepted with probability ``p(x)``, the
-    only rule that keeps the output exactly ``p``), as in :func:`residual_distribution`.
-
-    Example:
-        >>> p = torch.tensor([[0.5, 0.5]]); q = torch.tensor([[0.25, 0.75]])
-        >>> acceptance_probability(p, q, torch.tensor([1]))
-        tensor([0.6667])
-    """
+    only rule that keeps the output exactly ``p``), as in :func:`residual_distribution`."""
     p_x = target_probs.gather(-1, tokens[:, None]).squeeze(-1)
     if draft_probs is None:
         return p_x.clamp(max=1.0)
@@ -52,12 +40,7 @@ def residual_distribution(
     """The distribution ``norm(max(p - q, 0))`` ``[V]`` to resample from after a rejection (``p`` if ``p == q``).
 
     ``draft_probs`` ``None``, or zero at ``token``, means a one-hot draft at the rejected ``token``; raises
-    ``ValueError`` if ``draft_probs`` is ``None`` without a ``token``.
-
-    Example:
-        >>> residual_distribution(torch.tensor([0.5, 0.5]), torch.tensor([0.25, 0.75]))
-        tensor([1., 0.])
-    """
+    ``ValueError`` if ``draft_probs`` is ``None`` without a ``token``."""
     if draft_probs is None or (token is not None and not bool(draft_probs[token] > 0)):
         if token is None:
             raise InvalidInputError(
@@ -76,10 +59,6 @@ def verify_greedy(draft_tokens: torch.Tensor, target_scores: torch.Tensor) -> tu
     """Greedy verification: accept drafts ``[k]`` while they equal the argmax of ``target_scores`` ``[k + 1, V]``.
 
     Returns ``(n_accepted, next_token)``: the verifier's token after the accepted drafts (the correction or the bonus).
-
-    Example:
-        >>> verify_greedy(torch.tensor([1, 0]), torch.tensor([[0.0, 1.0], [0.0, 1.0], [1.0, 0.0]]))
-        (1, 1)
     """
     choice = target_scores.argmax(dim=-1)
     k = draft_tokens.shape[0]
@@ -98,13 +77,7 @@ def verify_sampled(
 
     ``draft_tokens`` ``[k]``, ``draft_probs`` ``[k, V]`` (``None``: a one-hot drafter), ``target_probs`` ``[k + 1, V]``
     (softmax of processed scores); the global RNG by default, as in ``generate()``. Returns ``(n_accepted,
-    next_token)``, the token drawn from the residual at the first rejection, or from ``target_probs[k]``.
-
-    Example:
-        >>> p = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
-        >>> verify_sampled(torch.tensor([1]), None, p)
-        (1, 0)
-    """
+    next_token)``, the token drawn from the residual at the first rejection, or from ``target_probs[k]``."""
     # Half-precision probabilities are verified in float32: a bfloat16 ratio p/q and bfloat16 uniform
     # draws (256 levels near 1) would bias the acceptance test by up to ~2**-8.
     target_probs = _at_least_float32(target_probs)
@@ -153,13 +126,7 @@ def after_rejection(
     target_probs: torch.Tensor, draft_probs: torch.Tensor, token: int
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The next candidate's ``p`` and ``q`` once ``token`` was rejected: the residual, and ``q`` without ``token``
-    renormalized (``None`` when nothing is left).
-
-    Example:
-        >>> p, q = after_rejection(torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.25, 0.5, 0.25]), 2)
-        >>> p.tolist(), [round(x, 4) for x in q.tolist()]
-        ([1.0, 0.0, 0.0], [0.3333, 0.6667, 0.0])
-    """
+    renormalized (``None`` when nothing is left)."""
     residual = residual_distribution(target_probs, draft_probs, token)
     rest = draft_probs.clone()
     rest[token] = 0.0
@@ -211,12 +178,7 @@ def verify_tree(
 def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> int:
     """One token drawn from ``probs`` ``[V]`` (non-negative, not necessarily normalized), as ``torch.multinomial``.
 
-    Drawn among the non-zero entries only: after top-k/top-p or in a residual that is far cheaper than over ``V``.
-
-    Example:
-        >>> draw(torch.tensor([0.0, 0.0, 1.0, 0.0]))
-        2
-    """
+    Drawn among the non-zero entries only: after top-k/top-p or in a residual that is far cheaper than over ``V``."""
     support = probs.nonzero().squeeze(-1)
     if support.numel() == probs.numel():
         return int(torch.multinomial(probs, num_samples=1, generator=generator))

@@ -1,9 +1,5 @@
-"""Per-call statistics of a TriForce ``generate()``: tokens, time, forwards and per-level acceptance.
-
-The levels are named alike everywhere (stats, phases, docs, CLI output): ``level0`` the drafter, ``level1`` the
-target over the retrieval view (a ``retrieval_budget``-token sparse KV cache), ``level2`` the target with its full
-KV cache, whose output is the output.
-"""
+"""Per-call statistics of a TriForce ``generate()``: tokens, time, forwards and per-level acceptance (``level0`` the
+drafter, ``level1`` the target over the retrieval view, ``level2`` the target with its full KV cache)."""
 
 from __future__ import annotations
 
@@ -36,47 +32,25 @@ class LevelStats:
 
     @property
     def acceptance_rate(self) -> float:
-        """The round rate ``accepted / drafted``, the share of drafted tokens kept (0.0 when nothing was drafted).
-
-        Example:
-            >>> level = LevelStats(); level.record(4, 1); level.acceptance_rate
-            0.25
-        """
+        """The round rate ``accepted / drafted``, the share of drafted tokens kept (0.0 when nothing was drafted)."""
         return self.accepted / self.drafted if self.drafted else 0.0
 
     @property
     def per_token_acceptance(self) -> float:
         """Per-token acceptance ``alpha`` (the papers' figure): the probability that a draft is accepted given that
         every earlier draft of its round was, estimated as ``accepted / (accepted + rejections)`` (maximum likelihood;
-        drafts after a rejection are never judged, so ``per_token_acceptance >= acceptance_rate``).
-
-        Example:
-            >>> level = LevelStats(); level.record(6, 6); level.record(6, 2); level.record(6, 0)
-            >>> level.per_token_acceptance, round(level.acceptance_rate, 3)  # 8 accepted, 2 rounds rejected
-            (0.8, 0.444)
-        """
+        drafts after a rejection are never judged, so ``per_token_acceptance >= acceptance_rate``)."""
         judged = self.accepted + self.rejections
         return self.accepted / judged if judged else 0.0
 
     def record(self, drafted: int, accepted: int) -> None:
-        """Fold in one round: its ``accepted`` leading drafts of the ``drafted`` that were judged.
-
-        Example:
-            >>> level = LevelStats(); level.record(3, 1); level.record(0, 0); level
-            LevelStats(drafted=3, accepted=1, rejections=1)
-        """
+        """Fold in one round: its ``accepted`` leading drafts of the ``drafted`` that were judged."""
         self.drafted += drafted
         self.accepted += accepted
         self.rejections += int(accepted < drafted)
 
     def to_dict(self) -> dict[str, Any]:
-        """The counts and both acceptance figures (JSON-serializable).
-
-        Example:
-            >>> level = LevelStats(); level.record(6, 5); level.to_dict()  # doctest: +NORMALIZE_WHITESPACE
-            {'drafted': 6, 'accepted': 5, 'rejections': 1, 'acceptance_rate': 0.8333333333333334,
-             'per_token_acceptance': 0.8333333333333334}
-        """
+        """The counts and both acceptance figures (JSON-serializable; see :class:`TriForceStats`' example)."""
         return {
             "drafted": self.drafted,
             "accepted": self.accepted,
@@ -116,25 +90,12 @@ class PhaseTimes:
             self.add(phase, time.perf_counter() - start)
 
     def add(self, phase: str, seconds: float) -> None:
-        """Add one call of ``seconds`` to ``phase`` (timed by the caller: work spread over a forward's layers).
-
-        Example:
-            >>> times = PhaseTimes(); times.add("level1", 0.5); times.add("level1", 0.25)
-            >>> times.seconds["level1"], times.calls["level1"]
-            (0.75, 2)
-        """
+        """Add one call of ``seconds`` to ``phase`` (timed by the caller: work spread over a forward's layers)."""
         self.durations.setdefault(phase, []).append(seconds)
 
     def to_dict(self) -> dict[str, dict[str, float]]:
         """``{phase: {"seconds": total, "calls": n, "ms_per_call": mean, "ms_median": median, "ms_max": largest}}``;
-        the median and the largest tell a phase's usual call from a one-off (a kernel compiled, a graph captured).
-
-        Example:
-            >>> times = PhaseTimes()
-            >>> for seconds in (1.0, 0.004, 0.006): times.add("refresh", seconds)
-            >>> {k: round(v, 1) for k, v in times.to_dict()["refresh"].items()}
-            {'seconds': 1.0, 'calls': 3, 'ms_per_call': 336.7, 'ms_median': 6.0, 'ms_max': 1000.0}
-        """
+        the median and the largest tell a phase's usual call from a one-off (a kernel compiled, a graph captured)."""
         return {k: _phase_dict(each) for k, each in self.durations.items()}
 
 
@@ -269,9 +230,7 @@ class TriForceStats:
         out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
         out["mean_accepted_length"] = self.mean_accepted_length
         out["decode_tokens_per_second"] = self.decode_tokens_per_second
-        levels = {"level0": self.level0.to_dict(), "level1": self.level1.to_dict()}
-        levels["level0_to_level2"] = self.level0_to_level2.to_dict()
-        out["levels"] = levels
+        out["levels"] = {level: getattr(self, level).to_dict() for level in ("level0", "level1", "level0_to_level2")}
         out["phases"] = self.phases.to_dict()
         if self.rows:
             out["rows"] = [row.to_dict() for row in self.rows]

@@ -6,12 +6,6 @@ from .enable import disable, enable, is_enabled, last_stats
 from .state import TriForceState
 
 __all__ = [
-    "CUSTOM_GENERATE_DIR",
-    "TriForceState",
-    "disable",
-    "enable",
-    "hub_generate",
-    "is_enabled",
-    "last_stats",
+    "CUSTOM_GENERATE_DIR", "TriForceState", "disable", "enable", "hub_generate", "is_enabled", "last_stats",
     "triforce_generate",
-]
+]  # fmt: skip

@@ -27,11 +27,6 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
 
     Pops ``assistant_model`` (or ``triforce_generate``'s ``draft_model``) from ``generate_kwargs``: TriForce runs
     the draft model itself.
-
-    Example:
-        >>> kwargs = {"max_new_tokens": 8}
-        >>> decode = prepare_triforce_call(model, TriForceConfig(), kwargs)  # doctest: +SKIP
-        >>> model.generate(ids, custom_generate=decode, **kwargs)  # doctest: +SKIP
     """
     state = state_of(model)
     if state is not None:
@@ -61,15 +56,8 @@ def triforce_decode(
     triforce_streamer=None,
     **model_kwargs,
 ):
-    """TriForce decoding with the call's logits processors and stopping criteria (``custom_generate``).
-
-    Greedy output equals plain ``generate()``, sampled output has exactly its distribution, row by row in a batch.
-    A caller's cache holding a prefix of ``input_ids`` is reused (:mod:`~hf_triforce.generation.reuse`).
-
-    Returns:
-        ``[B, prompt + new]`` token ids, or a ``GenerateDecoderOnlyOutput`` when
-        ``return_dict_in_generate=True`` (``sequences``, the cache, and ``scores``/``logits`` when requested).
-    """
+    """TriForce decoding with the call's logits processors and stopping criteria (``custom_generate``): ``[B, prompt +
+    new]`` token ids, or a ``GenerateDecoderOnlyOutput`` (``return_dict_in_generate=True``), as plain ``generate()``."""
     streamer = streamer or triforce_streamer
     call = Call(input_ids, generation_config, model_kwargs, streamer, stopping_criteria, assistant_model, model)
     plan = plan_call(model, triforce_config, call)
@@ -110,14 +98,8 @@ def _drafters(
 def _model_drafter(config: TriForceConfig, plan: CallPlan, assistant_model, logits_processor, do_sample: bool):
     """A draft-model drafter with its own StreamingLLM cache, on the plan's steps."""
     freqs, interleaved = layer_rotary(assistant_model)
-    cache = StreamingLLMCache(
-        num_layers(assistant_model),
-        config.draft_cache_budget,
-        DRAFT_SINKS,
-        freqs,
-        config.draft_evict_batch,
-        interleaved,
-    )
+    budget, evict_batch = config.draft_cache_budget, config.draft_evict_batch
+    cache = StreamingLLMCache(num_layers(assistant_model), budget, DRAFT_SINKS, freqs, evict_batch, interleaved)
     drafter = ModelDrafter(assistant_model, cache, logits_processor, do_sample)
     drafter.use_static_steps(plan.draft_steps, strict=plan.strict_graphs)
     return drafter

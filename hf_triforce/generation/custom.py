@@ -1,10 +1,5 @@
-"""TriForce through transformers' own convention for decoding methods: ``generate(custom_generate=...)``.
-
-Without :func:`~hf_triforce.enable`: :func:`triforce_generate` is the decoding method as a callable, and
-:data:`CUSTOM_GENERATE_DIR` a directory laid out as a Hub repository's (it runs :func:`hub_generate`). A callable
-is handed only its own extra arguments: TriForce reads ``streamer`` and ``assistant_model`` off the ``generate()``
-call, but stop strings (which need ``tokenizer``) work only through the directory or ``enable``.
-"""
+"""TriForce through transformers' own convention for decoding methods, without :func:`~hf_triforce.enable`:
+:func:`triforce_generate` as a callable, :data:`CUSTOM_GENERATE_DIR` as a Hub repository (:func:`hub_generate`)."""
 
 from __future__ import annotations
 
@@ -15,7 +10,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from ..config import TriForceConfig
-from ..hf.generate import class_generate, dropped_generate_arguments, routed_kwargs
+from ..hf.generate import dropped_generate_arguments, routed_kwargs
 from .call import prepare_triforce_call
 from .plan import check_model
 from .state import TriForceState, attach_state, state_of
@@ -82,15 +77,10 @@ def triforce_generate(
 
 
 def hub_generate(model, *args, triforce_config: TriForceConfig | dict | None = None, **kwargs) -> Any:
-    """What :data:`CUSTOM_GENERATE_DIR` runs: ``generate()`` with all its arguments, TriForce as decoding method.
-
-    Example:
-        >>> out = model.generate(ids, custom_generate=CUSTOM_GENERATE_DIR, trust_remote_code=True,
-        ...                      triforce_config=TriForceConfig(), max_new_tokens=64)  # doctest: +SKIP
-    """
+    """What :data:`CUSTOM_GENERATE_DIR` runs: ``generate()`` with all its arguments, TriForce as decoding method."""
     _state(model)
     kwargs = routed_kwargs(model, prepare_triforce_call, triforce_config or TriForceConfig(), kwargs)
-    return class_generate(model, *args, **kwargs)
+    return type(model).generate(model, *args, **kwargs)  # the class's own, not the instance's wrapper
 
 
 def _state(model: torch.nn.Module) -> TriForceState:

@@ -1,12 +1,5 @@
-"""The full-cache verification of one sequence on fixed shapes: eagerly, or replayed as a CUDA graph per width.
-
-A forward over a growing cache changes shape every round and cannot be replayed. Here it runs over the cache's
-fixed storage (:meth:`~hf_triforce.caches.retrieval.RetrievalCache.fix_capacity`), its slots and the cache's end
-read from device tensors (:func:`~hf_triforce.hf.attention.fixed_capacity_attention`), through a
-:class:`~hf_triforce.hierarchy.static_steps.StaticStepRunner`: one graph per width, captured at first use, or the
-same forward eagerly (``"eager"``). It serves one unpadded sequence with no sliding-window layer (the static mask
-is plain causal); the call's plan (:mod:`~hf_triforce.generation.plan`) sends the rest to the dynamic path.
-"""
+"""The full-cache verification of one unpadded sequence on fixed shapes (the cache's fixed storage, its end read
+from a device tensor): eagerly, or replayed as a CUDA graph per width. No sliding-window layer: the mask is causal."""
 
 from __future__ import annotations
 
@@ -20,30 +13,13 @@ from ..hierarchy.static_steps import StaticStepRunner, StepMode
 
 
 class FixedShapeVerification:
-    """Full-cache verification forwards of one unpadded sequence over the cache's fixed storage.
-
-    Args:
-        cache: the call's full cache, prefilled (its storage is fixed here).
-        capture: holds each forward's queries afterwards, as after a dynamic one.
-        mode: ``"graphs"`` (CUDA) or ``"eager"``.
-        widths: the widths to capture as graphs (others run eagerly on the same buffers).
-        strict: raise if a capture fails instead of running eagerly.
-
-    Example:
-        >>> verifier = FixedShapeVerification(model, cache, capture, "eager", range(1, 8))  # doctest: +SKIP
-        >>> verifier.logits(torch.tensor([17, 5, 9])).shape  # the last token and two drafts  # doctest: +SKIP
-        torch.Size([3, 49152])
-    """
+    """Full-cache verification forwards of one unpadded sequence over the prefilled ``cache``'s fixed storage, its
+    queries left in ``capture``; ``widths`` run as CUDA graphs (``mode="graphs"``, ``strict``: raise if one fails)."""
 
     def __init__(
-        self,
-        model: torch.nn.Module,
-        cache: RetrievalCache,
-        capture: QueryCapture,
-        mode: StepMode,
-        widths: range,
+        self, model: torch.nn.Module, cache: RetrievalCache, capture: QueryCapture, mode: StepMode, widths: range,
         strict: bool = False,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.model, self.capture = model, capture
         self.slots = cache.fix_capacity()
         self.runner = StaticStepRunner(

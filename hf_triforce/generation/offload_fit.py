@@ -1,8 +1,5 @@
-"""Whether an offloaded call fits, checked before any work: the host holds the full cache, the device what streams.
-
-On the host: the full-attention layers. On the device: the two layers a full-cache forward streams, the chunk means,
-the retrieval views and the sliding-window layers (their window and a round: they stay on the device).
-"""
+"""Whether an offloaded call fits, checked before any work: the host holds the full-attention layers; the device the
+two layers a forward streams, the chunk means, the retrieval views and the sliding-window layers."""
 
 from __future__ import annotations
 
@@ -18,11 +15,7 @@ VIEWS_ALIVE = 2  # a re-selection builds the new view before the old one is drop
 
 def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: int, max_length: int) -> str | None:
     """Why ``rows`` offloaded caches of ``max_length`` tokens do not fit host or device memory (with the longest
-    ``max_length`` that does); ``None`` when they fit.
-
-    Example:
-        >>> offload_fit_problem(model, TriForceConfig(offload_kv=True), 1, 131072)  # doctest: +SKIP
-    """
+    ``max_length`` that does); ``None`` when they fit."""
     windows = layer_windows(model)
     per_token, device_per_slot, per_layer = _bytes_per_slot(model, windows, rows, config.chunk_size)
     round_slots = config.gamma1 + config.gamma2 + 1

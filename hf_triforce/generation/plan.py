@@ -1,12 +1,9 @@
 """One plan per call: what each level runs and where the full cache lives, decided once, before any forward.
 
-Everything a TriForce call can or cannot do is one table, :data:`LIMITS`: a feature (what the user asked for, by
-its option), a condition that blocks it, the error a request for it then raises (one type per kind of fault: the
-config, the model, the device, the ``generate()`` call) and what to do instead. :func:`plan_call` reads the table
-once per call and returns a frozen :class:`CallPlan`; an option set to ``"auto"`` takes the fastest form that
-nothing blocks (:data:`FALLBACKS`), an explicit one is refused with the table's message. Nothing downstream decides
-again: level 0, level 1, the verification and the loop read the plan. The docs' compatibility page is generated from
-the same table (:func:`compatibility_markdown`).
+Everything a TriForce call can or cannot do is one table, :data:`LIMITS`: a feature, a condition that blocks it,
+the error a request for it then raises and what to do instead. :func:`plan_call` reads it once per call into a frozen
+:class:`CallPlan` (an ``"auto"`` option takes the fastest form nothing blocks, :data:`FALLBACKS`); nothing downstream
+decides again. The docs' compatibility page is generated from the same table (:func:`compatibility_markdown`).
 """
 
 from __future__ import annotations
@@ -20,13 +17,11 @@ from typing import Any, Literal
 import torch
 
 from ..config import TriForceConfig
-from ..errors import (
-    TriForceConfigError,
-    TriForceError,
-    UnsupportedDeviceError,
-    UnsupportedGenerationError,
-    UnsupportedModelError,
-)
+from ..errors import TriForceConfigError as Config
+from ..errors import TriForceError
+from ..errors import UnsupportedDeviceError as Device
+from ..errors import UnsupportedGenerationError as Generation
+from ..errors import UnsupportedModelError as Model
 from ..hf.caches import callers_cache
 from ..hf.distributed import RankConsensus, random_states_differ
 from ..hf.facts import ModelFacts, model_facts
@@ -181,13 +176,6 @@ _SERVED = (
 )
 _PLAIN = "Drop triforce_config for this call (plain generate() serves it), or change the option."
 _SDPA = "Load the model with attn_implementation='sdpa' (or 'eager')."
-
-Model, Device, Generation, Config = (
-    UnsupportedModelError,
-    UnsupportedDeviceError,
-    UnsupportedGenerationError,
-    TriForceConfigError,
-)
 
 # fmt: off
 LIMITS: tuple[Limit, ...] = (
@@ -408,8 +396,8 @@ def check_model(model: torch.nn.Module) -> None:
 
 
 def check_generate_kwargs(model: torch.nn.Module, generate_kwargs: dict[str, Any]) -> None:
-    """What must be refused before ``generate()`` prepares anything: a ``cache_implementation`` (it would build that
-    cache, and TriForce keeps its own), another decoding method, stop strings without a tokenizer, two draft models."""
+    """Refuse what must be refused before ``generate()`` prepares anything (it would build a ``cache_implementation``'s
+    cache; stop strings need the tokenizer it then drops)."""
     kwargs = {
         **generate_kwargs,
         "generation_config": generate_kwargs.get("generation_config") or model.generation_config,

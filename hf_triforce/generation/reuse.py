@@ -1,10 +1,5 @@
-"""Starting a TriForce call from a cache the caller prefilled, and handing the grown cache back.
-
-As plain ``generate()``, a call prefills only ``input_ids[:, cached:]`` and leaves the caller's cache holding
-``sequences`` minus the last token. A :class:`~hf_triforce.caches.RetrievalCache` an earlier call returned is used
-in place; a ``DynamicCache`` is copied into a new one, and the new tokens are appended to it at the end. Without a
-caller's cache the output carries TriForce's own full cache.
-"""
+"""Starting a TriForce call from a cache the caller prefilled (prefilling only ``input_ids[:, cached:]``, as plain
+``generate()``), and handing the grown cache back: a returned RetrievalCache is used in place, a DynamicCache copied."""
 
 from __future__ import annotations
 
@@ -21,37 +16,22 @@ from ..hf.model import is_dispatched, kv_shape, layer_windows, num_layers
 
 @dataclass
 class StartingCache:
-    """The full cache a call decodes into, and what becomes of the caller's cache.
-
-    Attributes:
-        reused: tokens already in ``cache`` when the call starts (the caller's prefix).
-        callers: the caller's cache when it was copied (the new tokens are appended to it at the end), else None.
-        returned: the cache the output carries.
-    """
+    """The full cache a call decodes into, and what becomes of the caller's cache."""
 
     cache: RetrievalCache
-    reused: int
-    callers: Any | None
-    returned: Any
+    reused: int  # tokens already in cache when the call starts (the caller's prefix)
+    callers: Any | None  # the caller's cache when it was copied (the new tokens are appended to it at the end)
+    returned: Any  # the cache the output carries
 
 
 def start_cache(
-    model: torch.nn.Module,
-    config: TriForceConfig,
-    input_ids: torch.LongTensor,
-    max_length: int,
-    callers: Any | None,
+    model: torch.nn.Module, config: TriForceConfig, input_ids: torch.LongTensor, max_length: int, callers: Any | None,
     batched: bool = False,
-) -> StartingCache:
+) -> StartingCache:  # fmt: skip
     """The full cache for a call over ``input_ids`` ``[B, n]``, from the caller's checked cache when given.
 
     A batched call copies the caller's cache (one row per row, or one row all share) and leaves it as it was: plain
     ``generate()`` would append the padding it feeds finished rows, which TriForce never computes. It returns no cache.
-
-    Example:
-        >>> start = start_cache(model, TriForceConfig(), ids, max_length=600, callers=prefilled)  # doctest: +SKIP
-        >>> start.reused  # tokens of ids already cached  # doctest: +SKIP
-        512
     """
     capacity = config.full_cache_capacity(max_length)
     offload_to = next(model.parameters()).device if config.offload_kv else None
@@ -130,12 +110,7 @@ def _layouts(cache: Any) -> list[tuple[torch.Tensor, int]]:
 
 
 def callers_cache_problem(model: torch.nn.Module, cache: Any | None, input_shape: torch.Size) -> str | None:
-    """Why a call over ``input_shape`` ``(rows, tokens)`` cannot start from the caller's ``cache`` (``None``: it can).
-
-    Example:
-        >>> callers_cache_problem(model, DynamicCache(config=model.config), (1, 10)) is None  # doctest: +SKIP
-        True
-    """
+    """Why a call over ``input_shape`` ``(rows, tokens)`` cannot start from the caller's ``cache`` (``None``: can)."""
     if cache is None:
         return None
     rows, input_length = input_shape

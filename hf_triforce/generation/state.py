@@ -16,24 +16,12 @@ STATE_ATTR = "_hf_triforce"
 
 @dataclass
 class TriForceState:
-    """What TriForce keeps on an enabled model.
+    """What TriForce keeps on an enabled model."""
 
-    Attributes:
-        last_stats: statistics of the latest call, set when it finishes (``None`` from its start until then).
-        last_call_failed: the latest call started and did not finish.
-        level1_runner: ``(key, runner)``, the static level-1 runner kept for the next call with the same shapes
-            and weights (:func:`hf_triforce.hierarchy.static_steps.kept_runner`), or ``None``.
-        enabled: :func:`hf_triforce.enable` routes ``generate()``; ``False``: only ``custom_generate`` calls' stats.
-
-    Example:
-        >>> state = attach_state(model); state_of(model) is state  # doctest: +SKIP
-        True
-    """
-
-    last_stats: TriForceStats | None = None
-    last_call_failed: bool = False
-    level1_runner: tuple[tuple, Any] | None = None
-    enabled: bool = True
+    last_stats: TriForceStats | None = None  # of the latest call, set when it finishes (None from its start until then)
+    last_call_failed: bool = False  # the latest call started and did not finish
+    level1_runner: tuple[tuple, Any] | None = None  # (key, runner): static_steps.kept_runner's, for the next call
+    enabled: bool = True  # enable() routes generate(); False: only custom_generate calls' stats
 
     def begin_call(self) -> None:
         """A call starts: the previous call's statistics are dropped, so nothing reads them as this call's."""

@@ -1,7 +1,4 @@
-"""What a caller's cache is: one they passed (not the empty one ``generate()`` makes), and of which kind.
-
-``generate()`` marks the caller's cache with the private flag ``_is_user_defined`` (5.17 to 5.24).
-"""
+"""What a caller's cache is: one they passed (``generate()`` marks it ``_is_user_defined``), and of which kind."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Level 1's forward run directly over a Llama-family decoder's weights, without transformers' module calls.
-
-On the CPU transformers' per-layer module calls, mask and dispatch add much to a few-token step over a view;
-:class:`DirectDecoder` runs the same computation as plain torch calls (with a low-bit copy, one fused ``q|k|v`` and
-one ``gate|up`` product). Level 1 only drafts, so the output is unchanged whichever forward it uses. Layouts
-(checked against transformers 5.23-5.24 ``modeling_llama``, ``_mistral``, ``_qwen2``, ``_qwen3``, ``_phi3``):
-``q_proj``/``k_proj``/``v_proj`` or ``qkv_proj``, optional ``q_norm``/``k_norm`` (Qwen3), ``gate_proj``/``up_proj``
-or ``gate_up_proj`` (Phi-3), RMSNorms, RoPE through the model's ``rotary_emb``.
-"""
+"""Level 1's forward run directly over a Llama-family decoder's weights as plain torch calls: on the CPU transformers'
+module calls, mask and dispatch add much to a few-token step, and level 1 only drafts (the output is unchanged)."""
 
 from __future__ import annotations
 
@@ -129,10 +122,8 @@ class DirectLayer:
         """Self-attention of ``h`` ``[q, H]`` over the cache layer and itself (causal): ``[q, heads * head_dim]``."""
         q, d = h.shape[0], self.head_dim
         query, key, value = self.qkv(h).split([self.heads * d, self.kv_heads * d, self.kv_heads * d], dim=-1)
-        query, key = (
-            self._head_norm(query.view(q, self.heads, d), self.q_norm),
-            self._head_norm(key.view(q, self.kv_heads, d), self.k_norm),
-        )
+        query = self._head_norm(query.view(q, self.heads, d), self.q_norm)
+        key = self._head_norm(key.view(q, self.kv_heads, d), self.k_norm)
         query, key = apply_rope(query.transpose(0, 1)[None], cos, sin), apply_rope(key.transpose(0, 1)[None], cos, sin)
         keys, values = cache_layer.update(key, value.view(q, self.kv_heads, d).transpose(0, 1)[None])
         return _attend(query, keys, values, self.scaling).reshape(q, self.heads * d)
@@ -160,11 +151,6 @@ class DirectDecoder:
         model: see :func:`direct_forward_problem`.
         weights: ``"full"``, ``"int8"`` (stacked int8 copies of the projections and LM head) or ``"int4"`` (int4
             projections; the LM head stays int8, since level 1 samples from its logits).
-
-    Example:
-        >>> decoder = DirectDecoder(model, weights="int8")  # doctest: +SKIP
-        >>> decoder.logits(torch.tensor([42]), position=900, cache=view).shape  # [q, vocab], float32  # doctest: +SKIP
-        torch.Size([1, 49152])
     """
 
     def __init__(self, model: torch.nn.Module, weights: str = "full") -> None:
@@ -180,12 +166,7 @@ class DirectDecoder:
         self.norm = _norm(inner.norm)
         self.head = Projection.of(model.lm_head, weights="full" if weights == "full" else "int8")
 
-    def logits(
-        self,
-        tokens: torch.Tensor,
-        position: int | torch.Tensor,
-        cache: Cache,
-    ) -> torch.Tensor:
+    def logits(self, tokens: torch.Tensor, position: int | torch.Tensor, cache: Cache) -> torch.Tensor:
         """float32 logits ``[q, V]`` of ``tokens`` ``[q]`` at positions ``position ..`` (or ``[q]``, one per token),
         appended to ``cache`` (batch 1; ``layers[i].update`` returns all of the layer's keys/values)."""
         x = self.embed.weight[tokens]
@@ -201,12 +182,7 @@ class DirectDecoder:
 
 
 def direct_forward_problem(model: torch.nn.Module) -> str | None:
-    """Why :class:`DirectDecoder` cannot run ``model`` (``None``: it can).
-
-    Example:
-        >>> direct_forward_problem(torch.nn.Linear(2, 2))
-        'it is not a transformers causal LM with a config'
-    """
+    """Why :class:`DirectDecoder` cannot run ``model`` (``None``: it can)."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "get_text_config"):
         return "it is not a transformers causal LM with a config"
@@ -241,12 +217,7 @@ def _layout_problem(model: torch.nn.Module) -> str | None:
 
 
 def direct_decoder(model: torch.nn.Module, weights: str) -> DirectDecoder:
-    """The :class:`DirectDecoder` of ``model``, kept beside it (rebuilt when a weight changed).
-
-    Example:
-        >>> direct_decoder(model, "int8") is direct_decoder(model, "int8")  # doctest: +SKIP
-        True
-    """
+    """The :class:`DirectDecoder` of ``model``, kept beside it (rebuilt when a weight changed)."""
     key = (weights, *(weight_fingerprint(p) for p in model.parameters()))
     return kept_beside(_DECODERS, model, key, lambda: DirectDecoder(model, weights))
 

@@ -1,9 +1,5 @@
-"""Tensor parallelism: which process group a sharded model runs over, and agreeing on a decision across it.
-
-A model sharded by ``from_pretrained(..., tp_plan="auto")`` all-reduces inside every forward, so every rank must
-run the same forwards with the same shapes: a decision from a rank's own clock is taken by rank 0 and broadcast
-(:class:`RankConsensus`), and sampling ranks must share a random state (:func:`random_states_differ`).
-"""
+"""Tensor parallelism: a sharded model all-reduces inside every forward, so its ranks must run the same forwards: a
+decision from a rank's own clock is rank 0's, broadcast (:class:`RankConsensus`), and ranks share a random state."""
 
 from __future__ import annotations
 
@@ -15,22 +11,12 @@ import torch.distributed as dist
 
 
 def tensor_parallel_size(model: torch.nn.Module) -> int:
-    """How many ranks ``model``'s weights are sharded over (1: not sharded).
-
-    Example:
-        >>> tensor_parallel_size(torch.nn.Linear(2, 2))
-        1
-    """
+    """How many ranks ``model``'s weights are sharded over (1: not sharded)."""
     return int(getattr(model, "tp_size", None) or 1)
 
 
 def tensor_parallel_group(model: torch.nn.Module) -> dist.ProcessGroup | None:
-    """The process group of ``model``'s tensor-parallel ranks, or ``None`` when it is not sharded over several.
-
-    Example:
-        >>> tensor_parallel_group(torch.nn.Linear(2, 2)) is None
-        True
-    """
+    """The process group of ``model``'s tensor-parallel ranks, or ``None`` when it is not sharded over several."""
     if tensor_parallel_size(model) <= 1 or not (dist.is_available() and dist.is_initialized()):
         return None
     mesh = getattr(model, "_device_mesh", None)
@@ -40,16 +26,7 @@ def tensor_parallel_group(model: torch.nn.Module) -> dist.ProcessGroup | None:
 
 
 class RankConsensus:
-    """Makes every rank of a tensor-parallel ``group`` take rank 0's value of a decision (a few ints).
-
-    With ``group=None`` (one process, or a model that is not sharded) :meth:`agree` is a free no-op.
-
-    Example:
-        >>> RankConsensus(None).agree([2, 6])  # one process: a no-op
-        [2, 6]
-        >>> RankConsensus.for_model(torch.nn.Linear(2, 2)).active
-        False
-    """
+    """Makes every rank of a tensor-parallel ``group`` (``None``: a no-op) take rank 0's value of a decision (ints)."""
 
     def __init__(self, group: dist.ProcessGroup | None) -> None:
         self.group = group
@@ -78,13 +55,7 @@ def _collective_device(group: dist.ProcessGroup) -> torch.device:
 
 
 def random_state_fingerprint() -> int:
-    """A 32-bit checksum of the global random state sampling draws from (the CPU's, and the current GPU's).
-
-    Example:
-        >>> _ = torch.manual_seed(0); a = random_state_fingerprint()
-        >>> _ = torch.manual_seed(0); a == random_state_fingerprint()
-        True
-    """
+    """A 32-bit checksum of the global random state sampling draws from (the CPU's, and the current GPU's)."""
     states = [torch.get_rng_state()]
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states.append(torch.cuda.get_rng_state())
@@ -93,12 +64,7 @@ def random_state_fingerprint() -> int:
 
 def random_states_differ(consensus: RankConsensus) -> bool:
     """Whether the ranks' random states differ (on every rank alike): their forwards would then differ in width
-    inside the same all-reduce (a hang on NCCL).
-
-    Example:
-        >>> random_states_differ(RankConsensus(None))  # one process: nothing to compare
-        False
-    """
+    inside the same all-reduce (a hang on NCCL)."""
     if not consensus.active:
         return False
     fingerprint = random_state_fingerprint()

@@ -11,54 +11,31 @@ from ..kernels.int8_linear import int8_kernel_available
 from .direct_forward import direct_forward_problem
 from .distributed import tensor_parallel_size
 from .masks import mask_kind
-from .model import attn_implementation, is_dispatched, layer_windows, model_problem, rope_types
+from .model import attn_implementation, is_dispatched, model_problem, rope_types
 from .quantization import quantized_linears, rows_interact
 from .versions import cache_layer_types
 
 
 @dataclass(frozen=True)
 class ModelFacts:
-    """What decides which TriForce paths can run on a model (:mod:`hf_triforce.generation.plan` reads them).
+    """What decides which TriForce paths can run on a model (:mod:`hf_triforce.generation.plan` reads them)."""
 
-    Attributes:
-        unsupported: why TriForce cannot serve the model (``None``: it can, and the other facts are read).
-        fixed_masks: hf_triforce can build this attention's mask for fixed-shape steps (sdpa or eager).
-        dispatched: accelerate placed it over several devices or offloaded it.
-        dynamic_rope: its RoPE recomputes frequencies from the positions (a CUDA graph cannot hold that).
-        direct_layout: why level 1's direct forward cannot run its layers (``None``: it can).
-        int8_kernel: this torch has the CPU int8 weight-only kernel.
-        int4_kernel: this torch has the int4 weight-only kernel for the model's device.
-        quantized: what quantizes its linear layers (``None``: plain float ``nn.Linear`` layers).
-        rows_interact: why a token's logits in a multi-token forward depend on the other tokens of that forward
-            (bitsandbytes' LLM.int8 outlier split; ``None``: they do not).
-
-    Example:
-        >>> from transformers import LlamaConfig, LlamaForCausalLM
-        >>> config = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        ...                      num_attention_heads=2, num_key_value_heads=1)
-        >>> facts = model_facts(LlamaForCausalLM(config))
-        >>> facts.unsupported, facts.device, facts.sliding, facts.direct_layout is None
-        (None, 'cpu', False, True)
-        >>> model_facts(torch.nn.Linear(2, 2)).unsupported
-        'Linear (model_type=None): it is not a transformers model (no PreTrainedConfig)'
-    """
-
-    unsupported: str | None
+    unsupported: str | None  # why TriForce cannot serve the model (None: it can, and the other facts are read)
     device: str
     dtype: torch.dtype
     attention: str
-    fixed_masks: bool
+    fixed_masks: bool  # hf_triforce can build this attention's mask for fixed-shape steps (sdpa or eager)
     sliding: bool
     softcap: bool
     sinks: bool
-    dispatched: bool
+    dispatched: bool  # accelerate placed it over several devices or offloaded it
     tensor_parallel: bool
-    dynamic_rope: bool
-    direct_layout: str | None
-    int8_kernel: bool
-    int4_kernel: bool
-    quantized: str | None = None
-    rows_interact: str | None = None
+    dynamic_rope: bool  # its RoPE recomputes frequencies from the positions (a CUDA graph cannot hold that)
+    direct_layout: str | None  # why level 1's direct forward cannot run its layers (None: it can)
+    int8_kernel: bool  # this torch has the CPU int8 weight-only kernel
+    int4_kernel: bool  # this torch has the int4 weight-only kernel for the model's device
+    quantized: str | None = None  # what quantizes its linear layers (None: plain float nn.Linear layers)
+    rows_interact: str | None = None  # why a token's logits depend on the others of its forward (LLM.int8)
 
 
 def model_facts(model: torch.nn.Module) -> ModelFacts:
@@ -80,8 +57,7 @@ def model_facts(model: torch.nn.Module) -> ModelFacts:
         dtype=parameter.dtype,
         attention=attn_implementation(model),
         fixed_masks=mask_kind(model) is not None,
-        sliding=any(window is not None for window in layer_windows(model))
-        or "sliding_attention" in cache_layer_types(text),
+        sliding="sliding_attention" in cache_layer_types(text),
         softcap=bool(getattr(text, "attn_logit_softcapping", None)),
         sinks=any(hasattr(m, "sinks") for m in model.modules()),
         dispatched=is_dispatched(model),

@@ -1,12 +1,5 @@
-"""Bit-exact faster equivalents of transformers' top-p and minimum-length processors.
-
-TriForce processes about twice as many positions per token as ``generate()``. :func:`finite_top_p` sorts only the
-finite scores (after top-k, all but a few are ``-inf``) instead of the whole vocabulary; :func:`suppress_eos`
-applies the minimum lengths to every position at once. Both copy transformers' implementation, unchanged from 5.17
-to 5.25 (``TopKLogitsWarper``, ``TopPLogitsWarper``, ``MinLengthLogitsProcessor`` and
-``MinNewTokensLengthLogitsProcessor`` read the same in 5.25 as in 5.24); on a release from :data:`CHECKED_BELOW` on they
-are not used (:func:`fast_paths_checked`).
-"""
+"""Bit-exact faster equivalents of transformers' top-p and minimum-length processors, copies of its implementation
+(unchanged from 5.17 to 5.25), not used from :data:`CHECKED_BELOW` on (:func:`fast_paths_checked`)."""
 
 from __future__ import annotations
 
@@ -25,34 +18,18 @@ LENGTH_ONLY = (transformers.MinLengthLogitsProcessor, transformers.MinNewTokensL
 
 
 def fast_paths_checked(current: str | None = None) -> bool:
-    """Whether the installed transformers is one these equivalents were checked against.
-
-    Example:
-        >>> fast_paths_checked("5.24.0"), fast_paths_checked("5.30.0")
-        (True, False)
-    """
+    """Whether the installed transformers is one these equivalents were checked against."""
     return version.parse(current or transformers.__version__) < version.parse(CHECKED_BELOW)
 
 
 def length_only(processors) -> bool:
-    """Whether :func:`suppress_eos` serves ``processors`` (all :data:`LENGTH_ONLY`, transformers checked).
-
-    Example:
-        >>> length_only([transformers.MinLengthLogitsProcessor(5, 2)]), length_only([])
-        (True, True)
-    """
+    """Whether :func:`suppress_eos` serves ``processors`` (all :data:`LENGTH_ONLY`, transformers checked)."""
     return fast_paths_checked() and all(type(p) in LENGTH_ONLY for p in processors)
 
 
 def suppress_eos(processors, lengths: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """``[P, V]`` ``scores`` processed by the :data:`LENGTH_ONLY` ``processors``, row ``i`` with a context of
-    ``lengths[i]`` (``[P]``) tokens; returns a new tensor.
-
-    Example:
-        >>> p = transformers.MinNewTokensLengthLogitsProcessor(10, 2, [3])  # 10 prompt tokens, 2 new ones at least
-        >>> suppress_eos([p], torch.tensor([11, 12]), torch.zeros(2, 4))[:, 3].tolist()
-        [-inf, 0.0]
-    """
+    ``lengths[i]`` (``[P]``) tokens; returns a new tensor."""
     out = scores.clone()
     for processor in processors:
         eos = processor.eos_token_id.to(scores.device).flatten()
@@ -72,16 +49,9 @@ def _minimum_length(processor) -> int:
 def finite_top_p(warper: transformers.TopPLogitsWarper, scores: torch.Tensor) -> torch.Tensor:
     """``warper(input_ids, scores)`` for ``[P, V]`` scores, bit for bit, sorting only each row's finite scores.
 
-    With at most ``m`` finite scores per row, transformers' ascending sort is ``V - m`` times ``-inf`` then the top
-    ``m`` ascending: built here from one ``topk``, it is the same tensor, so the same kernels give the same sums.
-    Ties among finite scores, NaN, ``+inf``, a filter value other than ``-inf`` or more than :data:`FINITE_LIMIT`
-    finite scores go to ``warper`` itself.
-
-    Example:
-        >>> w = transformers.TopPLogitsWarper(0.5)
-        >>> finite_top_p(w, torch.tensor([[0.0, 2.0, float("-inf"), 1.0]])).tolist()  # 2.0 holds 0.67
-        [[-inf, 2.0, -inf, -inf]]
-    """
+    Transformers' ascending sort is ``V - m`` times ``-inf`` then the top ``m`` ascending: built here from one ``topk``,
+    it is the same tensor, so the same kernels give the same sums. Ties among finite scores, NaN, ``+inf``, another
+    filter value or more than :data:`FINITE_LIMIT` finite scores go to ``warper`` itself."""
     top = _finite_top(warper, scores)
     if top is None:
         return warper(None, scores)
@@ -96,8 +66,7 @@ def finite_top_p(warper: transformers.TopPLogitsWarper, scores: torch.Tensor) ->
 
 def _finite_top(warper, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(values, indices)`` ``[P, m]`` of each row's ``m`` largest scores, descending (``m``: the most finite
-    scores of any row); ``None`` where :func:`finite_top_p` must use transformers (``topk`` ranks NaN, ``+inf`` first).
-    """
+    scores of any row); ``None`` where :func:`finite_top_p` must use transformers (NaN, ``+inf``)."""
     if scores.dim() != 2 or warper.filter_value != -math.inf or scores.numel() == 0:
         return None
     k = min(scores.shape[-1], 64)
@@ -115,12 +84,7 @@ def _finite_top(warper, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 
 class FiniteTopP:
-    """A :class:`~transformers.TopPLogitsWarper` that sorts only the finite scores (:func:`finite_top_p`).
-
-    Example:
-        >>> FiniteTopP(transformers.TopPLogitsWarper(0.8))(None, torch.tensor([[0.0, 2.0, 1.0]])).tolist()
-        [[-inf, 2.0, 1.0]]
-    """
+    """A :class:`~transformers.TopPLogitsWarper` that sorts only the finite scores (:func:`finite_top_p`)."""
 
     def __init__(self, warper: transformers.TopPLogitsWarper) -> None:
         self.warper = warper
@@ -130,12 +94,7 @@ class FiniteTopP:
 
 
 def faster(processor):
-    """``processor``, or its faster exact stand-in where one exists and was checked (top-p today).
-
-    Example:
-        >>> [type(faster(p)).__name__ for p in (transformers.TopPLogitsWarper(0.9), transformers.TopKLogitsWarper(5))]
-        ['FiniteTopP', 'TopKLogitsWarper']
-    """
+    """``processor``, or its faster exact stand-in where one exists and was checked (top-p today)."""
     if type(processor) is transformers.TopPLogitsWarper and fast_paths_checked():
         return FiniteTopP(processor)
     return processor

@@ -1,9 +1,5 @@
-"""The hook into ``generate()``: ``triforce_config`` routes a call to ``custom_generate``; outputs; stop strings.
-
-``generate()`` rejects unknown kwargs and has no registry of decoding methods, only
-``generate(custom_generate=<callable>)`` after its usual preparation. :func:`wrap_generate` wraps one instance's
-``generate`` to take ``triforce_config``; it is also a generation-config attribute, so pipelines forward it.
-"""
+"""The hook into ``generate()`` (which rejects unknown kwargs): ``triforce_config`` routes a call to
+``custom_generate``; outputs; stop strings."""
 
 from __future__ import annotations
 
@@ -24,14 +20,8 @@ Handler = Callable[[torch.nn.Module, Any, dict[str, Any]], Callable]
 
 
 def wrap_generate(model: torch.nn.Module, handler: Handler) -> None:
-    """Route ``model.generate(..., triforce_config=cfg)`` through ``custom_generate=handler(model, cfg, kwargs)``.
-
-    ``cfg`` may also come from the call's or the model's ``generation_config``; without one, ``generate()`` is
-    unchanged. Undo with :func:`unwrap_generate`.
-
-    Example:
-        >>> wrap_generate(model, lambda model, cfg, kwargs: my_decoding_loop)  # doctest: +SKIP
-    """
+    """Route ``model.generate(..., triforce_config=cfg)`` (or ``cfg`` from the call's or the model's
+    ``generation_config``) through ``custom_generate=handler(model, cfg, kwargs)`` (undo: :func:`unwrap_generate`)."""
     plain_generate = model.generate
 
     @functools.wraps(plain_generate)
@@ -47,17 +37,8 @@ def wrap_generate(model: torch.nn.Module, handler: Handler) -> None:
 
 
 def effective_cache_implementation(model: torch.nn.Module, generate_kwargs: dict[str, Any]) -> str | None:
-    """The ``cache_implementation`` that ``generate()`` will act on for a call with ``generate_kwargs``.
-
-    Read through transformers' own preparation of the call's generation config (the call's kwarg over its
-    ``generation_config`` over the model's), which also drops what transformers ignores for this model: e.g. the Hub
-    default ``"hybrid"`` of Gemma checkpoints, served by the dynamic sliding-window cache.
-
-    Example:
-        >>> model.generation_config.cache_implementation = "hybrid"  # doctest: +SKIP
-        >>> effective_cache_implementation(model, {}) is None  # doctest: +SKIP
-        True
-    """
+    """The ``cache_implementation`` that ``generate()`` will act on for a call with ``generate_kwargs``, read
+    through transformers' own preparation (which drops e.g. Gemma checkpoints' Hub default ``"hybrid"``)."""
     given = generate_kwargs.get("cache_implementation")
     kwargs = {} if given is None else {"cache_implementation": given}
     config, _ = model._prepare_generation_config(generate_kwargs.get("generation_config"), **kwargs)  # copies it
@@ -65,12 +46,7 @@ def effective_cache_implementation(model: torch.nn.Module, generate_kwargs: dict
 
 
 def routed_kwargs(model: torch.nn.Module, handler: Handler, triforce_config: Any, kwargs: dict[str, Any]) -> dict:
-    """``generate()``'s ``kwargs`` for a TriForce call: stop strings as a criterion, ``custom_generate`` set.
-
-    Example:
-        >>> kwargs = routed_kwargs(model, handler, TriForceConfig(), {"max_new_tokens": 8})  # doctest: +SKIP
-        >>> type(model).generate(model, ids, **kwargs)  # doctest: +SKIP
-    """
+    """``generate()``'s ``kwargs`` for a TriForce call: stop strings as a criterion, ``custom_generate`` set."""
     decode = handler(model, triforce_config, kwargs)  # refuses what TriForce cannot serve, before anything moves
     _move_stop_strings(model, kwargs)
     kwargs["custom_generate"] = decode
@@ -97,15 +73,6 @@ def dropped_generate_arguments(depth: int = 2) -> dict[str, Any]:
 
 
 _GENERATE_MODULE = "transformers.generation.utils"
-
-
-def class_generate(model: torch.nn.Module, *args, **kwargs):
-    """The model class's own ``generate()``, not the instance's wrapper.
-
-    Example:
-        >>> class_generate(model, ids, max_new_tokens=8)  # doctest: +SKIP
-    """
-    return type(model).generate(model, *args, **kwargs)
 
 
 def unwrap_generate(model: torch.nn.Module) -> None:

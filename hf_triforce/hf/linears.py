@@ -1,8 +1,5 @@
-"""A model's ``nn.Linear`` layers swapped for a call: the CPU few-row path, and level 1's low-bit weight copies.
-
-Layers that transformers' integrations own are left alone: those with accelerate hooks (``_hf_hook``), subclasses of
-``nn.Linear`` and layers whose weight is a tensor subclass (quantized layers: :func:`~.quantization.is_plain_linear`).
-"""
+"""A model's ``nn.Linear`` layers swapped for a call: the CPU few-row path, and level 1's low-bit weight copies. Layers
+transformers' integrations own (hooked, subclassed, tensor-subclass weights) are left alone."""
 
 from __future__ import annotations
 
@@ -18,13 +15,7 @@ from typing import TypeVar
 import torch
 
 from ..kernels.int4_linear import Int4Weight, int4_kernel_supports, int4_linear, quantize_int4
-from ..kernels.int8_linear import (
-    Int8Weight,
-    int8_kernel_supports,
-    int8_linear,
-    quantize_int8,
-    use_int8_linear,
-)
+from ..kernels.int8_linear import Int8Weight, int8_kernel_supports, int8_linear, quantize_int8, use_int8_linear
 from ..kernels.linear import linear_forward
 from .quantization import is_plain_linear
 
@@ -42,33 +33,17 @@ def _plain_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
     return [m for m in model.modules() if is_plain_linear(m)]
 
 
-def _patchable_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
-    """The model's plain, unhooked ``nn.Linear`` layers that carry no instance ``forward`` yet."""
-    return [m for m in _plain_layers(model) if "forward" not in vars(m)]
-
-
 _LEVEL1: contextvars.ContextVar[bool] = contextvars.ContextVar("triforce_level1_weights", default=False)
 """True inside :func:`level1_linears`: the swapped layers multiply by level 1's low-bit copy."""
 
 
 @contextlib.contextmanager
 def swapped_linears(models: Iterable[torch.nn.Module | None], level1: LowBitCopy | None = None) -> Iterator[None]:
-    """For a whole call, the models' plain ``nn.Linear`` layers are swapped for one forward: the CPU few-row path
-    (:func:`~hf_triforce.kernels.linear.linear_forward`, a few rows at about a single-token step's cost) and, inside
-    :func:`level1_linears`, the int8 or int4 weights of ``level1`` (an int8 layer given more rows than its kernel
-    serves uses its own weights). Restored when the block ends.
-
-    Example:
-        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8))
-        >>> x = torch.randn(2, 16)
-        >>> with torch.no_grad(), swapped_linears([model], int8_weight_copy(model)):
-        ...     full = model(x)
-        ...     with level1_linears():
-        ...         low_bit = model(x)
-        >>> torch.allclose(full, model(x).detach(), atol=1e-6), torch.equal(full, low_bit)
-        (True, False)
-    """
-    layers = {id(m): m for model in models if model is not None for m in _patchable_layers(model)}.values()
+    """Within the block, the models' plain ``nn.Linear`` layers run the CPU few-row path
+    (:func:`~hf_triforce.kernels.linear.linear_forward`) and, inside :func:`level1_linears`, ``level1``'s low-bit
+    weights (an int8 layer given more rows than its kernel serves uses its own weights)."""
+    plain = [m for model in models if model is not None for m in _plain_layers(model)]
+    layers = {id(m): m for m in plain if "forward" not in vars(m)}.values()  # each once, none already swapped
     level1 = level1 or {}
     for layer in layers:
         layer.forward = functools.partial(_swapped_forward, layer, level1.get(layer))
@@ -111,14 +86,7 @@ def _on_cuda(model: torch.nn.Module) -> bool:
 
 def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
     """The int8 copy of ``model``'s plain ``nn.Linear`` weights the kernel serves, kept beside the model (remade
-    when a weight changed).
-
-    Example:
-        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Linear(8, 2))
-        >>> copy = int8_weight_copy(model)
-        >>> copy[model[0]].qweight.shape, model[1] in copy, int8_weight_copy(model) is copy
-        (torch.Size([8, 16]), False, True)
-    """
+    when a weight changed)."""
     layers = [m for m in _plain_layers(model) if int8_kernel_supports(m.weight)]
     key = tuple(weight_fingerprint(m.weight) for m in layers)
     return kept_beside(_INT8_COPIES, model, key, lambda: _quantized(layers, "int8", lambda m: quantize_int8(m.weight)))
@@ -126,14 +94,7 @@ def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
 
 def int4_weight_copy(model: torch.nn.Module) -> LowBitCopy:
     """An int4 copy of ``model``'s plain ``nn.Linear`` projections (int8 where int4 does not serve the shape) and
-    an int8 copy of its output embeddings (level 1 samples from its logits), kept beside the model.
-
-    Example:
-        >>> model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 16))
-        >>> copy = int4_weight_copy(model)
-        >>> [type(w).__name__ for w in copy.values()], int4_weight_copy(model) is copy  # doctest: +SKIP
-        (['Int4Weight', 'Int4Weight'], True)
-    """
+    an int8 copy of its output embeddings (level 1 samples from its logits), kept beside the model."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if _on_cuda(model):  # no int8 kernel there: the head and the shapes int4 does not serve keep their own weights
         layers = [m for m in _plain_layers(model) if m is not head and int4_kernel_supports(m.weight)]
@@ -190,8 +151,6 @@ def drop_int8_copy(model: torch.nn.Module) -> None:
 
 
 def weight_fingerprint(weight: torch.Tensor) -> tuple[int, int]:
-    """Where the weight lives and how often it was written in place (inference tensors have no such count).
-
-    A stale copy only lowers level 1's acceptance: level 2 verifies with the weights themselves.
-    """
+    """Where the weight lives and how often it was written in place (inference tensors have no such count); a stale
+    copy would only lower level 1's acceptance: level 2 verifies with the weights themselves."""
     return weight.data_ptr(), -1 if weight.is_inference() else weight._version

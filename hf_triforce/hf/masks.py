@@ -21,12 +21,7 @@ def has_mask_function(implementation: str) -> bool:
 
 
 def mask_kind(model: torch.nn.Module) -> MaskKind | None:
-    """``"bool"`` (sdpa), ``"additive"`` (eager) or ``None`` (a mask hf_triforce cannot build).
-
-    Example:
-        >>> mask_kind(model)  # doctest: +SKIP
-        'bool'
-    """
+    """``"bool"`` (sdpa), ``"additive"`` (eager) or ``None`` (a mask hf_triforce cannot build)."""
     implementation = model.config._attn_implementation
     if implementation not in ALL_MASK_ATTENTION_FUNCTIONS:
         return None

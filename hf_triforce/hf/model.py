@@ -21,21 +21,8 @@ SERVED_LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def model_problem(model: torch.nn.Module) -> str | None:
-    """Why TriForce cannot serve ``model`` (what it lacks, and what to do), or ``None`` when it can.
-
-    It needs a decoder-only causal LM whose attention goes through transformers' attention interface, with
-    per-token keys and values in every layer (:data:`SERVED_LAYER_TYPES`) and a rotary embedding (a StreamingLLM
-    draft cache moves keys to new positions with it).
-
-    Example:
-        >>> from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel
-        >>> config = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        ...                      num_attention_heads=2, num_key_value_heads=1)
-        >>> model_problem(LlamaForCausalLM(config)) is None
-        True
-        >>> model_problem(LlamaModel(config))
-        'it has no causal LM head: load it with AutoModelForCausalLM'
-    """
+    """Why TriForce cannot serve ``model`` (what it lacks, and what to do), or ``None`` when it can (the rotary
+    embedding is needed: a StreamingLLM draft cache moves keys to new positions with it)."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "get_text_config"):
         return "it is not a transformers model (no PreTrainedConfig)"
@@ -69,13 +56,10 @@ def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     found = []
     for module in model.modules():
         modeling = sys.modules.get(type(module).__module__)
-        if hasattr(module, "layer_idx") and hasattr(modeling, "ALL_ATTENTION_FUNCTIONS") and _is_attention(module):
+        named = type(module).__name__.endswith("Attention") and not isinstance(module, torch.nn.MultiheadAttention)
+        if hasattr(module, "layer_idx") and hasattr(modeling, "ALL_ATTENTION_FUNCTIONS") and named:
             found.append(module)
     return found
-
-
-def _is_attention(module: torch.nn.Module) -> bool:
-    return type(module).__name__.endswith("Attention") and not isinstance(module, torch.nn.MultiheadAttention)
 
 
 def _rotary_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -91,16 +75,7 @@ def layer_rotary(model: torch.nn.Module) -> tuple[list[torch.Tensor], bool]:
     """How each decoder layer rotates its keys: ``([R] inverse frequencies per layer, interleaved)``.
 
     The frequencies cover a head's first ``2 R`` channels (partial rotary: ``R < head_dim / 2``); ``interleaved``
-    (read off the modeling file's ``rotate_half``) pairs them ``(2i, 2i + 1)`` (Cohere, GLM), else ``(i, i + R)``.
-
-    Example:
-        >>> from transformers import CohereConfig, CohereForCausalLM
-        >>> config = CohereConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        ...                       num_attention_heads=2, num_key_value_heads=1)
-        >>> freqs, interleaved = layer_rotary(CohereForCausalLM(config))
-        >>> len(freqs), freqs[0].shape, interleaved
-        (2, torch.Size([4]), True)
-    """
+    (read off the modeling file's ``rotate_half``) pairs them ``(2i, 2i + 1)`` (Cohere, GLM), else ``(i, i + R)``."""
     buffers = _rotary_buffers(model)
     if not buffers:
         raise UnsupportedModelError(f"{type(model).__name__} has no rotary position embedding (model.rotary_emb).")
@@ -161,12 +136,7 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList | None:
 
 
 def layer_windows(model: torch.nn.Module) -> list[int | None]:
-    """Each decoder layer's sliding window, ``None`` for a layer that attends in full.
-
-    Example:
-        >>> layer_windows(gemma3)  # five 1024-token sliding layers to one full  # doctest: +SKIP
-        [1024, 1024, 1024, 1024, 1024, None, 1024, ...]
-    """
+    """Each decoder layer's sliding window, ``None`` for a layer that attends in full."""
     return config_windows(model.config.get_text_config())
 
 

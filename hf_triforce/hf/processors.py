@@ -1,10 +1,5 @@
-"""What hf_triforce needs to know about transformers' logits processors.
-
-TriForce calls the processors per position, with that position's own context (exact for any processor that is a
-function of ``(input_ids, scores)`` row by row). The warpers that never read ``input_ids`` may process every
-position at once; ``PrefixConstrainedLogitsProcessor`` must see each row's own batch index. Classes are matched
-exactly (``type(p) is cls``): a subclass may read ``input_ids``.
-"""
+"""What hf_triforce needs to know about transformers' logits processors (called per position, with that position's
+own context; classes are matched exactly: a subclass may read ``input_ids``)."""
 
 from __future__ import annotations
 
@@ -16,31 +11,16 @@ import transformers
 from transformers import LogitsProcessorList
 
 _CONTEXT_FREE_NAMES = (
-    "TemperatureLogitsWarper",
-    "TopKLogitsWarper",
-    "TopPLogitsWarper",
-    "MinPLogitsWarper",
-    "TypicalLogitsWarper",
-    "EpsilonLogitsWarper",
-    "EtaLogitsWarper",
-    "TopHLogitsWarper",
-    "SuppressTokensLogitsProcessor",
-    "InfNanRemoveLogitsProcessor",
-    "LogitNormalization",
-)
+    "TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper", "TypicalLogitsWarper",
+    "EpsilonLogitsWarper", "EtaLogitsWarper", "TopHLogitsWarper", "SuppressTokensLogitsProcessor",
+    "InfNanRemoveLogitsProcessor", "LogitNormalization",
+)  # fmt: skip
 CONTEXT_FREE = tuple(getattr(transformers, n) for n in _CONTEXT_FREE_NAMES if hasattr(transformers, n))
 """Processor classes whose ``__call__`` ignores ``input_ids`` (checked for each supported transformers)."""
 
 
 def context_free_tail(logits_processor: LogitsProcessorList) -> int:
-    """How many processors at the end of ``logits_processor`` ignore ``input_ids`` (they may run on all positions).
-
-    Example:
-        >>> from transformers import TemperatureLogitsWarper, TopPLogitsWarper, RepetitionPenaltyLogitsProcessor
-        >>> context_free_tail(LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.2),
-        ...                                         TemperatureLogitsWarper(0.6), TopPLogitsWarper(0.9)]))
-        2
-    """
+    """How many processors at the end of ``logits_processor`` ignore ``input_ids`` (they may run on all positions)."""
     tail = 0
     for processor in reversed(logits_processor):
         if type(processor) not in CONTEXT_FREE:
@@ -51,17 +31,7 @@ def context_free_tail(logits_processor: LogitsProcessorList) -> int:
 
 def for_row(logits_processor: LogitsProcessorList, index: int) -> LogitsProcessorList:
     """``logits_processor`` for row ``index`` run as a batch of one: a ``PrefixConstrainedLogitsProcessor`` gets the
-    row's batch index (as in plain batched ``generate()``); the other processors are shared.
-
-    Example:
-        >>> import torch
-        >>> from transformers import PrefixConstrainedLogitsProcessor
-        >>> seen = []
-        >>> row = for_row(LogitsProcessorList([PrefixConstrainedLogitsProcessor(
-        ...     lambda b, ids: seen.append(b) or [0], num_beams=1)]), 3)
-        >>> _ = row(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 4)); seen
-        [3]
-    """
+    row's batch index (as in plain batched ``generate()``); the other processors are shared."""
     return LogitsProcessorList(_rebound(p, index) for p in logits_processor)
 
 
@@ -77,15 +47,8 @@ def _rebound(processor, index: int):
 def answer_repetition_penalty(penalty: float, prompt_length: int) -> dict[str, Any]:
     """``generate()`` kwargs for a repetition penalty on the answer's own tokens (the prompt's tokens are free).
 
-    A ``RepetitionPenaltyLogitsProcessor(p, prompt_ignore_length=n)``; ``repetition_penalty`` is passed too so that
-    it replaces the built-in one in place (before temperature, top-k and top-p). Use the kwargs inside
-    :func:`custom_processor_replaces_builtin` to keep transformers' note about that replacement out of the log.
-
-    Example:
-        >>> kwargs = answer_repetition_penalty(1.2, prompt_length=7000)
-        >>> kwargs["repetition_penalty"], kwargs["logits_processor"][0].prompt_ignore_length
-        (1.2, 7000)
-    """
+    ``repetition_penalty`` is passed too so that the processor replaces the built-in one in place (before the
+    warpers); :func:`custom_processor_replaces_builtin` keeps transformers' note about that out of the log."""
     processor = transformers.RepetitionPenaltyLogitsProcessor(float(penalty), prompt_ignore_length=prompt_length)
     return {"repetition_penalty": float(penalty), "logits_processor": LogitsProcessorList([processor])}
 
@@ -97,12 +60,7 @@ class _Replaced(logging.Filter):
 
 @contextlib.contextmanager
 def custom_processor_replaces_builtin():
-    """Within the block, transformers' warning that a custom processor replaces a built-in one is dropped.
-
-    Example:
-        >>> with custom_processor_replaces_builtin():
-        ...     pass
-    """
+    """Within the block, transformers' warning that a custom processor replaces a built-in one is dropped."""
     log, quiet = logging.getLogger("transformers.generation.utils"), _Replaced()
     log.addFilter(quiet)
     try:

@@ -15,12 +15,7 @@ PROGRESS_MIN_TOKENS = 2048
 
 
 def quiet_transformers() -> None:
-    """Switch off transformers' progress bars (and so the prefill bars) and its messages below errors: ranks > 0.
-
-    Example:
-        >>> quiet_transformers(); show_progress(PROGRESS_MIN_TOKENS)  # doctest: +SKIP
-        False
-    """
+    """Switch off transformers' progress bars (and so the prefill bars) and its messages below errors: ranks > 0."""
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 

@@ -1,12 +1,5 @@
-"""What a quantized model is, read off its modules: which linear layers carry no plain float weight, and whether a
-token's output depends on the other tokens of the same forward.
-
-A quantized model (bitsandbytes, quanto, torchao, AWQ, GPTQ, HQQ, ...) replaces ``nn.Linear`` layers by its own
-class (a subclass of ``nn.Linear`` or not), or keeps ``nn.Linear`` and makes its weight a tensor subclass (torchao).
-Both are found here from the modules themselves, whatever the method's name; ``config.quantization_config`` only
-names the method in messages. TriForce's verification runs the model's own forward, so it serves any of them as long
-as each token's output is its own; level 1's direct forward and its int8/int4 copies read plain float weights.
-"""
+"""What a quantized model is, read off its modules (its own layer class, or a tensor-subclass weight): which linear
+layers carry no plain float weight, and whether a token's output depends on the other tokens of the same forward."""
 
 from __future__ import annotations
 
@@ -14,12 +7,7 @@ import torch
 
 
 def is_plain_linear(module: torch.nn.Module) -> bool:
-    """Whether ``module`` is an ``nn.Linear`` itself (not a subclass) with a plain tensor weight, no accelerate hook.
-
-    Example:
-        >>> is_plain_linear(torch.nn.Linear(2, 2)), is_plain_linear(torch.nn.Embedding(2, 2))
-        (True, False)
-    """
+    """Whether ``module`` is an ``nn.Linear`` itself (not a subclass) with a plain tensor weight, no accelerate hook."""
     return (
         type(module) is torch.nn.Linear
         and type(module.weight) in (torch.nn.Parameter, torch.Tensor)
@@ -27,28 +15,16 @@ def is_plain_linear(module: torch.nn.Module) -> bool:
     )
 
 
-def _linear_like(module: torch.nn.Module) -> bool:
-    """A linear layer of any integration: ``nn.Linear`` or a class with ``in_features``/``out_features`` (AWQ's
-    ``WQLinear``, GPTQ's ``QuantLinear``, HQQ's ``HQQLinear`` are not ``nn.Linear`` subclasses)."""
-    return isinstance(module, torch.nn.Linear) or (hasattr(module, "in_features") and hasattr(module, "out_features"))
-
-
 def _quantized(module: torch.nn.Module) -> bool:
-    if not _linear_like(module):
-        return False
+    """A linear layer of any integration (AWQ's, GPTQ's, HQQ's are no ``nn.Linear``) other than a plain one."""
     if type(module) is torch.nn.Linear:
         return type(module.weight) not in (torch.nn.Parameter, torch.Tensor)  # a weight tensor subclass (torchao)
-    return True
+    return isinstance(module, torch.nn.Linear) or (hasattr(module, "in_features") and hasattr(module, "out_features"))
 
 
 def quantization_method(model: torch.nn.Module) -> str | None:
     """``config.quantization_config``'s ``quant_method`` (``"bitsandbytes"``, ``"quanto"``, ``"torchao"``, ``"awq"``,
-    ``"gptq"``, ...), or ``None`` when the model was not loaded with one.
-
-    Example:
-        >>> quantization_method(torch.nn.Linear(2, 2)) is None
-        True
-    """
+    ``"gptq"``, ...), or ``None`` when the model was not loaded with one."""
     config = getattr(getattr(model, "config", None), "quantization_config", None)
     if config is None:
         return None
@@ -58,15 +34,7 @@ def quantization_method(model: torch.nn.Module) -> str | None:
 
 def quantized_linears(model: torch.nn.Module) -> str | None:
     """What quantizes ``model``'s linear layers (``None``: every one is a plain float ``nn.Linear``), for messages:
-    the method and the layer (or weight) classes.
-
-    Example:
-        >>> quantized_linears(torch.nn.Sequential(torch.nn.Linear(2, 2))) is None
-        True
-        >>> class QLinear(torch.nn.Linear): ...
-        >>> quantized_linears(torch.nn.Sequential(QLinear(2, 2)))
-        'its linear layers are quantized (QLinear)'
-    """
+    the method and the layer (or weight) classes."""
     kinds = set()
     for module in model.modules():
         if _quantized(module):
@@ -82,14 +50,8 @@ def rows_interact(model: torch.nn.Module) -> str | None:
     """Why a token's output in a multi-token forward of ``model`` depends on the other tokens of that forward
     (``None``: it does not, up to floating-point rounding).
 
-    bitsandbytes' LLM.int8 (``load_in_8bit`` with ``llm_int8_threshold > 0``, 6.0 by default) finds outlier feature
-    columns over all the tokens of a forward and multiplies those columns in 16 bits, the rest in int8: verifying
-    several drafted tokens in one forward then gives other logits than plain decoding's one-token forwards.
-
-    Example:
-        >>> rows_interact(torch.nn.Sequential(torch.nn.Linear(2, 2))) is None
-        True
-    """
+    bitsandbytes' LLM.int8 (``llm_int8_threshold > 0``) picks outlier columns over all the tokens of a forward, so
+    verifying several drafts in one forward gives other logits than plain decoding's one-token forwards."""
     thresholds = {
         float(threshold)
         for module in model.modules()

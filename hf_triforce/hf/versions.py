@@ -1,13 +1,6 @@
-"""The supported transformers range, and the names that differ between its releases.
-
-transformers 5.24 renamed the cache argument ``past_key_values`` to ``cache`` (``generate()``, models'
-``forward()``, generate outputs); the old name warns, and leaves ``forward()`` in 5.40 and ``generate()`` in 6.0.
-hf_triforce passes :data:`CACHE_ARG` and looks for a user's cache under both names (:data:`CACHE_ARGS`).
-
-Example:
-    >>> cache_argument("5.23.0"), cache_argument("5.24.0")
-    ('past_key_values', 'cache')
-"""
+"""The supported transformers range, and the names that differ between its releases: 5.24 renamed the cache argument
+``past_key_values`` to ``cache`` (the old name warns); hf_triforce passes :data:`CACHE_ARG` and looks for a user's
+cache under both names (:data:`CACHE_ARGS`)."""
 
 from __future__ import annotations
 
@@ -25,14 +18,7 @@ CACHE_RENAMED_IN = "5.24"
 
 
 def check_transformers_version(current: str | None = None) -> None:
-    """Raise ``ImportError`` unless ``MIN_TRANSFORMERS <= transformers < MAX_TRANSFORMERS``.
-
-    Example:
-        >>> check_transformers_version("4.57.0")
-        Traceback (most recent call last):
-        ...
-        ImportError: hf_triforce needs transformers>=5.17,<6; found 4.57.0. Run: pip install 'transformers>=5.17,<6'
-    """
+    """Raise ``ImportError`` unless ``MIN_TRANSFORMERS <= transformers < MAX_TRANSFORMERS``."""
     current = current or transformers.__version__
     v = version.parse(current)
     if not version.parse(MIN_TRANSFORMERS) <= v < version.parse(MAX_TRANSFORMERS):
@@ -57,21 +43,12 @@ CACHE_ARGS = ("cache", "past_key_values")
 
 
 def cache_kwargs(cache: Any) -> dict[str, Any]:
-    """``{CACHE_ARG: cache}``: a cache for ``forward()`` under the installed release's name.
-
-    Example:
-        >>> model(input_ids=ids, use_cache=True, **cache_kwargs(cache))  # doctest: +SKIP
-    """
+    """``{CACHE_ARG: cache}``: a cache for ``forward()`` under the installed release's name."""
     return {CACHE_ARG: cache}
 
 
 def find_cache(kwargs: dict[str, Any]) -> tuple[str, Any] | tuple[None, None]:
-    """``(name, cache)`` of the cache in a call's ``kwargs`` under any name, or ``(None, None)``.
-
-    Example:
-        >>> find_cache({"past_key_values": None, "cache": "c"})
-        ('cache', 'c')
-    """
+    """``(name, cache)`` of the cache in a call's ``kwargs`` under any name, or ``(None, None)``."""
     for name in CACHE_ARGS:
         if kwargs.get(name) is not None:
             return name, kwargs[name]
@@ -79,20 +56,13 @@ def find_cache(kwargs: dict[str, Any]) -> tuple[str, Any] | tuple[None, None]:
 
 
 def output_cache(output: Any) -> Any:
-    """The cache a model or ``generate()`` output carries (``.cache`` since 5.24, ``.past_key_values`` before).
-
-    Example:
-        >>> out = model.generate(ids, return_dict_in_generate=True)  # doctest: +SKIP
-        >>> output_cache(out).get_seq_length()  # doctest: +SKIP
-        57
-    """
+    """The cache a model or ``generate()`` output carries (``.cache`` since 5.24, ``.past_key_values`` before)."""
     return getattr(output, CACHE_ARG)
 
 
 def cache_layer_types(config: Any) -> list[str]:
-    """The KV-cache layer kind of each decoder layer of a text ``config``, as transformers builds a ``DynamicCache``.
-
-    From ``cache_utils.get_layer_types_and_kwargs`` (5.24); where it is missing, its rule read off the config.
+    """The KV-cache layer kind of each decoder layer of a text ``config``, as transformers builds a ``DynamicCache``
+    (``cache_utils.get_layer_types_and_kwargs``, 5.24; before it, its rule read off the config).
 
     Example:
         >>> from transformers import MistralConfig
@@ -114,12 +84,7 @@ def cache_layer_types(config: Any) -> list[str]:
 
 
 def flash_attention_available(generation: int) -> bool:
-    """Whether the ``flash_attn`` package of FlashAttention ``generation`` (2 or 3) is installed.
-
-    Example:
-        >>> flash_attention_available(2) in (True, False)
-        True
-    """
+    """Whether the ``flash_attn`` package of FlashAttention ``generation`` (2 or 3) is installed."""
     from transformers.utils import is_flash_attn_2_available, is_flash_attn_3_available
 
     return (is_flash_attn_2_available if generation == 2 else is_flash_attn_3_available)()

@@ -1,9 +1,5 @@
-"""The levels below the full cache: level-0 drafters and level-1 drafting over the retrieval view.
-
-* :mod:`.drafter`: the level-0 ``Drafter`` protocol (:mod:`.suffix`, :mod:`.ngram`, :mod:`.model_drafter`);
-* :mod:`.level1`: :class:`Level1Drafter`, the target over a retrieval view, verifying level 0, for every row of a call;
-* :mod:`.planner`: each round's schedule; :mod:`.judge`: verdicts on drafts; :mod:`.static_steps`: CUDA graphs.
-"""
+"""The levels below the full cache: level-0 drafters (the :mod:`.drafter` protocol) and level-1 drafting over the
+retrieval view (:mod:`.level1`), each round's schedule (:mod:`.planner`) and verdicts on drafts (:mod:`.judge`)."""
 
 from .drafter import Drafter
 from .level1 import Level1Drafter
@@ -13,12 +9,5 @@ from .rows import Row, RowDraft, padded_tokens
 from .suffix import SuffixDrafter
 
 __all__ = [
-    "Drafter",
-    "Level1Drafter",
-    "ModelDrafter",
-    "NGramDrafter",
-    "Row",
-    "RowDraft",
-    "SuffixDrafter",
-    "padded_tokens",
-]
+    "Drafter", "Level1Drafter", "ModelDrafter", "NGramDrafter", "Row", "RowDraft", "SuffixDrafter", "padded_tokens",
+]  # fmt: skip

@@ -1,9 +1,5 @@
-"""Verdicts on drafts, at any level and for every row of a call: processed scores per position, then the exact rule.
-
-The logits of each row's ``[last token, drafts]`` go through the call's logits processors with that row's own
-context, then token matching (greedy) or exact speculative sampling. The trailing processors that never read the
-context (:func:`~hf_triforce.hf.processors.context_free_tail`) run once over every position of every row.
-"""
+"""Verdicts on drafts, at any level and for every row of a call: processed scores per position (each with its
+row's own context), then token matching (greedy) or exact speculative sampling."""
 
 from __future__ import annotations
 
@@ -31,15 +27,8 @@ class Drafts:
 
 def processed_scores(processors: list[LogitsProcessorList], rows: list[Drafts]) -> list[torch.Tensor]:
     """Each row's processed scores ``[k + 1, V]``: ``processors[b]`` (every list has the same context-free tail)
-    applied to position ``i`` of row ``b`` with that row's first ``n + i`` tokens. Positions with contexts of one
-    length and the same processors go together, as ``generate()`` does a batch; the context-free tail runs once over
-    every position, by its exact faster stand-ins (:func:`~hf_triforce.hf.fast_processors.faster`).
-
-    Example:
-        >>> rows = [Drafts(torch.tensor([3]), torch.tensor([1]), None, torch.zeros(2, 4))]
-        >>> [s.shape for s in processed_scores([LogitsProcessorList()], rows)]
-        [torch.Size([2, 4])]
-    """
+    applied to position ``i`` of row ``b`` with that row's first ``n + i`` tokens; the context-free tail runs once
+    over every position (by its exact :func:`~hf_triforce.hf.fast_processors.faster` stand-ins)."""
     tail = context_free_tail(processors[0]) if processors else 0
     heads = [LogitsProcessorList(lp[: len(lp) - tail]) for lp in processors]
     shared = heads[0] if heads else LogitsProcessorList()
@@ -100,13 +89,7 @@ def judge_rows(
     processors: list[LogitsProcessorList], do_sample: bool, rows: list[Drafts]
 ) -> list[tuple[int, int, torch.Tensor]]:
     """Verify every row's drafts (row ``b`` with ``processors[b]``): one ``(drafts accepted, the verifier's next
-    token, processed scores [k + 1, V])`` per row.
-
-    Example:
-        >>> rows = [Drafts(torch.tensor([3]), torch.tensor([1]), None, torch.tensor([[0.0, 1.0], [1.0, 0.0]]))]
-        >>> judge_rows([LogitsProcessorList()], False, rows)[0][:2]
-        (1, 0)
-    """
+    token, processed scores [k + 1, V])`` per row."""
     verdicts = []
     for row, scores in zip(rows, processed_scores(processors, rows), strict=True):
         if do_sample:

@@ -1,9 +1,5 @@
-"""Level 1 of the hierarchy: the target's weights over a retrieval view draft tokens for the full cache.
-
-Each round level 1 drafts up to ``gamma2`` tokens per row, verifying level 0's ``gamma1``-token drafts exactly (or
-decoding one token per step without a drafter), so its tokens are distributed exactly as its own ``p_hat``; their
-processed scores are the ``q`` the full cache (level 2) verifies against.
-"""
+"""Level 1: the target's weights over a retrieval view draft tokens (exactly its own ``p_hat``, verifying level 0's
+drafts exactly); their processed scores are the ``q`` the full cache (level 2) verifies against."""
 
 from __future__ import annotations
 
@@ -52,19 +48,10 @@ class Level1Drafter:
     """
 
     def __init__(
-        self,
-        model,
-        cache: RetrievalCache,
-        slots: SlotMask,
-        config: TriForceConfig,
-        plan,
-        do_sample: bool,
-        drafters: list[Drafter] | None,
-        stats: TriForceStats,
-        row_stats: list[TriForceStats] | None = None,
-        eos_token_ids: list[int] | None = None,
-        runner_slot: RunnerSlot | None = None,
-    ) -> None:
+        self, model, cache: RetrievalCache, slots: SlotMask, config: TriForceConfig, plan, do_sample: bool,
+        drafters: list[Drafter] | None, stats: TriForceStats, row_stats: list[TriForceStats] | None = None,
+        eos_token_ids: list[int] | None = None, runner_slot: RunnerSlot | None = None,
+    ) -> None:  # fmt: skip
         self.model, self.cache, self.slots, self.config = model, cache, slots, config
         self.do_sample, self.drafters = do_sample, drafters
         self.stats, self.row_stats = stats, row_stats
@@ -82,7 +69,10 @@ class Level1Drafter:
 
     def plan_round(self) -> Plan:
         """The schedule of the next round (one for every row, from the pooled acceptance and step costs)."""
-        self._time_round()
+        now = time.perf_counter()  # the planner learns how long the last round took
+        if self._round is not None and self._round[1]:
+            self.planner.observe_round(self._round[1], now - self._round[0])
+        self._round = (now, 0)
         plan = self.planner.plan_round()
         self.stats.rounds[plan.kind] = self.stats.rounds.get(plan.kind, 0) + 1
         return plan
@@ -125,7 +115,6 @@ class Level1Drafter:
         return tree
 
     def _expands(self, tree: TokenTree, node: int, shape_children: list[list[int]], budget: int) -> bool:
-        """Whether level 1 draws children for ``node`` (see :meth:`draft_tree`)."""
         ended = node > 0 and tree.tokens[node] in self.eos_token_ids
         return bool(shape_children[tree.shape_nodes[node]]) and tree.depths[node] < budget and not ended
 
@@ -169,14 +158,9 @@ class Level1Drafter:
         self._queries = capture.at(-1)
 
     def observe_verification(
-        self,
-        plan: Plan,
-        drafted: list[int],
-        accepted: list[int],
-        seconds: float,
-        capture: QueryCapture,
+        self, plan: Plan, drafted: list[int], accepted: list[int], seconds: float, capture: QueryCapture,
         rank: int | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Record row ``b``'s verdict (``accepted[b]`` of ``drafted[b]``) and keep the query of its newest cached token
         for the next selection; ``rank``: see :meth:`~hf_triforce.hierarchy.planner.Planner.observe_level2`."""
         self._round = (self._round[0], sum(accepted) + len(accepted))
@@ -198,15 +182,7 @@ class Level1Drafter:
             self.row_stats = [self.row_stats[i] for i in kept]
         self.steps.forget()
 
-    def _time_round(self) -> None:
-        """A round starts: the planner learns how long the last one took."""
-        now = time.perf_counter()
-        if self._round is not None and self._round[1]:
-            self.planner.observe_round(self._round[1], now - self._round[0])
-        self._round = (now, 0)
-
     def _record(self, b: int, level: str, drafted: int, accepted: int) -> None:
-        """Count row ``b``'s verdict at ``level`` in the call's totals and in the row's own statistics."""
         getattr(self.stats, level).record(drafted, accepted)
         if self.row_stats is not None:
             getattr(self.row_stats[b], level).record(drafted, accepted)
@@ -314,7 +290,6 @@ class Level1Drafter:
 
     @staticmethod
     def _trimmed(draft: RowDraft, budget: int) -> RowDraft:
-        """The first ``budget`` tokens of a row's level-1 drafts, with their scores."""
         scores = torch.cat(draft.steps) if draft.steps else None
         tokens = draft.tokens[: max(budget, 0)]
         return RowDraft(tokens, None if scores is None else scores[: tokens.shape[0]])

@@ -92,16 +92,13 @@ class ModelDrafter:
         """Consume ``tokens`` (``[n]``, in pieces that fit beside the sinks); logits ``[V]`` after the last."""
         piece = self.cache.budget - self.cache.sinks
         for start in range(0, tokens.shape[0], piece):
-            logits = self._forward_piece(tokens[start : start + piece])
-        return logits
-
-    def _forward_piece(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.cache.make_room(tokens.shape[0])
-        if self.runner is not None:  # StreamingLLM: a token's position is its cache slot
-            logits = self.runner.step(tokens, self.cache.get_seq_length())[-1]
-        else:
-            out = self.model(input_ids=tokens[None], use_cache=True, logits_to_keep=1, **cache_kwargs(self.cache))
-            logits = out.logits[0, -1].float()
-        self.consumed = torch.cat([self.consumed, tokens])
-        self.forwards += 1
+            part = tokens[start : start + piece]
+            self.cache.make_room(part.shape[0])
+            if self.runner is not None:  # StreamingLLM: a token's position is its cache slot
+                logits = self.runner.step(part, self.cache.get_seq_length())[-1]
+            else:
+                out = self.model(input_ids=part[None], use_cache=True, logits_to_keep=1, **cache_kwargs(self.cache))
+                logits = out.logits[0, -1].float()
+            self.consumed = torch.cat([self.consumed, part])
+            self.forwards += 1
         return logits

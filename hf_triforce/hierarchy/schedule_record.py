@@ -1,11 +1,5 @@
-"""What the planner weighed in one call, kept small enough for the call's statistics.
-
-:class:`ScheduleRecord` is filled by :class:`~hf_triforce.hierarchy.planner.Planner` as it decides (rounds per
-schedule, the rounds' measured seconds, the modeled rates at its latest decision, token trees weighed against the
-chain) and turned into the JSON-ready ``TriForceStats.planner`` by :meth:`~hf_triforce.hierarchy.planner.Planner.
-explain`. It keeps totals and the latest decision only, never a log per round, so its size does not grow with the
-call. It records; it never decides.
-"""
+"""What the planner weighed in one call (totals and the latest decision only, so its size does not grow with the
+call), read out as ``TriForceStats.planner`` by :meth:`~hf_triforce.hierarchy.planner.Planner.explain`."""
 
 from __future__ import annotations
 
@@ -18,12 +12,7 @@ UNMEASURED = "unmeasured"
 
 
 def ms_per_token(tokens_per_second: float | None) -> float | None:
-    """Milliseconds per token of a rate in tokens per second, rounded to the microsecond (``None``: unknown).
-
-    Example:
-        >>> ms_per_token(250.0), ms_per_token(0.0), ms_per_token(None)
-        (4.0, None, None)
-    """
+    """Milliseconds per token of a rate in tokens per second, rounded to the microsecond (``None``: unknown)."""
     if not tokens_per_second or tokens_per_second <= 0:
         return None
     return round(1e3 / tokens_per_second, 3)
@@ -134,12 +123,7 @@ class ScheduleRecord:
 
 
 def reason(
-    kind: str | None,
-    weighed: dict[str, Weighed],
-    adaptive: bool,
-    context_tokens: int | None,
-    shape: str,
-    rounds: int,
+    kind: str | None, weighed: dict[str, Weighed], adaptive: bool, context_tokens: int | None, shape: str, rounds: int
 ) -> str:
     """One line saying why the call settled on ``kind``: its modeled milliseconds per token against the others'.
 

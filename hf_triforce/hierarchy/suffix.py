@@ -1,9 +1,5 @@
-"""Suffix-automaton drafting: continue the sequence with what followed the longest earlier match of its end.
-
-A suffix automaton (Blumer et al. 1985) is extended in O(1) amortized per token, so it indexes the prompt and every
-committed token as decoding goes. A longer match is likelier to continue the same way, so the number of proposed
-tokens grows with the match length (as in SuffixDecoding, Oliaro et al. 2024). Deterministic: a one-hot ``q``.
-"""
+"""Suffix-automaton drafting (Blumer et al. 1985; as in SuffixDecoding, Oliaro et al. 2024): continue the sequence with
+what followed the longest earlier match of its end, more tokens for a longer match. Deterministic: a one-hot ``q``."""
 
 from __future__ import annotations
 
@@ -11,13 +7,7 @@ import torch
 
 
 class SuffixAutomaton:
-    """The suffix automaton of a growing token sequence, with the end of each state's first occurrence.
-
-    Example:
-        >>> sam = SuffixAutomaton(); sam.extend([5, 6, 7, 5, 6])
-        >>> sam.longest_earlier_match([])  # the suffix [5, 6] occurred before, ending at position 1
-        (2, 1)
-    """
+    """The suffix automaton of a growing token sequence, with the end of each state's first occurrence."""
 
     def __init__(self) -> None:
         self.next: list[dict[int, int]] = [{}]
@@ -91,14 +81,7 @@ class SuffixDrafter:
     """Level-0 :class:`~hf_triforce.hierarchy.drafter.Drafter` over a suffix automaton of the committed sequence.
 
     Proposes ``min(k, match length)`` tokens, none when the match is shorter than ``min_match``. The automaton indexes
-    the committed tokens (:meth:`commit`); the round's uncommitted level-1 tokens are matched on top of it.
-
-    Example:
-        >>> drafter = SuffixDrafter(min_match=2)
-        >>> drafter.commit(torch.tensor([5, 6, 7, 8, 5, 6]))
-        >>> drafter.propose(torch.tensor([5, 6, 7, 8, 5, 6]), k=3)
-        (tensor([7, 8]), None)
-    """
+    the committed tokens (:meth:`commit`); the round's uncommitted level-1 tokens are matched on top of it."""
 
     def __init__(self, min_match: int = 1) -> None:
         self.min_match = min_match

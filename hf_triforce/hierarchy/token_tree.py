@@ -1,8 +1,5 @@
-"""A token tree as level 1 drafts it and level 2 verifies it: nodes in breadth-first order, node 0 the root.
-
-The root is the last decided token (not yet in the full cache); every other node is a candidate after its parent,
-children in drawing order, at the root's position plus its depth.
-"""
+"""A token tree as level 1 drafts it and level 2 verifies it: nodes in breadth-first order, node 0 the root (the last
+decided token); every other node is a candidate after its parent, at the root's position plus its depth."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Fast paths, each beside the pure-torch (or transformers) computation it must equal; pure torch.
-
-:mod:`.dispatch` decides when a Triton kernel runs; :mod:`.guard` falls back when one cannot compile.
-"""
+"""Fast paths, each beside the pure-torch computation it must equal (:mod:`.dispatch`: when a Triton kernel runs)."""
 
 from .attention import gqa_sdpa_attention
 from .dispatch import triton_enabled
@@ -17,16 +14,7 @@ from .retrieval import (
 from .verification import verify_attention, verify_attention_reference, verify_attention_triton
 
 __all__ = [
-    "chunk_means",
-    "chunk_scores",
-    "gather_kv_into",
-    "gather_kv_triton",
-    "gather_tokens",
-    "gqa_sdpa_attention",
-    "score_chunks",
-    "score_chunks_triton",
-    "triton_enabled",
-    "verify_attention",
-    "verify_attention_reference",
+    "chunk_means", "chunk_scores", "gather_kv_into", "gather_kv_triton", "gather_tokens", "gqa_sdpa_attention",
+    "score_chunks", "score_chunks_triton", "triton_enabled", "verify_attention", "verify_attention_reference",
     "verify_attention_triton",
-]
+]  # fmt: skip

@@ -1,9 +1,8 @@
 """Triton kernel bodies for retrieval (imported only when Triton is used; see :mod:`.retrieval`).
 
-The bodies are jitted by :func:`compiled_kernels` on first use, once per mode, not at import: ``triton.jit`` reads
-``TRITON_INTERPRET`` at decoration, so CPU tests can turn the interpreter on for themselves only. For the same reason
-they call only Triton builtins, never its ``@jit`` standard library (``tl.sum``...), which is jitted in the mode of
-Triton's first import: a row sum is ``tl.reduce(x, 1, tl.standard._sum_combine)``, what ``tl.sum`` does.
+Jitted by :func:`compiled_kernels` on first use, once per mode, not at import: ``triton.jit`` reads
+``TRITON_INTERPRET`` at decoration. For the same reason they call only Triton builtins, never its ``@jit`` standard
+library (``tl.sum``, jitted in the mode of Triton's first import): a row sum is ``tl.reduce(x, 1, _sum_combine)``.
 """
 
 from __future__ import annotations
@@ -16,26 +15,10 @@ import triton.language as tl
 
 
 def score_chunks_kernel(
-    q_ptr,
-    s_ptr,
-    out_ptr,
-    kv_heads,
-    n_chunks,
-    head_dim,
-    stride_qb,
-    stride_qh,
-    stride_qd,
-    stride_sb,
-    stride_sh,
-    stride_sc,
-    stride_sd,
-    stride_ob,
-    stride_oh,
-    stride_oc,
-    GROUP: tl.constexpr,
-    BLOCK_C: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-):
+    q_ptr, s_ptr, out_ptr, kv_heads, n_chunks, head_dim,
+    stride_qb, stride_qh, stride_qd, stride_sb, stride_sh, stride_sc, stride_sd, stride_ob, stride_oh, stride_oc,
+    GROUP: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
     """One program: KV head ``(b, h)``, chunks ``[pid_c * BLOCK_C, +BLOCK_C)``; float32 throughout.
 
     The group's query heads are summed first (the score is linear in the query), then one multiply-add per summary
@@ -61,28 +44,10 @@ def score_chunks_kernel(
 
 
 def gather_kv_kernel(
-    k_ptr,
-    v_ptr,
-    idx_ptr,
-    out_k_ptr,
-    out_v_ptr,
-    kv_heads,
-    n_slots,
-    head_dim,
-    stride_b,
-    stride_h,
-    stride_l,
-    stride_d,
-    stride_ib,
-    stride_ih,
-    stride_is,
-    stride_ob,
-    stride_oh,
-    stride_os,
-    stride_od,
-    BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-):
+    k_ptr, v_ptr, idx_ptr, out_k_ptr, out_v_ptr, kv_heads, n_slots, head_dim,
+    stride_b, stride_h, stride_l, stride_d, stride_ib, stride_ih, stride_is, stride_ob, stride_oh, stride_os, stride_od,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
     """One program: KV head ``(b, h)``, view slots ``[pid_s * BLOCK_S, +BLOCK_S)``; keys and values."""
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -100,31 +65,11 @@ def gather_kv_kernel(
 
 
 def score_chunk_keys_kernel(
-    q_ptr,
-    k_ptr,
-    c_ptr,
-    out_ptr,
-    kv_heads,
-    n_chosen,
-    head_dim,
-    group,
-    stride_qb,
-    stride_qh,
-    stride_qd,
-    stride_kb,
-    stride_kh,
-    stride_kl,
-    stride_kd,
-    stride_cb,
-    stride_ch,
-    stride_cf,
-    stride_ob,
-    stride_oh,
-    stride_of,
-    CHUNK: tl.constexpr,
-    BLOCK_F: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-):
+    q_ptr, k_ptr, c_ptr, out_ptr, kv_heads, n_chosen, head_dim, group,
+    stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kl, stride_kd,
+    stride_cb, stride_ch, stride_cf, stride_ob, stride_oh, stride_of,
+    CHUNK: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
     """One program: KV head ``(b, h)``, chosen chunks ``[pid_f * BLOCK_F, +BLOCK_F)``; float32 throughout.
 
     Per chosen chunk, the largest logit over its ``CHUNK`` tokens and the group's query heads: the chunks' ``t``-th

@@ -1,7 +1,5 @@
-"""When the Triton kernels run: on CUDA tensors, with Triton importable, unless ``HF_TRIFORCE_DISABLE_TRITON=1``.
-
-Otherwise each dispatcher runs the kernel's pure-torch reference (always on the CPU).
-"""
+"""When the Triton kernels run: on CUDA tensors, with Triton importable, unless ``HF_TRIFORCE_DISABLE_TRITON=1``;
+otherwise each dispatcher runs the kernel's pure-torch reference (always on the CPU)."""
 
 from __future__ import annotations
 
@@ -44,12 +42,7 @@ def _triton_importable() -> bool:
 
 
 def interpreting() -> bool:
-    """Whether ``triton.jit`` would build interpreted kernels now (``TRITON_INTERPRET``).
-
-    Example:
-        >>> isinstance(interpreting(), bool)  # doctest: +SKIP
-        True
-    """
+    """Whether ``triton.jit`` would build interpreted kernels now (``TRITON_INTERPRET``)."""
     import triton
 
     knobs = getattr(triton, "knobs", None)  # triton >= 3.4; older releases read the variable directly

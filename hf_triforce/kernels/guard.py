@@ -1,9 +1,5 @@
-"""A Triton kernel's first launch, with its pure-torch reference as the way out if it cannot compile.
-
-An unfamiliar GPU, driver or Triton version can refuse to compile a kernel on its first launch, before anything is
-written, so falling back to the reference (same result) is safe: warned once, the kernel is not tried again in this
-process. After a successful first launch errors propagate; under ``TRITON_INTERPRET=1`` (the tests) nothing is caught.
-"""
+"""A Triton kernel's first launch, its pure-torch reference the way out if it cannot compile (it has written nothing
+then); later errors propagate, and under ``TRITON_INTERPRET=1`` (the tests) nothing is caught."""
 
 from __future__ import annotations
 
@@ -21,12 +17,7 @@ _WORKING: set[str] = set()
 
 
 def first_launch_guard(name: str, kernel: Callable[..., T], reference: Callable[..., T], *args: Any) -> T:
-    """``kernel(*args)``, or ``reference(*args)`` if ``kernel``'s first launch in this process raised.
-
-    Example:
-        >>> first_launch_guard("demo", lambda x: x / 0, lambda x: 0.0, 1.0)  # logs a warning once
-        0.0
-    """
+    """``kernel(*args)``, or ``reference(*args)`` if ``kernel``'s first launch in this process raised."""
     if name in _BROKEN:
         return reference(*args)
     if name in _WORKING:

@@ -1,19 +1,14 @@
-"""Weight-only int4 linear layers for level 1: half the int8 copy's bytes on the CPU, a quarter of bfloat16 on CUDA.
-
-Per group of :data:`GROUP_SIZE` inputs, a bfloat16 scale and zero (the kernel's ``scales_and_zeros``):
-``q = round((w - min) / scale)`` in ``0..15``, ``scale = (max - min) / 15``, standing for ``(q - 8) * scale + zero``,
-``zero = min + 8 * scale``. Level 1 only drafts: the output is unchanged. :func:`int4_linear` (tinygemm's kernel on
-CUDA 8.0+) must equal :func:`int4_linear_reference` (bfloat16 inputs, de-quantized weights, a bfloat16-rounded result).
-"""
+"""Weight-only int4 linear layers for level 1; per group of :data:`GROUP_SIZE` inputs a bfloat16 scale and zero:
+``q`` in ``0..15`` stands for ``(q - 8) * scale + zero``. :func:`int4_linear` must equal its reference."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import InvalidInputError
+from .int8_linear import int8_linear_reference
 
 GROUP_SIZE = 32
 """Input channels per scale and zero (32 keeps level 1's acceptance close to the int8 copy's; 64 lost noticeably)."""
@@ -65,12 +60,7 @@ class Int4Weight:
 
 def int4_kernel_available(device: torch.device | str = "cpu") -> bool:
     """Whether this torch build has the int4 matmul for ``device``: ``torch._weight_int4pack_mm_for_cpu`` on the CPU,
-    ``torch._weight_int4pack_mm`` on a CUDA GPU of compute capability 8.0 or newer.
-
-    Example:
-        >>> isinstance(int4_kernel_available(), bool), int4_kernel_available("meta")
-        (True, False)
-    """
+    ``torch._weight_int4pack_mm`` on a CUDA GPU of compute capability 8.0 or newer."""
     device = torch.device(device)
     if device.type == "cuda":
         usable = hasattr(torch, "_weight_int4pack_mm") and torch.cuda.is_available()
@@ -81,12 +71,7 @@ def int4_kernel_available(device: torch.device | str = "cpu") -> bool:
 
 
 def int4_kernel_supports(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> bool:
-    """Whether :func:`int4_linear` serves weight ``[N, K]``: ``N % 16 == 0``, ``K % group_size == 0`` (and 32 on CUDA).
-
-    Example:
-        >>> int4_kernel_supports(torch.zeros(960, 576)), int4_kernel_supports(torch.zeros(8, 576))
-        (True, False)
-    """
+    """Whether :func:`int4_linear` serves weight ``[N, K]``: ``N % 16 == 0``, ``K % group_size == 0`` (32 on CUDA)."""
     n, k = weight.shape if weight.dim() == 2 else (0, 0)
     tiles = k % (2 * K_TILE) == 0 if weight.device.type == "cuda" else True
     return n > 0 and k > 0 and n % N_MULTIPLE == 0 and k % group_size == 0 and tiles
@@ -94,12 +79,7 @@ def int4_kernel_supports(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> 
 
 def pack_nibbles(values: torch.Tensor) -> torch.Tensor:
     """``[N, K]`` int4 values two to a byte, ``[N, K / 2]`` uint8: the even input channel in the high nibble, the odd
-    one in the low (the layout ``torch._convert_weight_to_int4pack`` takes on CUDA).
-
-    Example:
-        >>> pack_nibbles(torch.tensor([[1, 2, 15, 0]])).tolist(), unpack_nibbles(pack_nibbles(torch.tensor([[1, 2]])))
-        ([[18, 240]], tensor([[1, 2]], dtype=torch.int32))
-    """
+    one in the low (the layout ``torch._convert_weight_to_int4pack`` takes on CUDA)."""
     values = values.to(torch.int32)
     return (values[:, ::2] << 4 | values[:, 1::2]).to(torch.uint8)
 
@@ -111,12 +91,7 @@ def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
 
 
 def inner_k_tiles(in_features: int) -> int:
-    """How many 16-input tiles the CUDA kernel packs per row: 8 where ``in_features`` allows, else 4 or 2.
-
-    Example:
-        >>> inner_k_tiles(4096), inner_k_tiles(576), inner_k_tiles(96)
-        (8, 4, 2)
-    """
+    """How many 16-input tiles the CUDA kernel packs per row: 8 where ``in_features`` allows, else 4 or 2."""
     return next(tiles for tiles in (8, 4, 2) if in_features % (tiles * K_TILE) == 0)
 
 
@@ -135,14 +110,7 @@ def _int4_mm(rows: torch.Tensor, packed: torch.Tensor, group_size: int, scales_a
 
 
 def quantize_int4(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> Int4Weight:
-    """Asymmetric int4 copy of ``weight`` ``[N, K]``, one bfloat16 scale and zero per group of ``group_size`` inputs.
-
-    Example:
-        >>> w = torch.linspace(-1, 1, 16 * 32).view(16, 32)
-        >>> q = quantize_int4(w)
-        >>> q.values().min().item(), q.values().max().item(), bool((q.dequantize() - w).abs().max() < 0.01)
-        (0, 15, True)
-    """
+    """Asymmetric int4 copy of ``weight`` ``[N, K]``, one bfloat16 scale and zero per group of ``group_size`` inputs."""
     if not int4_kernel_supports(weight, group_size):
         raise InvalidInputError(
             f"quantize_int4 needs out_features a multiple of {N_MULTIPLE} and in_features of {group_size}, got "
@@ -166,14 +134,7 @@ def quantize_int4(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> Int4Wei
 
 def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight)`` with the int4 copy: ``x`` ``[..., K]`` (on the weight's device) rounded to bfloat16, the
-    ``[..., N]`` product rounded to bfloat16, returned in ``x``'s dtype (``bias`` added in it).
-
-    Example:
-        >>> x, w = torch.randn(1, 3, 64), torch.randn(32, 64)
-        >>> q = quantize_int4(w)
-        >>> torch.allclose(int4_linear(x, q), int4_linear_reference(x, q), rtol=2e-2, atol=5e-2)
-        True
-    """
+    ``[..., N]`` product rounded to bfloat16, returned in ``x``'s dtype (``bias`` added in it)."""
     rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
     out = _int4_mm(rows, weight.packed, weight.group_size, weight.scales_and_zeros)
     out = out.to(x.dtype)
@@ -182,14 +143,5 @@ def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None =
     return out.view(*x.shape[:-1], weight.out_features)
 
 
-def int4_linear_reference(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Pure-torch :func:`int4_linear`: bfloat16-rounded ``x`` times :meth:`Int4Weight.dequantize`, rounded to bfloat16.
-
-    Example:
-        >>> q = quantize_int4(torch.eye(32)[:16].contiguous())
-        >>> int4_linear_reference(torch.ones(1, 32), q)[0, :3].tolist()
-        [1.0, 1.0, 1.0]
-    """
-    rows = x.to(torch.bfloat16).float()
-    out = F.linear(rows, weight.dequantize()).to(torch.bfloat16).to(x.dtype)
-    return out if bias is None else out + bias
+int4_linear_reference = int8_linear_reference
+"""Pure-torch :func:`int4_linear`: bfloat16-rounded ``x`` times :meth:`Int4Weight.dequantize`, rounded to bfloat16."""

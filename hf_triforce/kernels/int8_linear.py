@@ -1,8 +1,5 @@
-"""Weight-only int8 linear layers on the CPU (``torch._weight_int8pack_mm``): level 1's copy of the target's weights.
-
-Level 1 only drafts (the verification runs the float32 weights): the output is unchanged. :func:`int8_linear` must
-equal :func:`int8_linear_reference` (bfloat16 inputs, de-quantized weights, a bfloat16-rounded result).
-"""
+"""Weight-only int8 linear layers on the CPU (``torch._weight_int8pack_mm``), level 1's copy of the target's weights;
+:func:`int8_linear` must equal :func:`int8_linear_reference`."""
 
 from __future__ import annotations
 
@@ -36,14 +33,7 @@ class Int8Weight:
 
 
 def quantize_int8(weight: torch.Tensor) -> Int8Weight:
-    """Symmetric per-output-channel int8 copy of ``weight`` ``[N, K]`` (an all-zero row gets scale 1).
-
-    Example:
-        >>> w = torch.tensor([[1.0, -0.5], [0.0, 0.0]])
-        >>> q = quantize_int8(w)
-        >>> q.qweight.tolist(), torch.allclose(q.dequantize(), w, atol=1e-2)
-        ([[127, -64], [0, 0]], True)
-    """
+    """Symmetric per-output-channel int8 copy of ``weight`` ``[N, K]`` (an all-zero row gets scale 1)."""
     w = weight.detach().float()
     scale = (w.abs().amax(dim=1) / INT8_MAX).to(torch.bfloat16)
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
@@ -52,22 +42,12 @@ def quantize_int8(weight: torch.Tensor) -> Int8Weight:
 
 
 def int8_kernel_available() -> bool:
-    """Whether this torch build has the CPU int8 weight-only matmul (``torch._weight_int8pack_mm``).
-
-    Example:
-        >>> isinstance(int8_kernel_available(), bool)
-        True
-    """
+    """Whether this torch build has the CPU int8 weight-only matmul (``torch._weight_int8pack_mm``)."""
     return hasattr(torch, "_weight_int8pack_mm")
 
 
 def int8_kernel_supports(weight: torch.Tensor) -> bool:
-    """Whether :func:`int8_linear` serves a weight ``[N, K]``: two dimensions, ``K`` a multiple of 16.
-
-    Example:
-        >>> int8_kernel_supports(torch.zeros(8, 576)), int8_kernel_supports(torch.zeros(8, 24))
-        (True, False)
-    """
+    """Whether :func:`int8_linear` serves a weight ``[N, K]``: two dimensions, ``K`` a multiple of 16."""
     return weight.dim() == 2 and weight.shape[1] % K_MULTIPLE == 0 and weight.shape[1] > 0
 
 
@@ -83,14 +63,7 @@ def use_int8_linear(x: torch.Tensor) -> bool:
 
 def int8_linear(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight)`` with the int8 copy: ``x`` ``[..., K]`` rounded to bfloat16, the ``[..., N]`` product
-    rounded to bfloat16, returned in ``x``'s dtype (``bias`` added in it).
-
-    Example:
-        >>> x, w = torch.randn(1, 3, 64), torch.randn(32, 64)  # in_features: a multiple of 16
-        >>> q = quantize_int8(w)
-        >>> torch.allclose(int8_linear(x, q), int8_linear_reference(x, q), rtol=2e-2, atol=2e-2)
-        True
-    """
+    rounded to bfloat16, returned in ``x``'s dtype (``bias`` added in it)."""
     if not int8_kernel_supports(weight.qweight):
         raise InvalidInputError(
             f"int8_linear needs in_features a multiple of {K_MULTIPLE}, got {weight.qweight.shape[1]}."
@@ -102,14 +75,9 @@ def int8_linear(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None =
     return out.view(*x.shape[:-1], weight.qweight.shape[0])
 
 
-def int8_linear_reference(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Pure-torch :func:`int8_linear`: bfloat16-rounded ``x`` times the de-quantized weight, rounded to bfloat16.
-
-    Example:
-        >>> q = quantize_int8(torch.eye(3))
-        >>> int8_linear_reference(torch.ones(1, 3), q).tolist()
-        [[1.0, 1.0, 1.0]]
-    """
+def int8_linear_reference(x: torch.Tensor, weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Pure-torch :func:`int8_linear` (and ``int4_linear``): bfloat16-rounded ``x`` times ``weight.dequantize()``
+    (an :class:`Int8Weight` or ``Int4Weight``), rounded to bfloat16."""
     rows = x.to(torch.bfloat16).float()
     out = F.linear(rows, weight.dequantize()).to(torch.bfloat16).to(x.dtype)
     return out if bias is None else out + bias

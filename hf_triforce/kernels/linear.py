@@ -1,8 +1,5 @@
-"""Linear layers for a few rows at a time (speculative verification) on the CPU; the reference is ``F.linear``.
-
-MKL runs ``x @ W.T`` with a handful of rows far below memory speed (the 1-row case is slower still);
-``W @ x.T`` (many rows, a few columns) streams the weight once at close to memory speed.
-"""
+"""Linear layers for a few rows on the CPU: MKL runs ``x @ W.T`` with a handful of rows far below memory speed, while
+``W @ x.T`` streams the weight once at close to memory speed. The reference is ``F.linear``."""
 
 from __future__ import annotations
 
@@ -21,13 +18,7 @@ def use_small_batch_linear(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def small_batch_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` as ``(weight @ x.T).T``: ``[..., K]`` x ``[N, K]`` -> ``[..., N]``, contiguous.
-
-    Example:
-        >>> x, w = torch.randn(1, 3, 8), torch.randn(5, 8)
-        >>> torch.allclose(small_batch_linear(x, w), torch.nn.functional.linear(x, w), atol=1e-6)
-        True
-    """
+    """``F.linear(x, weight, bias)`` as ``(weight @ x.T).T``: ``[..., K]`` x ``[N, K]`` -> ``[..., N]``, contiguous."""
     rows = x.reshape(-1, x.shape[-1])
     if rows.shape[0] == 1:  # MKL's matrix-vector path is several times slower than a 2-column product
         out = torch.mm(weight, rows.repeat(2, 1).t())[:, :1].t().contiguous()

@@ -1,10 +1,5 @@
-"""Retrieval kernels: chunk scoring and the gather into a sparse view, each beside its pure-torch reference.
-
-:func:`chunk_scores`, :func:`chunk_key_scores` and :func:`gather_kv_into` run a Triton kernel (``*_triton``) when
-:func:`~hf_triforce.kernels.dispatch.triton_enabled`, else the reference (:func:`score_chunks`,
-:func:`score_chunk_keys`, :func:`gather_tokens`; always on the CPU, so CPU results are exactly the references'). Top-k
-stays in torch. CPU tests run the kernels under ``TRITON_INTERPRET=1`` (see :mod:`._retrieval_triton`).
-"""
+"""Retrieval kernels, chunk scoring and the gather into a sparse view: :func:`chunk_scores`, :func:`chunk_key_scores`
+and :func:`gather_kv_into` run a Triton kernel (``*_triton``) where it is enabled, else their pure-torch reference."""
 
 from __future__ import annotations
 
@@ -49,9 +44,8 @@ def score_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tens
     """Score chunks ``chunks`` ``[B, H_kv, F]`` by their largest logit, ``max_{g in group(h), t in c} q_g . k_{h,t}``.
 
     ``query`` ``[B, H_q, D]`` and ``keys`` ``[B, H_kv, L, D]`` post-RoPE, each chunk complete; returns ``[B, H_kv, F]``
-    float32 (unscaled logits; only the ranking is used). A mean key blurs a token that stands out; this reads every
-    key of the chunks, so :func:`~hf_triforce.caches.selection.rescore` only re-ranks nominees with it. The reference
-    of :func:`score_chunk_keys_triton`.
+    float32 (unscaled logits; only the ranking is used). Reads every key of the chunks (a mean key blurs a token that
+    stands out), so :func:`~hf_triforce.caches.selection.rescore` only re-ranks nominees with it.
 
     Example:
         >>> keys = torch.zeros(1, 1, 24, 2); keys[0, 0, 13] = torch.tensor([3.0, 0.0])
@@ -63,13 +57,7 @@ def score_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tens
 
 def gather_chunks(states: torch.Tensor, chunks: torch.Tensor, chunk_size: int) -> torch.Tensor:
     """The tokens of chunks ``chunks`` ``[B, H, F]`` of ``states`` ``[B, H, L, D]``, per head, as one new contiguous
-    ``[B, H, F * chunk_size, D]`` tensor (chunk ``chunks[..., i]`` at tokens ``i * chunk_size ..``).
-
-    Example:
-        >>> states = torch.arange(24.0).view(1, 1, 24, 1)
-        >>> gather_chunks(states, torch.tensor([[[2, 0]]]), 8)[0, 0, :, 0].tolist()[::4]
-        [16.0, 20.0, 0.0, 4.0]
-    """
+    ``[B, H, F * chunk_size, D]`` tensor (chunk ``chunks[..., i]`` at tokens ``i * chunk_size ..``)."""
     b, h, f, d = states.shape[0], states.shape[1], chunks.shape[-1], states.shape[-1]
     n = states.shape[2] // chunk_size
     by_chunk = states[:, :, : n * chunk_size].unflatten(2, (n, chunk_size))  # [B, H, n, chunk_size, D], a view
@@ -86,13 +74,7 @@ def score_all_chunk_keys(query: torch.Tensor, keys: torch.Tensor, chunk_size: in
     """:func:`score_chunk_keys` for every complete chunk of ``keys``, read in place (pure torch on every device).
 
     ``query`` ``[B, H_q, D]`` may hold several queries per query head, laid out by KV head group as ``repeat_kv`` does;
-    returns ``[B, H_kv, L // chunk_size]`` float32, equal to :func:`score_chunk_keys` over all the chunks.
-
-    Example:
-        >>> keys = torch.zeros(1, 1, 24, 2); keys[0, 0, 13] = torch.tensor([3.0, 0.0])
-        >>> score_all_chunk_keys(torch.tensor([[[1.0, 0.0]]]), keys, 8).tolist()
-        [[[0.0, 3.0, 0.0]]]
-    """
+    returns ``[B, H_kv, L // chunk_size]`` float32, equal to :func:`score_chunk_keys` over all the chunks."""
     b, hq, d = query.shape
     hkv = keys.shape[1]
     n = keys.shape[2] // chunk_size
@@ -125,13 +107,7 @@ def chunk_scores(query: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
 
 def chunk_key_scores(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tensor, chunk_size: int) -> torch.Tensor:
     """Key scores ``[B, H_kv, F]`` of the chunks at ``chunks``: :func:`score_chunk_keys_triton` on CUDA, else
-    :func:`score_chunk_keys` (same arguments and result, float32).
-
-    Example:
-        >>> keys = torch.zeros(1, 1, 24, 2); keys[0, 0, 13] = torch.tensor([3.0, 0.0])
-        >>> chunk_key_scores(torch.tensor([[[1.0, 0.0]]]), keys, torch.tensor([[[0, 1, 2]]]), 8).tolist()
-        [[[0.0, 3.0, 0.0]]]
-    """
+    :func:`score_chunk_keys` (same arguments and result, float32)."""
     if triton_enabled(query, keys, chunks):
         args = (query, keys, chunks, chunk_size)
         return first_launch_guard("score_chunk_keys", score_chunk_keys_triton, score_chunk_keys, *args)
@@ -139,11 +115,7 @@ def chunk_key_scores(query: torch.Tensor, keys: torch.Tensor, chunks: torch.Tens
 
 
 def gather_kv_into(
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    indices: torch.Tensor,
-    out_keys: torch.Tensor,
-    out_values: torch.Tensor,
+    keys: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, out_keys: torch.Tensor, out_values: torch.Tensor
 ) -> None:
     """Copy the keys and values ``[B, H_kv, L, D]`` at per-head token ``indices`` ``[B, H_kv, S]`` into ``out_keys`` and
     ``out_values`` ``[B, H_kv, S, D]``, in place; exact every way.
@@ -190,12 +162,6 @@ def score_chunks_triton(query: torch.Tensor, summaries: torch.Tensor) -> torch.T
 
     Float32 out whatever the input dtype: bfloat16 scores would make near-equal chunks tie in the top-k. Any strides;
     CUDA tensors, or CPU under ``TRITON_INTERPRET=1``.
-
-    Example:
-        >>> q = torch.randn(1, 32, 128, device="cuda")  # doctest: +SKIP
-        >>> s = torch.randn(1, 8, 4096, 128, device="cuda")  # doctest: +SKIP
-        >>> score_chunks_triton(q, s).shape  # doctest: +SKIP
-        torch.Size([1, 8, 4096])
     """
     b, hq, d = _check_score_inputs(query, summaries)
     hkv, n_chunks = summaries.shape[1], summaries.shape[2]
@@ -207,19 +173,9 @@ def score_chunks_triton(query: torch.Tensor, summaries: torch.Tensor) -> torch.T
     group = hq // hkv
     block_c, grid = _tiles(b * hkv, n_chunks)
     _kernels().score[grid](
-        query,
-        summaries,
-        out,
-        hkv,
-        n_chunks,
-        d,
-        *query.stride(),
-        *summaries.stride(),
-        *out.stride(),
-        GROUP=group,
-        BLOCK_C=block_c,
-        BLOCK_D=triton.next_power_of_2(d),
-    )
+        query, summaries, out, hkv, n_chunks, d, *query.stride(), *summaries.stride(), *out.stride(),
+        GROUP=group, BLOCK_C=block_c, BLOCK_D=triton.next_power_of_2(d),
+    )  # fmt: skip
     return out
 
 
@@ -229,13 +185,6 @@ def score_chunk_keys_triton(
     """:func:`score_chunk_keys` in one Triton launch, float32 accumulation: the chosen chunks' keys read where they lie.
 
     Any strides; CUDA tensors, or CPU under ``TRITON_INTERPRET=1``. ``chunks`` are not bounds-checked.
-
-    Example:
-        >>> q = torch.randn(1, 32, 128, device="cuda")  # doctest: +SKIP
-        >>> k = torch.randn(1, 8, 131072, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> chunks = torch.randint(1, 8000, (1, 8, 2048), device="cuda")  # doctest: +SKIP
-        >>> score_chunk_keys_triton(q, k, chunks, 16).shape  # doctest: +SKIP
-        torch.Size([1, 8, 2048])
     """
     b, group = _check_chunk_key_inputs(query, keys, chunks)
     hkv, n_chosen, d = keys.shape[1], chunks.shape[2], keys.shape[3]
@@ -246,42 +195,19 @@ def score_chunk_keys_triton(
 
     block_f, grid = _tiles(b * hkv, n_chosen)
     _kernels().chunk_keys[grid](
-        query,
-        keys,
-        chunks,
-        out,
-        hkv,
-        n_chosen,
-        d,
-        group,
-        *query.stride(),
-        *keys.stride(),
-        *chunks.stride(),
-        *out.stride(),
-        CHUNK=chunk_size,
-        BLOCK_F=block_f,
-        BLOCK_D=triton.next_power_of_2(d),
-    )
+        query, keys, chunks, out, hkv, n_chosen, d, group, *query.stride(), *keys.stride(), *chunks.stride(),
+        *out.stride(), CHUNK=chunk_size, BLOCK_F=block_f, BLOCK_D=triton.next_power_of_2(d),
+    )  # fmt: skip
     return out
 
 
 def gather_kv_triton(
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    indices: torch.Tensor,
-    out_keys: torch.Tensor,
-    out_values: torch.Tensor,
+    keys: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, out_keys: torch.Tensor, out_values: torch.Tensor
 ) -> None:
     """:func:`gather_kv_into` in one Triton launch: a bit-exact copy (no arithmetic on the states).
 
     ``indices`` (any integer dtype and strides) are not bounds-checked: they must lie in ``[0, L)``. ``values`` must
     have the dtype and strides of ``keys``, ``out_values`` those of ``out_keys``.
-
-    Example:
-        >>> k = torch.randn(1, 8, 131072, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> idx = torch.arange(0, 131072, 32, device="cuda").expand(1, 8, -1)  # doctest: +SKIP
-        >>> ok, ov = k.new_empty(1, 8, 4096, 128), k.new_empty(1, 8, 4096, 128)  # doctest: +SKIP
-        >>> gather_kv_triton(k, k, idx, ok, ov)  # doctest: +SKIP
     """
     b, hkv, n_slots, d = _check_gather_inputs(keys, values, indices, out_keys, out_values)
     if b * hkv * n_slots * d == 0:
@@ -290,20 +216,9 @@ def gather_kv_triton(
 
     block_s, grid = _tiles(b * hkv, n_slots)
     _kernels().gather[grid](
-        keys,
-        values,
-        indices,
-        out_keys,
-        out_values,
-        hkv,
-        n_slots,
-        d,
-        *keys.stride(),
-        *indices.stride(),
-        *out_keys.stride(),
-        BLOCK_S=block_s,
-        BLOCK_D=triton.next_power_of_2(d),
-    )
+        keys, values, indices, out_keys, out_values, hkv, n_slots, d, *keys.stride(), *indices.stride(),
+        *out_keys.stride(), BLOCK_S=block_s, BLOCK_D=triton.next_power_of_2(d),
+    )  # fmt: skip
 
 
 def _tiles(rows: int, length: int) -> tuple[int, tuple[int, int]]:

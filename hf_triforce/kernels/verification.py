@@ -1,9 +1,5 @@
-"""Attention of a few new tokens over a long cache (the full-cache verification), split over the keys.
-
-:func:`verify_attention_triton` is flash-decoding with the GQA group folded into the query rows (transformers' masked
-``sdpa`` copies every KV head per query head); :func:`verify_attention` dispatches between it and the reference,
-:func:`verify_attention_reference`.
-"""
+"""Attention of a few new tokens over a long cache (the full-cache verification): :func:`verify_attention_triton` is
+flash-decoding with the GQA group folded into the query rows; :func:`verify_attention_reference` is pure torch."""
 
 from __future__ import annotations
 
@@ -46,25 +42,18 @@ def verify_attention(
 
 
 def verify_attention_reference(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    scale: float | None = None,
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None,
     kv_len: torch.Tensor | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor:  # fmt: skip
     """The pure-torch reference of :func:`verify_attention`: SDPA with an explicit mask built on the device."""
     mask = None if kv_len is None else _bottom_right_causal(query.shape[2], kv_len, kv_len.device, key.shape[2])
     return gqa_sdpa_attention(None, query, key, value, mask, scaling=scale)[0].transpose(1, 2)
 
 
 def verify_attention_triton(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    scale: float | None = None,
-    kv_len: torch.Tensor | None = None,
-    splits: int | None = None,
-) -> torch.Tensor:
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None,
+    kv_len: torch.Tensor | None = None, splits: int | None = None,
+) -> torch.Tensor:  # fmt: skip
     """:func:`verify_attention` as one split-KV Triton launch and a log-sum-exp merge.
 
     ``splits`` key ranges (default: about two programs per multiprocessor) are sized over all ``L`` slots; with
