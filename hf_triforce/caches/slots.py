@@ -162,7 +162,9 @@ class CacheSlots:
             >>> CacheSlots(slots, RetrievalCache(num_layers=1)).in_window(0, 2, 1)[0, 0].int().tolist()
             [[0, 0, 0, 1, 1]]
         """
+        if window is None:  # a full layer: no index needed
+            return None
         index = self.cache.index(layer_idx, self.slots)
-        if window is None or window >= index.shape[1]:  # every slot's index is within the held count
+        if window >= index.shape[1]:  # every slot's index is within the held count
             return None
         return (index[:, None, :] > index[:, -q_len:, None] - window)[:, None]
