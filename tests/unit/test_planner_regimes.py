@@ -353,3 +353,32 @@ def test_switches_count_changed_decisions():
     changes = sum(a.kind != b.kind for a, b in zip(decided, decided[1:], strict=False))
     assert e["chosen"] != "levels" and e["switches"] == changes >= 1 and e["context_tokens"] is None
     assert " at " not in e["reason"]
+
+
+def _noisy(cost: Callable[[int], float], rng: random.Random) -> Callable[[int], float]:
+    """``cost`` with a seeded +-20% jitter per call, as timings on a busy CPU jitter."""
+    return lambda width: cost(width) * rng.uniform(0.8, 1.2)
+
+
+def _every_plan(budget: int | str, ranks: tuple[float, ...], seed: int) -> list[Plan]:
+    """Every round's plan (probes included) of a planner with ``tree_budget=budget`` over the 7K CPU regime,
+    whose step costs jitter from a generator seeded by ``seed``."""
+    jitter = random.Random(seed)
+    regime = Regime(_noisy(affine(75.0, 3.6), jitter), _noisy(affine(15.0, 2.0), jitter), 0.2, ranks, 0.3, 0.2, 7168)
+    p, plans = _planner(trees=True, tree_budget=budget, gamma2=6), []
+    plan_round = p.plan_round
+    p.plan_round = lambda: plans.append(plan_round()) or plans[-1]  # type: ignore[method-assign]
+    simulate(p, regime, rounds=300, seed=seed)
+    return plans
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("ranks", [(0.96, 0.04), (0.85, 0.08, 0.03)])
+def test_auto_runs_the_chains_schedule_where_trees_lose(ranks, seed):
+    """Where no tree wins (the CPU at 7K: a verified token costs 3.6 ms, level 1's first candidate right 96% or 85% of
+    the time), 'auto' plans exactly the rounds ``tree_budget=0`` plans from the same measurements, probes and
+    level-0 and plain rounds included, for 300 rounds of jittered costs: its only extra cost is the weighing's time,
+    not a different schedule."""
+    auto, chains = _every_plan("auto", ranks, seed), _every_plan(0, ranks, seed)
+    assert len(auto) == 300 and auto == chains
+    assert {plan.kind for plan in auto} >= {"levels", "plain"}
