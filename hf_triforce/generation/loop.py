@@ -173,7 +173,10 @@ class TriForceRun:
             raw = self._verify(inputs, self.slots.append(width))
         seconds = time.perf_counter() - start
         kept, accepted = [], []
-        verdicts = self._judge(drafts, raw)
+        probs = [d.scores.softmax(-1) if self.do_sample and d.scores is not None else None for d in drafts]
+        judged = zip(self.active, drafts, probs, strict=True)  # each row against its [q, V] share of raw
+        cases = [Drafts(row.ids, d.tokens, q, raw[b]) for b, (row, d, q) in enumerate(judged)]
+        verdicts = judge_rows([row.processors for row in self.active], self.do_sample, cases)
         for b, (row, draft, (n, token, scores)) in enumerate(zip(self.active, drafts, verdicts, strict=True)):
             tokens = torch.cat([draft.tokens[:n], draft.tokens.new_tensor([token])])
             kept.append(self._append(row, tokens, scores[: n + 1], raw[b, : n + 1], streamer))
@@ -240,7 +243,13 @@ class TriForceRun:
         ``[q, q]``); float32 logits ``[B, q, V]``, queries in :attr:`capture`."""
         q = inputs.shape[1]
         if self.plan.verification != "dynamic" and visibility is None:
-            return self._fixed_verification().logits(inputs[0])[None]
+            if self.fixed is None:  # made at first use: after the prefill, whose storage it fixes
+                widths = range(1, self.config.gamma1 + self.config.gamma2 + 2)  # gamma2 drafts, or gamma1 + gamma2
+                plan = self.plan
+                self.fixed = FixedShapeVerification(
+                    self.model, self.cache, self.capture, plan.verification, widths, plan.strict_graphs
+                )
+            return self.fixed.logits(inputs[0])[None]
         with contextlib.ExitStack() as stack:
             stack.enter_context(capturing_queries(self.model, self.capture, q))
             if visibility is not None:  # a token tree: each node sees the cache and its ancestors
@@ -251,25 +260,6 @@ class TriForceRun:
                 input_ids=inputs, position_ids=positions, use_cache=True, logits_to_keep=q, **cache_kwargs(self.cache)
             )
         return out.logits[:, -q:].float()
-
-    def _fixed_verification(self) -> FixedShapeVerification:
-        """The call's fixed-shape verification, made at first use (after the prefill, whose storage it fixes)."""
-        if self.fixed is None:
-            # up to gamma2 level-1 drafts, or gamma1 + gamma2 level-0 drafts
-            widths = range(1, self.config.gamma1 + self.config.gamma2 + 2)
-            plan = self.plan
-            self.fixed = FixedShapeVerification(
-                self.model, self.cache, self.capture, plan.verification, widths, plan.strict_graphs
-            )
-        return self.fixed
-
-    def _judge(self, drafts: list[RowDraft], raw: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:
-        """Every active row's verdict on its drafts against its ``[q, V]`` share of ``raw`` ``[B, q, V]``."""
-        rows = []
-        for b, (row, draft) in enumerate(zip(self.active, drafts, strict=True)):
-            q = draft.scores.softmax(-1) if self.do_sample and draft.scores is not None else None
-            rows.append(Drafts(row.ids, draft.tokens, q, raw[b]))
-        return judge_rows([row.processors for row in self.active], self.do_sample, rows)
 
     def _append(self, row: Row, tokens: torch.Tensor, scores: torch.Tensor, raw: torch.Tensor, streamer) -> int:
         """Append ``tokens`` ``[n]`` to ``row`` one at a time, stopping where plain ``generate()`` would; how many."""
