@@ -188,7 +188,6 @@ class TriForceConfig:
             >>> TriForceConfig.from_dict({"gamma2": 8}).gamma2
             8
         """
-        _check_names(data)
         return cls(**data)
 
 

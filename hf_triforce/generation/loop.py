@@ -110,6 +110,7 @@ class TriForceRun:
         try:
             while self.active:
                 self._round(streamer)
+                self._drop_finished()
         finally:
             self.cache.record_rounds(False)
         if streamer is not None:
@@ -190,7 +191,6 @@ class TriForceRun:
         rank = self._missed_rank(plan, drafts, verdicts)
         drafted = [d.tokens.shape[0] for d in drafts]
         self.level1.observe_verification(plan, drafted, accepted, seconds, self.capture, rank)
-        self._drop_finished()
 
     def _missed_rank(self, plan: Plan, drafts: list[RowDraft], verdicts) -> int | None:
         """Rank of level 2's token in level 1's scores at the first rejection (0: none) of a greedy sequence's
@@ -223,10 +223,8 @@ class TriForceRun:
             path, token, ranks = verify_tree(tokens, tree.children, scores.softmax(-1), draft)
         else:
             path, token, ranks = verify_tree(tokens, tree.children, scores)
-        nodes = [0, *path]
-        kept = self._append(
-            row, torch.cat([tokens[path], tokens.new_tensor([token])]), scores[nodes], raw[nodes], streamer
-        )
+        nodes, new = [0, *path], torch.cat([tokens[path], tokens.new_tensor([token])])
+        kept = self._append(row, new, scores[nodes], raw[nodes], streamer)
         self.cache.keep_path(self.cache.get_seq_length() - tree.size, torch.tensor(nodes[:kept]))
         self.cache.trim()
         self.slots.keep(torch.tensor([kept]), tree.size)
@@ -234,7 +232,6 @@ class TriForceRun:
             stats.target_forwards += 1
             stats.decoded_tokens += kept
         self.level1.observe_tree(tree, path, ranks, seconds, kept, self.capture)
-        self._drop_finished()
 
     def _verify(
         self, inputs: torch.Tensor, positions: torch.Tensor, visibility: torch.Tensor | None = None
@@ -301,8 +298,7 @@ class TriForceRun:
             self.stats.kv_bytes_to_device = self.cache.transfers.to_device
             self.stats.kv_bytes_to_host = self.cache.transfers.to_host
         models = [d for d in self.drafters or () if isinstance(d, ModelDrafter)]
-        if models:
-            self.stats.draft_cache_bytes = sum(d.cache.kv_nbytes() for d in models)
+        self.stats.draft_cache_bytes = sum(d.cache.kv_nbytes() for d in models)
         for row in self.rows:
             row.stats.new_tokens = row.ids.shape[0] - self.input_ids.shape[1]
         self.stats.new_tokens = sum(row.stats.new_tokens for row in self.rows)

@@ -191,7 +191,8 @@ class Level1Drafter:
     # -- level 1 ---------------------------------------------------------------------------------------------
 
     def _prepare_view(self) -> None:
-        tail = self.steps.tail_length()  # full-cache tokens added since the selection (None: no view yet)
+        view = self.steps.view  # full-cache tokens added since its selection (none yet: select one)
+        tail = None if view is None else view.tail_length()
         if tail is not None and tail < self.config.refresh_every:
             self.steps.sync()
             return

@@ -131,10 +131,6 @@ class ViewSteps:
         """Rows left the call: the view is selected again before the next level-1 step."""
         self.view, self.view_slots = None, None
 
-    def tail_length(self) -> int | None:
-        """Full-cache tokens added since the selection (``None``: no view yet)."""
-        return None if self.view is None else self.view.tail_length()
-
 
 class StaticSteps(ViewSteps):
     """Level 1 on a fixed-capacity view rewritten in place, run by a
