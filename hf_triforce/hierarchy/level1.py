@@ -231,7 +231,11 @@ class Level1Drafter:
                 if not self._keep_drafting(tokens, scores, drafts[b].tokens.shape[0]):
                     budgets[b] = min(budgets[b], drafts[b].tokens.shape[0])
             positions = [p + tokens.shape[0] for p, (tokens, _) in zip(positions, new, strict=True)]
-        return [self._trimmed(d, b) for d, b in zip(drafts, budgets, strict=True)]
+        trimmed = []
+        for draft, budget in zip(drafts, budgets, strict=True):
+            tokens = draft.tokens[: max(budget, 0)]
+            trimmed.append(RowDraft(tokens, torch.cat(draft.steps)[: tokens.shape[0]] if draft.steps else None))
+        return trimmed
 
     def _propose(self, reals, prefixes: list[torch.Tensor], drafts: list[RowDraft], budgets: list[int]):
         """Each row's level-0 drafts for this step, ``([k_b] tokens, [k_b, V] probabilities or None)``, leaving room
@@ -277,9 +281,3 @@ class Level1Drafter:
             self._survival *= math.prod(self.planner.token_acceptance(c) for c in confidences)
             keep = self.planner.keep_drafting(drafted, self._survival)
         return keep and not self.eos_token_ids.intersection(tokens.tolist())
-
-    @staticmethod
-    def _trimmed(draft: RowDraft, budget: int) -> RowDraft:
-        scores = torch.cat(draft.steps) if draft.steps else None
-        tokens = draft.tokens[: max(budget, 0)]
-        return RowDraft(tokens, None if scores is None else scores[: tokens.shape[0]])

@@ -121,8 +121,7 @@ class StaticStepRunner:
         self._pool = None
         self._stream: torch.cuda.Stream | None = None
         self.counts = {"eager": 0, "replay": 0, "capture": 0}
-        self.slot_validity = slot_validity
-        self.forward_context = forward_context
+        self.slot_validity, self.forward_context = slot_validity, forward_context
 
     @property
     def visible_length(self) -> int:
