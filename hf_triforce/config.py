@@ -102,25 +102,11 @@ class TriForceConfig:
         for name in ("adaptive", "offload_kv"):
             if not isinstance(getattr(self, name), bool):
                 raise TriForceConfigError(f"{name} must be True or False, got {getattr(self, name)!r}.")
-        self._check_tree_budget()
-        self._check_budget()
-        needed = DRAFT_SINKS + self.gamma1 + 1
-        if self.draft_cache_budget < needed:
+        t, c, b, w = self.tree_budget, self.chunk_size, self.retrieval_budget, self.recent_window
+        if not (t == "auto" or (isinstance(t, int) and not isinstance(t, bool) and (t == 0 or t >= 2))):
             raise TriForceConfigError(
-                f"draft_cache_budget={self.draft_cache_budget} is too small for gamma1={self.gamma1}: the draft cache "
-                f"holds {DRAFT_SINKS} sink tokens and a step's gamma1 + 1, so it needs at least {needed} tokens."
+                f"tree_budget={t!r} must be 'auto', 0 (chains) or a node count >= 2 (the root included)."
             )
-
-    def _check_tree_budget(self) -> None:
-        t = self.tree_budget
-        if t == "auto" or (isinstance(t, int) and not isinstance(t, bool) and (t == 0 or t >= 2)):
-            return
-        raise TriForceConfigError(
-            f"tree_budget={t!r} must be 'auto', 0 (chains) or a node count >= 2 (the root included)."
-        )
-
-    def _check_budget(self) -> None:
-        c, b, w = self.chunk_size, self.retrieval_budget, self.recent_window
         if w != "auto" and (not isinstance(w, int) or isinstance(w, bool) or w < 0 or w % c):
             hint = f"try {max(c, w // c * c)}" if isinstance(w, int) and not isinstance(w, bool) else "try 'auto'"
             raise TriForceConfigError(
@@ -133,6 +119,12 @@ class TriForceConfig:
                 f"retrieval_budget={b} is too small: it must hold the sink chunk, the recent window and at least one "
                 f"retrieved chunk ({c} + {self.recent_tokens} + {c} = {self.min_retrieval_budget} tokens). Raise it "
                 "or lower recent_window."
+            )
+        needed = DRAFT_SINKS + self.gamma1 + 1
+        if self.draft_cache_budget < needed:
+            raise TriForceConfigError(
+                f"draft_cache_budget={self.draft_cache_budget} is too small for gamma1={self.gamma1}: the draft cache "
+                f"holds {DRAFT_SINKS} sink tokens and a step's gamma1 + 1, so it needs at least {needed} tokens."
             )
 
     @property
@@ -196,7 +188,6 @@ class TriForceConfig:
             >>> TriForceConfig.from_dict({"gamma2": 8}).gamma2
             8
         """
-        _check_names(data)
         return cls(**data)
 
 

@@ -8,7 +8,7 @@ import copy
 import statistics
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -51,13 +51,8 @@ class LevelStats:
 
     def to_dict(self) -> dict[str, Any]:
         """The counts and both acceptance figures (JSON-serializable; see :class:`TriForceStats`' example)."""
-        return {
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "rejections": self.rejections,
-            "acceptance_rate": self.acceptance_rate,
-            "per_token_acceptance": self.per_token_acceptance,
-        }
+        rates = {"acceptance_rate": self.acceptance_rate, "per_token_acceptance": self.per_token_acceptance}
+        return {**asdict(self), **rates}
 
 
 @dataclass

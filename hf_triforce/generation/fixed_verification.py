@@ -35,7 +35,12 @@ class FixedShapeVerification:
             logits = self.runner.step(tokens, self.runner.visible_length)
         finally:
             self.slots.positions = None  # forwards outside a step (a later call's prefill) append again
-        self._queries_after(tokens.shape[0], before)
+        counts, q = self.runner.counts, tokens.shape[0]  # a replay runs no Python: the capture gets the graph's queries
+        if counts["capture"] > before["capture"]:  # kept referenced: the graph's pool never hands their memory on
+            self._graph_queries[q] = dict(self.capture.queries)
+        if counts["replay"] > before["replay"]:
+            self.capture.keep = q
+            self.capture.queries = {i: t.clone() for i, t in self._graph_queries[q].items()}
         return logits
 
     def _inside_forward(self, slots: torch.Tensor) -> contextlib.ExitStack:
@@ -44,13 +49,3 @@ class FixedShapeVerification:
         stack.enter_context(capturing_queries(self.model, self.capture, slots.shape[0]))
         stack.enter_context(fixed_capacity_attention(self.model, slots[-1:] + 1))
         return stack
-
-    def _queries_after(self, q: int, before: dict[str, int]) -> None:
-        """A replay runs no Python: copy the graph's query outputs into the capture (kept referenced, so the graph's
-        pool never hands their memory to anything else)."""
-        counts = self.runner.counts
-        if counts["capture"] > before["capture"]:
-            self._graph_queries[q] = dict(self.capture.queries)
-        if counts["replay"] > before["replay"]:
-            self.capture.keep = q
-            self.capture.queries = {i: t.clone() for i, t in self._graph_queries[q].items()}

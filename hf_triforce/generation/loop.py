@@ -110,6 +110,7 @@ class TriForceRun:
         try:
             while self.active:
                 self._round(streamer)
+                self._drop_finished()
         finally:
             self.cache.record_rounds(False)
         if streamer is not None:
@@ -173,7 +174,10 @@ class TriForceRun:
             raw = self._verify(inputs, self.slots.append(width))
         seconds = time.perf_counter() - start
         kept, accepted = [], []
-        verdicts = self._judge(drafts, raw)
+        probs = [d.scores.softmax(-1) if self.do_sample and d.scores is not None else None for d in drafts]
+        judged = zip(self.active, drafts, probs, strict=True)  # each row against its [q, V] share of raw
+        cases = [Drafts(row.ids, d.tokens, q, raw[b]) for b, (row, d, q) in enumerate(judged)]
+        verdicts = judge_rows([row.processors for row in self.active], self.do_sample, cases)
         for b, (row, draft, (n, token, scores)) in enumerate(zip(self.active, drafts, verdicts, strict=True)):
             tokens = torch.cat([draft.tokens[:n], draft.tokens.new_tensor([token])])
             kept.append(self._append(row, tokens, scores[: n + 1], raw[b, : n + 1], streamer))
@@ -187,7 +191,6 @@ class TriForceRun:
         rank = self._missed_rank(plan, drafts, verdicts)
         drafted = [d.tokens.shape[0] for d in drafts]
         self.level1.observe_verification(plan, drafted, accepted, seconds, self.capture, rank)
-        self._drop_finished()
 
     def _missed_rank(self, plan: Plan, drafts: list[RowDraft], verdicts) -> int | None:
         """Rank of level 2's token in level 1's scores at the first rejection (0: none) of a greedy sequence's
@@ -220,10 +223,8 @@ class TriForceRun:
             path, token, ranks = verify_tree(tokens, tree.children, scores.softmax(-1), draft)
         else:
             path, token, ranks = verify_tree(tokens, tree.children, scores)
-        nodes = [0, *path]
-        kept = self._append(
-            row, torch.cat([tokens[path], tokens.new_tensor([token])]), scores[nodes], raw[nodes], streamer
-        )
+        nodes, new = [0, *path], torch.cat([tokens[path], tokens.new_tensor([token])])
+        kept = self._append(row, new, scores[nodes], raw[nodes], streamer)
         self.cache.keep_path(self.cache.get_seq_length() - tree.size, torch.tensor(nodes[:kept]))
         self.cache.trim()
         self.slots.keep(torch.tensor([kept]), tree.size)
@@ -231,7 +232,6 @@ class TriForceRun:
             stats.target_forwards += 1
             stats.decoded_tokens += kept
         self.level1.observe_tree(tree, path, ranks, seconds, kept, self.capture)
-        self._drop_finished()
 
     def _verify(
         self, inputs: torch.Tensor, positions: torch.Tensor, visibility: torch.Tensor | None = None
@@ -240,7 +240,13 @@ class TriForceRun:
         ``[q, q]``); float32 logits ``[B, q, V]``, queries in :attr:`capture`."""
         q = inputs.shape[1]
         if self.plan.verification != "dynamic" and visibility is None:
-            return self._fixed_verification().logits(inputs[0])[None]
+            if self.fixed is None:  # made at first use: after the prefill, whose storage it fixes
+                widths = range(1, self.config.gamma1 + self.config.gamma2 + 2)  # gamma2 drafts, or gamma1 + gamma2
+                plan = self.plan
+                self.fixed = FixedShapeVerification(
+                    self.model, self.cache, self.capture, plan.verification, widths, plan.strict_graphs
+                )
+            return self.fixed.logits(inputs[0])[None]
         with contextlib.ExitStack() as stack:
             stack.enter_context(capturing_queries(self.model, self.capture, q))
             if visibility is not None:  # a token tree: each node sees the cache and its ancestors
@@ -251,25 +257,6 @@ class TriForceRun:
                 input_ids=inputs, position_ids=positions, use_cache=True, logits_to_keep=q, **cache_kwargs(self.cache)
             )
         return out.logits[:, -q:].float()
-
-    def _fixed_verification(self) -> FixedShapeVerification:
-        """The call's fixed-shape verification, made at first use (after the prefill, whose storage it fixes)."""
-        if self.fixed is None:
-            # up to gamma2 level-1 drafts, or gamma1 + gamma2 level-0 drafts
-            widths = range(1, self.config.gamma1 + self.config.gamma2 + 2)
-            plan = self.plan
-            self.fixed = FixedShapeVerification(
-                self.model, self.cache, self.capture, plan.verification, widths, plan.strict_graphs
-            )
-        return self.fixed
-
-    def _judge(self, drafts: list[RowDraft], raw: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:
-        """Every active row's verdict on its drafts against its ``[q, V]`` share of ``raw`` ``[B, q, V]``."""
-        rows = []
-        for b, (row, draft) in enumerate(zip(self.active, drafts, strict=True)):
-            q = draft.scores.softmax(-1) if self.do_sample and draft.scores is not None else None
-            rows.append(Drafts(row.ids, draft.tokens, q, raw[b]))
-        return judge_rows([row.processors for row in self.active], self.do_sample, rows)
 
     def _append(self, row: Row, tokens: torch.Tensor, scores: torch.Tensor, raw: torch.Tensor, streamer) -> int:
         """Append ``tokens`` ``[n]`` to ``row`` one at a time, stopping where plain ``generate()`` would; how many."""
@@ -311,8 +298,7 @@ class TriForceRun:
             self.stats.kv_bytes_to_device = self.cache.transfers.to_device
             self.stats.kv_bytes_to_host = self.cache.transfers.to_host
         models = [d for d in self.drafters or () if isinstance(d, ModelDrafter)]
-        if models:
-            self.stats.draft_cache_bytes = sum(d.cache.kv_nbytes() for d in models)
+        self.stats.draft_cache_bytes = sum(d.cache.kv_nbytes() for d in models)
         for row in self.rows:
             row.stats.new_tokens = row.ids.shape[0] - self.input_ids.shape[1]
         self.stats.new_tokens = sum(row.stats.new_tokens for row in self.rows)

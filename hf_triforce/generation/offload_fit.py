@@ -16,8 +16,11 @@ VIEWS_ALIVE = 2  # a re-selection builds the new view before the old one is drop
 def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: int, max_length: int) -> str | None:
     """Why ``rows`` offloaded caches of ``max_length`` tokens do not fit host or device memory (with the longest
     ``max_length`` that does); ``None`` when they fit."""
-    windows = layer_windows(model)
-    per_token, device_per_slot, per_layer = _bytes_per_slot(model, windows, rows, config.chunk_size)
+    windows, (kv_heads, head_dim) = layer_windows(model), kv_shape(model)
+    full, itemsize = sum(w is None for w in windows), next(model.parameters()).element_size()
+    per_layer = 2 * kv_heads * head_dim * itemsize * rows  # bytes per slot of one layer's keys and values
+    per_token = full * per_layer  # host: every full layer's; device: two layers' streamed, the full layers' chunk means
+    device_per_slot = (2 * per_layer if full else 0) + full * per_layer // 2 // config.chunk_size
     round_slots = config.gamma1 + config.gamma2 + 1
     sliding = sum(w - 1 + round_slots for w in windows if w is not None) * per_layer  # SlidingLayer storage
     views = VIEWS_ALIVE * (config.retrieval_budget + config.view_extra_capacity) * per_layer * len(windows)
@@ -34,17 +37,6 @@ def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: in
                 f"max_length={_longest(config, available, per_slot, fixed)}"
             )
     return None
-
-
-def _bytes_per_slot(
-    model: torch.nn.Module, windows: list[int | None], rows: int, chunk_size: int
-) -> tuple[int, int, int]:
-    """``(host, device, one layer's)`` bytes per cache slot: every full layer's keys and values; two layers' and the
-    full layers' chunk means; one layer's keys and values."""
-    kv_heads, head_dim = kv_shape(model)
-    full, itemsize = sum(w is None for w in windows), next(model.parameters()).element_size()
-    per_layer = 2 * kv_heads * head_dim * itemsize * rows
-    return full * per_layer, (2 * per_layer if full else 0) + full * per_layer // 2 // chunk_size, per_layer
 
 
 def _longest(config: TriForceConfig, available: int, per_slot: int, fixed: int) -> int:

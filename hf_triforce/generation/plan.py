@@ -97,26 +97,8 @@ def _cache_implementation(f: Facts) -> str | None:
     return None if implementation in (None, "dynamic") else f"cache_implementation={implementation!r} was given"
 
 
-def _stop_strings(f: Facts) -> Any:
-    return f.generate_kwargs.get("stop_strings") or f.generate_kwargs["generation_config"].stop_strings
-
-
-def _two_draft_models(f: Facts) -> bool:
-    kwargs = f.generate_kwargs
-    return kwargs.get("draft_model") is not None and kwargs.get("assistant_model") not in (None, kwargs["draft_model"])
-
-
 def _gc(f: Facts) -> Any:
     return f.call.generation
-
-
-def _scored(f: Facts) -> bool:
-    return bool(_gc(f).return_dict_in_generate and (_gc(f).output_scores or _gc(f).output_logits))
-
-
-def _masked_extras(f: Facts) -> bool:
-    """Attention that runs the model's own implementation with a batch's slots as its mask."""
-    return f.model.sliding or f.model.softcap or f.model.sinks
 
 
 def _stops_without_eos(criteria) -> bool:
@@ -222,13 +204,15 @@ LIMITS: tuple[Limit, ...] = (
           "Use drafter='model' (or 'auto'), or drop assistant_model.",
           lambda f: f.call.assistant is not None and f.config.drafter not in ("model", "auto")),
     Limit(_TWO_DRAFTS, "assistant_model= and draft_model= name two different draft models", Generation,
-          "Pass one of them.", _two_draft_models),
+          "Pass one of them.", lambda f: f.generate_kwargs.get("draft_model") is not None
+          and f.generate_kwargs.get("assistant_model") not in (None, f.generate_kwargs["draft_model"])),
     Limit(_CUSTOM, "custom_generate= names another decoding method", Generation,
           "Pass triforce_config or custom_generate, not both.",
           lambda f: f.generate_kwargs.get("custom_generate") is not None),
     Limit(_STOPS, "stop strings need the tokenizer, and generate() was given none", Generation,
-          "Pass tokenizer=<your tokenizer> to generate().",
-          lambda f: _stop_strings(f) is not None and f.generate_kwargs.get("tokenizer") is None),
+          "Pass tokenizer=<your tokenizer> to generate().", lambda f: f.generate_kwargs.get("tokenizer") is None
+          and (f.generate_kwargs.get("stop_strings") or f.generate_kwargs["generation_config"].stop_strings)
+          is not None),
     Limit(_SAMPLING, "the ranks of this tensor-parallel model start from different random states", Generation,
           "Seed every rank alike before generate(): torch.manual_seed(seed) on every rank.",
           lambda f: random_states_differ(RankConsensus.for_model(f.call.target))),
@@ -247,12 +231,14 @@ LIMITS: tuple[Limit, ...] = (
           lambda f: f.call.streamer is not None and f.call.rows > 1),
     Limit(_BATCH, "output_scores / output_logits with several rows", Generation,
           "Plain generate() scores the padding of rows that finished early, which TriForce never computes: drop "
-          "output_scores/output_logits or pass one row.", lambda f: f.call.rows > 1 and _scored(f)),
+          "output_scores/output_logits or pass one row.", lambda f: f.call.rows > 1
+          and bool(_gc(f).return_dict_in_generate and (_gc(f).output_scores or _gc(f).output_logits))),
     Limit(_BATCH, "stop strings or stopping criteria without an eos_token_id", Generation,
           "Pass eos_token_id= (plain generate() keeps decoding the rows they stop instead of padding them).",
           lambda f: _stops_without_eos(f.call.stopping_criteria)),
     Limit(_BATCH, "sliding windows, soft-capped logits or learned sinks under an attention that takes no mask tensor",
-          Model, _SDPA, lambda f: f.model.attention not in ("sdpa", "eager") and _masked_extras(f)),
+          Model, _SDPA, lambda f: f.model.attention not in ("sdpa", "eager")
+          and (f.model.sliding or f.model.softcap or f.model.sinks)),  # the model's own attention, slots as mask
     # The full cache in host memory.
     Limit(_OFFLOAD, "the model is dispatched by accelerate (device_map over several devices, or offloaded weights)",
           Model, "Load it on one GPU (device_map='cuda'), or drop offload_kv.", lambda f: f.model.dispatched),
@@ -366,13 +352,7 @@ class CallPlan:
 
 def blocked(facts: Facts, feature: str) -> list[tuple[Limit, bool | str]]:
     """The limits of ``feature`` that block it under ``facts``, with each one's detail."""
-    found = []
-    for limit in LIMITS:
-        if limit.feature == feature:
-            detail = limit.blocks(facts)
-            if detail:
-                found.append((limit, detail))
-    return found
+    return [(limit, detail) for limit in LIMITS if limit.feature == feature and (detail := limit.blocks(facts))]
 
 
 def refuse(facts: Facts, feature: str) -> None:
@@ -417,16 +397,12 @@ def plan_call(model: torch.nn.Module, config: TriForceConfig, call: Call) -> Cal
         ('direct', 'int4', 'dynamic')
     """
     facts = Facts(model_facts(model), config, call)
-    for feature in (_MODEL, _GENERATE, _DRAFT_MODEL, _ASSISTANT, _REUSE):
-        refuse(facts, feature)
-    if call.batched:
-        refuse(facts, _BATCH)
-    if config.offload_kv:
-        refuse(facts, _OFFLOAD)
-    if call.generation.do_sample:
-        refuse(facts, _SAMPLING)
+    asked = {_BATCH: call.batched, _OFFLOAD: config.offload_kv, _SAMPLING: call.generation.do_sample}
+    for feature in (_MODEL, _GENERATE, _DRAFT_MODEL, _ASSISTANT, _REUSE, _BATCH, _OFFLOAD, _SAMPLING):
+        if asked.get(feature, True):
+            refuse(facts, feature)
     facts = dataclasses.replace(facts, level1_steps=_steps(facts, config.cuda_graphs))
-    drafter = _drafter(config, call.assistant)
+    drafter = config.drafter if config.drafter != "auto" else "model" if call.assistant is not None else "ngram"
     draft_steps = "dynamic"
     if drafter == "model":
         draft_steps = _steps(Facts(model_facts(call.assistant), config, call), config.cuda_graphs)
@@ -485,12 +461,6 @@ def _trees(facts: Facts, budget: int | str) -> bool:
         refuse(facts, _TREES)
         return True
     return available(facts, _TREES)
-
-
-def _drafter(config: TriForceConfig, assistant: torch.nn.Module | None) -> Drafter:
-    if config.drafter == "auto":
-        return "model" if assistant is not None else "ngram"
-    return config.drafter
 
 
 def compatibility_markdown() -> str:

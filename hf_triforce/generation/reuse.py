@@ -43,23 +43,19 @@ def start_cache(
     # a layer the caller's cache keeps whole stays whole (its tokens are handed back); a sliding one keeps its window
     kinds = [getattr(layer, "is_sliding", False) for layer in callers.layers]
     windows = [w if i < len(kinds) and kinds[i] else None for i, w in enumerate(windows)]
-    if batched:
-        cache = _new_cache(model, config, capacity, offload_to, windows)
-        for i, (keys, values, length) in _key_values(callers):
-            rows = input_ids.shape[0]
-            cache.load(i, keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), length)
-        return StartingCache(cache, reused, None, None)
     offloaded = isinstance(callers, RetrievalCache) and callers.transfers is not None
     same_layout = isinstance(callers, RetrievalCache) and callers.chunk_size == config.chunk_size
-    if same_layout and offloaded == config.offload_kv:
+    if not batched and same_layout and offloaded == config.offload_kv:
         for layer in callers.layers:
             if layer.is_initialized and not layer.is_sliding:
                 layer.buffer.reserve(capacity, layer.buffer.like())
         return StartingCache(callers, reused, None, callers)
     cache = _new_cache(model, config, capacity, offload_to, windows)
+    rows = input_ids.shape[0]  # a batch: one cached row per row, or one every row shares (one row: as it is)
     for i, (keys, values, length) in _key_values(callers):
-        cache.load(i, keys, values, length)
-    return StartingCache(cache, reused, callers, callers)
+        cache.load(i, keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), length)
+    copied = None if batched else callers
+    return StartingCache(cache, reused, copied, copied)
 
 
 def _new_cache(model, config: TriForceConfig, capacity: int, offload_to, windows: list[int | None]) -> RetrievalCache:
@@ -91,15 +87,12 @@ def hand_back(start: StartingCache) -> Any:
 def _key_values(cache: Any) -> list[tuple[int, tuple[torch.Tensor, torch.Tensor, int]]]:
     """Per initialized layer ``(index, ([B, H_kv, S, D] keys, values, length))``: the ``S`` tokens it holds of the
     ``length`` it has seen (a DynamicCache's or RetrievalCache's; a sliding layer holds the last ones)."""
-    pairs = []
-    for i, layer in enumerate(cache.layers):
-        if not layer.is_initialized:
-            continue
-        if isinstance(cache, RetrievalCache):
-            pairs.append((i, (*layer.read_from(layer.start), layer.get_seq_length())))
-        else:
-            pairs.append((i, (layer.keys, layer.values, layer.get_seq_length())))
-    return pairs
+    ours = isinstance(cache, RetrievalCache)
+    return [
+        (i, (*(layer.read_from(layer.start) if ours else (layer.keys, layer.values)), layer.get_seq_length()))
+        for i, layer in enumerate(cache.layers)
+        if layer.is_initialized
+    ]
 
 
 def _layouts(cache: Any) -> list[tuple[torch.Tensor, int]]:

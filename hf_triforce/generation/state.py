@@ -20,7 +20,7 @@ class TriForceState:
 
     last_stats: TriForceStats | None = None  # of the latest call, set when it finishes (None from its start until then)
     last_call_failed: bool = False  # the latest call started and did not finish
-    level1_runner: tuple[tuple, Any] | None = None  # (key, runner): static_steps.kept_runner's, for the next call
+    level1_runner: tuple[tuple, Any] | None = None  # (key, runner): static_steps.RunnerSlot's, for the next call
     enabled: bool = True  # enable() routes generate(); False: only custom_generate calls' stats
 
     def begin_call(self) -> None:

@@ -58,19 +58,14 @@ def _by_context(heads: list[LogitsProcessorList], rows: list[Drafts]) -> torch.T
         for i in range(row.tokens.shape[0] + 1):
             groups.setdefault((tuple(map(id, head)), row.prefix.shape[0] + i), []).append((b, i))
     scores = [[None] * (row.tokens.shape[0] + 1) for row in rows]
-    for (_, length), members in groups.items():
-        for (b, i), s in zip(members, _head_scores(heads[members[0][0]], rows, members, length), strict=True):
+    for (_, length), members in groups.items():  # the group's [m, V] scores, contexts of `length` tokens
+        head, logits = heads[members[0][0]], torch.stack([rows[b].logits[i] for b, i in members])
+        if head:
+            contexts = torch.stack([torch.cat([rows[b].prefix, rows[b].tokens])[:length] for b, _ in members])
+            logits = head(contexts, logits)
+        for (b, i), s in zip(members, logits, strict=True):
             scores[b][i] = s
     return torch.stack([s for row in scores for s in row])
-
-
-def _head_scores(head: LogitsProcessorList, rows: list[Drafts], members: list[tuple[int, int]], length: int):
-    """``[m, V]`` scores of the ``(row, position)`` ``members`` (contexts of ``length`` tokens) through ``head``."""
-    logits = torch.stack([rows[b].logits[i] for b, i in members])
-    if not head:
-        return logits
-    contexts = torch.stack([torch.cat([rows[b].prefix, rows[b].tokens])[:length] for b, _ in members])
-    return head(contexts, logits)
 
 
 def node_scores(processors: LogitsProcessorList, contexts: list[torch.Tensor], logits: torch.Tensor) -> torch.Tensor:

@@ -86,10 +86,17 @@ class Level1Drafter:
             with self.stats.phases.measure("level0"):
                 for drafter, row in zip(self.drafters, rows, strict=True):
                     drafter.commit(row.real_ids())
-        if plan.kind == "level0":
-            return self._level0_drafts(rows, budgets)
-        self._prepare_view()
-        return self._level1_drafts(rows, budgets)
+        if plan.kind != "level0":
+            self._prepare_view()
+            return self._level1_drafts(rows, budgets)
+        drafts = []  # level 0 -> level 2
+        with self.stats.phases.measure("level0"):
+            for drafter, row, budget in zip(self.drafters, rows, budgets, strict=True):
+                start = time.perf_counter()
+                tokens, probs = drafter.propose(row.real_ids(), budget) if budget > 0 else (row.ids[:0], None)
+                self.planner.observe_level0(budget, time.perf_counter() - start)
+                drafts.append(RowDraft(tokens, None if probs is None else probs.log()))
+        return drafts
 
     def draft_tree(self, shape: TreeShape, row: Row, budget: int) -> TokenTree:
         """One sequence's token tree for level 2, expanded along ``shape`` with one level-1 forward per depth (a tree
@@ -104,8 +111,13 @@ class Level1Drafter:
             internal = [n for n in frontier if self._expands(tree, n, shape_children, budget)]
             if not internal:
                 break
-            forwarded += internal
-            scores = self._tree_step(tree, row, internal, forwarded, position + tree.depths[internal[0]])
+            forwarded += internal  # each node sees the view and its ancestors among them, one depth per forward
+            depth_tokens = torch.tensor([tree.tokens[n] for n in internal], device=row.ids.device)
+            depth_position, start = position + tree.depths[internal[0]], time.perf_counter()
+            with self.stats.phases.measure("level1"):
+                logits = self.steps.tree_logits(depth_tokens, depth_position, tree.visibility(internal, forwarded))
+            self.planner.observe_tree_step(len(internal), time.perf_counter() - start)
+            scores = node_scores(row.processors, [tree.context(row.ids, n) for n in internal], logits)
             frontier = []
             for node, node_scores_ in zip(internal, scores, strict=True):
                 planned = shape_children[tree.shape_nodes[node]]
@@ -117,16 +129,6 @@ class Level1Drafter:
     def _expands(self, tree: TokenTree, node: int, shape_children: list[list[int]], budget: int) -> bool:
         ended = node > 0 and tree.tokens[node] in self.eos_token_ids
         return bool(shape_children[tree.shape_nodes[node]]) and tree.depths[node] < budget and not ended
-
-    def _tree_step(self, tree: TokenTree, row: Row, internal: list[int], forwarded: list[int], position: int):
-        """Processed scores ``[q, V]`` of the tree nodes ``internal`` (one depth at true ``position``), each seeing the
-        view and its ancestors among ``forwarded``."""
-        tokens = torch.tensor([tree.tokens[n] for n in internal], device=row.ids.device)
-        start = time.perf_counter()
-        with self.stats.phases.measure("level1"):
-            logits = self.steps.tree_logits(tokens, position, tree.visibility(internal, forwarded))
-        self.planner.observe_tree_step(len(internal), time.perf_counter() - start)
-        return node_scores(row.processors, [tree.context(row.ids, n) for n in internal], logits)
 
     def _candidates(self, scores: torch.Tensor, k: int) -> tuple[list[int], torch.Tensor | None]:
         """Up to ``k`` distinct candidates from processed ``scores`` ``[V]``: the top ones (greedy), or drawn without
@@ -146,8 +148,7 @@ class Level1Drafter:
         self._round = (self._round[0], len(path) + 1)
         self._queries = capture.at(([0] + path)[kept - 1])
         children = tree.children
-        visited = [0] + path
-        counts = [len(children[n]) for n in visited if children[n]]
+        counts = [len(children[n]) for n in [0, *path] if children[n]]
         self.planner.observe_tree(ranks, counts, seconds, tree.size)
         self._record(0, "level1", len(ranks), len(path))
         self.stats.tree_rounds += 1
@@ -187,22 +188,11 @@ class Level1Drafter:
         if self.row_stats is not None:
             getattr(self.row_stats[b], level).record(drafted, accepted)
 
-    # -- level 0 -> level 2 ----------------------------------------------------------------------------------
-
-    def _level0_drafts(self, rows: list[Row], budgets: list[int]) -> list[RowDraft]:
-        drafts = []
-        with self.stats.phases.measure("level0"):
-            for drafter, row, budget in zip(self.drafters, rows, budgets, strict=True):
-                start = time.perf_counter()
-                tokens, probs = drafter.propose(row.real_ids(), budget) if budget > 0 else (row.ids[:0], None)
-                self.planner.observe_level0(budget, time.perf_counter() - start)
-                drafts.append(RowDraft(tokens, None if probs is None else probs.log()))
-        return drafts
-
     # -- level 1 ---------------------------------------------------------------------------------------------
 
     def _prepare_view(self) -> None:
-        tail = self.steps.tail_length()  # full-cache tokens added since the selection (None: no view yet)
+        view = self.steps.view  # full-cache tokens added since its selection (none yet: select one)
+        tail = None if view is None else view.tail_length()
         if tail is not None and tail < self.config.refresh_every:
             self.steps.sync()
             return
@@ -241,7 +231,11 @@ class Level1Drafter:
                 if not self._keep_drafting(tokens, scores, drafts[b].tokens.shape[0]):
                     budgets[b] = min(budgets[b], drafts[b].tokens.shape[0])
             positions = [p + tokens.shape[0] for p, (tokens, _) in zip(positions, new, strict=True)]
-        return [self._trimmed(d, b) for d, b in zip(drafts, budgets, strict=True)]
+        trimmed = []
+        for draft, budget in zip(drafts, budgets, strict=True):
+            tokens = draft.tokens[: max(budget, 0)]
+            trimmed.append(RowDraft(tokens, torch.cat(draft.steps)[: tokens.shape[0]] if draft.steps else None))
+        return trimmed
 
     def _propose(self, reals, prefixes: list[torch.Tensor], drafts: list[RowDraft], budgets: list[int]):
         """Each row's level-0 drafts for this step, ``([k_b] tokens, [k_b, V] probabilities or None)``, leaving room
@@ -287,9 +281,3 @@ class Level1Drafter:
             self._survival *= math.prod(self.planner.token_acceptance(c) for c in confidences)
             keep = self.planner.keep_drafting(drafted, self._survival)
         return keep and not self.eos_token_ids.intersection(tokens.tolist())
-
-    @staticmethod
-    def _trimmed(draft: RowDraft, budget: int) -> RowDraft:
-        scores = torch.cat(draft.steps) if draft.steps else None
-        tokens = draft.tokens[: max(budget, 0)]
-        return RowDraft(tokens, None if scores is None else scores[: tokens.shape[0]])

@@ -18,7 +18,7 @@ from ..hf.attention import slot_attention, tree_attention, view_attention
 from ..hf.direct_forward import DirectDecoder, direct_decoder
 from ..hf.linears import level1_linears
 from ..hf.versions import cache_kwargs
-from .static_steps import RunnerSlot, StaticStepRunner, StepMode, keep_runner, kept_runner
+from .static_steps import RunnerSlot, StaticStepRunner, weights_signature
 
 
 def level1_steps(
@@ -38,8 +38,7 @@ def level1_steps(
     if plan.level1_forward == "direct":
         return ViewSteps(model, cache, config, masked_slots, direct=direct_decoder(model, plan.level1_weights))
     if plan.level1_steps != "dynamic":
-        mode, strict = plan.level1_steps, plan.strict_graphs
-        return StaticSteps(model, cache, config, masked_slots, mode, strict, runner_slot)
+        return StaticSteps(model, cache, config, masked_slots, plan, runner_slot)
     return ViewSteps(model, cache, config, masked_slots)
 
 
@@ -132,23 +131,18 @@ class ViewSteps:
         """Rows left the call: the view is selected again before the next level-1 step."""
         self.view, self.view_slots = None, None
 
-    def tail_length(self) -> int | None:
-        """Full-cache tokens added since the selection (``None``: no view yet)."""
-        return None if self.view is None else self.view.tail_length()
-
 
 class StaticSteps(ViewSteps):
     """Level 1 on a fixed-capacity view rewritten in place, run by a
-    :class:`~hf_triforce.hierarchy.static_steps.StaticStepRunner` (``mode``: graphs per width ``1 .. gamma1 + 1``,
-    or eager). One unpadded row's runner is kept in ``runner_slot`` between calls; a batch's is rebuilt when rows
-    leave (its storage holds one slot range per row). ``strict``: a failed capture raises.
+    :class:`~hf_triforce.hierarchy.static_steps.StaticStepRunner` (``plan.level1_steps``: graphs per width ``1 ..
+    gamma1 + 1``, or eager). One unpadded row's runner is kept in ``runner_slot`` between calls; a batch's is rebuilt
+    when rows leave (its storage holds one slot range per row). ``plan.strict_graphs``: a failed capture raises.
     """
 
-    def __init__(
-        self, model, cache, config, slots, mode: StepMode, strict: bool, runner_slot: RunnerSlot | None
-    ) -> None:
+    def __init__(self, model, cache, config, slots, plan, runner_slot: RunnerSlot | None) -> None:
         super().__init__(model, cache, config, slots)
-        self.mode, self.strict, self.runner_slot = mode, strict, runner_slot if slots is None else None
+        self.mode, self.strict = plan.level1_steps, plan.strict_graphs
+        self.runner_slot = runner_slot if slots is None else None
         self.runner: StaticStepRunner | None = None
         self.view_slots: StaticViewSlots | None = None  # the runner's: made with it
 
@@ -180,10 +174,11 @@ class StaticSteps(ViewSteps):
         """The one an earlier call of this model kept (same shapes and weights), else a new one."""
         graphs, strict = self.mode == "graphs", self.strict
         key = (capacity, self.config.gamma1, graphs, strict, len(self.cache.layers))
-        runner = None if self.runner_slot is None else kept_runner(self.runner_slot, self.model, key)
-        if runner is not None:
-            runner.cache.rebind(self.cache)
-            return runner
+        kept = None if self.runner_slot is None else self.runner_slot.level1_runner
+        key += () if self.runner_slot is None else weights_signature(self.model)
+        if kept is not None and kept[0] == key:
+            kept[1].cache.rebind(self.cache)
+            return kept[1]
         view = StaticRetrievalView(self.cache, capacity)
         self.view_slots = None if self.slots is None else StaticViewSlots(view, self.slots)
         widths = range(1, self.config.gamma1 + 2)
@@ -191,5 +186,5 @@ class StaticSteps(ViewSteps):
             self.model, view, widths, use_graphs=graphs, strict=strict, slot_validity=self.view_slots
         )
         if self.runner_slot is not None:
-            keep_runner(self.runner_slot, self.model, key, runner)
+            self.runner_slot.level1_runner = (key, runner)
         return runner

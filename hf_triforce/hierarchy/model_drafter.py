@@ -52,20 +52,15 @@ class ModelDrafter:
         scores = self._catch_up(prefix)
         tokens, probs = [], []
         for i in range(k):
-            token, p = self._choose(torch.cat([prefix, prefix.new_tensor(tokens)]), scores)
+            ids = torch.cat([prefix, prefix.new_tensor(tokens)])
+            processed = self.logits_processor(ids[None], scores[None].float())[0]
+            p = processed.softmax(dim=-1) if self.do_sample else None
+            token = draw(p) if self.do_sample else int(processed.argmax())
             tokens.append(token)
             probs.append(p)
             if i + 1 < k:
                 scores = self._forward(prefix.new_tensor([token]))
-        drafts = prefix.new_tensor(tokens)
-        return drafts, (torch.stack(probs) if self.do_sample else None)
-
-    def _choose(self, ids: torch.Tensor, scores: torch.Tensor) -> tuple[int, torch.Tensor | None]:
-        scores = self.logits_processor(ids[None], scores[None].float())[0]
-        if not self.do_sample:
-            return int(scores.argmax()), None
-        probs = scores.softmax(dim=-1)
-        return draw(probs), probs
+        return prefix.new_tensor(tokens), (torch.stack(probs) if self.do_sample else None)
 
     def _catch_up(self, prefix: torch.Tensor) -> torch.Tensor:
         common = min(common_prefix_length(self.consumed, prefix), prefix.shape[0] - 1)

@@ -23,13 +23,8 @@ class NGramDrafter:
     def propose(self, prefix: torch.Tensor, k: int) -> tuple[torch.Tensor, None]:
         """Up to ``k`` draft tokens ``[<=k]`` continuing ``prefix`` (``[n]`` token ids); no probabilities."""
         for n in range(min(self.ngram_max, prefix.shape[0] - 1), self.ngram_min - 1, -1):
-            start = self._latest_match(prefix, n)
-            if start is not None:
+            hits = (prefix[:-1].unfold(0, n, 1) == prefix[-n:]).all(dim=1).nonzero()  # earlier windows equal to the end
+            if hits.numel():
+                start = int(hits[-1, 0])  # the latest
                 return prefix[start + n : start + n + k], None
         return prefix[:0], None
-
-    @staticmethod
-    def _latest_match(prefix: torch.Tensor, n: int) -> int | None:
-        windows = prefix[:-1].unfold(0, n, 1)
-        hits = (windows == prefix[-n:]).all(dim=1).nonzero()
-        return int(hits[-1, 0]) if hits.numel() else None

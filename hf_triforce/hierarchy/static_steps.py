@@ -121,8 +121,7 @@ class StaticStepRunner:
         self._pool = None
         self._stream: torch.cuda.Stream | None = None
         self.counts = {"eager": 0, "replay": 0, "capture": 0}
-        self.slot_validity = slot_validity
-        self.forward_context = forward_context
+        self.slot_validity, self.forward_context = slot_validity, forward_context
 
     @property
     def visible_length(self) -> int:
@@ -205,28 +204,14 @@ class StaticStepRunner:
 
 
 class RunnerSlot(Protocol):
-    """Where a level-1 runner is kept between ``generate()`` calls (the enabled model's state object)."""
+    """Where a level-1 runner is kept between ``generate()`` calls (the enabled model's state object): ``(key,
+    runner)``, the key ending with :func:`weights_signature` (graphs replay the addresses they captured). It saves
+    each call its graph captures; :func:`hf_triforce.disable` drops it. Not for concurrent calls on one model."""
 
     level1_runner: tuple[tuple, StaticStepRunner] | None
 
 
-def kept_runner(slot: RunnerSlot, model: torch.nn.Module, key: tuple) -> StaticStepRunner | None:
-    """The level-1 runner a previous ``generate()`` call of ``model`` kept in ``slot`` under ``key``, if its weights
-    are the same tensors (graphs replay the addresses they captured); else ``None``. It saves each call its graph
-    captures; :func:`hf_triforce.disable` drops it. Not for concurrent ``generate()`` calls on one model."""
-    kept = slot.level1_runner
-    if kept is None or kept[0] != (key, _weights_signature(model)):
-        return None
-    return kept[1]
-
-
-def keep_runner(slot: RunnerSlot, model: torch.nn.Module, key: tuple, runner: StaticStepRunner) -> None:
-    """Keep ``runner`` in ``slot`` for later calls of ``model`` with the same ``key`` (see :func:`kept_runner`)."""
-    slot.level1_runner = ((key, _weights_signature(model)), runner)
-
-
-def _weights_signature(model: torch.nn.Module) -> tuple:
+def weights_signature(model: torch.nn.Module) -> tuple:
     """Addresses, dtype and device of the first and the output weights: changed by ``.to()`` or reloading."""
     first = next(model.parameters())
-    out = model.get_output_embeddings().weight
-    return first.data_ptr(), out.data_ptr(), first.dtype, first.device
+    return first.data_ptr(), model.get_output_embeddings().weight.data_ptr(), first.dtype, first.device

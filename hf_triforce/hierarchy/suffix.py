@@ -23,21 +23,14 @@ class SuffixAutomaton:
     def extend(self, tokens: list[int]) -> None:
         """Append ``tokens`` to the indexed sequence."""
         for token in tokens:
-            self._append(token)
-
-    def _append(self, token: int) -> None:
-        position = len(self.tokens)
-        self.tokens.append(token)
-        cur = self._new_state(self.length[self.last] + 1, position)
-        state = self.last
-        while state != -1 and token not in self.next[state]:
-            self.next[state][token] = cur
-            state = self.link[state]
-        if state == -1:
-            self.link[cur] = 0
-        else:
-            self.link[cur] = self._split(state, token)
-        self.last = cur
+            self.tokens.append(token)
+            cur = self._new_state(self.length[self.last] + 1, len(self.tokens) - 1)
+            state = self.last
+            while state != -1 and token not in self.next[state]:
+                self.next[state][token] = cur
+                state = self.link[state]
+            self.link[cur] = 0 if state == -1 else self._split(state, token)
+            self.last = cur
 
     def _split(self, state: int, token: int) -> int:
         """The state the new state links to, cloning ``next[state][token]`` when it is not solid."""
@@ -101,6 +94,4 @@ class SuffixDrafter:
         matched, end = self.automaton.longest_earlier_match(tail)
         if matched < self.min_match:
             return prefix[:0], None
-        start = end + 1
-        tokens = self.automaton.tokens[start : start + min(k, matched)]
-        return prefix.new_tensor(tokens), None
+        return prefix.new_tensor(self.automaton.tokens[end + 1 : end + 1 + min(k, matched)]), None

@@ -203,8 +203,7 @@ class PositionalAcceptance:
         out: list[float] = []
         for k in range(ranks):
             prior = self.prior_first if k == 0 else self.PRIOR_SHARE * max(0.0, 1.0 - sum(out))
-            trials = self.trials[k] if k < len(self.trials) else 0.0
-            successes = self.successes[k] if k < len(self.successes) else 0.0
+            trials, successes = (self.trials[k], self.successes[k]) if k < len(self.trials) else (0.0, 0.0)
             estimate = (successes + self.weight * prior) / (trials + self.weight)
             out.append(min(estimate, max(0.0, 1.0 - sum(out))))
         return out
