@@ -69,7 +69,7 @@ def _estimates(config, context, dtype_bytes, tc, draft_config, plain_prefill_chu
     plain = plain_generate_estimate(config, context, dtype_bytes, plain_prefill_chunk)
     if draft_config is not None:
         plain = dataclasses.replace(plain, draft=draft_weight_bytes(draft_config, text_config(config), dtype_bytes))
-    if static_view(tc):  # the static level-1 view stays on the model between calls (static_steps.keep_runner)
+    if static_view(tc):  # the static level-1 view stays on the model between calls (static_steps.RunnerSlot)
         plain = dataclasses.replace(plain, kept_view=view_bytes(config, context, dtype_bytes, tc))
     return [plain, triforce_generate_estimate(config, context, dtype_bytes, tc, draft_config)]
 
