@@ -23,6 +23,7 @@ class BufferedLayer(CacheLayerMixin):
 
     is_sliding = False
     is_croppable = True
+    start = 0  # the position of slot 0 (a view's slots are compacted; a sliding layer's window moves it)
 
     def __init__(self, buffer: KVBuffer) -> None:
         super().__init__()
@@ -46,6 +47,10 @@ class BufferedLayer(CacheLayerMixin):
 
     def get_max_length(self) -> int:
         return -1
+
+    def advance(self, count: int) -> None:
+        """Count the ``count`` slots a fixed-shape step wrote as stored (host-side bookkeeping, after the step)."""
+        self.buffer.advance(count)
 
     def crop(self, tokens_to_remove: int) -> None:
         self.buffer.crop(tokens_to_remove)

@@ -114,13 +114,10 @@ class HostKVBuffer(KVBuffer):
         self.window: DeviceWindow | None = None
         self._proto: torch.Tensor | None = None  # an empty device tensor of the layer's dtype and [B, H, 0, D] shape
 
-    @property
-    def keys(self) -> torch.Tensor:
+    def _no_host_tensors(self) -> torch.Tensor:
         raise AttributeError("an offloaded cache layer hands out no host tensors: read it through read() or gather()")
 
-    @property
-    def values(self) -> torch.Tensor:
-        raise AttributeError("an offloaded cache layer hands out no host tensors: read it through read() or gather()")
+    keys = values = property(_no_host_tensors)
 
     @property
     def capacity_now(self) -> int:
@@ -145,25 +142,13 @@ class HostKVBuffer(KVBuffer):
         self.window.wrote(self.index, end)
         return keys[:, :, :end], values[:, :, :end]
 
-    def reserve(self, size: int, like: torch.Tensor) -> None:
-        """Room for ``size`` host slots (pinned on a machine with CUDA), keeping the stored ones."""
-        if self._k is not None and size <= self._k.shape[-2]:
-            return
-        capacity = max(size, self.capacity, 2 * self.capacity_now)
-        capacity += -capacity % self.align
-        shape = (*like.shape[:2], capacity, like.shape[-1])
-        pin = torch.cuda.is_available()
-        new_k = torch.empty(shape, dtype=like.dtype, device="cpu", pin_memory=pin)
-        new_v = torch.empty(shape, dtype=like.dtype, device="cpu", pin_memory=pin)
-        if self._k is not None:
-            new_k[:, :, : self.length] = self._k[:, :, : self.length]
-            new_v[:, :, : self.length] = self._v[:, :, : self.length]
-        self._k, self._v = new_k, new_v
+    def _allocate(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """Host storage, pinned on a machine with CUDA."""
+        return torch.empty(shape, dtype=like.dtype, device="cpu", pin_memory=torch.cuda.is_available())
 
     def new_device_storage(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Device buffers for this layer's whole host storage."""
-        shape = (*self._k.shape[:2], self._k.shape[2], self._k.shape[3])
-        return self._proto.new_empty(shape), self._proto.new_empty(shape)
+        return self._proto.new_empty(self._k.shape), self._proto.new_empty(self._k.shape)
 
     def copy_into(self, storage: tuple[torch.Tensor, torch.Tensor]) -> None:
         """Copy the cached slots into device ``storage`` (counted)."""

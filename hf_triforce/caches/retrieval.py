@@ -46,12 +46,6 @@ class RetrievalLayer(BufferedLayer):
             return super().update(key_states, value_states, *args, **kwargs)
         return self.buffer.index_write(self.slots.positions, key_states, value_states)
 
-    start = 0  # the position of slot 0: a full layer holds every token
-
-    def advance(self, count: int) -> None:
-        """Count the ``count`` slots a fixed-shape step wrote as stored (host-side, after the step)."""
-        self.buffer.advance(count)
-
     def local(self, positions: torch.Tensor) -> torch.Tensor:
         """Slots of the tokens at absolute ``positions`` (the same)."""
         return positions
@@ -136,10 +130,6 @@ class RetrievalCache(BufferedCache):
             layer.share_summaries(self.summaries, n)
         super().__init__(layers=layers)
         self.chunk_size = chunk_size
-
-    def windows(self) -> list[int | None]:
-        """Each layer's sliding window (``None``: a full layer, which holds every token)."""
-        return [layer.window if layer.is_sliding else None for layer in self.layers]
 
     def load(self, layer_idx: int, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
         """Layer ``layer_idx`` starts from a caller's keys and values: the last ``keys.shape[2]`` of ``length`` tokens

@@ -36,8 +36,6 @@ class ViewLayer(BufferedLayer):
     """One layer of a sparse view: the ``S`` tokens gathered at ``indices`` ``[B, H_kv, S]`` (slots of ``source``),
     then room for more. Its slots are compacted: queries and keys count from 0."""
 
-    start = 0
-
     def __init__(self, source: KVBuffer, indices: torch.Tensor, extra_capacity: int, align: int = 1) -> None:
         super().__init__(KVBuffer(indices.shape[-1] + extra_capacity, align))
         self.static_length = gather_selection(self.buffer, source, indices)
