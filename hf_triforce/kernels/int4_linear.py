@@ -136,8 +136,7 @@ def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None =
     """``F.linear(x, weight)`` with the int4 copy: ``x`` ``[..., K]`` (on the weight's device) rounded to bfloat16, the
     ``[..., N]`` product rounded to bfloat16, returned in ``x``'s dtype (``bias`` added in it)."""
     rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-    out = _int4_mm(rows, weight.packed, weight.group_size, weight.scales_and_zeros)
-    out = out.to(x.dtype)
+    out = _int4_mm(rows, weight.packed, weight.group_size, weight.scales_and_zeros).to(x.dtype)
     if bias is not None:
         out += bias
     return out.view(*x.shape[:-1], weight.out_features)
