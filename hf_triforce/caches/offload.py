@@ -44,30 +44,19 @@ class DeviceWindow:
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.ready: list[torch.cuda.Event | None] = [None, None]
 
-    def fetch(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer ``layer``'s ``[B, H, capacity, D]`` device buffers, its cached slots ``0 .. length`` current."""
+    def fetch(self, layer: int, prefetch: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``layer``'s ``[B, H, capacity, D]`` device buffers, its cached slots ``0 .. length`` current;
+        ``prefetch``: start copying the next layer (not when nothing is cached yet: a prefill's first forward)."""
         slot = layer % 2
         self._load(layer, slot, on_side=False)
         self._wait(slot)
-        self._load((layer + 1) % len(self.layers), 1 - slot, on_side=True)
-        return self.buffers[slot]
-
-    def empty(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer ``layer``'s device buffers when it has nothing cached yet (a prefill's first forward)."""
-        slot = layer % 2
-        self._reserve(layer, slot)
-        self._wait(slot)
+        if prefetch:
+            self._load((layer + 1) % len(self.layers), 1 - slot, on_side=True)
         return self.buffers[slot]
 
     def wrote(self, layer: int, end: int) -> None:
         """Layer ``layer``'s device buffer now holds its slots ``0 .. end``."""
         self.loaded[layer % 2] = (layer, end)
-
-    def _reserve(self, layer: int, slot: int) -> None:
-        """Buffer ``slot`` large enough for layer ``layer``'s whole host storage."""
-        source = self.layers[layer]
-        if self.buffers[slot] is None or self.buffers[slot][0].shape[2] < source.capacity_now:
-            self.buffers[slot], self.loaded[slot] = source.new_device_storage(), None
 
     def _wait(self, slot: int) -> None:
         """The current stream waits for a copy into buffer ``slot`` still running on the side stream."""
@@ -77,7 +66,8 @@ class DeviceWindow:
 
     def _load(self, layer: int, slot: int, on_side: bool) -> None:
         source = self.layers[layer]
-        self._reserve(layer, slot)
+        if self.buffers[slot] is None or self.buffers[slot][0].shape[2] < source.capacity_now:  # the whole storage
+            self.buffers[slot], self.loaded[slot] = source.new_device_storage(), None
         held = self.loaded[slot]
         if source.length == 0 or (held is not None and held[0] == layer and held[1] >= source.length):
             return
@@ -133,7 +123,7 @@ class HostKVBuffer(KVBuffer):
         if self._proto is None:
             self._proto = key_states.new_empty((*key_states.shape[:2], 0, key_states.shape[-1]))
         self.reserve(end, key_states)
-        keys, values = self.window.fetch(self.index) if start else self.window.empty(self.index)
+        keys, values = self.window.fetch(self.index, prefetch=start > 0)
         keys[:, :, start:end], values[:, :, start:end] = key_states, value_states
         self._k[:, :, start:end].copy_(key_states, non_blocking=True)
         self._v[:, :, start:end].copy_(value_states, non_blocking=True)

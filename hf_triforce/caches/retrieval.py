@@ -46,17 +46,6 @@ class RetrievalLayer(BufferedLayer):
             return super().update(key_states, value_states, *args, **kwargs)
         return self.buffer.index_write(self.slots.positions, key_states, value_states)
 
-    def local(self, positions: torch.Tensor) -> torch.Tensor:
-        """Slots of the tokens at absolute ``positions`` (the same)."""
-        return positions
-
-    def read_from(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of the tokens from absolute ``position`` on."""
-        return self.buffer.read(position, self.buffer.length)
-
-    def holds(self, position: int) -> bool:
-        return True
-
     def load(self, key_states: torch.Tensor, value_states: torch.Tensor, length: int) -> None:
         """Start from a caller's ``[B, H_kv, length, D]`` keys and values."""
         if key_states.shape[-2] != length:
@@ -70,12 +59,6 @@ class RetrievalLayer(BufferedLayer):
     def crop(self, tokens_to_remove: int) -> None:
         super().crop(tokens_to_remove)
         self._store.crop(self._index, self.buffer.length // self.chunk_size)
-
-    def keep_rows(self, rows: torch.Tensor) -> None:
-        """Only the batch rows at ``rows`` remain in the keys and values (the cache keeps its chunk means' rows)."""
-        self.buffer.keep_rows(rows)
-        if self.keys is not None:
-            self.keys, self.values = self.buffer.read(0, self.buffer.length)
 
     def reset(self) -> None:
         self.buffer.length = 0
@@ -141,7 +124,7 @@ class RetrievalCache(BufferedCache):
         keeps their window only (a later plain ``generate()``)."""
         for layer in self.layers:
             if layer.is_sliding:
-                layer.activate_past_recording() if on else layer.stop_recording()
+                layer.record_past = on
 
     def trim(self, slots: SlotMask | None = None) -> None:
         """After a verification's crop: each sliding layer drops the tokens no next query's window reaches (with

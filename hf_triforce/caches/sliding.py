@@ -55,10 +55,6 @@ class SlidingLayer(BufferedLayer):
         """Keep every token an ``update`` brings until :meth:`trim` (a round can then be cropped)."""
         self.record_past = True
 
-    def stop_recording(self) -> None:
-        """``update`` keeps only the last ``window - 1`` tokens again (the call is over)."""
-        self.record_past = False
-
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
@@ -153,21 +149,6 @@ class SlidingLayer(BufferedLayer):
         first = max(self.start, end - budget)
         return torch.arange(first, end, device=like.device).expand(*like.shape[:2], end - first)
 
-    def local(self, positions: torch.Tensor) -> torch.Tensor:
-        """Slots of the tokens at absolute ``positions``."""
-        return positions - self.start
-
-    def read_from(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of the tokens from absolute ``position`` on (held: see :meth:`holds`)."""
-        return self.buffer.read(position - self.start, self.buffer.length)
-
-    def holds(self, position: int) -> bool:
-        """Whether the token at absolute ``position`` (or the end) is still held."""
-        return position >= self.start
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.buffer.length + query_length, self.start
-
     def get_seq_length(self) -> int:
         return self.start + self.buffer.length
 
@@ -180,12 +161,9 @@ class SlidingLayer(BufferedLayer):
         super().crop(tokens_to_remove)
 
     def keep_rows(self, rows: torch.Tensor) -> None:
-        """Only the batch rows at ``rows`` remain."""
-        self.buffer.keep_rows(rows)
+        super().keep_rows(rows)
         if self.packed is not None:
             self.packed, self.packed_counted = self.packed[rows], self.packed_counted[rows]
-        if self.keys is not None:
-            self.keys, self.values = self.buffer.keys, self.buffer.values
 
     def reset(self) -> None:
         self.buffer.length, self.start, self.packed, self.packed_counted = 0, 0, None, None
