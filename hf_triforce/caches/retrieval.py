@@ -171,27 +171,22 @@ class RetrievalCache(BufferedCache):
         sink; ``rescore_candidates``: :func:`~hf_triforce.caches.selection.rescore`; ``windows``: each layer's sliding
         window (:func:`~hf_triforce.caches.selection.window_layout`). Without ``slots`` all layers are ranked at once.
         """
-        length = self.get_seq_length()
         windows = [None] * len(self.layers) if windows is None else windows
         indices = [layer.recent_indices(budget) if layer.is_sliding else None for layer in self.layers]
         full = [i for i, layer in enumerate(self.layers) if not layer.is_sliding]
-        if not full:
-            return indices
         settings = (budget, recent_window, slots, rescore_candidates)
-        full_queries = [queries[i] for i in full]
-        if slots is None and self._stackable(full_queries, budget, length):
-            settings = (budget, recent_window, length, rescore_candidates, [windows[i] for i in full], full)
-            chosen = self._select_stacked(full_queries, *settings)
+        if slots is None and self._stackable([queries[i] for i in full], budget):
+            chosen = self._select_stacked(queries, budget, recent_window, rescore_candidates, windows, full)
         else:
             chosen = [self.select_layer(i, queries[i], *settings, window=windows[i]) for i in full]
         for i, layer_indices in zip(full, chosen, strict=True):
             indices[i] = layer_indices
         return indices
 
-    def _stackable(self, queries: list[torch.Tensor], budget: int, length: int) -> bool:
+    def _stackable(self, queries: list[torch.Tensor], budget: int) -> bool:
         """Whether every full layer has chunks to choose from, holds as many tokens and lives where the first does
         (:meth:`~hf_triforce.caches.summaries.ChunkSummaries.one_place`), and the queries share shape, dtype, device."""
-        if length <= budget or not self.summaries.one_place():
+        if self.get_seq_length() <= budget or not self.summaries.one_place():
             return False
         one_length = len({layer.buffer.length for layer in self.full_layers}) == 1
         return one_length and len({(query.shape, query.dtype, query.device) for query in queries}) == 1
@@ -201,7 +196,6 @@ class RetrievalCache(BufferedCache):
         queries: list[torch.Tensor],
         budget: int,
         recent_window: int,
-        length: int,
         rescore_candidates: int,
         windows: list[int | None],
         layer_ids: list[int],
@@ -210,15 +204,13 @@ class RetrievalCache(BufferedCache):
         top-k over stacked ``[L * B, H_kv, C]`` scores (a selection's small operations cost more than their
         arithmetic). Only the keys' reading (:meth:`_rescore_stacked`) stays per layer; a full layer of a model's
         sliding layer (a caller's cache that kept every token) gets its own recent window."""
+        length, queries = self.get_seq_length(), [queries[i] for i in layer_ids]
         layout = (length, self.chunk_size, budget, recent_window)
-        kinds = [window_layout(*layout, w) for w in windows]
+        kinds = [window_layout(*layout, windows[i]) for i in layer_ids]
         if ranks_every_chunk(*layout, rescore_candidates):  # every chunk ranked by its keys, read in place per layer
             settings = (budget, recent_window, None, rescore_candidates, length)
-            ranked = (
-                self.chunk_ranking(i, q, *settings, kind[1])
-                for i, q, kind in zip(layer_ids, queries, kinds, strict=True)
-            )
-            scores = torch.cat(list(ranked))
+            per_layer = zip(layer_ids, queries, kinds, strict=True)
+            scores = torch.cat([self.chunk_ranking(i, q, *settings, kind[1]) for i, q, kind in per_layer])
         else:
             scores = _outside_windows(self._stacked_chunk_scores(queries), kinds, self.chunk_size)
             if rescore_candidates:
