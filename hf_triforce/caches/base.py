@@ -23,6 +23,7 @@ class BufferedLayer(CacheLayerMixin):
 
     is_sliding = False
     is_croppable = True
+    start = 0  # the position of slot 0 (a view's slots are compacted; a sliding layer's window moves it)
 
     def __init__(self, buffer: KVBuffer) -> None:
         super().__init__()
@@ -39,13 +40,35 @@ class BufferedLayer(CacheLayerMixin):
         return self.keys, self.values
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.buffer.length + query_length, 0
+        return self.buffer.length + query_length, self.start
 
     def get_seq_length(self) -> int:
         return self.buffer.length
 
     def get_max_length(self) -> int:
         return -1
+
+    def local(self, positions: torch.Tensor) -> torch.Tensor:
+        """Slots of the tokens at absolute ``positions``."""
+        return positions - self.start if self.start else positions
+
+    def read_from(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of the tokens from absolute ``position`` on (held: see :meth:`holds`)."""
+        return self.buffer.read(position - self.start, self.buffer.length)
+
+    def holds(self, position: int) -> bool:
+        """Whether the token at absolute ``position`` (or the end) is still held."""
+        return position >= self.start
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Only the batch rows at ``rows`` (``[B']`` indices) remain."""
+        self.buffer.keep_rows(rows)
+        if self.keys is not None:
+            self.keys, self.values = self.buffer.read(0, self.buffer.length)
+
+    def advance(self, count: int) -> None:
+        """Count the ``count`` slots a fixed-shape step wrote as stored (host-side bookkeeping, after the step)."""
+        self.buffer.advance(count)
 
     def crop(self, tokens_to_remove: int) -> None:
         self.buffer.crop(tokens_to_remove)

@@ -58,12 +58,14 @@ class KVBuffer:
         capacity = max(size, self.capacity, 2 * held if self.doubling else 0)
         capacity += -capacity % self.align
         shape = (*like.shape[:2], capacity, like.shape[-1])
-        new_k = like.new_empty(shape)
-        new_v = like.new_empty(shape)
+        new_k, new_v = self._allocate(shape, like), self._allocate(shape, like)
         if self._k is not None:
-            new_k[:, :, : self.length] = self.keys
-            new_v[:, :, : self.length] = self.values
+            new_k[:, :, : self.length] = self._k[:, :, : self.length]
+            new_v[:, :, : self.length] = self._v[:, :, : self.length]
         self._k, self._v = new_k, new_v
+
+    def _allocate(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        return like.new_empty(shape)
 
     def fix_capacity(self) -> None:
         """Allocate ``capacity`` slots now, zero those past ``length``, and never move the storage again.

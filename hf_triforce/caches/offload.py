@@ -44,30 +44,19 @@ class DeviceWindow:
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.ready: list[torch.cuda.Event | None] = [None, None]
 
-    def fetch(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer ``layer``'s ``[B, H, capacity, D]`` device buffers, its cached slots ``0 .. length`` current."""
+    def fetch(self, layer: int, prefetch: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``layer``'s ``[B, H, capacity, D]`` device buffers, its cached slots ``0 .. length`` current;
+        ``prefetch``: start copying the next layer (not when nothing is cached yet: a prefill's first forward)."""
         slot = layer % 2
         self._load(layer, slot, on_side=False)
         self._wait(slot)
-        self._load((layer + 1) % len(self.layers), 1 - slot, on_side=True)
-        return self.buffers[slot]
-
-    def empty(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer ``layer``'s device buffers when it has nothing cached yet (a prefill's first forward)."""
-        slot = layer % 2
-        self._reserve(layer, slot)
-        self._wait(slot)
+        if prefetch:
+            self._load((layer + 1) % len(self.layers), 1 - slot, on_side=True)
         return self.buffers[slot]
 
     def wrote(self, layer: int, end: int) -> None:
         """Layer ``layer``'s device buffer now holds its slots ``0 .. end``."""
         self.loaded[layer % 2] = (layer, end)
-
-    def _reserve(self, layer: int, slot: int) -> None:
-        """Buffer ``slot`` large enough for layer ``layer``'s whole host storage."""
-        source = self.layers[layer]
-        if self.buffers[slot] is None or self.buffers[slot][0].shape[2] < source.capacity_now:
-            self.buffers[slot], self.loaded[slot] = source.new_device_storage(), None
 
     def _wait(self, slot: int) -> None:
         """The current stream waits for a copy into buffer ``slot`` still running on the side stream."""
@@ -77,7 +66,8 @@ class DeviceWindow:
 
     def _load(self, layer: int, slot: int, on_side: bool) -> None:
         source = self.layers[layer]
-        self._reserve(layer, slot)
+        if self.buffers[slot] is None or self.buffers[slot][0].shape[2] < source.capacity_now:  # the whole storage
+            self.buffers[slot], self.loaded[slot] = source.new_device_storage(), None
         held = self.loaded[slot]
         if source.length == 0 or (held is not None and held[0] == layer and held[1] >= source.length):
             return
@@ -114,13 +104,10 @@ class HostKVBuffer(KVBuffer):
         self.window: DeviceWindow | None = None
         self._proto: torch.Tensor | None = None  # an empty device tensor of the layer's dtype and [B, H, 0, D] shape
 
-    @property
-    def keys(self) -> torch.Tensor:
+    def _no_host_tensors(self) -> torch.Tensor:
         raise AttributeError("an offloaded cache layer hands out no host tensors: read it through read() or gather()")
 
-    @property
-    def values(self) -> torch.Tensor:
-        raise AttributeError("an offloaded cache layer hands out no host tensors: read it through read() or gather()")
+    keys = values = property(_no_host_tensors)
 
     @property
     def capacity_now(self) -> int:
@@ -136,7 +123,7 @@ class HostKVBuffer(KVBuffer):
         if self._proto is None:
             self._proto = key_states.new_empty((*key_states.shape[:2], 0, key_states.shape[-1]))
         self.reserve(end, key_states)
-        keys, values = self.window.fetch(self.index) if start else self.window.empty(self.index)
+        keys, values = self.window.fetch(self.index, prefetch=start > 0)
         keys[:, :, start:end], values[:, :, start:end] = key_states, value_states
         self._k[:, :, start:end].copy_(key_states, non_blocking=True)
         self._v[:, :, start:end].copy_(value_states, non_blocking=True)
@@ -145,25 +132,13 @@ class HostKVBuffer(KVBuffer):
         self.window.wrote(self.index, end)
         return keys[:, :, :end], values[:, :, :end]
 
-    def reserve(self, size: int, like: torch.Tensor) -> None:
-        """Room for ``size`` host slots (pinned on a machine with CUDA), keeping the stored ones."""
-        if self._k is not None and size <= self._k.shape[-2]:
-            return
-        capacity = max(size, self.capacity, 2 * self.capacity_now)
-        capacity += -capacity % self.align
-        shape = (*like.shape[:2], capacity, like.shape[-1])
-        pin = torch.cuda.is_available()
-        new_k = torch.empty(shape, dtype=like.dtype, device="cpu", pin_memory=pin)
-        new_v = torch.empty(shape, dtype=like.dtype, device="cpu", pin_memory=pin)
-        if self._k is not None:
-            new_k[:, :, : self.length] = self._k[:, :, : self.length]
-            new_v[:, :, : self.length] = self._v[:, :, : self.length]
-        self._k, self._v = new_k, new_v
+    def _allocate(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """Host storage, pinned on a machine with CUDA."""
+        return torch.empty(shape, dtype=like.dtype, device="cpu", pin_memory=torch.cuda.is_available())
 
     def new_device_storage(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Device buffers for this layer's whole host storage."""
-        shape = (*self._k.shape[:2], self._k.shape[2], self._k.shape[3])
-        return self._proto.new_empty(shape), self._proto.new_empty(shape)
+        return self._proto.new_empty(self._k.shape), self._proto.new_empty(self._k.shape)
 
     def copy_into(self, storage: tuple[torch.Tensor, torch.Tensor]) -> None:
         """Copy the cached slots into device ``storage`` (counted)."""

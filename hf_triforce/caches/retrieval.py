@@ -46,23 +46,6 @@ class RetrievalLayer(BufferedLayer):
             return super().update(key_states, value_states, *args, **kwargs)
         return self.buffer.index_write(self.slots.positions, key_states, value_states)
 
-    start = 0  # the position of slot 0: a full layer holds every token
-
-    def advance(self, count: int) -> None:
-        """Count the ``count`` slots a fixed-shape step wrote as stored (host-side, after the step)."""
-        self.buffer.advance(count)
-
-    def local(self, positions: torch.Tensor) -> torch.Tensor:
-        """Slots of the tokens at absolute ``positions`` (the same)."""
-        return positions
-
-    def read_from(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of the tokens from absolute ``position`` on."""
-        return self.buffer.read(position, self.buffer.length)
-
-    def holds(self, position: int) -> bool:
-        return True
-
     def load(self, key_states: torch.Tensor, value_states: torch.Tensor, length: int) -> None:
         """Start from a caller's ``[B, H_kv, length, D]`` keys and values."""
         if key_states.shape[-2] != length:
@@ -76,12 +59,6 @@ class RetrievalLayer(BufferedLayer):
     def crop(self, tokens_to_remove: int) -> None:
         super().crop(tokens_to_remove)
         self._store.crop(self._index, self.buffer.length // self.chunk_size)
-
-    def keep_rows(self, rows: torch.Tensor) -> None:
-        """Only the batch rows at ``rows`` remain in the keys and values (the cache keeps its chunk means' rows)."""
-        self.buffer.keep_rows(rows)
-        if self.keys is not None:
-            self.keys, self.values = self.buffer.read(0, self.buffer.length)
 
     def reset(self) -> None:
         self.buffer.length = 0
@@ -137,10 +114,6 @@ class RetrievalCache(BufferedCache):
         super().__init__(layers=layers)
         self.chunk_size = chunk_size
 
-    def windows(self) -> list[int | None]:
-        """Each layer's sliding window (``None``: a full layer, which holds every token)."""
-        return [layer.window if layer.is_sliding else None for layer in self.layers]
-
     def load(self, layer_idx: int, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
         """Layer ``layer_idx`` starts from a caller's keys and values: the last ``keys.shape[2]`` of ``length`` tokens
         (all of them for a full layer)."""
@@ -151,7 +124,7 @@ class RetrievalCache(BufferedCache):
         keeps their window only (a later plain ``generate()``)."""
         for layer in self.layers:
             if layer.is_sliding:
-                layer.activate_past_recording() if on else layer.stop_recording()
+                layer.record_past = on
 
     def trim(self, slots: SlotMask | None = None) -> None:
         """After a verification's crop: each sliding layer drops the tokens no next query's window reaches (with
@@ -198,27 +171,22 @@ class RetrievalCache(BufferedCache):
         sink; ``rescore_candidates``: :func:`~hf_triforce.caches.selection.rescore`; ``windows``: each layer's sliding
         window (:func:`~hf_triforce.caches.selection.window_layout`). Without ``slots`` all layers are ranked at once.
         """
-        length = self.get_seq_length()
         windows = [None] * len(self.layers) if windows is None else windows
         indices = [layer.recent_indices(budget) if layer.is_sliding else None for layer in self.layers]
         full = [i for i, layer in enumerate(self.layers) if not layer.is_sliding]
-        if not full:
-            return indices
         settings = (budget, recent_window, slots, rescore_candidates)
-        full_queries = [queries[i] for i in full]
-        if slots is None and self._stackable(full_queries, budget, length):
-            settings = (budget, recent_window, length, rescore_candidates, [windows[i] for i in full], full)
-            chosen = self._select_stacked(full_queries, *settings)
+        if slots is None and self._stackable([queries[i] for i in full], budget):
+            chosen = self._select_stacked(queries, budget, recent_window, rescore_candidates, windows, full)
         else:
             chosen = [self.select_layer(i, queries[i], *settings, window=windows[i]) for i in full]
         for i, layer_indices in zip(full, chosen, strict=True):
             indices[i] = layer_indices
         return indices
 
-    def _stackable(self, queries: list[torch.Tensor], budget: int, length: int) -> bool:
+    def _stackable(self, queries: list[torch.Tensor], budget: int) -> bool:
         """Whether every full layer has chunks to choose from, holds as many tokens and lives where the first does
         (:meth:`~hf_triforce.caches.summaries.ChunkSummaries.one_place`), and the queries share shape, dtype, device."""
-        if length <= budget or not self.summaries.one_place():
+        if self.get_seq_length() <= budget or not self.summaries.one_place():
             return False
         one_length = len({layer.buffer.length for layer in self.full_layers}) == 1
         return one_length and len({(query.shape, query.dtype, query.device) for query in queries}) == 1
@@ -228,7 +196,6 @@ class RetrievalCache(BufferedCache):
         queries: list[torch.Tensor],
         budget: int,
         recent_window: int,
-        length: int,
         rescore_candidates: int,
         windows: list[int | None],
         layer_ids: list[int],
@@ -237,15 +204,13 @@ class RetrievalCache(BufferedCache):
         top-k over stacked ``[L * B, H_kv, C]`` scores (a selection's small operations cost more than their
         arithmetic). Only the keys' reading (:meth:`_rescore_stacked`) stays per layer; a full layer of a model's
         sliding layer (a caller's cache that kept every token) gets its own recent window."""
+        length, queries = self.get_seq_length(), [queries[i] for i in layer_ids]
         layout = (length, self.chunk_size, budget, recent_window)
-        kinds = [window_layout(*layout, w) for w in windows]
+        kinds = [window_layout(*layout, windows[i]) for i in layer_ids]
         if ranks_every_chunk(*layout, rescore_candidates):  # every chunk ranked by its keys, read in place per layer
             settings = (budget, recent_window, None, rescore_candidates, length)
-            ranked = (
-                self.chunk_ranking(i, q, *settings, kind[1])
-                for i, q, kind in zip(layer_ids, queries, kinds, strict=True)
-            )
-            scores = torch.cat(list(ranked))
+            per_layer = zip(layer_ids, queries, kinds, strict=True)
+            scores = torch.cat([self.chunk_ranking(i, q, *settings, kind[1]) for i, q, kind in per_layer])
         else:
             scores = _outside_windows(self._stacked_chunk_scores(queries), kinds, self.chunk_size)
             if rescore_candidates:

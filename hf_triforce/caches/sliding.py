@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import InternalError, InvalidInputError
+from ..errors import InternalError
 from .base import BufferedLayer
 from .buffers import KVBuffer
 from .slots import SlotMask
@@ -47,7 +47,6 @@ class SlidingLayer(BufferedLayer):
     def __init__(self, window: int, round_slots: int = 0) -> None:
         super().__init__(KVBuffer(window - 1 + round_slots, doubling=False))
         self.window = window
-        self.start = 0  # the position of slot 0
         self.record_past = False
         self.packed: torch.Tensor | None = None  # a batch: [B, P] validity of the first P slots (pack_rows)
         self.packed_counted: torch.Tensor | None = None  # [B, P] which of them a sliding window counts
@@ -55,10 +54,6 @@ class SlidingLayer(BufferedLayer):
     def activate_past_recording(self, **kwargs) -> None:
         """Keep every token an ``update`` brings until :meth:`trim` (a round can then be cropped)."""
         self.record_past = True
-
-    def stop_recording(self) -> None:
-        """``update`` keeps only the last ``window - 1`` tokens again (the call is over)."""
-        self.record_past = False
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
@@ -106,7 +101,7 @@ class SlidingLayer(BufferedLayer):
             >>> layer.buffer.keys.flatten().tolist(), layer.packed.int().tolist()
             ([1.0, 4.0, 6.0, 7.0], [[1, 1], [1, 1]])
         """
-        valid, counted = self.validity(slots), self._counted(slots)
+        valid, counted = self.validity(slots), self._with_packed(slots.counted(), self.packed_counted)
         held = valid.shape[1]
         keep = counted.sum(dim=1).clamp(max=self.window - 1)  # [B]
         k = int(keep.max())
@@ -128,10 +123,6 @@ class SlidingLayer(BufferedLayer):
         """``[B, held]`` whether each held slot is a real token of its row: the packed slots', then those since
         (the batch's last slots)."""
         return self._with_packed(slots.valid, self.packed)
-
-    def _counted(self, slots: SlotMask) -> torch.Tensor:
-        """``[B, held]`` whether each held slot is one a sliding window counts (:meth:`SlotMask.counted`)."""
-        return self._with_packed(slots.counted(), self.packed_counted)
 
     def _with_packed(self, per_slot: torch.Tensor, packed: torch.Tensor | None) -> torch.Tensor:
         """``packed`` ``[B, P]`` for the packed slots, then ``per_slot``'s (``[B, L]``, the batch's) for those since."""
@@ -158,21 +149,6 @@ class SlidingLayer(BufferedLayer):
         first = max(self.start, end - budget)
         return torch.arange(first, end, device=like.device).expand(*like.shape[:2], end - first)
 
-    def local(self, positions: torch.Tensor) -> torch.Tensor:
-        """Slots of the tokens at absolute ``positions``."""
-        return positions - self.start
-
-    def read_from(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of the tokens from absolute ``position`` on (held: see :meth:`holds`)."""
-        return self.buffer.read(position - self.start, self.buffer.length)
-
-    def holds(self, position: int) -> bool:
-        """Whether the token at absolute ``position`` (or the end) is still held."""
-        return position >= self.start
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.buffer.length + query_length, self.start
-
     def get_seq_length(self) -> int:
         return self.start + self.buffer.length
 
@@ -180,19 +156,14 @@ class SlidingLayer(BufferedLayer):
         return self.window
 
     def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove > 0:
-            raise InvalidInputError(f"crop expects a negative count (tokens to remove), got {tokens_to_remove}.")
         if -tokens_to_remove > self.buffer.length:
             raise InternalError("a sliding layer was cropped past the tokens it holds (trimmed before the crop)")
         super().crop(tokens_to_remove)
 
     def keep_rows(self, rows: torch.Tensor) -> None:
-        """Only the batch rows at ``rows`` remain."""
-        self.buffer.keep_rows(rows)
+        super().keep_rows(rows)
         if self.packed is not None:
             self.packed, self.packed_counted = self.packed[rows], self.packed_counted[rows]
-        if self.keys is not None:
-            self.keys, self.values = self.buffer.keys, self.buffer.values
 
     def reset(self) -> None:
         self.buffer.length, self.start, self.packed, self.packed_counted = 0, 0, None, None

@@ -72,7 +72,3 @@ class SlotWrites:
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.buffer.capacity, 0
-
-    def advance(self, count: int) -> None:
-        """Make the ``count`` slots the last step wrote visible (host-side bookkeeping)."""
-        self.buffer.advance(count)

@@ -10,15 +10,13 @@ import torch
 from ..errors import InvalidInputError
 from .base import BufferedCache, BufferedLayer
 from .retrieval import RetrievalCache
-from .slots import SlotMask
+from .slots import SlotMask, ViewSlots
 from .static_buffer import SlotWrites, StaticKVBuffer, StepSlots
 from .view import SparseViewMixin, gather_selection
 
 
 class StaticViewLayer(SlotWrites, BufferedLayer):
     """One layer of a :class:`StaticRetrievalView`: ``capacity`` fixed slots, the first ``static_length`` gathered."""
-
-    start = 0  # compacted slots (the step runner builds the masks)
 
     def __init__(self, capacity: int, slots: StepSlots) -> None:
         super().__init__(StaticKVBuffer(capacity))
@@ -109,9 +107,7 @@ class StaticViewSlots:
         """``[B, H_kv, capacity]`` validity of layer ``layer_idx``'s slots (a view of the fixed tensor)."""
         return self.valid[layer_idx]
 
-    def in_window(self, layer_idx: int, window: int | None, q_len: int) -> None:
-        """No window, as :meth:`~hf_triforce.caches.slots.ViewSlots.in_window`."""
-        return None
+    in_window = ViewSlots.in_window  # no window
 
     def refresh(self, indices: list[torch.Tensor]) -> None:
         """After the view gathered at ``indices``: those slots take their source's validity, later slots none."""

@@ -36,12 +36,13 @@ class ViewLayer(BufferedLayer):
     """One layer of a sparse view: the ``S`` tokens gathered at ``indices`` ``[B, H_kv, S]`` (slots of ``source``),
     then room for more. Its slots are compacted: queries and keys count from 0."""
 
-    start = 0
-
-    def __init__(self, source: KVBuffer, indices: torch.Tensor, extra_capacity: int, align: int = 1) -> None:
+    def __init__(
+        self, source: KVBuffer, indices: torch.Tensor, extra_capacity: int, align: int = 1, start: int = 0
+    ) -> None:
         super().__init__(KVBuffer(indices.shape[-1] + extra_capacity, align))
         self.static_length = gather_selection(self.buffer, source, indices)
         self.lazy_initialization(self.buffer.keys, self.buffer.values)
+        self.start = start
 
 
 class SlidingViewLayer(ViewLayer):
@@ -49,13 +50,6 @@ class SlidingViewLayer(ViewLayer):
     is the model's sliding-window mask at true positions (``get_mask_sizes`` answers with the offset ``start``)."""
 
     is_sliding = True
-
-    def __init__(self, source: KVBuffer, indices: torch.Tensor, extra_capacity: int, start: int) -> None:
-        super().__init__(source, indices, extra_capacity)
-        self.start = start
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.buffer.length + query_length, self.start
 
 
 class SparseViewMixin:
@@ -119,7 +113,7 @@ class RetrievalView(SparseViewMixin, BufferedCache):
         for layer, idx in zip(source.layers, indices, strict=True):
             if layer.is_sliding:  # its last tokens, contiguous
                 first = layer.get_seq_length() - idx.shape[-1]
-                layers.append(SlidingViewLayer(layer.buffer, layer.local(idx), extra_capacity, first))
+                layers.append(SlidingViewLayer(layer.buffer, layer.local(idx), extra_capacity, start=first))
             else:  # whole chunks of slots, as the full cache's
                 layers.append(ViewLayer(layer.buffer, idx, extra_capacity, source.chunk_size))
         super().__init__(layers=layers)

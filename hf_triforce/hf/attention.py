@@ -190,40 +190,39 @@ def _capture_name(base: str) -> str:
     return _CAPTURE_NAMES[base]
 
 
+Routing = contextlib.AbstractContextManager[dict[str, Any]]  # a block of routed attention (it yields no kwargs)
+
+
 @contextlib.contextmanager
-def _active(variable: contextvars.ContextVar, value: Any) -> Iterator[None]:
-    """Within the block, ``variable`` holds ``value``; restored after."""
-    token = variable.set(value)
+def _routed(model: torch.nn.Module, variable: contextvars.ContextVar | None = None, value: Any = None) -> Iterator:
+    """Within the block, ``model``'s attention goes through the capturing wrapper, ``variable`` holding ``value``
+    (restored after); yields no kwargs."""
+    token = None if variable is None else variable.set(value)
     try:
-        yield
+        with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
+            yield {}
     finally:
-        variable.reset(token)
+        if token is not None:
+            variable.reset(token)
 
 
-@contextlib.contextmanager
-def capturing_queries(model: torch.nn.Module, capture: QueryCapture, keep: int) -> Iterator[dict[str, Any]]:
+def capturing_queries(model: torch.nn.Module, capture: QueryCapture, keep: int) -> Routing:
     """Within the block, the model's forwards record their last ``keep`` queries per layer (yields no kwargs)."""
     capture.keep = keep
-    with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
-        with _active(_ACTIVE_CAPTURE, capture):
-            yield {}
+    return _routed(model, _ACTIVE_CAPTURE, capture)
 
 
-@contextlib.contextmanager
-def slot_attention(model: torch.nn.Module, slots: Any) -> Iterator[dict[str, Any]]:
+def slot_attention(model: torch.nn.Module, slots: Any) -> Routing:
     """Within the block, the model's forwards attend only to the key slots ``slots`` marks valid (yields no kwargs).
 
     ``slots.for_layer(layer_idx)``: ``[B, 1 or H_kv, L]`` bool validity of the layer's ``L`` keys (padding and holes,
     see :mod:`hf_triforce.caches.slots`); ``slots.in_window(layer_idx, window, q)``: ``[B, 1, q, L]`` keys within a
     sliding window (``None``: no window). Transformers' own mask is ignored.
     """
-    with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
-        with _active(_ACTIVE_SLOTS, slots):
-            yield {}
+    return _routed(model, _ACTIVE_SLOTS, slots)
 
 
-@contextlib.contextmanager
-def tree_attention(model: torch.nn.Module, rows: torch.Tensor) -> Iterator[dict[str, Any]]:
+def tree_attention(model: torch.nn.Module, rows: torch.Tensor) -> Routing:
     """Within the block, the forwards are token-tree steps over the cache's last ``m`` keys (yields no kwargs).
 
     Query ``i`` sees every key before the tree and the tree's keys where ``rows[i]`` (``[q, m]`` bool: its ancestors
@@ -235,28 +234,18 @@ def tree_attention(model: torch.nn.Module, rows: torch.Tensor) -> Iterator[dict[
         >>> with tree_attention(model, rows):  # root, then two candidates after it  # doctest: +SKIP
         ...     model(input_ids=ids, position_ids=torch.tensor([[9, 10, 10]]), past_key_values=cache)
     """
-    with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
-        with _active(_ACTIVE_TREE, rows):
-            yield {}
+    return _routed(model, _ACTIVE_TREE, rows)
 
 
-@contextlib.contextmanager
-def fixed_capacity_attention(model: torch.nn.Module, length: torch.Tensor) -> Iterator[None]:
+def fixed_capacity_attention(model: torch.nn.Module, length: torch.Tensor) -> Routing:
     """Within the block, the forwards attend over a fixed-capacity cache's first ``length`` (``[1]``, device) slots.
 
     On CUDA with Triton the split-KV kernel reads ``length`` on the device (no host read: a CUDA graph can hold it).
     """
-    with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
-        with _active(_ACTIVE_LENGTH, length):
-            yield
+    return _routed(model, _ACTIVE_LENGTH, length)
 
 
-@contextlib.contextmanager
-def view_attention(model: torch.nn.Module) -> Iterator[None]:
+def view_attention(model: torch.nn.Module) -> contextlib.AbstractContextManager:
     """Level-1 forwards over a dynamic view: through the split-KV kernel on CUDA with Triton, else unchanged."""
     parameter = next(model.parameters(), None)
-    if parameter is None or not triton_enabled(parameter):
-        yield
-        return
-    with _attn_implementation_as(model.config, _capture_name(model.config._attn_implementation)):
-        yield
+    return _routed(model) if parameter is not None and triton_enabled(parameter) else contextlib.nullcontext()

@@ -44,8 +44,11 @@ class Projection:
         weight = torch.cat([layer.weight.detach() for layer in layers]) if weights != "full" else None
         if weight is None or not int8_kernel_supports(weight):
             return cls(tuple(layers))
-        biases = [layer.bias for layer in layers]
-        bias = None if all(b is None for b in biases) else torch.cat([_bias_or_zeros(layer) for layer in layers])
+        biases = [
+            layer.weight.new_zeros(layer.weight.shape[0]) if layer.bias is None else layer.bias.detach()
+            for layer in layers
+        ]
+        bias = None if all(layer.bias is None for layer in layers) else torch.cat(biases)
         if weights == "int4" and int4_kernel_supports(weight):
             return cls(tuple(layers), quantize_int4(weight), bias)
         return cls(tuple(layers), quantize_int8(weight), bias)
@@ -56,12 +59,6 @@ class Projection:
             return multiply(x, self.low_bit, self.bias)
         outputs = [linear_forward(layer, x) for layer in self.layers]
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
-
-
-def _bias_or_zeros(layer: torch.nn.Linear) -> torch.Tensor:
-    if layer.bias is not None:
-        return layer.bias.detach()
-    return layer.weight.new_zeros(layer.weight.shape[0])
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -193,10 +190,6 @@ def direct_forward_problem(model: torch.nn.Module) -> str | None:
         return "the model is dispatched by accelerate or sharded across tensor-parallel ranks"
     if "sliding_attention" in cache_layer_types(config.get_text_config(decoder=True)):
         return "it has sliding-window layers, and this forward attends to the whole view in every layer"
-    return _layout_problem(model)
-
-
-def _layout_problem(model: torch.nn.Module) -> str | None:
     layers, inner = decoder_layers(model), getattr(model, "model", None)
     parts = ("embed_tokens", "rotary_emb", "norm")
     if layers is None or not all(hasattr(inner, p) for p in parts) or not hasattr(model, "lm_head"):

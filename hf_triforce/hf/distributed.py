@@ -31,7 +31,10 @@ class RankConsensus:
     def __init__(self, group: dist.ProcessGroup | None) -> None:
         self.group = group
         self.active = group is not None
-        self._device = _collective_device(group) if group is not None else None
+        self._device = None  # where a collective takes its tensors: the current GPU for NCCL, else the CPU
+        if group is not None:  # the backend: "nccl", or "cpu:gloo,cuda:nccl" for a mixed group
+            nccl = "nccl" in str(dist.get_backend(group))
+            self._device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
 
     @classmethod
     def for_model(cls, model: torch.nn.Module) -> RankConsensus:
@@ -45,13 +48,6 @@ class RankConsensus:
         tensor = torch.tensor(list(values), dtype=torch.int64, device=self._device)
         dist.broadcast(tensor, group=self.group, group_src=0)
         return tensor.tolist()
-
-
-def _collective_device(group: dist.ProcessGroup) -> torch.device:
-    """Where a collective of ``group`` takes its tensors: the current GPU for NCCL, else the CPU."""
-    if "nccl" in str(dist.get_backend(group)):  # "nccl", or "cpu:gloo,cuda:nccl" for a mixed group
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def random_state_fingerprint() -> int:

@@ -79,11 +79,6 @@ def level1_copy(model: torch.nn.Module, weights: str) -> LowBitCopy | None:
     return None if make is None else make(model)
 
 
-def _on_cuda(model: torch.nn.Module) -> bool:
-    param = next(model.parameters(), None)
-    return param is not None and param.device.type == "cuda"
-
-
 def int8_weight_copy(model: torch.nn.Module) -> Int8Copy:
     """The int8 copy of ``model``'s plain ``nn.Linear`` weights the kernel serves, kept beside the model (remade
     when a weight changed)."""
@@ -96,7 +91,9 @@ def int4_weight_copy(model: torch.nn.Module) -> LowBitCopy:
     """An int4 copy of ``model``'s plain ``nn.Linear`` projections (int8 where int4 does not serve the shape) and
     an int8 copy of its output embeddings (level 1 samples from its logits), kept beside the model."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if _on_cuda(model):  # no int8 kernel there: the head and the shapes int4 does not serve keep their own weights
+    param = next(model.parameters(), None)
+    # no int8 kernel on CUDA: the head and the shapes int4 does not serve keep their own weights
+    if param is not None and param.device.type == "cuda":
         layers = [m for m in _plain_layers(model) if m is not head and int4_kernel_supports(m.weight)]
     else:
         layers = [m for m in _plain_layers(model) if int8_kernel_supports(m.weight)]

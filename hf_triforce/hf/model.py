@@ -81,16 +81,10 @@ def layer_rotary(model: torch.nn.Module) -> tuple[list[torch.Tensor], bool]:
         raise UnsupportedModelError(f"{type(model).__name__} has no rotary position embedding (model.rotary_emb).")
     kinds = cache_layer_types(model.config.get_text_config(decoder=True))
     freqs = [buffers.get("", buffers.get(kind, next(iter(buffers.values())))) for kind in kinds]
-    return [f.detach().float() for f in freqs], _interleaved(model)
-
-
-def _interleaved(model: torch.nn.Module) -> bool:
-    """Whether the model's ``rotate_half`` pairs channels ``(2i, 2i + 1)`` rather than ``(i, i + D / 2)``."""
     modules = attention_modules(model)
     rotate_half = getattr(sys.modules.get(type(modules[0]).__module__) if modules else None, "rotate_half", None)
-    if rotate_half is None:
-        return False
-    return rotate_half(torch.arange(4.0))[:2].tolist() == [-1.0, 0.0]  # Llama's gives [-2, -3]
+    interleaved = rotate_half is not None and rotate_half(torch.arange(4.0))[:2].tolist() == [-1.0, 0.0]  # not -2, -3
+    return [f.detach().float() for f in freqs], interleaved
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:

@@ -51,14 +51,15 @@ def _packed_gqa(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scaling: float | None
 ) -> torch.Tensor:
     """SDPA with each KV head's query heads packed into ``groups * q`` rows, so each key is read once per KV head (not
-    once per query head, as ``enable_gqa`` does on the CPU). Returns ``[B, q, H_q, D_v]``."""
+    once per query head, as ``enable_gqa`` does on the CPU); ``mask`` ``[B or 1, 1 or H_kv, q or 1, L]``. Returns
+    ``[B, q, H_q, D_v]``."""
     b, h_q, q_len, d = query.shape
     h_kv = key.shape[1]
     groups = h_q // h_kv
     packed = query.reshape(b, h_kv, groups * q_len, d)
     if mask is not None:
-        mask = mask.expand(b, 1, q_len, -1)[:, :, None].expand(-1, -1, groups, -1, -1)
-        mask = mask.reshape(b, 1, groups * q_len, mask.shape[-1])
+        mask = mask.expand(b, -1, q_len, -1)[:, :, None].expand(-1, -1, groups, -1, -1)
+        mask = mask.reshape(b, mask.shape[1], groups * q_len, mask.shape[-1])
     out = F.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scaling)
     return out.reshape(b, h_q, q_len, value.shape[-1]).transpose(1, 2).contiguous()
 
@@ -153,12 +154,5 @@ def masked_gqa_attention(
         >>> masked_gqa_attention(q, k, k, torch.ones(2, 1, 10, dtype=torch.bool))[0].shape
         torch.Size([2, 3, 6, 8])
     """
-    b, h_q, q_len, d = query.shape
-    h_kv, kv_len = key.shape[1], key.shape[2]
-    groups = h_q // h_kv
-    mask = slot_attention_mask(key_valid, q_len, query_slots=query_slots)
-    # A KV head's query heads become rows of one query block: each key/value is read once, not once per query head.
-    packed = query.reshape(b, h_kv, groups * q_len, d)
-    mask = mask[:, :, None].expand(-1, -1, groups, -1, -1).reshape(b, mask.shape[1], groups * q_len, kv_len)
-    out = F.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scaling)
-    return out.reshape(b, h_q, q_len, value.shape[-1]).transpose(1, 2).contiguous(), None
+    mask = slot_attention_mask(key_valid, query.shape[2], query_slots=query_slots)
+    return _packed_gqa(query, key, value, mask, scaling), None

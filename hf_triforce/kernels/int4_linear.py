@@ -65,9 +65,8 @@ def int4_kernel_available(device: torch.device | str = "cpu") -> bool:
     if device.type == "cuda":
         usable = hasattr(torch, "_weight_int4pack_mm") and torch.cuda.is_available()
         return usable and torch.cuda.get_device_capability(device) >= (8, 0)
-    if device.type != "cpu":
-        return False
-    return hasattr(torch, "_weight_int4pack_mm_for_cpu") and hasattr(torch, "_convert_weight_to_int4pack_for_cpu")
+    cpu_kernel = hasattr(torch, "_weight_int4pack_mm_for_cpu") and hasattr(torch, "_convert_weight_to_int4pack_for_cpu")
+    return device.type == "cpu" and cpu_kernel
 
 
 def int4_kernel_supports(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> bool:
@@ -124,20 +123,15 @@ def quantize_int4(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> Int4Wei
     zero = (low + 8 * scale.float()).to(torch.bfloat16)
     # The values for the rounded scale and zero: w ~= (q - 8) * scale + zero, i.e. q = (w - zero) / scale + 8.
     q = ((groups - zero.float()[..., None]) / scale.float()[..., None] + 8).round().clamp(0, LEVELS).to(torch.int32)
-    q = q.view(n, k)
-    return Int4Weight(
-        packed=_int4_pack(q),
-        scales_and_zeros=torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous(),
-        group_size=group_size,
-    )
+    scales_and_zeros = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous()
+    return Int4Weight(packed=_int4_pack(q.view(n, k)), scales_and_zeros=scales_and_zeros, group_size=group_size)
 
 
 def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight)`` with the int4 copy: ``x`` ``[..., K]`` (on the weight's device) rounded to bfloat16, the
     ``[..., N]`` product rounded to bfloat16, returned in ``x``'s dtype (``bias`` added in it)."""
     rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-    out = _int4_mm(rows, weight.packed, weight.group_size, weight.scales_and_zeros)
-    out = out.to(x.dtype)
+    out = _int4_mm(rows, weight.packed, weight.group_size, weight.scales_and_zeros).to(x.dtype)
     if bias is not None:
         out += bias
     return out.view(*x.shape[:-1], weight.out_features)

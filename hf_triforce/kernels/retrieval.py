@@ -168,13 +168,10 @@ def score_chunks_triton(query: torch.Tensor, summaries: torch.Tensor) -> torch.T
     out = torch.empty((b, hkv, n_chunks), dtype=torch.float32, device=summaries.device)
     if out.numel() == 0:
         return out
-    import triton
-
-    group = hq // hkv
-    block_c, grid = _tiles(b * hkv, n_chunks)
+    block_c, grid, block_d = _tiles(b * hkv, n_chunks, d)
     _kernels().score[grid](
         query, summaries, out, hkv, n_chunks, d, *query.stride(), *summaries.stride(), *out.stride(),
-        GROUP=group, BLOCK_C=block_c, BLOCK_D=triton.next_power_of_2(d),
+        GROUP=hq // hkv, BLOCK_C=block_c, BLOCK_D=block_d,
     )  # fmt: skip
     return out
 
@@ -191,12 +188,10 @@ def score_chunk_keys_triton(
     out = torch.empty((b, hkv, n_chosen), dtype=torch.float32, device=keys.device)
     if out.numel() == 0:
         return out
-    import triton
-
-    block_f, grid = _tiles(b * hkv, n_chosen)
+    block_f, grid, block_d = _tiles(b * hkv, n_chosen, d)
     _kernels().chunk_keys[grid](
         query, keys, chunks, out, hkv, n_chosen, d, group, *query.stride(), *keys.stride(), *chunks.stride(),
-        *out.stride(), CHUNK=chunk_size, BLOCK_F=block_f, BLOCK_D=triton.next_power_of_2(d),
+        *out.stride(), CHUNK=chunk_size, BLOCK_F=block_f, BLOCK_D=block_d,
     )  # fmt: skip
     return out
 
@@ -212,21 +207,20 @@ def gather_kv_triton(
     b, hkv, n_slots, d = _check_gather_inputs(keys, values, indices, out_keys, out_values)
     if b * hkv * n_slots * d == 0:
         return
-    import triton
-
-    block_s, grid = _tiles(b * hkv, n_slots)
+    block_s, grid, block_d = _tiles(b * hkv, n_slots, d)
     _kernels().gather[grid](
         keys, values, indices, out_keys, out_values, hkv, n_slots, d, *keys.stride(), *indices.stride(),
-        *out_keys.stride(), BLOCK_S=block_s, BLOCK_D=triton.next_power_of_2(d),
+        *out_keys.stride(), BLOCK_S=block_s, BLOCK_D=block_d,
     )  # fmt: skip
 
 
-def _tiles(rows: int, length: int) -> tuple[int, tuple[int, int]]:
-    """Block size along ``length`` (a power of two in [16, 64]) and the ``(rows, blocks)`` launch grid."""
+def _tiles(rows: int, length: int, head_dim: int) -> tuple[int, tuple[int, int], int]:
+    """Block size along ``length`` (a power of two in [16, 64]), the ``(rows, blocks)`` launch grid, and the block of
+    ``head_dim`` (the next power of two)."""
     import triton
 
     block = min(64, max(16, triton.next_power_of_2(length)))
-    return block, (rows, triton.cdiv(length, block))
+    return block, (rows, triton.cdiv(length, block)), triton.next_power_of_2(head_dim)
 
 
 def _kernels():
