@@ -173,7 +173,7 @@ class TriForceRun:
         with self.stats.phases.measure("level2"):
             raw = self._verify(inputs, self.slots.append(width))
         seconds = time.perf_counter() - start
-        kept, accepted = [], []
+        kept = []
         probs = [d.scores.softmax(-1) if self.do_sample and d.scores is not None else None for d in drafts]
         judged = zip(self.active, drafts, probs, strict=True)  # each row against its [q, V] share of raw
         cases = [Drafts(row.ids, d.tokens, q, raw[b]) for b, (row, d, q) in enumerate(judged)]
@@ -181,7 +181,6 @@ class TriForceRun:
         for b, (row, draft, (n, token, scores)) in enumerate(zip(self.active, drafts, verdicts, strict=True)):
             tokens = torch.cat([draft.tokens[:n], draft.tokens.new_tensor([token])])
             kept.append(self._append(row, tokens, scores[: n + 1], raw[b, : n + 1], streamer))
-            accepted.append(n)
             row.stats.target_forwards += 1
             row.stats.decoded_tokens += kept[-1]
         self.cache.crop(self.slots.keep(torch.tensor(kept), width))
@@ -189,7 +188,7 @@ class TriForceRun:
         self.stats.target_forwards += 1
         self.stats.decoded_tokens += sum(kept)
         rank = self._missed_rank(plan, drafts, verdicts)
-        drafted = [d.tokens.shape[0] for d in drafts]
+        drafted, accepted = [d.tokens.shape[0] for d in drafts], [n for n, _, _ in verdicts]
         self.level1.observe_verification(plan, drafted, accepted, seconds, self.capture, rank)
 
     def _missed_rank(self, plan: Plan, drafts: list[RowDraft], verdicts) -> int | None:
