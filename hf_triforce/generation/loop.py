@@ -25,10 +25,9 @@ from ..hf.versions import cache_kwargs
 from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, Row, RowDraft, padded_tokens
 from ..hierarchy.judge import Drafts, judge_rows, node_scores
 from ..hierarchy.planner import Plan
-from ..hierarchy.static_steps import RunnerSlot
+from ..hierarchy.static_steps import FixedShapeVerification, RunnerSlot
 from ..sampling import verify_tree
 from ..stats import TriForceStats
-from .fixed_verification import FixedShapeVerification
 from .plan import CallPlan
 
 
