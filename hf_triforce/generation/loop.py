@@ -239,11 +239,7 @@ class TriForceRun:
         q = inputs.shape[1]
         if self.plan.verification != "dynamic" and visibility is None:
             if self.fixed is None:  # made at first use: after the prefill, whose storage it fixes
-                widths = range(1, self.config.gamma1 + self.config.gamma2 + 2)  # gamma2 drafts, or gamma1 + gamma2
-                plan = self.plan
-                self.fixed = FixedShapeVerification(
-                    self.model, self.cache, self.capture, plan.verification, widths, plan.strict_graphs
-                )
+                self.fixed = FixedShapeVerification(self.model, self.cache, self.capture, self.plan, self.config)
             return self.fixed.logits(inputs[0])[None]
         with contextlib.ExitStack() as stack:
             stack.enter_context(capturing_queries(self.model, self.capture, q))

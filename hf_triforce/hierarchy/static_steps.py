@@ -207,17 +207,16 @@ class StaticStepRunner:
 
 class FixedShapeVerification:
     """Full-cache verification forwards of one unpadded sequence over the prefilled ``cache``'s fixed storage, its
-    queries left in ``capture``; ``widths`` run as CUDA graphs (``mode="graphs"``, ``strict``: raise if one fails).
-    No sliding-window layer: the mask is causal (the call's plan)."""
+    queries left in ``capture``; every width a round can verify runs as a CUDA graph where ``plan.verification`` is
+    ``"graphs"`` (``plan.strict_graphs``: raise if one fails). No sliding-window layer: the mask is causal."""
 
-    def __init__(
-        self, model: torch.nn.Module, cache: RetrievalCache, capture: QueryCapture, mode: StepMode, widths: range,
-        strict: bool = False,
-    ) -> None:  # fmt: skip
+    def __init__(self, model: torch.nn.Module, cache: RetrievalCache, capture: QueryCapture, plan, config) -> None:
         self.model, self.capture = model, capture
         self.slots = cache.fix_capacity()
+        widths = range(1, config.gamma1 + config.gamma2 + 2)  # gamma2 drafts, or gamma1 + gamma2, and the token before
+        graphs, strict = plan.verification == "graphs", plan.strict_graphs
         self.runner = StaticStepRunner(
-            model, cache, widths, use_graphs=mode == "graphs", strict=strict, forward_context=self._inside_forward
+            model, cache, widths, use_graphs=graphs, strict=strict, forward_context=self._inside_forward
         )
         self._graph_queries: dict[int, dict[int, torch.Tensor]] = {}
 
