@@ -219,19 +219,6 @@ def as_config(config: TriForceConfig | dict[str, Any]) -> TriForceConfig:
     raise TriForceConfigError(f"triforce_config must be a TriForceConfig or a dict, got {type(config).__name__}.")
 
 
-def _check_names(kwargs: dict[str, Any]) -> None:
-    """Raise :class:`TriForceConfigError` for a field removed in 0.3 (saying what replaces it) or an unknown one."""
-    known = {f.name for f in fields(TriForceConfig)}
-    for name in kwargs:
-        if name in REMOVED_FIELDS:
-            raise TriForceConfigError(
-                f"TriForceConfig({name}=...) was removed in hf_triforce 0.3: {REMOVED_FIELDS[name]}. Drop {name}."
-            )
-    unknown = sorted(set(kwargs) - known)
-    if unknown:
-        raise TriForceConfigError(f"Unknown TriForceConfig fields {unknown}; valid fields are {sorted(known)}.")
-
-
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
         return
@@ -245,12 +232,20 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
 
 
 def _refusing_removed_fields(init):
-    """The dataclass ``__init__``, refusing a removed or unknown keyword with :class:`TriForceConfigError` (not
-    Python's ``TypeError``) before anything is built."""
+    """The dataclass ``__init__``, refusing a field removed in 0.3 (saying what replaces it) or an unknown keyword
+    with :class:`TriForceConfigError` (not Python's ``TypeError``) before anything is built."""
 
     @functools.wraps(init)
     def checked(self, *args, **kwargs):
-        _check_names(kwargs)
+        known = {f.name for f in fields(TriForceConfig)}
+        for name in kwargs:
+            if name in REMOVED_FIELDS:
+                raise TriForceConfigError(
+                    f"TriForceConfig({name}=...) was removed in hf_triforce 0.3: {REMOVED_FIELDS[name]}. Drop {name}."
+                )
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise TriForceConfigError(f"Unknown TriForceConfig fields {unknown}; valid fields are {sorted(known)}.")
         init(self, *args, **kwargs)
 
     return checked

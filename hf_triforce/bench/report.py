@@ -181,7 +181,7 @@ def _bandwidth_section(results: dict[str, Any]) -> list[str]:
         "text (in brackets); the last but one column is the ms per token that real-text acceptance models, and its "
         "fraction of the plain floor (below 1.0: faster than any plain decoding of the model could be). "
         "A verification marked graphs or eager ran on fixed shapes over the full cache's fixed storage "
-        "(hf_triforce.generation.fixed_verification), replayed as CUDA graphs or not. "
+        "(hf_triforce.hierarchy.static_steps.FixedShapeVerification), replayed as CUDA graphs or not. "
         "With random weights (a shape preset) only the latter means anything, and the measured speedup is "
         "that of random-weights drafts.",
         "",

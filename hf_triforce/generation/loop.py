@@ -25,10 +25,9 @@ from ..hf.versions import cache_kwargs
 from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, Row, RowDraft, padded_tokens
 from ..hierarchy.judge import Drafts, judge_rows, node_scores
 from ..hierarchy.planner import Plan
-from ..hierarchy.static_steps import RunnerSlot
+from ..hierarchy.static_steps import FixedShapeVerification, RunnerSlot
 from ..sampling import verify_tree
 from ..stats import TriForceStats
-from .fixed_verification import FixedShapeVerification
 from .plan import CallPlan
 
 
@@ -173,7 +172,7 @@ class TriForceRun:
         with self.stats.phases.measure("level2"):
             raw = self._verify(inputs, self.slots.append(width))
         seconds = time.perf_counter() - start
-        kept, accepted = [], []
+        kept = []
         probs = [d.scores.softmax(-1) if self.do_sample and d.scores is not None else None for d in drafts]
         judged = zip(self.active, drafts, probs, strict=True)  # each row against its [q, V] share of raw
         cases = [Drafts(row.ids, d.tokens, q, raw[b]) for b, (row, d, q) in enumerate(judged)]
@@ -181,7 +180,6 @@ class TriForceRun:
         for b, (row, draft, (n, token, scores)) in enumerate(zip(self.active, drafts, verdicts, strict=True)):
             tokens = torch.cat([draft.tokens[:n], draft.tokens.new_tensor([token])])
             kept.append(self._append(row, tokens, scores[: n + 1], raw[b, : n + 1], streamer))
-            accepted.append(n)
             row.stats.target_forwards += 1
             row.stats.decoded_tokens += kept[-1]
         self.cache.crop(self.slots.keep(torch.tensor(kept), width))
@@ -189,7 +187,7 @@ class TriForceRun:
         self.stats.target_forwards += 1
         self.stats.decoded_tokens += sum(kept)
         rank = self._missed_rank(plan, drafts, verdicts)
-        drafted = [d.tokens.shape[0] for d in drafts]
+        drafted, accepted = [d.tokens.shape[0] for d in drafts], [n for n, _, _ in verdicts]
         self.level1.observe_verification(plan, drafted, accepted, seconds, self.capture, rank)
 
     def _missed_rank(self, plan: Plan, drafts: list[RowDraft], verdicts) -> int | None:
@@ -241,11 +239,7 @@ class TriForceRun:
         q = inputs.shape[1]
         if self.plan.verification != "dynamic" and visibility is None:
             if self.fixed is None:  # made at first use: after the prefill, whose storage it fixes
-                widths = range(1, self.config.gamma1 + self.config.gamma2 + 2)  # gamma2 drafts, or gamma1 + gamma2
-                plan = self.plan
-                self.fixed = FixedShapeVerification(
-                    self.model, self.cache, self.capture, plan.verification, widths, plan.strict_graphs
-                )
+                self.fixed = FixedShapeVerification(self.model, self.cache, self.capture, self.plan, self.config)
             return self.fixed.logits(inputs[0])[None]
         with contextlib.ExitStack() as stack:
             stack.enter_context(capturing_queries(self.model, self.capture, q))

@@ -203,8 +203,9 @@ class StepCost:
         elif len(self.fastest) == 1:
             ((w0, c0),) = self.fastest.items()
             estimate = c0 * max(0.1, 1.0 + PRIOR_SLOPE * (width - w0))
-        else:
-            estimate = self._affine(width)
+        else:  # the affine fit through the measured widths
+            mean_w, mean_c, slope = self._fit()
+            estimate = mean_c + max(slope, 0.0) * (width - mean_w)
         return None if estimate is None else max(MIN_SECONDS, estimate)
 
     def slope(self) -> float | None:
@@ -230,7 +231,3 @@ class StepCost:
         var = sum((w - mean_w) ** 2 for w in widths)
         slope = sum((w - mean_w) * (c - mean_c) for w, c in zip(widths, costs, strict=True)) / var
         return mean_w, mean_c, slope
-
-    def _affine(self, width: int) -> float:
-        mean_w, mean_c, slope = self._fit()
-        return mean_c + max(slope, 0.0) * (width - mean_w)

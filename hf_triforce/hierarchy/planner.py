@@ -20,6 +20,7 @@ Under tensor parallelism each rank times itself, so rank 0 takes the adaptive de
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -326,10 +327,7 @@ class Planner:
             if rank is None:
                 self.positional.observe_chain(drafted, accepted)
             else:  # greedy: the rank of the verifier's token among level 1's candidates at the first miss
-                for _ in range(accepted):
-                    self.positional.observe(MAX_BRANCH, 0)
-                if accepted < drafted:
-                    self.positional.observe(MAX_BRANCH, rank if rank < MAX_BRANCH else -1)
+                self.positional.observe_chain(drafted, accepted, MAX_BRANCH, rank if rank < MAX_BRANCH else -1)
             if confidences:
                 self.by_confidence.observe(confidences, accepted)
         elif plan.kind == "level0":
@@ -404,11 +402,10 @@ class Planner:
             if not self.adaptive:
                 plans[0] = Plan("levels", self.config.gamma2)
             weighed, at = {plan.kind: self._weigh(plan) for plan in plans}, self.rounds
-        shape = record.shape
         out: dict[str, Any] = {
             "adaptive": self.adaptive,
             "chosen": chosen,
-            "reason": reason(chosen, weighed, self.adaptive, context_tokens, shape, self.rounds),
+            "reason": reason(chosen, weighed, self.adaptive, context_tokens, record.shape, self.rounds),
             "rounds": self.rounds,
             "decisions": record.decisions,
             "probes": record.probes,
@@ -418,10 +415,8 @@ class Planner:
             "context_tokens": context_tokens,
             "schedules": {kind: record.schedule(kind, weighed.get(kind)) for kind in self._kinds()},
         }
-        measured = {shape: rate.rate for shape, rate in self.reached_by_shape.items()}
-        trees = record.trees_dict(measured)
-        if trees is not None:
-            out["trees"] = trees
+        if record.trees is not None:
+            out["trees"] = record.trees_dict({shape: rate.rate for shape, rate in self.reached_by_shape.items()})
         return out
 
 
@@ -433,8 +428,5 @@ def tree_widths(shape: TreeShape) -> list[int]:
         [1, 2]
     """
     children = shape.children
-    widths: dict[int, int] = {}
-    for node, depth in enumerate(shape.depths):
-        if children[node]:
-            widths[depth] = widths.get(depth, 0) + 1
+    widths = Counter(depth for node, depth in enumerate(shape.depths) if children[node])
     return [widths[d] for d in sorted(widths)]

@@ -106,11 +106,9 @@ class ScheduleRecord:
             entry["shape"], entry["gamma1"] = self.shape, self.gamma1
         return entry
 
-    def trees_dict(self, measured: dict[str, float | None]) -> dict[str, Any] | None:
-        """The latest ``tree_budget='auto'`` weighing (``None``: never weighed); ``measured``: tokens per second of
-        the call's tree and chain rounds."""
-        if self.trees is None:
-            return None
+    def trees_dict(self, measured: dict[str, float | None]) -> dict[str, Any]:
+        """The latest ``tree_budget='auto'`` weighing (call it once :attr:`trees` is set); ``measured``: tokens per
+        second of the call's tree and chain rounds."""
         t = self.trees
         return {
             "chosen": t.chosen,
@@ -136,12 +134,9 @@ def reason(
     if kind is None:
         return f"no decision: the {rounds} rounds were first tries of each schedule{at}"
     costs = {k: ms_per_token(w.rate) for k, w in weighed.items()}
-    chosen = weighed.get(kind)
-    what = kind if chosen is None or kind == "plain" else f"{kind} (gamma2 {chosen.gamma2}"
-    if kind == "levels" and chosen is not None:
-        what += f", {shape})"
-    elif kind == "level0" and chosen is not None:
-        what += ")"
+    chosen, what = weighed.get(kind), kind
+    if chosen is not None and kind != "plain":
+        what += f" (gamma2 {chosen.gamma2}, {shape})" if kind == "levels" else f" (gamma2 {chosen.gamma2})"
     others = ", ".join(f"{k} {ms_text(v, UNMEASURED)}" for k, v in costs.items() if k != kind)
     own = ms_text(costs.get(kind), UNMEASURED)
     if not adaptive:

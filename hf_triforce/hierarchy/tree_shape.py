@@ -187,12 +187,13 @@ class PositionalAcceptance:
         if rank >= 0:
             self.successes[rank] += 1.0
 
-    def observe_chain(self, drafted: int, accepted: int) -> None:
-        """A chain's verdict: ``accepted`` leading drafts of ``drafted`` (one candidate per node)."""
+    def observe_chain(self, drafted: int, accepted: int, candidates: int = 1, missed: int = -1) -> None:
+        """A chain's verdict: ``accepted`` leading drafts of ``drafted``, each node a trial for ``candidates`` ranks
+        (one by default); at the rejection, ``missed`` is the rank taken (``-1``: none)."""
         for _ in range(accepted):
-            self.observe(1, 0)
+            self.observe(candidates, 0)
         if accepted < drafted:
-            self.observe(1, -1)
+            self.observe(candidates, missed)
 
     def to_dict(self) -> dict[str, list[float]]:
         """The raw counts per rank (``trials``, ``accepted``): what a call measured, without the priors."""
