@@ -97,6 +97,15 @@ def _cache_implementation(f: Facts) -> str | None:
     return None if implementation in (None, "dynamic") else f"cache_implementation={implementation!r} was given"
 
 
+def _stop_strings(f: Facts) -> Any:
+    return f.generate_kwargs.get("stop_strings") or f.generate_kwargs["generation_config"].stop_strings
+
+
+def _two_draft_models(f: Facts) -> bool:
+    kwargs = f.generate_kwargs
+    return kwargs.get("draft_model") is not None and kwargs.get("assistant_model") not in (None, kwargs["draft_model"])
+
+
 def _gc(f: Facts) -> Any:
     return f.call.generation
 
@@ -204,15 +213,13 @@ LIMITS: tuple[Limit, ...] = (
           "Use drafter='model' (or 'auto'), or drop assistant_model.",
           lambda f: f.call.assistant is not None and f.config.drafter not in ("model", "auto")),
     Limit(_TWO_DRAFTS, "assistant_model= and draft_model= name two different draft models", Generation,
-          "Pass one of them.", lambda f: f.generate_kwargs.get("draft_model") is not None
-          and f.generate_kwargs.get("assistant_model") not in (None, f.generate_kwargs["draft_model"])),
+          "Pass one of them.", _two_draft_models),
     Limit(_CUSTOM, "custom_generate= names another decoding method", Generation,
           "Pass triforce_config or custom_generate, not both.",
           lambda f: f.generate_kwargs.get("custom_generate") is not None),
     Limit(_STOPS, "stop strings need the tokenizer, and generate() was given none", Generation,
-          "Pass tokenizer=<your tokenizer> to generate().", lambda f: f.generate_kwargs.get("tokenizer") is None
-          and (f.generate_kwargs.get("stop_strings") or f.generate_kwargs["generation_config"].stop_strings)
-          is not None),
+          "Pass tokenizer=<your tokenizer> to generate().",
+          lambda f: _stop_strings(f) is not None and f.generate_kwargs.get("tokenizer") is None),
     Limit(_SAMPLING, "the ranks of this tensor-parallel model start from different random states", Generation,
           "Seed every rank alike before generate(): torch.manual_seed(seed) on every rank.",
           lambda f: random_states_differ(RankConsensus.for_model(f.call.target))),

@@ -44,11 +44,9 @@ class Projection:
         weight = torch.cat([layer.weight.detach() for layer in layers]) if weights != "full" else None
         if weight is None or not int8_kernel_supports(weight):
             return cls(tuple(layers))
-        biases = [
-            layer.weight.new_zeros(layer.weight.shape[0]) if layer.bias is None else layer.bias.detach()
-            for layer in layers
-        ]
-        bias = None if all(layer.bias is None for layer in layers) else torch.cat(biases)
+        bias = None  # one bias for the fused projection where any part has one (zeros for the others)
+        if any(layer.bias is not None for layer in layers):
+            bias = torch.cat([_bias_or_zeros(layer) for layer in layers])
         if weights == "int4" and int4_kernel_supports(weight):
             return cls(tuple(layers), quantize_int4(weight), bias)
         return cls(tuple(layers), quantize_int8(weight), bias)
@@ -59,6 +57,10 @@ class Projection:
             return multiply(x, self.low_bit, self.bias)
         outputs = [linear_forward(layer, x) for layer in self.layers]
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
+
+
+def _bias_or_zeros(layer: torch.nn.Linear) -> torch.Tensor:
+    return layer.weight.new_zeros(layer.weight.shape[0]) if layer.bias is None else layer.bias.detach()
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

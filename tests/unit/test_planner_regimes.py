@@ -367,7 +367,12 @@ def _every_plan(budget: int | str, ranks: tuple[float, ...], seed: int) -> list[
     regime = Regime(_noisy(affine(75.0, 3.6), jitter), _noisy(affine(15.0, 2.0), jitter), 0.2, ranks, 0.3, 0.2, 7168)
     p, plans = _planner(trees=True, tree_budget=budget, gamma2=6), []
     plan_round = p.plan_round
-    p.plan_round = lambda: plans.append(plan_round()) or plans[-1]  # type: ignore[method-assign]
+
+    def recorded() -> Plan:
+        plans.append(plan_round())
+        return plans[-1]
+
+    p.plan_round = recorded  # type: ignore[method-assign]
     simulate(p, regime, rounds=300, seed=seed)
     return plans
 
