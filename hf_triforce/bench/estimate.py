@@ -44,7 +44,7 @@ from .bandwidth import (
     weight_bytes,
 )
 from .gpus import Gpu, resolve_gpu
-from .memory import summaries_bytes, triforce_kv_bytes, view_bytes, views_alive
+from .memory import summaries_bytes, triforce_kv_bytes, view_bytes
 from .shapes import text_config
 
 GPU_TIMED_WEIGHTS = ("full",)
@@ -232,7 +232,7 @@ def level1_copy_bytes(config, weights: str) -> int:
 def memory_terms(config, context: int, dtype_bytes: int, triforce_config: TriForceConfig) -> dict[str, int]:
     """Device memory by term, in bytes: the weights, plain ``generate()``'s KV cache, and what TriForce adds to it
     (its full cache reserves every full layer's ``max_length`` and a sliding layer's window and one round; the chunk
-    summaries of the full layers; the retrieval views alive at once). Level 1's low-bit copy is per kind
+    summaries of the full layers; level 1's retrieval view). Level 1's low-bit copy is per kind
     (:func:`level1_copy_bytes`); activations are not counted here (:mod:`~hf_triforce.bench.memory` estimates the
     peak with them).
 
@@ -246,7 +246,7 @@ def memory_terms(config, context: int, dtype_bytes: int, triforce_config: TriFor
     plain_kv = attended_kv_bytes(config, context, dtype_bytes)
     cache_growth = triforce_kv_bytes(config, context, dtype_bytes, tc) - plain_kv
     summaries = summaries_bytes(config, context, dtype_bytes, tc)
-    views = views_alive(tc) * view_bytes(config, context, dtype_bytes, tc)
+    views = view_bytes(config, context, dtype_bytes, tc)
     weights = weight_bytes(config, dtype_bytes)
     return {
         "weights_bytes": weights,

@@ -38,10 +38,10 @@ generation loop (``generation/loop.py``) reserves ``TriForceConfig.full_cache_ca
 full-attention layer up front (``KVBuffer.reserve`` allocates ``max(size, capacity)`` on the first append and
 doubles only past that, which ``max_length`` rules out), and ``window - 1 + gamma1 + gamma2 + 1`` per sliding
 layer (``SlidingLayer``: never doubled); ``ChunkSummaries._grow`` allocates ``capacity // chunk_size + 1``
-mean keys per full layer and KV head on the first selection; ``Level1Drafter._new_view`` builds a new view of
-``selected + TriForceConfig.view_extra_capacity`` slots while the previous one is still referenced (two views
-alive during a re-selection on the dynamic path; one fixed ``StaticRetrievalView`` of
-``TriForceConfig.view_capacity`` slots on the fixed-shape path).
+mean keys per full layer and KV head on the first selection; level 1 keeps one view, re-selected in its storage:
+``selected + TriForceConfig.view_extra_capacity`` slots on the dynamic path (new storage, the old one dropped
+first, only when a selection outgrows it), a fixed ``StaticRetrievalView`` of ``TriForceConfig.view_capacity``
+slots on the fixed-shape path.
 
 Example:
     >>> from hf_triforce.bench.shapes import preset_config
@@ -293,17 +293,6 @@ def static_view(triforce_config: TriForceConfig) -> bool:
     return triforce_config.cuda_graphs is not False
 
 
-def views_alive(triforce_config: TriForceConfig) -> int:
-    """Retrieval views alive at the peak: 2 on the dynamic path (a re-selection builds the new view before the
-    old one is dropped), 1 for ``cuda_graphs=True``/``"eager"``; ``"auto"`` may fall back to dynamic: 2.
-
-    Example:
-        >>> views_alive(TriForceConfig()), views_alive(TriForceConfig(cuda_graphs=True))
-        (2, 1)
-    """
-    return 1 if triforce_config.cuda_graphs is True or triforce_config.cuda_graphs == "eager" else 2
-
-
 def view_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForceConfig) -> int:
     """Bytes of one retrieval view: ``selected + TriForceConfig.view_extra_capacity`` slots per layer (on the dynamic
     path rounded up to whole chunks).
@@ -394,7 +383,7 @@ def triforce_generate_estimate(
 ) -> MemoryEstimate:
     """Terms of the peak of TriForce ``generate()`` over ``context`` tokens (prompt + new tokens).
 
-    ``kv``, ``summaries`` and ``view`` (:func:`views_alive` views) are exact; ``prefill`` is :func:`prefill_bytes`
+    ``kv``, ``summaries`` and ``view`` (one view) are exact; ``prefill`` is :func:`prefill_bytes`
     for ``triforce_config.prefill_chunk_size`` (the cache is written in place: no regrowth); ``decode`` is
     :func:`_triforce_decode_bytes`; ``draft`` is :func:`draft_bytes` when a draft model's config is given.
 
@@ -412,7 +401,7 @@ def triforce_generate_estimate(
         prefill=prefill_bytes(config, prompt, dtype_bytes, tc.prefill_chunk_size),
         decode=_triforce_decode_bytes(config, context, dtype_bytes, tc),
         summaries=summaries_bytes(config, context, dtype_bytes, tc),
-        view=views_alive(tc) * view_bytes(config, context, dtype_bytes, tc),
+        view=view_bytes(config, context, dtype_bytes, tc),
         draft=0 if draft_config is None else draft_bytes(draft_config, config, dtype_bytes, tc),
     )
 

@@ -33,13 +33,21 @@ def gather_selection(buffer: KVBuffer, source: KVBuffer, indices: torch.Tensor, 
 
 
 class ViewLayer(BufferedLayer):
-    """One layer of a sparse view: the ``S`` tokens gathered at ``indices`` ``[B, H_kv, S]`` (slots of ``source``),
-    then room for more. Its slots are compacted: queries and keys count from 0."""
+    """One layer of a sparse view: the tokens a selection gathered (:meth:`gather`), then room for ``extra_capacity``
+    more until the next selection. Its slots are compacted: queries and keys count from 0."""
 
-    def __init__(
-        self, source: KVBuffer, indices: torch.Tensor, extra_capacity: int, align: int = 1, start: int = 0
-    ) -> None:
-        super().__init__(KVBuffer(indices.shape[-1] + extra_capacity, align))
+    def __init__(self, extra_capacity: int, align: int = 1) -> None:
+        super().__init__(KVBuffer(0, align))
+        self.extra_capacity = extra_capacity
+
+    def gather(self, source: KVBuffer, indices: torch.Tensor, start: int = 0) -> None:
+        """Hold the tokens at ``indices`` ``[B, H_kv, S]`` (slots of ``source``) from slot 0 on, ``start`` the position
+        of slot 0; in the storage held while it has room for them and ``extra_capacity`` more (fresh memory at every
+        selection was slow to fault in on the CPU), else in new storage, the old one dropped first."""
+        wanted = indices.shape[-1] + self.extra_capacity
+        if self.buffer.storage[0] is None or self.buffer.storage[0].shape[-2] < wanted:
+            self.buffer = KVBuffer(wanted, self.buffer.align)
+            self.keys = self.values = None
         self.static_length = gather_selection(self.buffer, source, indices)
         self.lazy_initialization(self.buffer.keys, self.buffer.values)
         self.start = start
@@ -50,6 +58,14 @@ class SlidingViewLayer(ViewLayer):
     is the model's sliding-window mask at true positions (``get_mask_sizes`` answers with the offset ``start``)."""
 
     is_sliding = True
+
+
+def _slots_of(layer: BufferedLayer, indices: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The slots of ``layer`` holding the tokens at ``indices``, and the position of the view's first slot: a sliding
+    layer's view holds its last tokens, contiguous, at their positions; a full layer's, compacted from 0."""
+    if layer.is_sliding:
+        return layer.local(indices), layer.get_seq_length() - indices.shape[-1]
+    return indices, 0
 
 
 class SparseViewMixin:
@@ -109,14 +125,14 @@ class RetrievalView(SparseViewMixin, BufferedCache):
     """
 
     def __init__(self, source, indices: list[torch.Tensor], extra_capacity: int) -> None:
-        layers = []
-        for layer, idx in zip(source.layers, indices, strict=True):
-            if layer.is_sliding:  # its last tokens, contiguous
-                first = layer.get_seq_length() - idx.shape[-1]
-                layers.append(SlidingViewLayer(layer.buffer, layer.local(idx), extra_capacity, start=first))
-            else:  # whole chunks of slots, as the full cache's
-                layers.append(ViewLayer(layer.buffer, idx, extra_capacity, source.chunk_size))
-        super().__init__(layers=layers)
+        kinds = [(SlidingViewLayer, 1) if s.is_sliding else (ViewLayer, source.chunk_size) for s in source.layers]
+        super().__init__(layers=[kind(extra_capacity, align) for kind, align in kinds])
         self.source = source
-        self.source_length = source.get_seq_length()
-        self.capacity = layers[0].buffer.capacity
+        self.refresh(indices)
+
+    def refresh(self, indices: list[torch.Tensor]) -> None:
+        """Select again: the tokens at per-layer ``indices`` ``[B, H_kv, S]``, in the storage the view holds
+        (:meth:`ViewLayer.gather`)."""
+        for view_layer, layer, idx in zip(self.layers, self.source.layers, indices, strict=True):
+            view_layer.gather(layer.buffer, *_slots_of(layer, idx))
+        self.source_length = self.source.get_seq_length()

@@ -10,8 +10,6 @@ import torch
 from ..config import TriForceConfig
 from ..hf.model import kv_shape, layer_windows
 
-VIEWS_ALIVE = 2  # a re-selection builds the new view before the old one is dropped (dynamic path)
-
 
 def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: int, max_length: int) -> str | None:
     """Why ``rows`` offloaded caches of ``max_length`` tokens do not fit host or device memory (with the longest
@@ -23,7 +21,7 @@ def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: in
     device_per_slot = (2 * per_layer if full else 0) + full * per_layer // 2 // config.chunk_size
     round_slots = config.gamma1 + config.gamma2 + 1
     sliding = sum(w - 1 + round_slots for w in windows if w is not None) * per_layer  # SlidingLayer storage
-    views = VIEWS_ALIVE * (config.retrieval_budget + config.view_extra_capacity) * per_layer * len(windows)
+    views = (config.retrieval_budget + config.view_extra_capacity) * per_layer * len(windows)  # one, kept
     limits = {"host memory": (host_available_bytes(), per_token, 0)}
     free = device_free_bytes(next(model.parameters()).device)
     if free is not None:

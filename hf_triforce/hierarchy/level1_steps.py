@@ -71,8 +71,11 @@ class ViewSteps:
         self.view_slots: ViewSlots | None = None
 
     def select(self, indices: list[torch.Tensor]) -> None:
-        """A new view of the tokens at per-layer ``indices`` ``[B, H_kv, S]``."""
-        self.view = self.cache.sparse_view(indices, self.config.view_extra_capacity)
+        """The view of the tokens at per-layer ``indices`` ``[B, H_kv, S]`` (in the last view's storage, if any)."""
+        if self.view is None:
+            self.view = self.cache.sparse_view(indices, self.config.view_extra_capacity)
+        else:
+            self.view.refresh(indices)
         if self.slots is not None:
             self.view_slots = ViewSlots(self.cache.gathered_validity(indices, self.slots), self.slots.valid[:, :0])
 

@@ -63,6 +63,26 @@ def test_a_cache_of_both_kinds_selects_the_window_of_its_sliding_layers():
     assert view.layers[0].buffer.keys[0, 0, :, 0].tolist() == list(range(33, 40))
 
 
+def test_a_view_selected_again_in_its_storage_equals_a_new_view():
+    cache = RetrievalCache(num_layers=2, chunk_size=4, capacity=64, windows=[WINDOW, None], round_slots=4)
+    for i in range(2):
+        cache.update(*states(40), layer_idx=i)
+    view = cache.sparse_view(cache.select([torch.randn(1, 4, 4) for _ in range(2)], 16, 4), extra_capacity=8)
+    storage = [layer.buffer.storage[0].data_ptr() for layer in view.layers]
+    for i in range(2):
+        cache.update(*states(6, 40), layer_idx=i)
+    cache.trim()
+    indices = cache.select([torch.randn(1, 4, 4) for _ in range(2)], 16, 4)
+    view.refresh(indices)
+    fresh = cache.sparse_view(indices, extra_capacity=8)
+    assert [layer.buffer.storage[0].data_ptr() for layer in view.layers] == storage  # no new memory
+    assert view.get_seq_length() == fresh.get_seq_length() == 46
+    for kept, new in zip(view.layers, fresh.layers, strict=True):
+        assert (kept.start, kept.static_length) == (new.start, new.static_length)
+        assert torch.equal(kept.buffer.keys, new.buffer.keys) and torch.equal(kept.buffer.values, new.buffer.values)
+    assert view.layers[0].start == 46 - (WINDOW - 1)  # the sliding layer's window moved with the cache
+
+
 def test_a_view_is_selected_again_once_the_window_moved_past_it():
     cache = RetrievalCache(num_layers=1, chunk_size=4, windows=[WINDOW], round_slots=4)
     cache.update(*states(20), layer_idx=0)
