@@ -70,7 +70,7 @@ class MemoryEstimate:
     """Peak device bytes of one ``generate()`` call, by term.
 
     Exact (allocated) terms: ``weights``; ``kv`` (the full cache); ``summaries`` and ``view`` (TriForce's chunk
-    summaries and all its retrieval views alive at once); ``draft`` (the level-0 model: weights, cache, forward).
+    summaries and its retrieval view); ``draft`` (the level-0 model: weights, cache, forward).
     Estimated (transient) terms: ``prefill`` (alive during the prompt forward(s)) and ``decode`` (alive while
     decoding, beside the summaries and views, which are only allocated after the prefill).
 
@@ -112,7 +112,7 @@ class MemoryEstimate:
 
 
 _LABELS = {"weights": "weights", "draft": "draft model", "kv": "KV cache", "prefill": "prefill activations",
-           "summaries": "chunk summaries", "view": "retrieval views", "decode": "decoding transients",
+           "summaries": "chunk summaries", "view": "retrieval view", "decode": "decoding transients",
            "kept_view": "TriForce view kept from an earlier call"}  # fmt: skip
 
 

@@ -1,5 +1,5 @@
 """Whether an offloaded call fits, checked before any work: the host holds the full-attention layers; the device the
-two layers a forward streams, the chunk means, the retrieval views and the sliding-window layers."""
+two layers a forward streams, the chunk means, the retrieval view and the sliding-window layers."""
 
 from __future__ import annotations
 

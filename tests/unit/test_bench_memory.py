@@ -62,7 +62,7 @@ def test_exact_terms_are_the_hand_computations():
     assert tri.summaries == 32 * ((120000 + 8) // 8 + 1) * 32 * 128 * BF16  # layers x chunks x kv heads x head_dim
     one_view = (4096 + TC.refresh_every + TC.gamma2 + TC.gamma1 + 2) * 2**19  # 4110 slots
     dynamic = 4112 * 2**19  # whole chunks of 8
-    assert view_bytes(l7, 120000, BF16, TC) == dynamic and tri.view == 2 * dynamic  # dynamic path: 2 alive
+    assert view_bytes(l7, 120000, BF16, TC) == dynamic == tri.view  # one view, re-selected in place
     graphs = triforce_generate_estimate(l7, 120000, BF16, TriForceConfig(cuda_graphs=True))
     assert graphs.view == one_view
 
@@ -115,8 +115,8 @@ def test_the_message_suggests_a_prefill_chunk_size_when_the_prefill_overflows():
 
 
 def test_no_prefill_hint_when_decoding_sets_the_peak():
-    cfg, chunked = _cfg("llama2-7b"), TriForceConfig(retrieval_budget=4096, prefill_chunk_size=8192)
-    assert not triforce_generate_estimate(cfg, 120000, BF16, chunked).prefill_bound
+    cfg, chunked = _cfg("llama2-7b"), TriForceConfig(retrieval_budget=8192, prefill_chunk_size=8192)
+    assert not triforce_generate_estimate(cfg, 120000, BF16, chunked).prefill_bound  # and it is the larger estimate
     with pytest.raises(MemoryBudgetError) as caught:
         check_fits(cfg, 120000, BF16, chunked, H100_BYTES, plain_prefill_chunk=8192)
     assert "--prefill-chunk-size" not in str(caught.value)
