@@ -72,7 +72,7 @@ class MemoryEstimate:
     Exact (allocated) terms: ``weights``; ``kv`` (the full cache); ``summaries`` and ``view`` (TriForce's chunk
     summaries and its retrieval view); ``draft`` (the level-0 model: weights, cache, forward).
     Estimated (transient) terms: ``prefill`` (alive during the prompt forward(s)) and ``decode`` (alive while
-    decoding, beside the summaries and views, which are only allocated after the prefill).
+    decoding, beside the summaries and the view, which are only allocated after the prefill).
 
     Example:
         >>> MemoryEstimate(weights=10, kv=20, prefill=5, decode=1, summaries=2).total
