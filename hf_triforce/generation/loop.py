@@ -173,10 +173,7 @@ class TriForceRun:
             raw = self._verify(inputs, self.slots.append(width))
         seconds = time.perf_counter() - start
         kept = []
-        probs = [d.scores.softmax(-1) if self.do_sample and d.scores is not None else None for d in drafts]
-        judged = zip(self.active, drafts, probs, strict=True)  # each row against its [q, V] share of raw
-        cases = [Drafts(row.ids, d.tokens, q, raw[b]) for b, (row, d, q) in enumerate(judged)]
-        verdicts = judge_rows([row.processors for row in self.active], self.do_sample, cases)
+        verdicts = self._judge(drafts, raw)
         for b, (row, draft, (n, token, scores)) in enumerate(zip(self.active, drafts, verdicts, strict=True)):
             tokens = torch.cat([draft.tokens[:n], draft.tokens.new_tensor([token])])
             kept.append(self._append(row, tokens, scores[: n + 1], raw[b, : n + 1], streamer))
@@ -251,6 +248,14 @@ class TriForceRun:
                 input_ids=inputs, position_ids=positions, use_cache=True, logits_to_keep=q, **cache_kwargs(self.cache)
             )
         return out.logits[:, -q:].float()
+
+    def _judge(self, drafts: list[RowDraft], raw: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:
+        """Every active row's verdict on its drafts against its ``[q, V]`` share of ``raw`` ``[B, q, V]``."""
+        rows = []
+        for b, (row, draft) in enumerate(zip(self.active, drafts, strict=True)):
+            q = draft.scores.softmax(-1) if self.do_sample and draft.scores is not None else None
+            rows.append(Drafts(row.ids, draft.tokens, q, raw[b]))
+        return judge_rows([row.processors for row in self.active], self.do_sample, rows)
 
     def _append(self, row: Row, tokens: torch.Tensor, scores: torch.Tensor, raw: torch.Tensor, streamer) -> int:
         """Append ``tokens`` ``[n]`` to ``row`` one at a time, stopping where plain ``generate()`` would; how many."""

@@ -21,7 +21,7 @@ def offload_fit_problem(model: torch.nn.Module, config: TriForceConfig, rows: in
     device_per_slot = (2 * per_layer if full else 0) + full * per_layer // 2 // config.chunk_size
     round_slots = config.gamma1 + config.gamma2 + 1
     sliding = sum(w - 1 + round_slots for w in windows if w is not None) * per_layer  # SlidingLayer storage
-    views = (config.retrieval_budget + config.view_extra_capacity) * per_layer * len(windows)  # one, kept
+    views = (config.retrieval_budget + config.view_extra_capacity) * per_layer * len(windows)  # one, reused
     limits = {"host memory": (host_available_bytes(), per_token, 0)}
     free = device_free_bytes(next(model.parameters()).device)
     if free is not None:

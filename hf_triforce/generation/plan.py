@@ -110,6 +110,15 @@ def _gc(f: Facts) -> Any:
     return f.call.generation
 
 
+def _scored(f: Facts) -> bool:
+    return bool(_gc(f).return_dict_in_generate and (_gc(f).output_scores or _gc(f).output_logits))
+
+
+def _masked_extras(f: Facts) -> bool:
+    """Attention that runs the model's own implementation with a batch's slots as its mask."""
+    return f.model.sliding or f.model.softcap or f.model.sinks
+
+
 def _stops_without_eos(criteria) -> bool:
     """Whether a criterion other than the length limits may stop a row while no EOS criterion pads stopped rows."""
     names = {type(c).__name__ for c in criteria}
@@ -238,14 +247,12 @@ LIMITS: tuple[Limit, ...] = (
           lambda f: f.call.streamer is not None and f.call.rows > 1),
     Limit(_BATCH, "output_scores / output_logits with several rows", Generation,
           "Plain generate() scores the padding of rows that finished early, which TriForce never computes: drop "
-          "output_scores/output_logits or pass one row.", lambda f: f.call.rows > 1
-          and bool(_gc(f).return_dict_in_generate and (_gc(f).output_scores or _gc(f).output_logits))),
+          "output_scores/output_logits or pass one row.", lambda f: f.call.rows > 1 and _scored(f)),
     Limit(_BATCH, "stop strings or stopping criteria without an eos_token_id", Generation,
           "Pass eos_token_id= (plain generate() keeps decoding the rows they stop instead of padding them).",
           lambda f: _stops_without_eos(f.call.stopping_criteria)),
     Limit(_BATCH, "sliding windows, soft-capped logits or learned sinks under an attention that takes no mask tensor",
-          Model, _SDPA, lambda f: f.model.attention not in ("sdpa", "eager")
-          and (f.model.sliding or f.model.softcap or f.model.sinks)),  # the model's own attention, slots as mask
+          Model, _SDPA, lambda f: f.model.attention not in ("sdpa", "eager") and _masked_extras(f)),
     # The full cache in host memory.
     Limit(_OFFLOAD, "the model is dispatched by accelerate (device_map over several devices, or offloaded weights)",
           Model, "Load it on one GPU (device_map='cuda'), or drop offload_kv.", lambda f: f.model.dispatched),
@@ -409,7 +416,7 @@ def plan_call(model: torch.nn.Module, config: TriForceConfig, call: Call) -> Cal
         if asked.get(feature, True):
             refuse(facts, feature)
     facts = dataclasses.replace(facts, level1_steps=_steps(facts, config.cuda_graphs))
-    drafter = config.drafter if config.drafter != "auto" else "model" if call.assistant is not None else "ngram"
+    drafter = _drafter(config, call.assistant)
     draft_steps = "dynamic"
     if drafter == "model":
         draft_steps = _steps(Facts(model_facts(call.assistant), config, call), config.cuda_graphs)
@@ -468,6 +475,12 @@ def _trees(facts: Facts, budget: int | str) -> bool:
         refuse(facts, _TREES)
         return True
     return available(facts, _TREES)
+
+
+def _drafter(config: TriForceConfig, assistant: torch.nn.Module | None) -> Drafter:
+    if config.drafter == "auto":
+        return "model" if assistant is not None else "ngram"
+    return config.drafter
 
 
 def compatibility_markdown() -> str:

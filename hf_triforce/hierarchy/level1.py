@@ -86,17 +86,10 @@ class Level1Drafter:
             with self.stats.phases.measure("level0"):
                 for drafter, row in zip(self.drafters, rows, strict=True):
                     drafter.commit(row.real_ids())
-        if plan.kind != "level0":
-            self._prepare_view()
-            return self._level1_drafts(rows, budgets)
-        drafts = []  # level 0 -> level 2
-        with self.stats.phases.measure("level0"):
-            for drafter, row, budget in zip(self.drafters, rows, budgets, strict=True):
-                start = time.perf_counter()
-                tokens, probs = drafter.propose(row.real_ids(), budget) if budget > 0 else (row.ids[:0], None)
-                self.planner.observe_level0(budget, time.perf_counter() - start)
-                drafts.append(RowDraft(tokens, None if probs is None else probs.log()))
-        return drafts
+        if plan.kind == "level0":
+            return self._level0_drafts(rows, budgets)
+        self._prepare_view()
+        return self._level1_drafts(rows, budgets)
 
     def draft_tree(self, shape: TreeShape, row: Row, budget: int) -> TokenTree:
         """One sequence's token tree for level 2, expanded along ``shape`` with one level-1 forward per depth (a tree
@@ -187,6 +180,18 @@ class Level1Drafter:
         getattr(self.stats, level).record(drafted, accepted)
         if self.row_stats is not None:
             getattr(self.row_stats[b], level).record(drafted, accepted)
+
+    # -- level 0 -> level 2 ----------------------------------------------------------------------------------
+
+    def _level0_drafts(self, rows: list[Row], budgets: list[int]) -> list[RowDraft]:
+        drafts = []
+        with self.stats.phases.measure("level0"):
+            for drafter, row, budget in zip(self.drafters, rows, budgets, strict=True):
+                start = time.perf_counter()
+                tokens, probs = drafter.propose(row.real_ids(), budget) if budget > 0 else (row.ids[:0], None)
+                self.planner.observe_level0(budget, time.perf_counter() - start)
+                drafts.append(RowDraft(tokens, None if probs is None else probs.log()))
+        return drafts
 
     # -- level 1 ---------------------------------------------------------------------------------------------
 
