@@ -133,7 +133,6 @@ class TriForceStats:
             included); ``kv_bytes_to_host``: copied back.
         level1_weights: what level 1 drafted with: ``"full"``, ``"int4"`` or ``"int8"``.
         level1_forward: the forward that ran them: ``"direct"`` or ``"transformers"``.
-        verification_steps: ``"dynamic"``, or one sequence's fixed-shape verifications: ``"graphs"`` or ``"eager"``.
         level0: level-0 drafts judged by level 1 (a :class:`LevelStats`).
         level1: level-1 drafts judged by the full cache (level 2).
         level0_to_level2: level-0 drafts judged by level 2 directly (rounds that skip level 1).
@@ -168,7 +167,6 @@ class TriForceStats:
     kv_bytes_to_host: int = 0
     level1_weights: str = "full"
     level1_forward: str = "transformers"
-    verification_steps: str = "dynamic"
     level0: LevelStats = field(default_factory=LevelStats)
     level1: LevelStats = field(default_factory=LevelStats)
     level0_to_level2: LevelStats = field(default_factory=LevelStats)

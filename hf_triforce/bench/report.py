@@ -180,8 +180,6 @@ def _bandwidth_section(results: dict[str, Any]) -> list[str]:
         "modeled), with this run's level-1 per-token acceptance, and with the acceptance of a real model on real "
         "text (in brackets); the last but one column is the ms per token that real-text acceptance models, and its "
         "fraction of the plain floor (below 1.0: faster than any plain decoding of the model could be). "
-        "A verification marked graphs or eager ran on fixed shapes over the full cache's fixed storage "
-        "(hf_triforce.hierarchy.static_steps.FixedShapeVerification), replayed as CUDA graphs or not. "
         "With random weights (a shape preset) only the latter means anything, and the measured speedup is "
         "that of random-weights drafts.",
         "",
@@ -203,20 +201,13 @@ def _bandwidth_row(r: dict[str, Any], bandwidth: float | None) -> str:
     modeled = modeled_speedups(r)
     real = modeled["real_text_acceptance"]
     real_text = "-" if real is None else f"{real:.2f}x ({r['real_acceptance']['level1']:.3f})"
-    verification = f"{verify_ms:.1f} ({floors[0]}){_fixed_shapes(t)}"
+    verification = f"{verify_ms:.1f} ({floors[0]})"
     modeled_ms = _modeled_ms_per_token(plain_ms, real, floors[0])
     return (
         f"| {r['prompt_tokens']} | {r['temperature']} | {plain_ms:.1f} ({floors[0]}) | {level1_ms:.1f} ({floors[1]}) | "
         f"{verification} | {verify_ms / plain_ms:.2f} | {modeled['this_run_acceptance']:.2f}x | {real_text} | "
         f"{modeled_ms} | {r['speedup']:.2f}x |"
     )
-
-
-def _fixed_shapes(t: dict[str, Any]) -> str:
-    """`` graphs`` or `` eager`` where the call verified on fixed shapes (``TriForceStats.verification_steps``; records
-    from before it have none: dynamic shapes), else nothing."""
-    steps = t.get("verification_steps", "dynamic")
-    return "" if steps == "dynamic" else f" {steps}"
 
 
 def _modeled_ms_per_token(plain_ms: float, speedup: float | None, plain_floor: str) -> str:

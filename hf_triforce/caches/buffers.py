@@ -67,22 +67,6 @@ class KVBuffer:
     def _allocate(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         return like.new_empty(shape)
 
-    def fix_capacity(self) -> None:
-        """Allocate ``capacity`` slots now, zero those past ``length``, and never move the storage again.
-
-        Slot writes (:meth:`index_write`) then keep their addresses, as a replayed CUDA graph needs, and a mask over all
-        of it hides only finite values (``0 * NaN`` would poison attention). Needs a stored token (the layout).
-
-        Example:
-            >>> buf = KVBuffer(capacity=6); _ = buf.append(torch.ones(1, 1, 2, 4), torch.ones(1, 1, 2, 4))
-            >>> buf.fix_capacity(); buf.capacity, buf.storage[0][0, 0, :, 0].tolist()
-            (6, [1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
-        """
-        self.reserve(self.capacity, self.like())
-        self._k[:, :, self.length :].zero_()
-        self._v[:, :, self.length :].zero_()
-        self.capacity = self._k.shape[-2]
-
     @property
     def storage(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The whole ``[B, H, allocated, D]`` key and value storage, written or not."""

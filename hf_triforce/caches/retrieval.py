@@ -22,29 +22,18 @@ from .selection import (
 )
 from .sliding import SlidingLayer
 from .slots import SlotMask, gathered_validity
-from .static_buffer import StepSlots
 from .summaries import ChunkSummaries
 from .view import RetrievalView
 
 
 class RetrievalLayer(BufferedLayer):
     """One layer of the full cache; its chunk means live in the cache's
-    :class:`~hf_triforce.caches.summaries.ChunkSummaries`.
-
-    After :meth:`RetrievalCache.fix_capacity`, a forward while the shared ``slots`` hold a step's slots writes there and
-    attends over the whole fixed storage.
-    """
+    :class:`~hf_triforce.caches.summaries.ChunkSummaries`."""
 
     def __init__(self, capacity: int = 0, chunk_size: int = 8, buffer: KVBuffer | None = None) -> None:
         super().__init__(KVBuffer(capacity, align=chunk_size) if buffer is None else buffer)
         self.chunk_size = chunk_size
-        self.slots: StepSlots | None = None
         self.share_summaries(ChunkSummaries([self], chunk_size), 0)
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if self.slots is None or self.slots.positions is None:
-            return super().update(key_states, value_states, *args, **kwargs)
-        return self.buffer.index_write(self.slots.positions, key_states, value_states)
 
     def load(self, key_states: torch.Tensor, value_states: torch.Tensor, length: int) -> None:
         """Start from a caller's ``[B, H_kv, length, D]`` keys and values."""
@@ -309,31 +298,6 @@ class RetrievalCache(BufferedCache):
         if rescore_candidates:
             scores = rescore(scores, query, layer.buffer, *layout, rescore_candidates)
         return scores
-
-    def fix_capacity(self) -> StepSlots:
-        """Prepare every layer for fixed-shape forwards (a CUDA-graph verification); returns their shared slots.
-
-        Storage fixed at ``capacity`` (:meth:`KVBuffer.fix_capacity`); while the returned
-        :class:`~hf_triforce.caches.static_buffer.StepSlots` hold a step's slots, a forward writes there. After the
-        prefill; not for an offloaded cache.
-
-        Example:
-            >>> cache = RetrievalCache(num_layers=1, chunk_size=8, capacity=16)
-            >>> _ = cache.update(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4), layer_idx=0)
-            >>> slots = cache.fix_capacity(); slots.positions = torch.tensor([5, 6])
-            >>> keys, _ = cache.update(torch.randn(1, 2, 2, 4), torch.randn(1, 2, 2, 4), layer_idx=0)
-            >>> keys.shape, cache.get_seq_length()  # the whole storage; the length moves when the step is counted
-            (torch.Size([1, 2, 16, 4]), 5)
-        """
-        if self.transfers is not None:
-            raise InternalError("An offloaded full cache streams its layers to the device: it has no fixed storage.")
-        if any(layer.is_sliding for layer in self.layers):
-            raise InternalError("A sliding layer's storage moves as its window does: it has no fixed storage.")
-        slots = StepSlots()
-        for layer in self.layers:
-            layer.buffer.fix_capacity()
-            layer.slots = slots
-        return slots
 
     def keep_path(self, start: int, nodes: torch.Tensor) -> None:
         """Of the slots from ``start`` on (a verified token tree), keep those at offsets ``nodes`` ``[n]`` (the accepted

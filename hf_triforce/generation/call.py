@@ -62,7 +62,6 @@ def triforce_decode(
     call = Call(input_ids, generation_config, model_kwargs, streamer, stopping_criteria, assistant_model, model)
     plan = plan_call(model, triforce_config, call)
     stats = TriForceStats(level1_weights=plan.level1_weights, level1_forward=plan.level1_forward)
-    stats.verification_steps = plan.verification
     with stats.phases.measure("reuse"):
         start = start_cache(
             model, triforce_config, input_ids, generation_config.max_length, callers_cache(model_kwargs), plan.batched

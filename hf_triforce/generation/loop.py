@@ -25,7 +25,7 @@ from ..hf.versions import cache_kwargs
 from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, Row, RowDraft, padded_tokens
 from ..hierarchy.judge import Drafts, judge_rows, node_scores
 from ..hierarchy.planner import Plan
-from ..hierarchy.static_steps import FixedShapeVerification, RunnerSlot
+from ..hierarchy.static_steps import RunnerSlot
 from ..sampling import verify_tree
 from ..stats import TriForceStats
 from .plan import CallPlan
@@ -88,7 +88,6 @@ class TriForceRun:
             model, cache, self.slots, config, plan, self.do_sample, drafters, self.stats, self.stats.rows or None,
             eos_token_ids(gc), runner_slot=runner_slot,
         )  # fmt: skip
-        self.fixed: FixedShapeVerification | None = None  # made at the first verification (after the prefill)
 
     def _row(self, b: int, ids: torch.Tensor, mask: torch.Tensor, logits_processor: LogitsProcessorList) -> Row:
         if not self.batched:
@@ -234,10 +233,6 @@ class TriForceRun:
         """Full-cache forward of ``inputs`` ``[B, q]`` at ``positions`` ``[B, q]`` (a tree: with ``visibility``
         ``[q, q]``); float32 logits ``[B, q, V]``, queries in :attr:`capture`."""
         q = inputs.shape[1]
-        if self.plan.verification != "dynamic" and visibility is None:
-            if self.fixed is None:  # made at first use: after the prefill, whose storage it fixes
-                self.fixed = FixedShapeVerification(self.model, self.cache, self.capture, self.plan, self.config)
-            return self.fixed.logits(inputs[0])[None]
         with contextlib.ExitStack() as stack:
             stack.enter_context(capturing_queries(self.model, self.capture, q))
             if visibility is not None:  # a token tree: each node sees the cache and its ancestors

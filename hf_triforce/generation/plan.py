@@ -160,7 +160,6 @@ _OFFLOAD = "offload_kv=True"
 _DRAFT_MODEL = "drafter='model'"
 _REUSE = "Starting from the cache passed to generate()"
 _DIRECT = "Level 1's direct forward (chosen automatically)"
-_FIXED_VERIFY = "Fixed-shape verification (with fixed-shape steps)"
 _MODEL = "TriForce on this model"
 _SAMPLING = "Sampling"
 _TWO_DRAFTS = "draft_model="
@@ -307,12 +306,6 @@ LIMITS: tuple[Limit, ...] = (
     Limit(_DIRECT, "rows carry padding or holes (it serves one unpadded sequence)", Generation, "",
           lambda f: f.call.batched),
     Limit(_DIRECT, "its layers are not a layout it runs", Model, "", lambda f: f.model.direct_layout),
-    Limit(_FIXED_VERIFY, "a batch (padding and holes are masked per slot)", Generation, "",
-          lambda f: f.call.batched),
-    Limit(_FIXED_VERIFY, "offload_kv=True (the full cache streams from host memory)", Generation, "",
-          lambda f: f.config.offload_kv),
-    Limit(_FIXED_VERIFY, "sliding-window layers (the fixed mask is plain causal)", Model, "",
-          lambda f: f.model.sliding),
 )
 # fmt: on
 """The capability table: every refusal of a TriForce call, and every reason an automatic choice takes another form."""
@@ -323,7 +316,6 @@ FALLBACKS = {
     _INT4: "level1_weights='auto' tries int8, then the target's own weights",
     _TREES: "tree_budget='auto' drafts chains",
     _DIRECT: "level 1 runs transformers' forward",
-    _FIXED_VERIFY: "the verification runs dynamic shapes (just as exact)",
 }
 """What an ``"auto"`` option (or an automatic choice) does where :data:`LIMITS` blocks the feature."""
 
@@ -341,7 +333,6 @@ class CallPlan:
         level1_weights: ``"full"``, ``"int8"`` or ``"int4"``.
         draft_steps: the draft model's steps (``"dynamic"`` without one).
         trees: level 1 may draft token trees (``tree_budget``).
-        verification: the full-cache verification: ``"dynamic"``, or fixed shapes (``"eager"``, ``"graphs"``).
         offload: the full cache lives in host memory.
         strict_graphs: ``cuda_graphs=True``: a failed graph capture raises instead of running eagerly.
         tensor_parallel: the model is sharded over ranks (rank 0's adaptive decisions are broadcast).
@@ -355,7 +346,6 @@ class CallPlan:
     level1_weights: Literal["full", "int8", "int4"]
     draft_steps: StepMode
     trees: bool
-    verification: StepMode
     offload: bool
     strict_graphs: bool
     tensor_parallel: bool
@@ -407,7 +397,7 @@ def plan_call(model: torch.nn.Module, config: TriForceConfig, call: Call) -> Cal
 
     Example:
         >>> plan = plan_call(model, TriForceConfig(), call)  # doctest: +SKIP
-        >>> plan.level1_forward, plan.level1_weights, plan.verification  # a Llama on the CPU  # doctest: +SKIP
+        >>> plan.level1_forward, plan.level1_weights, plan.level1_steps  # a Llama on the CPU  # doctest: +SKIP
         ('direct', 'int4', 'dynamic')
     """
     facts = Facts(model_facts(model), config, call)
@@ -430,9 +420,6 @@ def plan_call(model: torch.nn.Module, config: TriForceConfig, call: Call) -> Cal
         level1_weights=_weights(facts, config.level1_weights, direct),
         draft_steps=draft_steps,
         trees=_trees(facts, config.tree_budget),
-        verification=facts.level1_steps
-        if facts.level1_steps != "dynamic" and available(facts, _FIXED_VERIFY)
-        else "dynamic",
         offload=config.offload_kv,
         strict_graphs=config.cuda_graphs is True,
         tensor_parallel=facts.model.tensor_parallel,
@@ -497,9 +484,5 @@ def compatibility_markdown() -> str:
         fault = "-" if not limit.instead else f"`{limit.fault.__name__}`"
         lines.append(f"| {limit.feature} | {limit.why} | {fault} | {instead.replace('|', '/')} |")
     auto = ["", 'Where an `"auto"` option meets a limit above, the call takes another form instead of raising:', ""]
-    auto += [
-        f"- {feature}: {fallback}."
-        for feature, fallback in FALLBACKS.items()
-        if feature not in (_DIRECT, _FIXED_VERIFY)
-    ]
+    auto += [f"- {feature}: {fallback}." for feature, fallback in FALLBACKS.items() if feature != _DIRECT]
     return "\n".join(lines + auto) + "\n"

@@ -29,8 +29,6 @@ _CAPTURE_PREFIX = "hf_triforce_capture_"
 _ACTIVE_CAPTURE: contextvars.ContextVar[QueryCapture | None] = contextvars.ContextVar("triforce_capture", default=None)
 _ACTIVE_SLOTS: contextvars.ContextVar[Any] = contextvars.ContextVar("triforce_slots", default=None)
 _ACTIVE_TREE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("triforce_tree", default=None)
-_ACTIVE_LENGTH: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("triforce_length", default=None)
-"""The fixed-capacity cache's visible length, ``[1]`` long on the device."""
 
 
 class QueryCapture:
@@ -86,9 +84,8 @@ def _make_capturing_attention(base: str) -> Callable:
         slots = _ACTIVE_SLOTS.get()
         if slots is not None:  # a batch: padding and holes come from the slots, not transformers' mask
             return _slot_attention(base, slots, module, query, key, value, **kwargs)
-        length = _ACTIVE_LENGTH.get()
-        if _use_split_kv(base, query, key, attention_mask, kwargs, length is not None):
-            out = verify_attention(query, key, value, kwargs.get("scaling"), length)
+        if _use_split_kv(base, query, key, attention_mask, kwargs):
+            out = verify_attention(query, key, value, kwargs.get("scaling"))
             return out.transpose(1, 2).contiguous(), None
         if _use_grouped_sdpa(base, query, key, attention_mask, kwargs):
             return gqa_sdpa_attention(module, query, key, value, attention_mask, **kwargs)
@@ -162,15 +159,12 @@ def _use_grouped_sdpa(base: str, query: torch.Tensor, key: torch.Tensor, mask, k
     return base == "sdpa" and plain and grouped and on_cpu and mask is not None and query.shape[2] > 1
 
 
-def _use_split_kv(
-    base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any], fixed: bool = False
-) -> bool:
+def _use_split_kv(base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any]) -> bool:
     """Route to the split-KV kernel on CUDA: only TriForce's own forwards get here (batch 1, no padding, new keys last:
-    the mask is bottom-right causal). ``fixed``: the kernel reads the visible length on the device (one-token steps
-    too: without the mask, only it knows where the cache ends)."""
+    the mask is bottom-right causal)."""
     plain = _plain_attention(kwargs) and kwargs.get("sliding_window") is None and query.shape[0] == 1
     rows = query.shape[2] * query.shape[1] // key.shape[1]  # a verification's few tokens, not a prefill chunk
-    multi = mask is not None and (query.shape[2] > 1 or fixed) and rows <= MAX_ROWS
+    multi = mask is not None and query.shape[2] > 1 and rows <= MAX_ROWS
     return base == "sdpa" and plain and multi and triton_enabled(query, key)
 
 
@@ -235,14 +229,6 @@ def tree_attention(model: torch.nn.Module, rows: torch.Tensor) -> Routing:
         ...     model(input_ids=ids, position_ids=torch.tensor([[9, 10, 10]]), past_key_values=cache)
     """
     return _routed(model, _ACTIVE_TREE, rows)
-
-
-def fixed_capacity_attention(model: torch.nn.Module, length: torch.Tensor) -> Routing:
-    """Within the block, the forwards attend over a fixed-capacity cache's first ``length`` (``[1]``, device) slots.
-
-    On CUDA with Triton the split-KV kernel reads ``length`` on the device (no host read: a CUDA graph can hold it).
-    """
-    return _routed(model, _ACTIVE_LENGTH, length)
 
 
 def view_attention(model: torch.nn.Module) -> contextlib.AbstractContextManager:

@@ -1,5 +1,4 @@
-"""Static-shape decoding steps (level 1 over the retrieval view, level 0 over the draft cache, level 2's verification of
-one sequence over the full cache's fixed storage) and CUDA graphs.
+"""Static-shape decoding steps (level 1 over the retrieval view, level 0 over the draft cache) and CUDA graphs.
 
 A :class:`StaticStepRunner` runs a model over a fixed-capacity cache with static input buffers per query width. On
 CUDA it captures one graph per graphed width (one shared memory pool) and replays it; otherwise the same static
@@ -23,15 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Literal, Protocol
 
 import torch
 from transformers import Cache
 
-from ..caches.retrieval import RetrievalCache
 from ..errors import InternalError, UnsupportedModelError
-from ..hf.attention import QueryCapture, capturing_queries, fixed_capacity_attention, slot_attention
+from ..hf.attention import slot_attention
 from ..hf.masks import MaskKind, mask_kind
 from ..hf.versions import cache_kwargs
 
@@ -104,7 +102,6 @@ class StaticStepRunner:
         logits_to_keep: int = 0,
         strict: bool = False,
         slot_validity: Any = None,
-        forward_context: Callable[[torch.Tensor], contextlib.AbstractContextManager] | None = None,
     ) -> None:
         kind = mask_kind(model)
         if kind is None:  # the call's plan never asks for fixed shapes then
@@ -123,7 +120,7 @@ class StaticStepRunner:
         self._pool = None
         self._stream: torch.cuda.Stream | None = None
         self.counts = {"eager": 0, "replay": 0, "capture": 0}
-        self.slot_validity, self.forward_context = slot_validity, forward_context
+        self.slot_validity = slot_validity
 
     @property
     def visible_length(self) -> int:
@@ -158,8 +155,6 @@ class StaticStepRunner:
             if self.slot_validity is not None:
                 self.slot_validity.query_slots = inputs.slots
                 stack.enter_context(slot_attention(self.model, self.slot_validity))
-            if self.forward_context is not None:
-                stack.enter_context(self.forward_context(inputs.slots))
             out = self.model(
                 input_ids=inputs.ids,
                 position_ids=inputs.positions,
@@ -203,45 +198,6 @@ class StaticStepRunner:
         self._pool = graph.pool()
         self._graphs[q] = (graph, output)
         self.counts["capture"] += 1
-
-
-class FixedShapeVerification:
-    """Full-cache verification forwards of one unpadded sequence over the prefilled ``cache``'s fixed storage, its
-    queries left in ``capture``; every width a round can verify runs as a CUDA graph where ``plan.verification`` is
-    ``"graphs"`` (``plan.strict_graphs``: raise if one fails). No sliding-window layer: the mask is causal."""
-
-    def __init__(self, model: torch.nn.Module, cache: RetrievalCache, capture: QueryCapture, plan, config) -> None:
-        self.model, self.capture = model, capture
-        self.slots = cache.fix_capacity()
-        widths = range(1, config.gamma1 + config.gamma2 + 2)  # gamma2 drafts, or gamma1 + gamma2, and the token before
-        graphs, strict = plan.verification == "graphs", plan.strict_graphs
-        self.runner = StaticStepRunner(
-            model, cache, widths, use_graphs=graphs, strict=strict, forward_context=self._inside_forward
-        )
-        self._graph_queries: dict[int, dict[int, torch.Tensor]] = {}
-
-    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Forward ``tokens`` ``[q]`` (the last accepted token, then the drafts) into the next ``q`` slots; float32
-        logits ``[q, V]``."""
-        before = dict(self.runner.counts)
-        try:
-            logits = self.runner.step(tokens, self.runner.visible_length)
-        finally:
-            self.slots.positions = None  # forwards outside a step (a later call's prefill) append again
-        counts, q = self.runner.counts, tokens.shape[0]  # a replay runs no Python: the capture gets the graph's queries
-        if counts["capture"] > before["capture"]:  # kept referenced: the graph's pool never hands their memory on
-            self._graph_queries[q] = dict(self.capture.queries)
-        if counts["replay"] > before["replay"]:
-            self.capture.keep = q
-            self.capture.queries = {i: t.clone() for i, t in self._graph_queries[q].items()}
-        return logits
-
-    def _inside_forward(self, slots: torch.Tensor) -> contextlib.ExitStack:
-        """What the (captured) forward runs inside: the query capture, and the cache's length on the device."""
-        stack = contextlib.ExitStack()
-        stack.enter_context(capturing_queries(self.model, self.capture, slots.shape[0]))
-        stack.enter_context(fixed_capacity_attention(self.model, slots[-1:] + 1))
-        return stack
 
 
 class RunnerSlot(Protocol):

@@ -23,7 +23,7 @@ def _add(a, b):
 
 
 def split_kv_kernel(
-    q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr, kv_len_ptr,
+    q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr,
     kv_heads, q_len, kv_len, head_dim, split_len, scale,
     stride_qb, stride_qh, stride_qq, stride_qd,
     stride_kb, stride_kh, stride_kl, stride_kd,
@@ -31,18 +31,14 @@ def split_kv_kernel(
     stride_ab, stride_ah, stride_as, stride_am,
     stride_mb, stride_mh, stride_ms,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr, LENGTH_FROM_DEVICE: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
     """One program: KV head ``(b, h)``, keys ``[pid_s * split_len, +split_len)``, every query row of its group.
 
     Row ``r = g * q_len + i`` is query token ``i`` of head ``h * GROUP + g``, causal bottom-right (keys
     ``0 .. kv_len - q_len + i``). Writes the split's unnormalized ``acc`` ``[BLOCK_M, D]``, max ``m`` and sum ``l``
     (float32) for the caller's merge. Dots in ``PRECISION`` (``tf32`` covers a half-precision mantissa).
-    ``LENGTH_FROM_DEVICE``: ``kv_len`` is read from ``kv_len_ptr`` (for a replayed CUDA graph); splits past it load
-    nothing (``m = -inf``, weight 0).
     """
-    if LENGTH_FROM_DEVICE:
-        kv_len = tl.load(kv_len_ptr)
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
     b = (pid_bh // kv_heads).to(tl.int64)

@@ -64,19 +64,15 @@ def _packed_gqa(
     return out.reshape(b, h_q, q_len, value.shape[-1]).transpose(1, 2).contiguous()
 
 
-def _bottom_right_causal(
-    q_len: int, kv_len: int | torch.Tensor, device: torch.device, capacity: int | None = None
-) -> torch.Tensor:
-    """``[1, 1, q, capacity]`` bool mask: query ``i`` sees keys ``0 .. kv_len - q + i`` (``capacity`` defaults to
-    ``kv_len``; a ``[1]`` tensor ``kv_len`` is read on the device).
+def _bottom_right_causal(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
+    """``[1, 1, q, kv_len]`` bool mask: query ``i`` sees keys ``0 .. kv_len - q + i``.
 
     Example:
-        >>> _bottom_right_causal(2, torch.tensor([3]), torch.device("cpu"), 5)[0, 0].int().tolist()
-        [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]
+        >>> _bottom_right_causal(2, 3, torch.device("cpu"))[0, 0].int().tolist()
+        [[1, 1, 0], [1, 1, 1]]
     """
     rows = torch.arange(q_len, device=device)[:, None] + (kv_len - q_len)
-    keys = torch.arange(kv_len if capacity is None else capacity, device=device)
-    return (keys[None, :] <= rows)[None, None]
+    return (torch.arange(kv_len, device=device)[None, :] <= rows)[None, None]
 
 
 def slot_attention_mask(

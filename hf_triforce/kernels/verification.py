@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import InvalidInputError
-from .attention import _bottom_right_causal, gqa_sdpa_attention
+from .attention import gqa_sdpa_attention
 from .dispatch import check_device, interpreting, triton_enabled
 from .guard import first_launch_guard
 
@@ -19,50 +19,41 @@ def verify_attention(
     key: torch.Tensor,
     value: torch.Tensor,
     scale: float | None = None,
-    kv_len: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Bottom-right causal attention of ``q`` new tokens over ``L`` cached keys, GQA heads unexpanded.
 
     ``query`` ``[B, H_q, q, D]`` (post-RoPE), ``key``/``value`` ``[B, H_kv, L, D]`` (``L >= q``, the queries' own keys
-    last); ``kv_len``: a ``[1]`` long tensor on the keys' device, the first ``kv_len`` slots being the cache (``None``:
-    all ``L``). Returns ``[B, H_q, q, D]`` in ``query.dtype``.
+    last). Returns ``[B, H_q, q, D]`` in ``query.dtype``.
 
     Example:
         >>> q, k = torch.randn(1, 4, 3, 16), torch.randn(1, 2, 40, 16)
         >>> verify_attention(q, k, k).shape
         torch.Size([1, 4, 3, 16])
-        >>> prefix = k[:, :, :30]  # a 40-slot storage holding 30 tokens
-        >>> split = verify_attention(q, k, k, kv_len=torch.tensor([30]))  # float32 sums in another order
-        >>> torch.allclose(split, verify_attention(q, prefix, prefix), atol=1e-6)
-        True
     """
-    args = (query, key, value, scale, kv_len)
+    args = (query, key, value, scale)
     if triton_enabled(query, key, value):
         return first_launch_guard("verify_attention", verify_attention_triton, verify_attention_reference, *args)
     return verify_attention_reference(*args)
 
 
 def verify_attention_reference(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None,
-    kv_len: torch.Tensor | None = None,
-) -> torch.Tensor:  # fmt: skip
-    """The pure-torch reference of :func:`verify_attention`: SDPA with an explicit mask built on the device."""
-    mask = None if kv_len is None else _bottom_right_causal(query.shape[2], kv_len, kv_len.device, key.shape[2])
-    return gqa_sdpa_attention(None, query, key, value, mask, scaling=scale)[0].transpose(1, 2)
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
+    """The pure-torch reference of :func:`verify_attention`: grouped SDPA, bottom-right causal."""
+    return gqa_sdpa_attention(None, query, key, value, None, scaling=scale)[0].transpose(1, 2)
 
 
 def verify_attention_triton(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None,
-    kv_len: torch.Tensor | None = None, splits: int | None = None,
-) -> torch.Tensor:  # fmt: skip
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None, splits: int | None = None
+) -> torch.Tensor:
     """:func:`verify_attention` as one split-KV Triton launch and a log-sum-exp merge.
 
-    ``splits`` key ranges (default: about two programs per multiprocessor) are sized over all ``L`` slots; with
-    ``kv_len``, those past it do nothing. CUDA tensors, or CPU under ``TRITON_INTERPRET=1``.
+    ``splits`` key ranges (default: about two programs per multiprocessor) over all ``L`` keys. CUDA tensors, or CPU
+    under ``TRITON_INTERPRET=1``.
     """
     import triton
 
-    b, hq, q_len, d = _check_inputs(query, key, value, kv_len)
+    b, hq, q_len, d = _check_inputs(query, key, value)
     hkv, capacity = key.shape[1], key.shape[2]
     group = hq // hkv
     block_m, block_d = max(16, triton.next_power_of_2(group * q_len)), max(16, triton.next_power_of_2(d))
@@ -71,12 +62,10 @@ def verify_attention_triton(
     acc = torch.empty(b, hkv, n_splits, block_m, d, dtype=torch.float32, device=query.device)
     m, s = (torch.empty(b, hkv, n_splits, block_m, dtype=torch.float32, device=query.device) for _ in range(2))
     precision = "ieee" if query.dtype == torch.float32 else "tf32"
-    length = m if kv_len is None else kv_len  # a pointer the kernel reads only when told to
     _launch()[(b * hkv, n_splits)](
-        query, key, value, acc, m, s, length, hkv, q_len, capacity, d, split_len, scale or d**-0.5,
+        query, key, value, acc, m, s, hkv, q_len, capacity, d, split_len, scale or d**-0.5,
         *query.stride(), *key.stride(), *value.stride(), *acc.stride()[:4], *m.stride()[:3],
         GROUP=group, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_D=block_d, PRECISION=precision,
-        LENGTH_FROM_DEVICE=kv_len is not None,
     )  # fmt: skip
     return merge_splits(acc, m, s, group, q_len).to(query.dtype)
 
@@ -98,9 +87,7 @@ def _default_splits(programs: int, kv_len: int, like: torch.Tensor) -> int:
     return max(1, min(-(-kv_len // BLOCK_N), -(-2 * sms // programs)))
 
 
-def _check_inputs(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_len: torch.Tensor | None = None
-) -> tuple[int, int, int, int]:
+def _check_inputs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[int, int, int, int]:
     if query.dim() == 4 and key.dim() == 4 and query.shape[1] * query.shape[2] > MAX_ROWS * key.shape[1]:
         raise InvalidInputError(
             f"verify_attention_triton takes at most {MAX_ROWS} query rows per KV head (tokens x group)."
@@ -112,10 +99,6 @@ def _check_inputs(
     b, hq, q_len, d = query.shape
     if key.shape[0] != b or key.shape[3] != d or hq % key.shape[1] or not 0 < q_len <= key.shape[2]:
         raise InvalidInputError(f"incompatible query {tuple(query.shape)} and key {tuple(key.shape)}.")
-    if kv_len is not None and (kv_len.numel() != 1 or kv_len.dtype != torch.long or kv_len.device != key.device):
-        raise InvalidInputError(
-            f"kv_len must be one int64 on the keys' device, got {tuple(kv_len.shape)} {kv_len.dtype}."
-        )
     check_device("verify_attention_triton", query, key, value)
     return b, hq, q_len, d
 

@@ -97,15 +97,13 @@ def test_graphs_on_and_off_give_identical_greedy_output(model_factory, make_prom
         levels[mode] = stats.to_dict()["levels"]
         assert torch.equal(outputs[mode], plain), f"cuda_graphs={mode!r} differs from plain generate()"
         assert levels[mode]["level1"]["drafted"] > 0, levels[mode]
-        assert stats.verification_steps == {True: "graphs", "eager": "eager", False: "dynamic"}[mode]
     # Replay and eager static steps run the same kernels on the same buffers: the same drafts, and the very same
-    # verification logits (the fixed-shape verification replayed as a graph per width, or run eagerly).
+    # verification logits (the verification runs dynamic shapes either way).
     assert levels[True] == levels["eager"]
     assert torch.equal(verified[True], verified["eager"])
     graphed = [r for r in runners if r.use_graphs]
     assert graphed and all(r.counts["replay"] > 0 for r in graphed)
-    verification = [r for r in graphed if isinstance(r.cache, RetrievalCache)]
-    assert len(verification) == 1 and len(graphed) == (2 if drafter == "model" else 1) + 1
+    assert len(graphed) == (2 if drafter == "model" else 1)
 
 
 @pytest.mark.parametrize("drafter", ["none", "model"])

@@ -13,7 +13,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import hf_triforce
 import hf_triforce.hf.attention as integration
 import hf_triforce.kernels.verification as kv
 from hf_triforce import TriForceConfig
@@ -31,7 +30,7 @@ def test_verification_and_view_masks_are_bottom_right_causal(zoo, make_prompt, m
                                                              family, drafter, transformers_level1):  # fmt: skip
     seen = []
 
-    def spy(base, query, key, mask, kwargs, fixed=False):
+    def spy(base, query, key, mask, kwargs):
         seen.append((query.shape[2], key.shape[2], mask))
         return False
 
@@ -81,29 +80,3 @@ def test_triforce_through_the_split_kv_kernel(model_factory, make_prompt, monkey
     assert CFG["gamma2"] + 1 in launches and min(launches) > 1, calls
     assert (chunk in launches) == (chunk * group <= MAX_ROWS), calls  # GQA: 80 x 2 rows stay on sdpa
     assert any(keys < 100 for _, keys in calls), "level-1 steps over the view should use the kernel too"
-
-
-@pytest.mark.parametrize("family", ["llama_gqa", "llama_mha"])
-def test_fixed_shape_verification_through_the_split_kv_kernel(model_factory, make_prompt, monkeypatch,
-                                                              assert_greedy_equal, family):  # fmt: skip
-    """``cuda_graphs="eager"`` with the kernel forced (Triton's interpreter): every verification forward attends over
-    the full cache's whole fixed storage with the length read from a device tensor, never
-    the mask; greedy output identical to plain generate()."""
-    _force_the_kernel(monkeypatch)
-    calls = []
-    kernel = kv.verify_attention_triton
-
-    def counted(query, key, value, scale=None, kv_len=None, **kwargs):
-        calls.append((query.shape[2], key.shape[2], None if kv_len is None else int(kv_len)))
-        return kernel(query, key, value, scale, kv_len, **kwargs)
-
-    monkeypatch.setattr(kv, "verify_attention_triton", counted)
-    model = model_factory(family, seed=12)
-    cfg = TriForceConfig(drafter="none", cuda_graphs="eager", **CFG)
-    assert_greedy_equal(model, make_prompt(100, seed=9), cfg, 12)
-    assert hf_triforce.last_stats(model).verification_steps == "eager"
-    capacity = cfg.full_cache_capacity(100 + 12)
-    fixed = [(q, length) for q, keys, length in calls if keys == capacity]
-    assert fixed and all(length is not None and 100 < length <= 100 + 12 + CFG["gamma2"] for _, length in fixed)
-    assert len({length for _, length in fixed}) > 1, "the length should move from one verification to the next"
-    assert all(length is None for _, keys, length in calls if keys != capacity)  # the dynamic forwards

@@ -52,14 +52,14 @@ def test_greedy_identical_and_retrieval_accepted(model_and_ids, plain_output, dr
 
 
 def test_greedy_identical_on_fixed_shapes(model_and_ids, plain_output):
-    """``cuda_graphs="eager"``: level 1's static steps and every full-cache verification over the full cache's fixed
-    storage (the forwards a GPU replays as CUDA graphs): plain greedy output, the same acceptance bar."""
+    """``cuda_graphs="eager"``: level 1's static steps (the forwards a GPU replays as CUDA graphs): plain greedy
+    output, the same acceptance bar."""
     model, ids = model_and_ids
     config = TriForceConfig(retrieval_budget=BUDGET, drafter="none", cuda_graphs="eager")
     out = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, triforce_config=config)
     assert torch.equal(out, plain_output)
     stats = hf_triforce.last_stats(model)
-    assert stats.verification_steps == "eager" and stats.target_forwards > 1
+    assert stats.target_forwards > 1
     assert stats.level1.acceptance_rate >= 0.8, stats.to_dict()
 
 
@@ -86,8 +86,8 @@ def _chat(model, tokenizer, turns: list[str], **extra) -> Chat:
 @pytest.mark.parametrize("cuda_graphs", [False, "eager"])
 def test_multi_turn_chat_reuses_the_returned_cache(smollm2, cuda_graphs):
     """Turn 2 passes turn 1's returned cache with the re-rendered conversation: the same text as plain generate()
-    doing the same, and only the new message is prefilled. ``"eager"``: both turns verify on fixed shapes, turn 2
-    over the storage turn 1 fixed, grown for turn 2."""
+    doing the same, and only the new message is prefilled. ``"eager"``: both turns draft on fixed-shape level-1
+    steps."""
     model, tokenizer = smollm2
     document = tokenizer.decode(tokenizer(python_reference_text()[:6000]).input_ids[:700])
     turns = [f"{document}\n\nUsing only the document above: what is a lexical analyzer?", "Say it in five words."]
@@ -96,7 +96,6 @@ def test_multi_turn_chat_reuses_the_returned_cache(smollm2, cuda_graphs):
         config = TriForceConfig(retrieval_budget=128, cuda_graphs=cuda_graphs)
         fast = _chat(model, tokenizer, turns, triforce_config=config)
         reused = hf_triforce.last_stats(model).reused_tokens
-        verification = hf_triforce.last_stats(model).verification_steps
         speculated = hf_triforce.last_stats(model).level1.drafted  # turn 2 speculated, from the reused cache
         plain = _chat(model, tokenizer, turns)
     finally:
@@ -104,5 +103,5 @@ def test_multi_turn_chat_reuses_the_returned_cache(smollm2, cuda_graphs):
     assert fast.messages == plain.messages and torch.equal(fast.sequences, plain.sequences)
     assert fast.prefilled == plain.prefilled and fast.prefilled[1] < 60 < fast.prompts[1]
     assert reused == fast.prompts[1] - fast.prefilled[1]
-    assert speculated > 0 and verification == ("eager" if cuda_graphs else "dynamic")
+    assert speculated > 0
     assert fast.cache.get_seq_length() == fast.sequences.shape[1] - 1

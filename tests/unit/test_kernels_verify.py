@@ -64,32 +64,6 @@ def test_more_splits_than_keys_per_split():
     torch.testing.assert_close(got, verify_attention_reference(query, key, value), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("q_len,kv_len,capacity,splits", [(1, 70, 128, 2), (7, 200, 300, 4), (4, 64, 640, None)])
-def test_length_from_the_device(dtype, q_len, kv_len, capacity, splits):
-    """A fixed-capacity cache: only the first ``kv_len`` slots are attended; the kernel never reads the rest (NaN
-    there would poison the output), and equals attention over the visible prefix."""
-    query, key, value = _inputs(8, 2, q_len, capacity, 16, dtype, seed=kv_len)
-    key, value = key.clone(), value.clone()
-    key[:, :, kv_len:], value[:, :, kv_len:] = float("nan"), float("nan")
-    length = torch.tensor([kv_len])
-    got = verify_attention_triton(query, key, value, kv_len=length, splits=splits)
-    prefix = key[:, :, :kv_len], value[:, :, :kv_len]
-    assert not got.isnan().any()
-    _assert_close_to_float64(got, query, *prefix)
-    key[:, :, kv_len:], value[:, :, kv_len:] = 0.0, 0.0  # the reference masks, so the unused slots must be finite
-    expected = verify_attention_reference(query, *prefix)
-    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else {}
-    torch.testing.assert_close(verify_attention_reference(query, key, value, kv_len=length), expected, **tol)
-
-
-@pytest.mark.parametrize("bad", [torch.tensor([3, 4]), torch.tensor([3.0]), torch.tensor([3], dtype=torch.int32)])
-def test_bad_length(bad):
-    query, key, value = _inputs(4, 2, 3, 50, 16, torch.float32)
-    with pytest.raises(ValueError, match="kv_len must be one int64"):
-        verify_attention_triton(query, key, value, kv_len=bad)
-
-
 def test_merge_of_a_single_split_is_the_normalization():
     acc, m, s = torch.randn(1, 2, 1, 16, 8), torch.randn(1, 2, 1, 16), torch.rand(1, 2, 1, 16) + 0.5
     out = merge_splits(acc, m, s, group=2, q_len=3)
@@ -123,19 +97,3 @@ def test_bad_shapes(shapes, message):
 def test_gpu_llama_shapes(heads, kv_heads, kv_len):
     query, key, value = _inputs(heads, kv_heads, 7, kv_len, 128, torch.bfloat16, device="cuda")
     _assert_close_to_float64(verify_attention(query, key, value), query, key, value)
-
-
-@pytest.mark.gpu
-def test_gpu_graph_replay_reads_each_new_length():
-    """Captured once in a CUDA graph, the kernel attends over whatever length the device tensor holds at replay."""
-    query, key, value = _inputs(32, 8, 7, 4096, 128, torch.bfloat16, device="cuda")
-    length = torch.tensor([3000], device="cuda")
-    verify_attention(query, key, value, kv_len=length)  # the first launch (compilation) outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = verify_attention(query, key, value, kv_len=length)
-    for n in (3000, 3517, 4096):
-        length.fill_(n)
-        graph.replay()
-        _assert_close_to_float64(out, query, key[:, :, :n], value[:, :, :n])

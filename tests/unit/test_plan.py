@@ -124,15 +124,12 @@ def test_token_trees():
             plan._trees(f, 8)
 
 
-def test_direct_forward_and_fixed_verification_are_automatic():
+def test_the_direct_forward_is_automatic():
     assert plan.available(facts(), plan._DIRECT)
     assert not plan.available(facts(rows=2), plan._DIRECT)
     assert not plan.available(facts(CUDA), plan._DIRECT)
     assert not plan.available(dataclasses.replace(facts(), level1_steps="eager"), plan._DIRECT)
     assert not plan.available(facts(dataclasses.replace(CPU, direct_layout="a gemma layout")), plan._DIRECT)
-    assert plan.available(facts(), plan._FIXED_VERIFY)
-    assert not plan.available(facts(offload_kv=True), plan._FIXED_VERIFY)
-    assert not plan.available(facts(dataclasses.replace(CPU, sliding=True)), plan._FIXED_VERIFY)
 
 
 def test_a_model_whose_tokens_interact_within_a_forward_is_refused():
