@@ -334,7 +334,7 @@ def _temperatures(text: str) -> list[float]:
 
 
 def _drafters(text: str) -> list[str]:
-    """``"ngram,suffix"`` -> ``["ngram", "suffix"]``, each checked as ``TriForceConfig`` checks it."""
+    """``"ngram,none"`` -> ``["ngram", "none"]``, each checked as ``TriForceConfig`` checks it."""
     names = text.split(",")
     for name in names:
         TriForceConfig(drafter=name)

@@ -8,7 +8,7 @@ from typing import Any
 
 from .errors import TriForceConfigError
 
-DRAFTERS = ("auto", "model", "suffix", "ngram", "none")
+DRAFTERS = ("auto", "model", "ngram", "none")
 LEVEL1_WEIGHTS = ("auto", "full", "int8", "int4")
 CUDA_GRAPH_MODES = (True, False, "auto", "eager")
 DRAFT_SINKS = 16
@@ -21,19 +21,21 @@ REMOVED_FIELDS = {
     "confidence_stops": "adaptive=True stops a round by level 1's confidence, adaptive=False drafts gamma2 tokens",
     "draft_sinks": f"the draft cache keeps {DRAFT_SINKS} sink tokens within draft_cache_budget",
     "refresh_below_acceptance": "use refresh_every",
-    "ngram_max": "the n-gram drafter matches the last 3 down to 1 tokens; for longer matches use drafter='suffix'",
+    "ngram_max": "the n-gram drafter matches the last 3 down to 1 tokens",
     "ngram_min": "the n-gram drafter matches the last 3 down to 1 tokens",
-    "suffix_min_match": "the suffix drafter drafts from any match",
+    "suffix_min_match": "the suffix drafter is gone: use drafter='ngram'",
     "draft_acceptance_floor": "adaptive=True decides when level 0 drafts, adaptive=False always drafts gamma1 tokens",
 }
 """Fields of hf_triforce 0.2 removed in 0.3, and what replaces each (``docs/release-notes.md``)."""
+REMOVED_CHOICES = {("drafter", "suffix"): "n-gram lookup (drafter='ngram', what 'auto' runs without a draft model)"}
+"""Values of 0.2 removed in 0.3 (no record shows the suffix drafter faster than n-gram), and what replaces each."""
 
 
 @dataclass
 class TriForceConfig:
     """Configuration of TriForce hierarchical speculative decoding.
 
-    Level 0 (a draft model, n-gram or suffix lookup, or nothing) proposes ``gamma1`` tokens at a time; level 1 (the
+    Level 0 (a draft model, n-gram lookup, or nothing) proposes ``gamma1`` tokens at a time; level 1 (the
     target over a ``retrieval_budget``-token view of its KV cache) verifies them and drafts ``gamma2`` tokens; level 2
     (the target with its full cache) verifies those, exactly (``docs/compatibility.md``: what runs where).
 
@@ -56,7 +58,7 @@ class TriForceConfig:
         draft_cache_budget: tokens in the level-0 draft model's StreamingLLM cache (sinks and recent window).
         refresh_every: re-select level 1's chunks after this many new tokens (checked at each round's start).
         drafter: level 0: ``"auto"`` (the ``assistant_model`` when given, else n-gram lookup), ``"model"``,
-            ``"suffix"`` (longest earlier match), ``"ngram"`` or ``"none"`` (two levels).
+            ``"ngram"`` or ``"none"`` (two levels).
         prefill_chunk_size: prefill the prompt in chunks of this many tokens (bounds activation memory); ``None``:
             one forward, as plain ``generate()`` does.
         cuda_graphs: fixed-shape decoding steps: ``True`` (CUDA graphs, required), ``"auto"`` (graphs on CUDA where
@@ -227,6 +229,9 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 
 
 def _check_choice(name: str, value: Any, choices: tuple) -> None:
+    if (name, value) in REMOVED_CHOICES:
+        instead = REMOVED_CHOICES[name, value]
+        raise TriForceConfigError(f"{name}={value!r} was removed in hf_triforce 0.3: use {instead}.")
     if not any(value == c and type(value) is type(c) for c in choices):
         raise TriForceConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}.")
 

@@ -14,7 +14,7 @@ from ..hf.caches import callers_cache
 from ..hf.generate import decoder_only_output
 from ..hf.linears import level1_copy, swapped_linears
 from ..hf.model import layer_rotary, num_layers
-from ..hierarchy import Drafter, ModelDrafter, NGramDrafter, SuffixDrafter
+from ..hierarchy import Drafter, ModelDrafter, NGramDrafter
 from ..stats import TriForceStats
 from .loop import TriForceRun
 from .plan import Call, CallPlan, check_generate_kwargs, plan_call
@@ -91,7 +91,7 @@ def _drafters(
         return None
     if plan.drafter == "model":
         return [_model_drafter(config, plan, assistant_model, logits_processor, do_sample) for _ in range(plan.rows)]
-    return [NGramDrafter() if plan.drafter == "ngram" else SuffixDrafter() for _ in range(plan.rows)]
+    return [NGramDrafter() for _ in range(plan.rows)]
 
 
 def _model_drafter(config: TriForceConfig, plan: CallPlan, assistant_model, logits_processor, do_sample: bool):

@@ -34,7 +34,7 @@ from .reuse import callers_cache_problem
 
 logger = logging.getLogger(__name__)
 
-Drafter = Literal["model", "suffix", "ngram", "none"]
+Drafter = Literal["model", "ngram", "none"]
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ LIMITS: tuple[Limit, ...] = (
           "Pass assistant_model=<a small model of the same tokenizer> to generate(), or use drafter='ngram'.",
           lambda f: f.config.drafter == "model" and f.call.assistant is None),
     Limit(_DRAFT_MODEL, "the draft model cannot draft for this model", Model,
-          "Use a draft model of the same family and tokenizer, or drafter='ngram' / 'suffix' / 'none'.",
+          "Use a draft model of the same family and tokenizer, or drafter='ngram' / 'none'.",
           lambda f: f.call.assistant is not None and _assistant_problem(f)),
     Limit(_ASSISTANT, "the config's drafter does not use a draft model", Config,
           "Use drafter='model' (or 'auto'), or drop assistant_model.",
@@ -325,7 +325,7 @@ class CallPlan:
     """What one TriForce call runs, decided by :func:`plan_call` before any forward.
 
     Attributes:
-        drafter: level 0: ``"model"``, ``"suffix"``, ``"ngram"`` or ``"none"``.
+        drafter: level 0: ``"model"``, ``"ngram"`` or ``"none"``.
         rows: sequences in the call.
         batched: rows carry padding or holes (several rows, or a left-padded one): attention goes through slots.
         level1_steps: level 1's steps: ``"dynamic"`` shapes, fixed shapes run ``"eager"``ly, or CUDA ``"graphs"``.

@@ -6,8 +6,7 @@ from .level1 import Level1Drafter
 from .model_drafter import ModelDrafter
 from .ngram import NGramDrafter
 from .rows import Row, RowDraft, padded_tokens
-from .suffix import SuffixDrafter
 
 __all__ = [
-    "Drafter", "Level1Drafter", "ModelDrafter", "NGramDrafter", "Row", "RowDraft", "SuffixDrafter", "padded_tokens",
+    "Drafter", "Level1Drafter", "ModelDrafter", "NGramDrafter", "Row", "RowDraft", "padded_tokens",
 ]  # fmt: skip

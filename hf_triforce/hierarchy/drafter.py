@@ -9,7 +9,7 @@ import torch
 
 @runtime_checkable
 class Drafter(Protocol):
-    """A level-0 drafter (``SuffixDrafter``, ``NGramDrafter``, ``ModelDrafter``): proposes tokens level 1 verifies
+    """A level-0 drafter (``NGramDrafter``, ``ModelDrafter``): proposes tokens level 1 verifies
     exactly. A sampling drafter returns the distributions it drew from (``q``, after the call's logits processors), a
     deterministic one ``None`` (a one-hot ``q``).
 
@@ -19,13 +19,9 @@ class Drafter(Protocol):
         True
     """
 
-    def commit(self, sequence: torch.Tensor) -> None:
-        """The ``[n]`` tokens level 2 has committed so far (once per round, before any proposal); they never change."""
-        ...
-
     def propose(self, prefix: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Up to ``k >= 1`` tokens continuing ``prefix`` ``[n]`` (the committed tokens, then this round's level-1
-        tokens): ``([m] token ids, m <= k; [m, V] draft probabilities or None)``."""
+        """Up to ``k >= 1`` tokens continuing ``prefix`` ``[n]`` (the tokens level 2 committed, then this round's
+        level-1 tokens): ``([m] token ids, m <= k; [m, V] draft probabilities or None)``."""
         ...
 
 

@@ -82,10 +82,6 @@ class Level1Drafter:
         scores or level 0's log-probabilities (``None``: a deterministic drafter); a ``"plain"`` round drafts none."""
         if plan.kind == "plain" or max(budgets, default=0) <= 0:
             return [RowDraft(row.ids[:0]) for row in rows]
-        if self.drafters is not None:
-            with self.stats.phases.measure("level0"):
-                for drafter, row in zip(self.drafters, rows, strict=True):
-                    drafter.commit(row.real_ids())
         if plan.kind == "level0":
             return self._level0_drafts(rows, budgets)
         self._prepare_view()
@@ -94,9 +90,6 @@ class Level1Drafter:
     def draft_tree(self, shape: TreeShape, row: Row, budget: int) -> TokenTree:
         """One sequence's token tree for level 2, expanded along ``shape`` with one level-1 forward per depth (a tree
         mask over the view). No node at depth ``budget`` gets children, nor an end of sequence."""
-        if self.drafters is not None:
-            with self.stats.phases.measure("level0"):
-                self.drafters[0].commit(row.real_ids())
         self._prepare_view()
         tree, shape_children = TokenTree.rooted(int(row.ids[-1])), shape.children
         position, forwarded, frontier = int(self.slots.positions[0]), [], [0]

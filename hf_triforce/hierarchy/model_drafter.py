@@ -44,9 +44,6 @@ class ModelDrafter:
             self.model, self.cache, (1,), use_graphs=mode == "graphs", logits_to_keep=1, strict=strict
         )
 
-    def commit(self, sequence: torch.Tensor) -> None:
-        """Nothing to do: each proposal rolls the draft cache back to the common prefix and catches up."""
-
     def propose(self, prefix: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Draft ``k`` tokens after ``prefix`` (``[n]``); returns ``([k] tokens, [k, V] probs or None)``."""
         scores = self._catch_up(prefix)

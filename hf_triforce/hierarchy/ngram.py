@@ -17,9 +17,6 @@ class NGramDrafter:
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
 
-    def commit(self, sequence: torch.Tensor) -> None:
-        """Nothing to index: each proposal searches the prefix."""
-
     def propose(self, prefix: torch.Tensor, k: int) -> tuple[torch.Tensor, None]:
         """Up to ``k`` draft tokens ``[<=k]`` continuing ``prefix`` (``[n]`` token ids); no probabilities."""
         for n in range(min(self.ngram_max, prefix.shape[0] - 1), self.ngram_min - 1, -1):

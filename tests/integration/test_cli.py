@@ -244,14 +244,14 @@ def test_default_document_is_the_python_reference():
 def test_bench_writes_json_and_markdown(capsys, tmp_path, model_dir, document):
     out = tmp_path / "results" / "bench.json"
     argv = ["bench", "--model", model_dir, "--document", document, "--prompt-tokens", "300", "--temperatures", "0,0.7"]
-    argv += ["--prompt-lookup", "4", "--drafter", "suffix"]
+    argv += ["--prompt-lookup", "4", "--drafter", "none"]
     assert main(argv + ["--retrieval-budget", "128", "--new-tokens", "10", "--profile", "--output", str(out)]) == 0
     results = json.loads(out.read_text())
     assert {"cpu", "torch", "transformers", "hf_triforce", "date"} <= set(results["machine"])
     assert [row["temperature"] for row in results["rows"]] == [0.0, 0.7]
     for row in results["rows"]:
         assert row["plain"]["new_tokens"] == row["triforce"]["new_tokens"] == row["prompt_lookup"]["new_tokens"] == 10
-        assert row["drafter"] == "suffix" and row["config"]["adaptive"] is True
+        assert row["drafter"] == "none" and row["config"]["adaptive"] is True
         plain = row["plain"]
         assert plain["end_to_end_seconds"] >= plain["prefill_seconds"] + 9 * plain["decode_seconds_per_token"] - 1e-9
         assert row["speedup"] > 0 and row["weight_bytes"] > 0

@@ -249,6 +249,7 @@ BAD_CONFIGS = [
     (dict(adaptive=1), "adaptive must be True or False"),
     (dict(step_selection=True), r"step_selection=...\) was removed in hf_triforce 0.3: .*Drop step_selection"),
     (dict(draft_sinks=4), r"draft_sinks=...\) was removed .*16 sink tokens within draft_cache_budget"),
+    (dict(drafter="suffix"), r"drafter='suffix' was removed in hf_triforce 0.3: use n-gram lookup \(drafter='ngram'"),
 ]
 
 
@@ -308,7 +309,7 @@ def valid_configs(draw):
         gamma2=draw(st.integers(1, 32)),
         draft_cache_budget=16 + gamma1 + 1 + draw(st.integers(0, 4096)),
         refresh_every=draw(st.integers(1, 10_000)),
-        drafter=draw(st.sampled_from(["auto", "model", "ngram", "suffix", "none"])),
+        drafter=draw(st.sampled_from(["auto", "model", "ngram", "none"])),
         prefill_chunk_size=draw(st.none() | st.integers(1, 100_000)),
         rescore_candidates=draw(st.integers(0, 8)),
         tree_budget=draw(st.sampled_from(["auto", 0, 2, 16])),

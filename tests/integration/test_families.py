@@ -3,7 +3,7 @@
 For each of the 24 families, a tiny random model with a 200-token prompt (three times the 64-token retrieval budget,
 40 where every layer slides; four times the 48-token sliding window of the families that have one):
 
-* greedy output identical to plain ``generate()`` with each level-0 drafter (n-gram, suffix, a 1-layer draft model
+* greedy output identical to plain ``generate()`` with each level-0 drafter (n-gram, a 1-layer draft model
   of the same family), level 1 drafting over a sparse view and rejected, level 0 drafting;
 * with a view that holds the whole sequence, level 1 computes what level 2 computes: its drafts are accepted, so the
   accepting path (whole rounds, level 2's bonus) runs for every family too;
@@ -85,7 +85,7 @@ def prompt_ids(seed: int = 0, length: int = PROMPT) -> torch.LongTensor:
     return torch.randint(0, 256, (1, length), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("drafter", ["ngram", "suffix", "model"])
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
 @pytest.mark.parametrize("model_type", TYPES)
 def test_greedy_equals_plain_generate(families, assert_greedy_equal, model_type, drafter):
     model = families.target(model_type)

@@ -102,7 +102,7 @@ CASES = [
     pytest.param({"temperature": 0.7}, "none", id="temperature0.7-none"),
     pytest.param({"temperature": 1.3}, "model", id="temperature1.3-model"),
     pytest.param({"top_k": 3}, "ngram", id="top_k3-ngram"),
-    pytest.param({"temperature": 0.9, "top_k": 4}, "suffix", id="temperature0.9-top_k4-suffix"),
+    pytest.param({"temperature": 0.9, "top_k": 4}, "ngram", id="temperature0.9-top_k4-ngram"),
     pytest.param({"top_p": 0.8}, "model", id="top_p0.8-model"),
     pytest.param({"temperature": 1.3, "top_k": 5, "top_p": 0.9}, "auto", id="temperature1.3-top_k5-top_p0.9-auto"),
     pytest.param({"repetition_penalty": 1.5}, "model", id="repetition_penalty1.5-model"),
@@ -343,9 +343,9 @@ def test_sampled_triforce_with_the_cache_offloaded(sampler):
 
 
 def test_sampled_triforce_on_fixed_shapes(sampler):
-    """``cuda_graphs="eager"``: level 1's static steps and the full-cache verification over the cache's fixed storage
-    (the forwards CUDA graphs replay; ``test_static_steps.py`` checks both run for this family): the same
-    distribution, every level's rejection rule run."""
+    """``cuda_graphs="eager"``: level 1's and level 0's static steps (the forwards CUDA graphs replay;
+    ``test_static_steps.py`` checks they run for this family): the same distribution, every level's rejection rule
+    run."""
     processors = {"temperature": 0.8, "top_k": 6}
     got, totals = sampler.triforce(processors, "model", options={"cuda_graphs": "eager"})
     same_distribution(sampler.plain(processors), got, f"TriForce sampling on fixed shapes ({totals})")

@@ -165,7 +165,7 @@ def build(family: Family | str, num_layers: int = 4, seed: int = 0, vocab_size: 
     return model
 
 
-TESTED_PATHS = "greedy (n-gram, suffix, draft model), a batch, a reused cache"
+TESTED_PATHS = "greedy (n-gram, draft model), a batch, a reused cache"
 """What the matrix runs for every family (tests/integration/test_families.py)."""
 SAMPLED = ("mistral", "gemma2", "gpt_oss", "qwen3_moe", "cohere2")
 """Families whose sampled output tests/integration/test_families.py tests for its distribution, one per attention kind
