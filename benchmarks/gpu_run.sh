@@ -31,7 +31,7 @@ big=$($PY -c "import torch; print(int(torch.cuda.is_available() and torch.cuda.m
 CONTEXTS_7B=${CONTEXTS_7B:-$([ "$big" = 1 ] && echo 32k,64k,120000 || echo 32k,64k,max)}
 CONTEXTS_8B=${CONTEXTS_8B:-32k,64k,128k}
 PREFILL_CHUNK=${PREFILL_CHUNK:-8192}
-CUDA_GRAPHS=${CUDA_GRAPHS:-auto}           # TriForceConfig.cuda_graphs: the level-0/1 steps and the verification; "false" if capture fails
+CUDA_GRAPHS=${CUDA_GRAPHS:-auto}           # TriForceConfig.cuda_graphs: the level-0/1 steps; "false" if capture fails
 RESULTS=${OUT:-benchmarks/results}
 STEPS=${STEPS:-versions,best-plain,tests,7b,8b,8b-int4,8b-rescore0,8b-no-triton,level0,8b-fp32}
 CONTEXTS_FP32=${CONTEXTS_FP32:-32k}
