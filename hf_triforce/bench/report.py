@@ -180,7 +180,7 @@ def _bandwidth_section(results: dict[str, Any]) -> list[str]:
         "modeled), with this run's level-1 per-token acceptance, and with the acceptance of a real model on real "
         "text (in brackets); the last but one column is the ms per token that real-text acceptance models, and its "
         "fraction of the plain floor (below 1.0: faster than any plain decoding of the model could be). "
-        "With random weights (a shape preset) only the latter means anything, and the measured speedup is "
+        "With random weights (a shape preset) only the real-text columns mean anything, and the measured speedup is "
         "that of random-weights drafts.",
         "",
         "| prompt | T | plain step ms (floor) | level-1 step ms (floor) | verification ms (floor) | "

@@ -54,16 +54,16 @@ def verify_attention_triton(
     import triton
 
     b, hq, q_len, d = _check_inputs(query, key, value)
-    hkv, capacity = key.shape[1], key.shape[2]
+    hkv, kv_len = key.shape[1], key.shape[2]
     group = hq // hkv
     block_m, block_d = max(16, triton.next_power_of_2(group * q_len)), max(16, triton.next_power_of_2(d))
-    split_len = BLOCK_N * triton.cdiv(triton.cdiv(capacity, splits or _default_splits(b * hkv, capacity, key)), BLOCK_N)
-    n_splits = triton.cdiv(capacity, split_len)
+    split_len = BLOCK_N * triton.cdiv(triton.cdiv(kv_len, splits or _default_splits(b * hkv, kv_len, key)), BLOCK_N)
+    n_splits = triton.cdiv(kv_len, split_len)
     acc = torch.empty(b, hkv, n_splits, block_m, d, dtype=torch.float32, device=query.device)
     m, s = (torch.empty(b, hkv, n_splits, block_m, dtype=torch.float32, device=query.device) for _ in range(2))
     precision = "ieee" if query.dtype == torch.float32 else "tf32"
     _launch()[(b * hkv, n_splits)](
-        query, key, value, acc, m, s, hkv, q_len, capacity, d, split_len, scale or d**-0.5,
+        query, key, value, acc, m, s, hkv, q_len, kv_len, d, split_len, scale or d**-0.5,
         *query.stride(), *key.stride(), *value.stride(), *acc.stride()[:4], *m.stride()[:3],
         GROUP=group, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_D=block_d, PRECISION=precision,
     )  # fmt: skip
