@@ -70,6 +70,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         >>> rms_norm(torch.tensor([[2.0, -2.0]]), torch.tensor([1.0, 0.5]), 0.0).tolist()
         [[1.0, -0.5]]
     """
+    if x.dtype == torch.float32:  # one fused operation, the same arithmetic
+        return F.rms_norm(x, weight.shape, weight, eps)
     variance = x.float().pow(2).mean(-1, keepdim=True)
     return weight * (x.float() * torch.rsqrt(variance + eps)).to(x.dtype)
 
@@ -111,36 +113,75 @@ class DirectLayer:
             heads, kv_heads, attn.head_dim, float(attn.scaling),
         )  # fmt: skip
 
-    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer, attend) -> torch.Tensor:
         """``x`` ``[q, H]`` after this layer; the new keys/values are appended to ``cache_layer``."""
-        x = x + self.o(self.attention(rms_norm(x, *self.input_norm), cos, sin, cache_layer))
+        x = x + self.o(self.attention(rms_norm(x, *self.input_norm), cos, sin, cache_layer, attend))
         gate, up = self.gate_up(rms_norm(x, *self.post_norm)).chunk(2, dim=-1)
         return x + self.down(self.act(gate) * up)
 
-    def attention(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer) -> torch.Tensor:
-        """Self-attention of ``h`` ``[q, H]`` over the cache layer and itself (causal): ``[q, heads * head_dim]``."""
-        q, d = h.shape[0], self.head_dim
-        query, key, value = self.qkv(h).split([self.heads * d, self.kv_heads * d, self.kv_heads * d], dim=-1)
-        query = self._head_norm(query.view(q, self.heads, d), self.q_norm)
-        key = self._head_norm(key.view(q, self.kv_heads, d), self.k_norm)
-        query, key = apply_rope(query.transpose(0, 1)[None], cos, sin), apply_rope(key.transpose(0, 1)[None], cos, sin)
-        keys, values = cache_layer.update(key, value.view(q, self.kv_heads, d).transpose(0, 1)[None])
-        return _attend(query, keys, values, self.scaling).reshape(q, self.heads * d)
+    def attention(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer, attend) -> torch.Tensor:
+        """Self-attention of ``h`` ``[q, H]`` over the cache layer and itself (causal): ``[q, heads * head_dim]``.
+        ``cos``/``sin``: ``[q, 1, R]``; ``attend``: the step's :class:`_StepAttention`."""
+        q, d, heads = h.shape[0], self.head_dim, self.heads
+        states = self.qkv(h).view(q, heads + 2 * self.kv_heads, d)
+        if self.q_norm is None and self.k_norm is None:  # queries and keys rotated in one pass
+            rotated = apply_rope(states[:, : heads + self.kv_heads], cos, sin)
+            query, key = rotated[:, :heads], rotated[:, heads:]
+        else:
+            query = apply_rope(self._head_norm(states[:, :heads], self.q_norm), cos, sin)
+            key = apply_rope(self._head_norm(states[:, heads : heads + self.kv_heads], self.k_norm), cos, sin)
+        value = states[:, heads + self.kv_heads :]
+        keys, values = cache_layer.update(key.transpose(0, 1)[None], value.transpose(0, 1)[None])
+        return attend(query, keys, values, self.scaling).reshape(q, heads * d)
 
     @staticmethod
     def _head_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float] | None) -> torch.Tensor:
         return x if norm is None else rms_norm(x, *norm)
 
 
-def _attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scaling: float) -> torch.Tensor:
-    """``[1, H, q, D]`` queries (the last ``q`` of ``[1, H_kv, L, D]`` keys) -> ``[1, q, H, D]``, causal or tree."""
-    tree = active_tree_mask(keys.shape[2])
-    if tree is not None:
-        return gqa_sdpa_attention(None, query, keys, values, tree, scaling=scaling)[0]
-    if query.shape[2] == 1:
-        grouped = query.shape[1] != keys.shape[1]
-        return F.scaled_dot_product_attention(query, keys, values, scale=scaling, enable_gqa=grouped).transpose(1, 2)
-    return gqa_sdpa_attention(None, query, keys, values, None, scaling=scaling)[0]
+class _StepAttention:
+    """Attention of one step's ``q`` queries ``[q, H, D]`` over a layer's keys/values ``[1, H_kv, L, D]`` (the queries'
+    own keys last): ``[q, H, D]``, causal, or a token tree's mask (:func:`~hf_triforce.hf.attention.active_tree_mask`).
+
+    Several queries run as one product per KV head, each head's query group packed into ``groups * q`` rows, over an
+    additive causal bias made once per key length for the whole step (not once per layer): on the CPU a few-token
+    attention over a short view costs its small operations more than its arithmetic. One query runs SDPA, as plain
+    decoding does.
+    """
+
+    def __init__(self, q: int) -> None:
+        self.q = q
+        self._biases: dict[tuple[int, int], torch.Tensor] = {}
+
+    def __call__(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scaling: float) -> torch.Tensor:
+        q, heads, d = query.shape
+        tree = active_tree_mask(keys.shape[2])
+        if tree is not None:
+            packed = query.transpose(0, 1)[None]
+            return gqa_sdpa_attention(None, packed, keys, values, tree, scaling=scaling)[0][0]
+        if q == 1:
+            grouped = heads != keys.shape[1]
+            out = F.scaled_dot_product_attention(
+                query.transpose(0, 1)[None], keys, values, scale=scaling, enable_gqa=grouped
+            )
+            return out[0].transpose(0, 1)
+        kv_heads = keys.shape[1]
+        rows = query.transpose(0, 1).reshape(kv_heads, heads // kv_heads * q, d)  # [H_kv, groups * q, D]
+        scores = torch.baddbmm(self._bias(heads // kv_heads, keys), rows, keys[0].transpose(1, 2), alpha=scaling)
+        out = torch.bmm(scores.softmax(-1), values[0])  # [H_kv, groups * q, D_v]
+        return out.view(heads, q, -1).transpose(0, 1)
+
+    def _bias(self, groups: int, keys: torch.Tensor) -> torch.Tensor:
+        """``[groups * q, L]`` additive bias: packed row ``r`` (query ``r % q``) sees keys ``0 .. L - q + r % q``."""
+        length = keys.shape[2]
+        bias = self._biases.get((groups, length))
+        if bias is None:
+            query = torch.arange(groups * self.q, device=keys.device) % self.q
+            visible = torch.arange(length, device=keys.device)[None] <= (length - self.q + query)[:, None]
+            bias = torch.zeros(visible.shape, dtype=keys.dtype, device=keys.device)
+            bias.masked_fill_(~visible, float("-inf"))
+            self._biases[groups, length] = bias
+        return bias
 
 
 class DirectDecoder:
@@ -174,9 +215,9 @@ class DirectDecoder:
         else:
             positions = torch.arange(position, position + tokens.shape[0], device=tokens.device)[None]
         cos, sin = self.rotary(x[None], positions)
-        cos, sin = cos[:, None], sin[:, None]
+        cos, sin, attend = cos[0, :, None], sin[0, :, None], _StepAttention(tokens.shape[0])  # [q, 1, R]
         for layer, cache_layer in zip(self.layers, cache.layers, strict=True):
-            x = layer(x, cos, sin, cache_layer)
+            x = layer(x, cos, sin, cache_layer, attend)
         return self.head(rms_norm(x, *self.norm)).float()
 
 
