@@ -26,7 +26,7 @@ from .errors import (
     UnsupportedModelError,
 )
 from .generation import CUSTOM_GENERATE_DIR, disable, enable, is_enabled, last_stats, triforce_generate
-from .stats import TriForceStats
+from .stats import TriForceStats, phase_timing
 
 __version__ = "0.3.0"
 
@@ -34,5 +34,5 @@ __all__ = [
     "CUSTOM_GENERATE_DIR", "InternalError", "InvalidInputError", "NoStatsError", "RetrievalCache", "RetrievalView",
     "StreamingLLMCache", "TriForceConfig", "TriForceConfigError", "TriForceError", "TriForceStats",
     "UnsupportedDeviceError", "UnsupportedGenerationError", "UnsupportedModelError",
-    "disable", "enable", "is_enabled", "last_stats", "triforce_generate",
+    "disable", "enable", "is_enabled", "last_stats", "phase_timing", "triforce_generate",
 ]  # fmt: skip

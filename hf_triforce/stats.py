@@ -4,6 +4,7 @@ drafter, ``level1`` the target over the retrieval view, ``level2`` the target wi
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import statistics
 import time
@@ -55,12 +56,41 @@ class LevelStats:
         return {**asdict(self), **rates}
 
 
+_TIMING: contextvars.ContextVar[bool] = contextvars.ContextVar("triforce_phase_timing", default=False)
+
+
+@contextlib.contextmanager
+def phase_timing() -> Iterator[None]:
+    """Within the block, TriForce calls synchronize the device after each phase, so their
+    :attr:`TriForceStats.phases` are device times (for profiling: a synchronization in the decoding loop costs a GPU
+    the overlap of its launches). Nothing changes on a CPU.
+
+    Example:
+        >>> with hf_triforce.phase_timing():  # doctest: +SKIP
+        ...     model.generate(ids, max_new_tokens=64, triforce_config=TriForceConfig())
+        >>> hf_triforce.last_stats(model).phases.to_dict()["level1"]["ms_median"]  # doctest: +SKIP
+        12.4
+    """
+    token = _TIMING.set(True)
+    try:
+        yield
+    finally:
+        _TIMING.reset(token)
+
+
+def timing_requested() -> bool:
+    """Whether the caller asked for device times (:func:`phase_timing`)."""
+    return _TIMING.get()
+
+
 @dataclass
 class PhaseTimes:
-    """Wall-clock seconds of each call of each phase (``durations``), and their totals and counts. On a GPU each
-    phase ends with a device synchronization, so its time is the device's, not the launch time."""
+    """Wall-clock seconds of each call of each phase (``durations``), and their totals and counts. On a GPU a phase
+    ends with a device synchronization only while ``synchronize`` (the planner measuring its costs, or
+    :func:`phase_timing`): otherwise its time is the host's, launches included, not the device's."""
 
     durations: dict[str, list[float]] = field(default_factory=dict)
+    synchronize: bool = field(default=False, repr=False, compare=False)
 
     @property
     def seconds(self) -> dict[str, float]:
@@ -80,7 +110,7 @@ class PhaseTimes:
             with torch.profiler.record_function(f"triforce::{phase}"):  # a named range in torch.profiler traces
                 yield
         finally:
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
+            if self.synchronize and torch.cuda.is_available() and torch.cuda.is_initialized():
                 torch.cuda.synchronize()
             self.add(phase, time.perf_counter() - start)
 

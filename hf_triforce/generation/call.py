@@ -13,9 +13,10 @@ from ..config import DRAFT_SINKS, TriForceConfig, as_config
 from ..hf.caches import callers_cache
 from ..hf.generate import decoder_only_output
 from ..hf.linears import level1_copy, swapped_linears
-from ..hf.model import layer_rotary, num_layers
+from ..hf.model import layer_rotary, num_layers, step_bytes
 from ..hierarchy import Drafter, ModelDrafter, NGramDrafter
-from ..stats import TriForceStats
+from ..hierarchy.calibration import StepBytes, keep_costs, step_costs
+from ..stats import TriForceStats, timing_requested
 from .loop import TriForceRun
 from .plan import Call, CallPlan, check_generate_kwargs, plan_call
 from .reuse import hand_back, start_cache
@@ -62,25 +63,45 @@ def triforce_decode(
     call = Call(input_ids, generation_config, model_kwargs, streamer, stopping_criteria, assistant_model, model)
     plan = plan_call(model, triforce_config, call)
     stats = TriForceStats(level1_weights=plan.level1_weights, level1_forward=plan.level1_forward)
+    stats.phases.synchronize = timing_requested()
     with stats.phases.measure("reuse"):
         start = start_cache(
             model, triforce_config, input_ids, generation_config.max_length, callers_cache(model_kwargs), plan.batched
         )
     drafters = _drafters(triforce_config, plan, assistant_model, logits_processor, bool(generation_config.do_sample))
     mask = call.mask if plan.batched else None
+    state, key = state_of(model), _cost_key(model, triforce_config, plan, assistant_model)
+    context = input_ids.shape[1]
+    view = min(context, triforce_config.retrieval_budget)
+    costs = step_costs(state, key, context, view, _step_bytes(model, plan))
     run = TriForceRun(
         model, input_ids, mask, logits_processor, stopping_criteria, generation_config, triforce_config, plan,
-        start.cache, start.reused, stats, drafters, runner_slot=state_of(model),
+        start.cache, start.reused, stats, drafters, runner_slot=state, costs=costs,
     )  # fmt: skip
     copy = level1_copy(model, plan.level1_weights) if plan.level1_forward == "transformers" else None
     with swapped_linears((model, assistant_model), copy):  # the weight kind, applied once for the call
         sequences = run.decode(streamer)
+    keep_costs(state, key, run.level1.planner.costs)  # measured in this call's opening: later calls decide alike
     with stats.phases.measure("reuse"):
         returned = hand_back(start)
-    state_of(model).finish_call(stats)
+    state.finish_call(stats)
     if not generation_config.return_dict_in_generate:
         return sequences
     return decoder_only_output(sequences, run.scores, run.raw_logits, returned)
+
+
+def _cost_key(model, config: TriForceConfig, plan: CallPlan, assistant_model) -> tuple:
+    """What a call's step costs depend on beyond its context: the plan's forms and rows, the model's device and
+    dtype, the settings that change a step's work, and the draft model."""
+    parameter = next(model.parameters())
+    draft = None if assistant_model is None else (type(assistant_model).__name__, assistant_model.num_parameters())
+    forms = (plan.drafter, plan.rows, plan.batched, plan.level1_steps, plan.level1_forward, plan.level1_weights)
+    settings = (config.chunk_size, config.rescore_candidates, config.draft_cache_budget, config.offload_kv)
+    return (*forms, plan.draft_steps, str(parameter.device), parameter.dtype, *settings, draft)
+
+
+def _step_bytes(model, plan: CallPlan) -> StepBytes:
+    return StepBytes(*step_bytes(model, plan.level1_weights))
 
 
 def _drafters(

@@ -8,6 +8,7 @@ shared. A row that accepts fewer tokens than the widest leaves holes, masked fro
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 
 import torch
@@ -23,6 +24,7 @@ from ..hf.processors import for_row
 from ..hf.progress import prefill_progress, show_progress
 from ..hf.versions import cache_kwargs
 from ..hierarchy import Drafter, Level1Drafter, ModelDrafter, Row, RowDraft, padded_tokens
+from ..hierarchy.calibration import TIMES, CallCosts, level2_widths, timed, tree_verification_widths
 from ..hierarchy.judge import Drafts, judge_rows, node_scores
 from ..hierarchy.planner import Plan
 from ..hierarchy.static_steps import RunnerSlot
@@ -43,6 +45,7 @@ class TriForceRun:
         cache: the full cache, already holding the first ``reused`` tokens of every row.
         drafters: one level-0 drafter per row, or ``None`` (two levels).
         runner_slot: where a static level-1 runner is kept between calls, or ``None``.
+        costs: the step costs the planner decides with (:func:`~hf_triforce.hierarchy.calibration.step_costs`).
 
     Example:
         >>> cache = RetrievalCache(num_layers=30, chunk_size=8)  # doctest: +SKIP
@@ -66,6 +69,7 @@ class TriForceRun:
         stats: TriForceStats | None = None,
         drafters: list[Drafter] | None = None,
         runner_slot: RunnerSlot | None = None,
+        costs: CallCosts | None = None,
     ) -> None:
         self.model, self.input_ids, self.config, self.plan = model, input_ids, config, plan
         self.logits_processor, self.stopping_criteria = logits_processor, stopping_criteria
@@ -86,7 +90,7 @@ class TriForceRun:
         self.capture = QueryCapture()  # each full-cache forward's queries, for level 1's selections
         self.level1 = Level1Drafter(
             model, cache, self.slots, config, plan, self.do_sample, drafters, self.stats, self.stats.rows or None,
-            eos_token_ids(gc), runner_slot=runner_slot,
+            eos_token_ids(gc), runner_slot=runner_slot, costs=costs,
         )  # fmt: skip
 
     def _row(self, b: int, ids: torch.Tensor, mask: torch.Tensor, logits_processor: LogitsProcessorList) -> Row:
@@ -98,6 +102,7 @@ class TriForceRun:
     def decode(self, streamer=None) -> torch.LongTensor:
         """Run the call; returns ``[B, prompt + new]`` ids, rows that stopped early right-padded with the pad id."""
         start = time.perf_counter()
+        self.stats.phases.synchronize = True  # once, after the prefill (the rounds synchronize only to measure costs)
         with self.stats.phases.measure("prefill"):
             logits = self._prefill_forward()
         self.level1.observe_prefill(self.capture)
@@ -106,6 +111,8 @@ class TriForceRun:
         self._drop_finished()
         self.cache.record_rounds(True)  # sliding layers keep a round's tokens until its verification's crop
         try:
+            if self.active and self.level1.planner.timing:
+                self._calibrate()
             while self.active:
                 self._round(streamer)
                 self._drop_finished()
@@ -113,6 +120,8 @@ class TriForceRun:
             self.cache.record_rounds(False)
         if streamer is not None:
             streamer.end()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # once, after the rounds: the call's time is the device's
         self.stats.seconds = time.perf_counter() - start
         self._final_stats()
         return self._sequences()
@@ -154,6 +163,42 @@ class TriForceRun:
         tokens = torch.multinomial(scores.softmax(-1), 1)[:, 0] if self.do_sample else scores.argmax(-1)
         for b, row in enumerate(self.active):
             self._append(row, tokens[b : b + 1], scores[b : b + 1], raw[b : b + 1], streamer)
+
+    # -- the planner's costs ---------------------------------------------------------------------------------
+
+    def _calibrate(self) -> None:
+        """Time this kind of call's steps once (the first call of its kind on this model and device): full-cache
+        forwards of :func:`~hf_triforce.hierarchy.calibration.level2_widths` (and the trees' widths where width is
+        cheap) whose tokens are cropped again, then level 1's and level 0's (:meth:`Level1Drafter.calibrate`). The
+        random state is restored after, so the call's text is what it would be without them."""
+        planner, device, config = self.level1.planner, self.input_ids.device, self.config
+        room = config.full_cache_capacity(self.generation_config.max_length) - self.cache.get_seq_length()
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            with self.stats.phases.measure("calibration"):
+                for width in level2_widths(config, self.drafters is not None):
+                    self._time_verification(min(width, room))
+                trees = planner.trees and config.tree_budget == "auto"
+                for width in tree_verification_widths(planner.costs) if trees else []:
+                    if width <= room:  # the reserved storage holds it (a wider one is priced by the fit)
+                        self._time_verification(width)
+                self.level1.calibrate(self.active)
+        planner.costs.fix()
+
+    def _time_verification(self, width: int) -> None:
+        """Time a ``width``-token full-cache forward of every row (:data:`TIMES` times) into the planner's costs; its
+        tokens leave the cache and the slots again."""
+        rows, capture = len(self.active), self.capture
+        inputs = torch.stack([row.ids[-1:].repeat(width) for row in self.active])
+        self.capture = QueryCapture()  # the prefill's queries select the first view
+        try:
+            for _ in range(TIMES):
+                positions = self.slots.append(width)
+                seconds = timed(functools.partial(self._verify, inputs, positions), inputs.device)
+                self.cache.crop(self.slots.keep(torch.zeros(rows, dtype=torch.long), width))
+                self.cache.trim(self.slots if self.batched else None)
+                self.level1.planner.costs.level2.observe(width, seconds)
+        finally:
+            self.capture = capture
 
     # -- a round ---------------------------------------------------------------------------------------------
 

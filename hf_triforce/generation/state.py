@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ..hierarchy.calibration import StepCosts
 from ..stats import TriForceStats
 
 STATE_ATTR = "_hf_triforce"
@@ -22,6 +23,7 @@ class TriForceState:
     last_call_failed: bool = False  # the latest call started and did not finish
     level1_runner: tuple[tuple, Any] | None = None  # (key, runner): static_steps.RunnerSlot's, for the next call
     enabled: bool = True  # enable() routes generate(); False: only custom_generate calls' stats
+    calibrations: dict[tuple, list[StepCosts]] = field(default_factory=dict)  # calibration.CalibrationSlot's
 
     def begin_call(self) -> None:
         """A call starts: the previous call's statistics are dropped, so nothing reads them as this call's."""

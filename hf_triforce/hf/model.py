@@ -181,3 +181,37 @@ def kv_shape(model: torch.nn.Module) -> tuple[int, int]:
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     return kv_heads // tensor_parallel_size(model), head_dim
+
+
+LEVEL1_BYTES_PER_WEIGHT = {"int8": 1.0, "int4": 0.5 + 4 / 32}
+"""Bytes level 1's copy holds per weight of a decoder layer's projections: int8 values, or int4 values with a bfloat16
+scale and zero per group of 32 (its LM head is int8 with either)."""
+
+
+def step_bytes(model: torch.nn.Module, level1_weights: str) -> tuple[int, int, int]:
+    """Bytes one decoding forward reads, from the model's shapes: ``(the model's weights, level 1's weights of kind
+    ``level1_weights``, keys and values of one token of context over the full-attention layers)``. The input
+    embedding counts one row (a tied output embedding counts in full, as the head).
+
+    Example:
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        ...                      num_attention_heads=4, num_key_value_heads=2)
+        >>> weights, level1, kv = step_bytes(LlamaForCausalLM(config), "full")
+        >>> kv  # 2 (keys, values) x 2 layers x 2 KV heads x head dim 4 x 4 bytes
+        128
+    """
+    embed, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    size = head.element_size()
+    params = {id(p): p for p in model.parameters()}
+    weights = sum(p.numel() * p.element_size() for key, p in params.items() if key != id(embed))
+    weights += embed.shape[-1] * embed.element_size() + (head.numel() * size if head is embed else 0)
+    layers = decoder_layers(model) or []
+    projections = sum(m.weight.numel() for layer in layers for m in layer.modules() if isinstance(m, torch.nn.Linear))
+    per_weight = LEVEL1_BYTES_PER_WEIGHT.get(level1_weights)
+    level1 = weights  # full weights; a low-bit copy replaces the projections, and the head by int8
+    if per_weight is not None:
+        level1 -= int(projections * (size - per_weight)) + head.numel() * (size - 1)
+    kv_heads, head_dim = kv_shape(model)
+    full_layers = sum(window is None for window in layer_windows(model))
+    return weights, level1, 2 * full_layers * kv_heads * head_dim * size

@@ -170,13 +170,14 @@ class RunningRate:
 
 class StepCost:
     """Seconds of one forward by query width: the fastest of a width's last :data:`WINDOW` forwards (a call's first
-    forwards pay one-time costs a mean would carry), other widths by an affine fit through the measured ones.
+    forwards pay one-time costs a mean would carry); a width between two measured ones on the line between them (so
+    measuring a wide width changes no narrower estimate), beyond the measured ones by the affine fit's slope.
 
     Example:
         >>> cost = StepCost()
         >>> cost.observe(1, 0.030); cost.observe(7, 0.060)
-        >>> round(cost(4), 4), round(cost(7), 4)
-        (0.045, 0.06)
+        >>> round(cost(4), 4), round(cost(7), 4), round(cost(9), 4)
+        (0.045, 0.06, 0.07)
         >>> StepCost()(3) is None
         True
     """
@@ -203,10 +204,21 @@ class StepCost:
         elif len(self.fastest) == 1:
             ((w0, c0),) = self.fastest.items()
             estimate = c0 * max(0.1, 1.0 + PRIOR_SLOPE * (width - w0))
-        else:  # the affine fit through the measured widths
-            mean_w, mean_c, slope = self._fit()
-            estimate = mean_c + max(slope, 0.0) * (width - mean_w)
+        else:
+            estimate = self._between(width)
         return None if estimate is None else max(MIN_SECONDS, estimate)
+
+    def _between(self, width: int) -> float:
+        """The line between the measured widths around ``width``; outside them, the nearest one's cost and the fit's
+        slope."""
+        widths = sorted(self.fastest)
+        below, above = [w for w in widths if w < width], [w for w in widths if w > width]
+        if below and above:
+            w0, w1 = below[-1], above[0]
+            c0, c1 = self.fastest[w0], self.fastest[w1]
+            return c0 + (c1 - c0) * (width - w0) / (w1 - w0)
+        nearest = below[-1] if below else above[0]
+        return self.fastest[nearest] + max(self._fit()[2], 0.0) * (width - nearest)
 
     def slope(self) -> float | None:
         """Seconds one more query token adds to a forward: the affine fit's slope through the measured widths,

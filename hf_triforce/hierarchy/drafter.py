@@ -24,6 +24,10 @@ class Drafter(Protocol):
         level-1 tokens): ``([m] token ids, m <= k; [m, V] draft probabilities or None)``."""
         ...
 
+    def reset(self) -> None:
+        """Forget what the proposals consumed: the next one starts over (after the planner's timed proposals)."""
+        ...
+
 
 def common_prefix_length(a: torch.Tensor, b: torch.Tensor) -> int:
     """How many leading tokens the ``[n]`` and ``[m]`` token sequences ``a`` and ``b`` share.

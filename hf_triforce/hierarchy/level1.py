@@ -3,6 +3,7 @@ drafts exactly); their processed scores are the ``q`` the full cache (level 2) v
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -14,7 +15,8 @@ from ..config import TriForceConfig
 from ..hf.attention import QueryCapture
 from ..hf.distributed import RankConsensus
 from ..hf.model import layer_windows
-from ..stats import TriForceStats
+from ..stats import TriForceStats, timing_requested
+from .calibration import TIMES, CallCosts, level0_drafts, level1_widths, timed
 from .drafter import Drafter
 from .judge import Drafts, judge_rows, node_scores
 from .level1_steps import level1_steps
@@ -40,6 +42,7 @@ class Level1Drafter:
         drafters: one level-0 :class:`~hf_triforce.hierarchy.drafter.Drafter` per row, or ``None`` (two levels).
         stats: the call's totals; ``row_stats``: one :class:`~hf_triforce.stats.TriForceStats` per row, or ``None``.
         runner_slot: where a static level-1 runner is kept between calls (the model's state), or ``None``.
+        costs: the step costs the planner decides with (:func:`~hf_triforce.hierarchy.calibration.step_costs`).
 
     Example:
         >>> level1 = Level1Drafter(model, cache, slots, TriForceConfig(), plan, False, None, stats)  # doctest: +SKIP
@@ -50,7 +53,7 @@ class Level1Drafter:
     def __init__(
         self, model, cache: RetrievalCache, slots: SlotMask, config: TriForceConfig, plan, do_sample: bool,
         drafters: list[Drafter] | None, stats: TriForceStats, row_stats: list[TriForceStats] | None = None,
-        eos_token_ids: list[int] | None = None, runner_slot: RunnerSlot | None = None,
+        eos_token_ids: list[int] | None = None, runner_slot: RunnerSlot | None = None, costs: CallCosts | None = None,
     ) -> None:  # fmt: skip
         self.model, self.cache, self.slots, self.config = model, cache, slots, config
         self.do_sample, self.drafters = do_sample, drafters
@@ -59,7 +62,9 @@ class Level1Drafter:
         consensus = RankConsensus.for_model(model)  # rank 0's adaptive decisions, on every rank
         self.windows = layer_windows(model)  # a sliding layer's view keeps to its window
         self.steps = level1_steps(model, cache, config, plan, slots if plan.batched else None, runner_slot)
-        self.planner = Planner(config, drafters is not None, consensus, one_sequence=plan.rows == 1, trees=plan.trees)
+        self.planner = Planner(
+            config, drafters is not None, consensus, one_sequence=plan.rows == 1, trees=plan.trees, costs=costs
+        )
         self._queries: list[torch.Tensor] | None = None
         self._confidences: list[float] = []  # level 1's probability of each token of the round's drafts (one row)
         self._survival = 1.0  # the estimated chance that all of the round's drafts so far are accepted
@@ -69,12 +74,13 @@ class Level1Drafter:
 
     def plan_round(self) -> Plan:
         """The schedule of the next round (one for every row, from the pooled acceptance and step costs)."""
-        now = time.perf_counter()  # the planner learns how long the last round took
-        if self._round is not None and self._round[1]:
+        now = time.perf_counter()  # the round's wall clock, for the planner's explanation
+        if self._round is not None:
             self.planner.observe_round(self._round[1], now - self._round[0])
         self._round = (now, 0)
         plan = self.planner.plan_round()
         self.stats.rounds[plan.kind] = self.stats.rounds.get(plan.kind, 0) + 1
+        self.stats.phases.synchronize = self.planner.timing or timing_requested()  # the opening measuring costs
         return plan
 
     def draft(self, plan: Plan, rows: list[Row], budgets: list[int]) -> list[RowDraft]:
@@ -154,7 +160,7 @@ class Level1Drafter:
         self._queries = capture.rows_at(accepted)
         confidences = self._confidences if len(accepted) == 1 else None
         level = {"levels": "level1", "level0": "level0_to_level2"}.get(plan.kind)
-        self.planner.level2.observe(max(drafted) + 1, seconds)  # one forward, as wide as the widest row
+        self.planner.step(self.planner.level2, max(drafted) + 1, seconds)  # one forward, as wide as the widest row
         for b, (d, a) in enumerate(zip(drafted, accepted, strict=True)):
             self.planner.observe_level2(plan, d, a, None, confidences, rank)
             if level is not None and d:
@@ -173,6 +179,29 @@ class Level1Drafter:
         getattr(self.stats, level).record(drafted, accepted)
         if self.row_stats is not None:
             getattr(self.row_stats[b], level).record(drafted, accepted)
+
+    # -- the planner's costs ---------------------------------------------------------------------------------
+
+    def calibrate(self, rows: list[Row]) -> None:
+        """Time a re-selection (the first view, which the first round then uses), level-1 steps at
+        :func:`~hf_triforce.hierarchy.calibration.level1_widths` and level-0 proposals of
+        :func:`~hf_triforce.hierarchy.calibration.level0_drafts` into the planner's costs. Nothing else of it stays:
+        the steps' tokens leave the view and the drafters start over."""
+        costs, device = self.planner.costs, rows[0].ids.device
+        costs.refresh.observe(1, timed(self._select_view, device))
+        positions = self.slots.positions.tolist()
+        for width in level1_widths(self.config, self.drafters is not None, self.planner.trees):
+            inputs = torch.stack([row.ids[-1:].repeat(width) for row in rows])
+            for _ in range(TIMES):
+                costs.level1.observe(width, timed(functools.partial(self.steps.logits, inputs, positions), device))
+                self.steps.keep([0] * len(rows), width)
+        if self.drafters is None:
+            return
+        prefix = rows[0].real_ids()
+        for k in level0_drafts(self.config):
+            for _ in range(TIMES):  # the first starts over from the prompt, the second catches up one token
+                costs.level0.observe(k, timed(functools.partial(self.drafters[0].propose, prefix, k), device))
+        self.drafters[0].reset()
 
     # -- level 0 -> level 2 ----------------------------------------------------------------------------------
 
@@ -195,9 +224,12 @@ class Level1Drafter:
             self.steps.sync()
             return
         start = time.perf_counter()
+        self._select_view()
+        self.planner.observe_refresh(time.perf_counter() - start)
+
+    def _select_view(self) -> None:
         with self.stats.phases.measure("refresh"):
             self.steps.select(self._selection())
-        self.planner.observe_refresh(time.perf_counter() - start)
         self.stats.retrieval_refreshes += 1
         self.stats.view_bytes = max(self.stats.view_bytes, self.steps.view.kv_nbytes())
 

@@ -59,6 +59,11 @@ class ModelDrafter:
                 scores = self._forward(prefix.new_tensor([token]))
         return prefix.new_tensor(tokens), (torch.stack(probs) if self.do_sample else None)
 
+    def reset(self) -> None:
+        """Empty the draft cache: the next proposal starts over from its prefix."""
+        self.cache.crop(-self.cache.get_seq_length())
+        self.consumed = self.consumed[:0]
+
     def _catch_up(self, prefix: torch.Tensor) -> torch.Tensor:
         common = min(common_prefix_length(self.consumed, prefix), prefix.shape[0] - 1)
         rollback = self.consumed.shape[0] - common

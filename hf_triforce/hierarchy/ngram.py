@@ -25,3 +25,6 @@ class NGramDrafter:
                 start = int(hits[-1, 0])  # the latest
                 return prefix[start + n : start + n + k], None
         return prefix[:0], None
+
+    def reset(self) -> None:
+        """Nothing to forget: each proposal reads only its prefix."""

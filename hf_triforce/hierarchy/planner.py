@@ -9,6 +9,11 @@ second within the user's ``gamma1``/``gamma2`` maxima, and re-tries the others e
 schedule is verified exactly: the choice changes speed, never the output. With ``adaptive=False`` every round is
 ``"levels"`` at ``gamma2`` and ``gamma1``.
 
+Decisions come from counts, not clocks: the step costs are measured once per model, device and kind of call, before
+the first round of the first call that needs them, by forwards whose results are discarded, and then fixed
+(:mod:`~hf_triforce.hierarchy.calibration`); every round is priced from those costs and the call's acceptance counts,
+so the same seed gives the same text whatever else the machine is doing.
+
 For one sequence on one process a ``"levels"`` round drafts one more token while ``survival * a1`` (the chance that
 every draft so far survives, from level 1's confidence in each, times the per-token acceptance) exceeds the rate
 the call has reached times that token's cost (a level-1 step plus one more verified position): a Dinkelbach-style
@@ -26,7 +31,8 @@ from typing import Any, Literal
 
 from ..config import TriForceConfig
 from ..hf.distributed import RankConsensus
-from .cost_model import ConfidenceAcceptance, RunningRate, StepCost, StreakAcceptance, expected_tokens
+from .calibration import CallCosts, ScaledCost, StepCosts
+from .cost_model import ConfidenceAcceptance, RunningRate, StreakAcceptance, expected_tokens
 from .schedule_record import ScheduleRecord, TreesWeighed, Weighed, reason
 from .tree_shape import MAX_BRANCH, PositionalAcceptance, TreeShape, best_tree, best_trees
 
@@ -57,6 +63,8 @@ class Planner:
         consensus: how tensor-parallel ranks agree on each adaptive decision; ``None``: one process.
         one_sequence: one sequence (``adaptive``, one process): ``"levels"`` rounds stop by :meth:`keep_drafting`.
         trees: level 1 may draft token trees (``TriForceConfig.tree_budget``, :meth:`tree_for`).
+        costs: the step costs to decide with (:func:`~hf_triforce.hierarchy.calibration.step_costs`); ``None``: new
+            ones, to be measured (each step observed while :attr:`StepCosts.measuring` is timed into them).
 
     Example:
         >>> planner = Planner(TriForceConfig(gamma1=2, gamma2=6), has_drafter=True)
@@ -71,20 +79,28 @@ class Planner:
         consensus: RankConsensus | None = None,
         one_sequence: bool = False,
         trees: bool = False,
+        costs: CallCosts | None = None,
     ) -> None:
         self.config, self.has_drafter = config, has_drafter
         self.trees = trees
         self.positional = PositionalAcceptance()  # p_k of level 1's k-th candidate, for the trees' shape
         self.adaptive = config.adaptive
         self.by_confidence = ConfidenceAcceptance()
-        self.reached = RunningRate()  # tokens per second of whole rounds so far
+        self.reached = RunningRate()  # tokens per modeled second of the rounds so far
         self.reached_by_shape = {"tree": RunningRate(), "chain": RunningRate()}  # the same, of "levels" rounds
         self._last: Plan | None = None  # the plan of the round observe_round() times
         self._tree_tried = self._chain_tried = -PROBE_EVERY  # the last rounds that drafted a tree, a chain
         self.consensus = consensus if consensus is not None else RankConsensus(None)
         self.confidence_stops = one_sequence and config.adaptive and not self.consensus.active
-        self.level2, self.level1, self.level0 = StepCost(), StepCost(), StepCost()
-        self.refresh = StepCost()  # one re-selection, as a width-1 "forward"
+        costs = costs or CallCosts(StepCosts())
+        self.costs = costs.costs
+        self.level2 = ScaledCost(self.costs.level2, costs.level2_factor)
+        self.level1 = ScaledCost(self.costs.level1, costs.level1_factor)
+        self.level0, self.refresh = (
+            ScaledCost(self.costs.level0),
+            ScaledCost(self.costs.refresh),
+        )  # a re-selection: width 1
+        self._modeled = 0.0  # modeled seconds of the round in progress
         self.a1, self.a0, self.a02 = StreakAcceptance(0.8), StreakAcceptance(0.6), StreakAcceptance(0.5)
         self.rounds = 0
         self.last_tried: dict[Kind, int] = {}
@@ -92,6 +108,12 @@ class Planner:
         self.record = ScheduleRecord()  # what it weighed and chose, for the call's stats (:meth:`explain`)
 
     # -- decisions --------------------------------------------------------------------------------------------
+
+    @property
+    def timing(self) -> bool:
+        """Whether the steps are being timed for the decisions (an adaptive call measuring its costs): the decoding
+        loop synchronizes the device after each phase only then."""
+        return self.adaptive and self.costs.measuring
 
     def plan_round(self) -> Plan:
         """The schedule of the next round."""
@@ -138,6 +160,8 @@ class Planner:
             return best_tree(vector, budget, self.config.gamma2)
         if not self.adaptive or len(self.level2.fastest) < 2 or not self.level1.known:
             return None  # the verification's cost by width is not measured yet
+        if not self.positional.trials or self.positional.trials[0] < PROBE_EVERY:
+            return None  # level 1's ranks not judged often enough yet: a tree would be built from the prior
         chain_rate = self._chain_rate(plan, vector[0])
         shapes = best_trees(vector, list(AUTO_TREE_SIZES), self.config.gamma2)
         best = max(shapes, key=self.tree_rate)
@@ -194,7 +218,7 @@ class Planner:
         Example:
             >>> p = Planner(TriForceConfig(), has_drafter=False, one_sequence=True)
             >>> p.level1.observe(1, 0.02); p.level2.observe(2, 0.10); p.level2.observe(3, 0.11)  # 10 ms a token
-            >>> p.observe_round(tokens=4, seconds=0.2)  # 20 tokens per second so far
+            >>> p.reached.observe(tokens=4, seconds=0.2)  # 20 tokens per modeled second so far
             >>> p.keep_drafting(1, survival=0.99), p.keep_drafting(1, survival=0.5)
             (True, False)
         """
@@ -316,8 +340,8 @@ class Planner:
         """A round's verification: ``accepted`` of ``drafted`` tokens, a ``drafted + 1``-wide forward of ``seconds``;
         ``confidences``: level 1's probability of each draft; ``rank`` (greedy): the 0-based rank of the verifier's
         token in level 1's scores where it rejected (every greedy node counts as a trial for every rank)."""
-        if seconds is not None:  # None: the caller timed the forward (a batch's, as wide as its widest row)
-            self.level2.observe(drafted + 1, seconds)
+        if seconds is not None:  # None: the caller counted the forward (a batch's, as wide as its widest row)
+            self.step(self.level2, drafted + 1, seconds)
         if plan.kind != "levels":
             self.a1.idle(accepted + 1)
         if plan.kind != "level0":
@@ -335,17 +359,17 @@ class Planner:
 
     def observe_level1(self, drafted: int, accepted: int, seconds: float) -> None:
         """A level-1 step over ``drafted`` level-0 drafts (``accepted`` kept), ``drafted + 1`` wide."""
-        self.level1.observe(drafted + 1, seconds)
+        self.step(self.level1, drafted + 1, seconds)
         self.a0.observe(drafted, accepted)
 
     def observe_tree_step(self, width: int, seconds: float) -> None:
         """A level-1 forward over ``width`` nodes of a token tree's frontier took ``seconds``."""
-        self.level1.observe(width, seconds)
+        self.step(self.level1, width, seconds)
 
     def observe_tree(self, ranks: list[int], children: list[int], seconds: float, size: int) -> None:
         """A token tree's verification: at each node visited from the root, the rank accepted (``-1``: none) of its
         ``children`` candidates; the forward of ``size`` nodes took ``seconds``."""
-        self.level2.observe(size, seconds)
+        self.step(self.level2, size, seconds)
         for rank, count in zip(ranks, children, strict=True):
             self.positional.observe(count, rank)
         accepted = sum(1 for rank in ranks if rank >= 0)
@@ -354,19 +378,31 @@ class Planner:
 
     def observe_level0(self, requested: int, seconds: float) -> None:
         """One level-0 proposal of up to ``requested`` tokens took ``seconds``."""
-        self.level0.observe(requested, seconds)
+        self.step(self.level0, requested, seconds)
 
     def observe_round(self, tokens: int, seconds: float) -> None:
-        """A whole round (drafting, verification and what the loop did around them) gave ``tokens`` in ``seconds``."""
-        self.reached.observe(tokens, seconds)
+        """A whole round (drafting, verification and what the loop did around them) gave ``tokens`` in ``seconds`` of
+        wall clock (the explanation's measured figures). The rates the decisions weigh count the round at its modeled
+        seconds (its steps at the costs)."""
         if self._last is not None:
             self.record.timed(self._last.kind, tokens, seconds)
+        modeled, self._modeled = self._modeled, 0.0
+        if modeled <= 0:
+            return
+        self.reached.observe(tokens, modeled)
         if self._last is not None and self._last.kind == "levels":
-            self.reached_by_shape["chain" if self._last.tree is None else "tree"].observe(tokens, seconds)
+            self.reached_by_shape["chain" if self._last.tree is None else "tree"].observe(tokens, modeled)
 
     def observe_refresh(self, seconds: float) -> None:
         """One re-selection of the retrieval chunks took ``seconds``."""
-        self.refresh.observe(1, seconds)
+        self.step(self.refresh, 1, seconds)
+
+    def step(self, cost: ScaledCost, width: int, seconds: float) -> None:
+        """One step of ``cost``'s kind and ``width`` ran: timed into the costs while they are measured, and counted
+        at its modeled cost into the round."""
+        if self.costs.measuring:
+            cost.observe(width, seconds)
+        self._modeled += cost(width) or 0.0
 
     # -- the explanation --------------------------------------------------------------------------------------
 

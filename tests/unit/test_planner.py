@@ -257,16 +257,30 @@ def test_keep_drafting_weighs_one_more_token_against_the_reached_rate():
     p = planner(one_sequence=True)
     assert p.keep_drafting(3, survival=0.01)  # nothing measured: draft on
     feed(p, a1=0.9)
-    assert p.keep_drafting(3, survival=0.01)  # no round timed yet
-    p.observe_round(tokens=5, seconds=0.25)  # 20 tokens per second
+    assert p.keep_drafting(3, survival=0.01)  # no round counted yet
+    p.reached.observe(tokens=5, seconds=0.25)  # 20 tokens per modeled second
     marginal = p._level1_seconds_per_token() + p.level2.slope()
     threshold = 20.0 * marginal / p.a1.rate  # the survival at which one more token breaks even
     assert p.keep_drafting(3, survival=min(1.0, threshold * 1.05))
     assert not p.keep_drafting(3, survival=threshold * 0.95)
     slow = planner(one_sequence=True)
     feed(slow, a1=0.9)
-    slow.observe_round(tokens=5, seconds=1.0)  # a call reaching 5 tokens/s drafts on at lower survival
+    slow.reached.observe(tokens=5, seconds=1.0)  # a call reaching 5 tokens/s drafts on at lower survival
     assert slow.keep_drafting(3, survival=threshold * 0.95)
+
+
+def test_a_round_counts_at_its_modeled_seconds_not_its_clock():
+    """After the opening, the rate the decisions weigh is tokens per modeled second: the round's steps at the fixed
+    costs. Its wall clock goes to the explanation only, so a round slowed by the machine changes no decision."""
+    p = planner(one_sequence=True)
+    feed(p, c2=(0.10, 0.0), c1=(0.02, 0.0))
+    p.costs.fix()
+    for _ in range(3):  # one level-1 step and a verification, whatever the clock says
+        p.observe_level1(0, 0, seconds=5.0)
+        p.observe_level2(Plan("levels", 1), 1, 1, seconds=7.0)
+        p.observe_round(tokens=2, seconds=12.0 if _ else 0.1)
+    assert p.reached.rate == pytest.approx(2 / 0.12)
+    assert p.level2(2) == pytest.approx(0.10) and p.level1(1) == pytest.approx(0.02)  # fixed: nothing re-timed
 
 
 def test_the_planner_learns_acceptance_by_confidence():
@@ -385,14 +399,17 @@ def test_greedy_rounds_measure_unconditional_rank_rates():
 
 @pytest.mark.parametrize("trees_pay", [True, False])
 def test_auto_keeps_trees_only_while_their_rounds_are_measured_faster(trees_pay):
-    """The model prices a tree's wide forwards by extrapolating narrower ones; the rounds' own times decide. Where
-    tree rounds give fewer tokens per second than chain rounds, 'auto' drafts chains and re-tries a tree every
-    PROBE_EVERY rounds; where they give more, it keeps drafting trees."""
+    """The model prices a tree's wide forwards by extrapolating narrower ones and its tokens from the positional
+    acceptance; the rounds' tokens per modeled second (their steps at the fixed costs, never their clock) decide.
+    Where tree rounds give fewer than chain rounds, 'auto' drafts chains and re-tries a tree every PROBE_EVERY
+    rounds; where they give more, it keeps drafting trees."""
     gpu = _tree_planner({1: 0.043, 7: 0.0432, 8: 0.0433}, {1: 0.005, 2: 0.0051, 3: 0.0052}, adaptive=True)
+    gpu.costs.fix()
     shapes = []
     for _ in range(3 * PROBE_EVERY):
         plan = gpu.plan_round()
         shapes.append(plan.tree is not None)
+        gpu.step(gpu.level2, plan.tree.size if plan.tree is not None else plan.gamma2 + 1, seconds=9.9)
         tree_tokens = 8 if trees_pay else 2
         gpu.observe_round(tree_tokens if plan.tree is not None else 5, 0.1)
     if trees_pay:
