@@ -2,8 +2,8 @@
 
 For Llama-3.1-8B (every layer full), Gemma-3-12B (5 sliding layers to 1 full, window 1024), gpt-oss-20b (alternating,
 window 128, 4 of 32 experts a token) and Mistral-7B-v0.1 (every layer sliding, window 4096), at 32K and 128K tokens on
-an H100, bf16, ``TriForceConfig()``'s 4096-token view: what a plain step reads (weights + each layer's attended KV),
-what a level-1 step reads with the full weights and with int4 weights, and the modeled speedup of each
+an H100, bf16, a 4096-token view (``retrieval_budget=4096``): what a plain step reads (weights + each layer's attended
+KV), what a level-1 step reads with the full weights and with int4 weights, and the modeled speedup of each
 (:func:`hf_triforce.bench.estimate.estimate`, the acceptance measured on SmolLM2). Shapes from the models' public
 config.json files (no weights). Run:
 ``.venv/bin/python benchmarks/modeled_hybrids.py > benchmarks/results/modeled-hybrids.md``.
@@ -16,6 +16,7 @@ import platform
 import transformers
 from transformers import AutoConfig
 
+from hf_triforce import TriForceConfig
 from hf_triforce.bench.bandwidth import attended_kv_bytes
 from hf_triforce.bench.estimate import estimate
 
@@ -36,7 +37,7 @@ CONTEXTS = (32768, 131072)
 
 
 def row(name: str, config, context: int) -> str:
-    result = estimate(config, context=context, gpu="h100")
+    result = estimate(config, context=context, gpu="h100", triforce_config=TriForceConfig(retrieval_budget=4096))
     bandwidth = result.gpu.bandwidth
     weights = result.memory["weights_bytes"]
     kv = attended_kv_bytes(config, context, 2)
@@ -54,8 +55,8 @@ def main() -> None:
     print("# Modeled: bytes a decoding step reads on sliding-window and hybrid models\n")
     versions = f"transformers {transformers.__version__}, Python {platform.python_version()}"
     print(f"`benchmarks/modeled_hybrids.py`; {versions}.")
-    print("Every figure is modeled (bandwidth floors at the H100's 3.35 TB/s peak, bf16, `TriForceConfig()`: a")
-    print("4096-token view, gamma2 6), the level-1 acceptance measured on SmolLM2-135M on a CPU")
+    print("Every figure is modeled (bandwidth floors at the H100's 3.35 TB/s peak, bf16, a 4096-token view,")
+    print("gamma2 6), the level-1 acceptance measured on SmolLM2-135M on a CPU")
     print("(0.888 full, 0.867 int4).")
     print("A sliding layer's KV is at most its window, in a plain step and in level 1's view alike.\n")
     print(

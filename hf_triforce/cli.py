@@ -72,9 +72,8 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
         help="comma-separated temperatures, one comparison each: 0 is greedy, > 0 samples (default 0,0.6)",
     )  # fmt: skip
     p.add_argument(
-        "--retrieval-budget", type=int, default=512,
-        help="TriForceConfig.retrieval_budget (default 512: the demo's documents are ~7K tokens, the config's 4096 is "
-        "for 32K-128K)",
+        "--retrieval-budget", type=lambda x: x if x == "auto" else int(x), default="auto",
+        help="TriForceConfig.retrieval_budget: auto (the default: a sixteenth of the prompt, 512 to 4096) or tokens",
     )  # fmt: skip
     p.add_argument("--drafter", choices=DRAFTERS, default=DEFAULTS.drafter, help="TriForceConfig.drafter")
     _add_renamed(p, "--budget")
@@ -263,7 +262,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         document=args.document,
         prompt_tokens=_lengths(args.prompt_tokens),
         temperatures=_temperatures(args.temperatures),
-        budgets=_ints(args.retrieval_budget),
+        budgets=_budgets(args.retrieval_budget),
         drafters=_drafters(args.drafter),
         tree_budgets=_tree_budgets(args.tree_budget),
         new_tokens=args.new_tokens,
@@ -352,6 +351,11 @@ def _tree_budgets(text: str) -> list[int | str]:
     for value in values:
         TriForceConfig(tree_budget=value)
     return values
+
+
+def _budgets(text: str) -> list[int | str]:
+    """``"auto,512"`` -> ``["auto", 512]`` (retrieval budgets: ``auto`` or token counts)."""
+    return [x if x == "auto" else _ints(x)[0] for x in text.split(",")]
 
 
 def _ints(text: str) -> list[int]:

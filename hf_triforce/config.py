@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from .errors import TriForceConfigError
@@ -27,6 +27,15 @@ REMOVED_FIELDS = {
     "draft_acceptance_floor": "adaptive=True decides when level 0 drafts, adaptive=False always drafts gamma1 tokens",
 }
 """Fields of hf_triforce 0.2 removed in 0.3, and what replaces each (``docs/release-notes.md``)."""
+VIEW_SHARE = 16
+"""``retrieval_budget='auto'``: level 1's view holds this fraction (1/16) of the context, in whole chunks, within
+:data:`VIEW_FLOOR` and :data:`VIEW_CEILING` (the measurements behind the three: ``docs/tuning.md``)."""
+VIEW_FLOOR = 512
+"""The smallest ``'auto'`` view: below it a level-1 step costs about the same (its fixed part and the weights
+dominate) and accepts fewer tokens."""
+VIEW_CEILING = 4096
+"""The largest ``'auto'`` view (TriForce's budget at 128K: a level-1 step's KV then reads about what its weights do on
+an 8B GQA model)."""
 REMOVED_CHOICES = {("drafter", "suffix"): "n-gram lookup (drafter='ngram', what 'auto' runs without a draft model)"}
 """Values of 0.2 removed in 0.3 (no record shows the suffix drafter faster than n-gram), and what replaces each."""
 
@@ -40,8 +49,8 @@ class TriForceConfig:
     (the target with its full cache) verifies those, exactly (``docs/compatibility.md``: what runs where).
 
     Args:
-        retrieval_budget: tokens of the full cache (per layer and KV head) in level 1's view: the sink chunk, the
-            best chunks for the current query and the recent window. A multiple of ``chunk_size``.
+        retrieval_budget: tokens of the full cache (per layer and KV head) in level 1's view (sink, best chunks, recent
+            window): ``"auto"`` (a sixteenth of the prompt, 512 to 4096) or a multiple of ``chunk_size``.
         chunk_size: tokens per retrieval chunk; a chunk is scored by the mean of its keys.
         recent_window: the most recent tokens always in the view (a multiple of ``chunk_size``), or ``"auto"``: a
             quarter of ``retrieval_budget``.
@@ -75,7 +84,7 @@ class TriForceConfig:
         True
     """
 
-    retrieval_budget: int = 4096
+    retrieval_budget: int | str = "auto"
     chunk_size: int = 8
     recent_window: int | str = "auto"
     rescore_candidates: int = 4
@@ -94,7 +103,8 @@ class TriForceConfig:
     def __post_init__(self) -> None:
         for name in ("chunk_size", "gamma1", "gamma2", "refresh_every", "draft_cache_budget"):
             _check_int(name, getattr(self, name), 1)
-        _check_int("retrieval_budget", self.retrieval_budget, self.chunk_size)
+        if self.retrieval_budget != "auto":
+            _check_int("retrieval_budget", self.retrieval_budget, self.chunk_size)
         _check_int("rescore_candidates", self.rescore_candidates, 0)
         if self.prefill_chunk_size is not None:
             _check_int("prefill_chunk_size", self.prefill_chunk_size, 1)
@@ -114,9 +124,10 @@ class TriForceConfig:
             raise TriForceConfigError(
                 f"recent_window={w!r} must be 'auto' or a non-negative multiple of chunk_size={c}; {hint}."
             )
-        if b % c:
+        if b != "auto" and b % c:
             raise TriForceConfigError(f"retrieval_budget={b} must be a multiple of chunk_size={c}; try {b // c * c}.")
-        if b < self.min_retrieval_budget:
+        smallest = VIEW_FLOOR if b == "auto" else b  # 'auto' never selects fewer
+        if smallest < self.min_retrieval_budget:
             raise TriForceConfigError(
                 f"retrieval_budget={b} is too small: it must hold the sink chunk, the recent window and at least one "
                 f"retrieved chunk ({c} + {self.recent_tokens} + {c} = {self.min_retrieval_budget} tokens). Raise it "
@@ -129,10 +140,26 @@ class TriForceConfig:
                 f"holds {DRAFT_SINKS} sink tokens and a step's gamma1 + 1, so it needs at least {needed} tokens."
             )
 
+    def for_context(self, context: int) -> TriForceConfig:
+        """This config for a call over ``context`` prompt tokens: ``retrieval_budget='auto'`` resolved to a sixteenth
+        of the context in whole chunks, at least :data:`VIEW_FLOOR` and at most :data:`VIEW_CEILING` tokens (an
+        integer budget is kept). Decided once per call, before any work.
+
+        Example:
+            >>> [TriForceConfig().for_context(n).retrieval_budget for n in (2000, 7000, 32768, 131072)]
+            [512, 512, 2048, 4096]
+            >>> TriForceConfig(retrieval_budget=1024).for_context(7000).retrieval_budget
+            1024
+        """
+        if self.retrieval_budget != "auto":
+            return self
+        share = context // VIEW_SHARE // self.chunk_size * self.chunk_size
+        return replace(self, retrieval_budget=min(VIEW_CEILING, max(VIEW_FLOOR, share)))
+
     @property
     def recent_tokens(self) -> int:
         """The recent window in tokens: ``recent_window``, or for ``'auto'`` a quarter of ``retrieval_budget`` in
-        whole chunks.
+        whole chunks (of :data:`VIEW_FLOOR` while the budget is ``'auto'``).
 
         Example:
             >>> TriForceConfig(retrieval_budget=512).recent_tokens, TriForceConfig(recent_window=64).recent_tokens
@@ -140,7 +167,8 @@ class TriForceConfig:
         """
         if self.recent_window != "auto":
             return self.recent_window
-        return self.retrieval_budget // 4 // self.chunk_size * self.chunk_size
+        budget = VIEW_FLOOR if self.retrieval_budget == "auto" else self.retrieval_budget
+        return budget // 4 // self.chunk_size * self.chunk_size
 
     @property
     def min_retrieval_budget(self) -> int:

@@ -57,7 +57,7 @@ class DemoOptions(DocumentQuestion):
     max_new_tokens: int = 128
     temperatures: tuple[float, ...] = (0.0, 0.6)
     top_p: float = 0.9
-    budget: int = 512
+    budget: int | str = "auto"
     drafter: str = "auto"
     seed: int = 0
     questions: int = 1
@@ -263,17 +263,17 @@ def format_table(result: Comparison, options: DemoOptions, config: TriForceConfi
     width = max(len(r[0]) for r in rows) + 2
     lines = ["", f"{'':{width}}{rows[0][1]:>18}{rows[0][2]:>12}"]
     lines += [f"{name:{width}}{a:>18}{b:>12}" for name, a, b in rows[1:]]
+    budget = config.for_context(prompt).retrieval_budget
     lines += [
         f"speedup (decode, prefill excluded): {result.speedup:.2f}x",
         f"level-0 ({config.drafter}) -> level-1 acceptance: {_rate(level0)}",
-        f"level-1 (retrieval view, budget {config.retrieval_budget}) -> level-2 (full cache) acceptance: "
-        f"{_rate(level1)}",
+        f"level-1 (retrieval view, budget {budget}) -> level-2 (full cache) acceptance: {_rate(level1)}",
         f"rounds by schedule (adaptive={config.adaptive}): {_rounds(stats)}",
         f"mean tokens per full-cache forward: {stats['mean_accepted_length']:.2f} (plain: 1.00)",
         f"identical text: {_identical(result, tokenizer, prompt)}",
         f"answer repeats itself: {_repeats(result.triforce.sequences[0, prompt:].tolist())}",
         f"KV memory: full cache {mib(stats['full_cache_bytes'])}, retrieval view {mib(stats['view_bytes'])}"
-        f" ({config.retrieval_budget}-token budget), draft cache {mib(stats['draft_cache_bytes'])}",
+        f" ({budget}-token budget), draft cache {mib(stats['draft_cache_bytes'])}",
         f"peak process memory (RSS): {mib(peak_rss_bytes())}",
     ]
     return "\n".join(lines)

@@ -284,7 +284,7 @@ def kind_estimate(
         (4.95, 1.26, [1.1, 1.38])
     """
     plain = plain_floor_ms(config, context, dtype_bytes, gpu)
-    view = min(triforce_config.retrieval_budget, context)
+    view = min(triforce_config.for_context(context).retrieval_budget, context)
     level1_bytes = level1_weight_bytes(config, dtype_bytes, weights) + attended_kv_bytes(config, view, dtype_bytes)
     level1 = 1e3 * level1_bytes / gpu.bandwidth
     acceptance = RECORDED_ACCEPTANCE[weights]

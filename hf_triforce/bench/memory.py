@@ -308,6 +308,7 @@ def view_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForce
         2056.0
     """
     tc = triforce_config
+    tc = tc.for_context(context)
     slots = min(tc.retrieval_budget, context) + tc.view_extra_capacity
     slots = tc.view_capacity if static_view(tc) else tc.whole_chunks(slots)  # RetrievalView: whole chunks
     return slots * kv_bytes_per_token(text_config(config), dtype_bytes)
@@ -320,6 +321,7 @@ def _triforce_decode_bytes(config, context: int, dtype_bytes: int, tc: TriForceC
     ``repeat_kv`` copy of one layer's whole cache), a level-1 forward over a view, a selection's indices, one
     layer's summaries being computed and the captured queries.
     """
+    tc = tc.for_context(context)
     capacity, g = tc.full_cache_capacity(context), tc.gamma2 + 1
     verify = forward_bytes(config, g, capacity, dtype_bytes, keep=g)
     level1 = forward_bytes(config, tc.gamma1 + 1, tc.retrieval_budget + g, dtype_bytes, keep=tc.gamma1 + 1)

@@ -122,7 +122,8 @@ def warm_up(
     if prompt_tokens is None:
         prompt_tokens = input_ids.shape[1]
         if input_ids.device.type != "cpu":
-            prompt_tokens = min(prompt_tokens, 4 * triforce_config.retrieval_budget // 3)
+            budget = triforce_config.for_context(prompt_tokens).retrieval_budget
+            prompt_tokens = min(prompt_tokens, 4 * budget // 3)
     short = input_ids[:, :prompt_tokens]
     kwargs = {k: v for k, v in generate_kwargs.items() if k != "min_new_tokens"}
     kwargs["max_new_tokens"] = WARM_UP_TOKENS

@@ -60,6 +60,7 @@ def triforce_decode(
     """TriForce decoding with the call's logits processors and stopping criteria (``custom_generate``): ``[B, prompt +
     new]`` token ids, or a ``GenerateDecoderOnlyOutput`` (``return_dict_in_generate=True``), as plain ``generate()``."""
     streamer = streamer or triforce_streamer
+    triforce_config = triforce_config.for_context(input_ids.shape[1])  # 'auto' sizes decided once, for this call
     call = Call(input_ids, generation_config, model_kwargs, streamer, stopping_criteria, assistant_model, model)
     plan = plan_call(model, triforce_config, call)
     stats = TriForceStats(level1_weights=plan.level1_weights, level1_forward=plan.level1_forward)

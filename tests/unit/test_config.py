@@ -59,3 +59,21 @@ def test_replace_keeps_validating():
     assert dataclasses.replace(config, gamma2=8).gamma2 == 8
     with pytest.raises(TriForceConfigError, match="gamma2"):
         dataclasses.replace(config, gamma2=0)
+
+
+def test_auto_view_is_a_share_of_the_context_within_its_floor_and_ceiling():
+    """``retrieval_budget='auto'`` (the default) resolves once per call: a sixteenth of the prompt in whole chunks,
+    512 to 4096 tokens; an explicit integer wins; the resolved config is an ordinary one."""
+    from hf_triforce.config import VIEW_CEILING, VIEW_FLOOR, VIEW_SHARE
+
+    cfg = TriForceConfig()
+    assert cfg.retrieval_budget == "auto" and TriForceConfig.from_dict(cfg.to_dict()) == cfg
+    for context in (100, 7000, 9000, 20000, 65536, 131072, 10**6):
+        budget = cfg.for_context(context).retrieval_budget
+        assert VIEW_FLOOR <= budget <= VIEW_CEILING and budget % cfg.chunk_size == 0
+        assert budget == min(VIEW_CEILING, max(VIEW_FLOOR, context // VIEW_SHARE // 8 * 8))
+    assert TriForceConfig(retrieval_budget=1024).for_context(131072).retrieval_budget == 1024
+    resolved = TriForceConfig(recent_window="auto").for_context(20000)
+    assert resolved.recent_tokens == resolved.retrieval_budget // 4  # the recent window follows the resolved view
+    with pytest.raises(TriForceConfigError, match="too small"):
+        TriForceConfig(recent_window=1024)  # the auto view's floor (512) could not hold it

@@ -48,10 +48,15 @@ def test_json_keys():
 
 
 def test_longer_context_costs_more_and_gains_more():
-    short, long = estimate(LLAMA_8B, 32768, "h100"), estimate(LLAMA_8B, 131072, "h100")
+    fixed = TriForceConfig(retrieval_budget=4096)
+    short = estimate(LLAMA_8B, 32768, "h100", triforce_config=fixed)
+    long = estimate(LLAMA_8B, 131072, "h100", triforce_config=fixed)
     assert long.plain_floor_ms > short.plain_floor_ms
     assert long.kinds["full"].speedup > short.kinds["full"].speedup
     assert long.kinds["full"].level1_step_ms == short.kinds["full"].level1_step_ms  # the view does not grow
+    auto_short, auto_long = estimate(LLAMA_8B, 32768, "h100"), estimate(LLAMA_8B, 131072, "h100")
+    assert auto_short.kinds["full"].level1_step_ms < auto_long.kinds["full"].level1_step_ms  # 'auto': 2048 -> 4096
+    assert auto_long.kinds["full"].level1_step_ms == long.kinds["full"].level1_step_ms
 
 
 def test_8b_gqa_at_64k_design_figures():
