@@ -61,8 +61,8 @@ class TriForceConfig:
             ``"ngram"`` or ``"none"`` (two levels).
         prefill_chunk_size: prefill the prompt in chunks of this many tokens (bounds activation memory); ``None``:
             one forward, as plain ``generate()`` does.
-        cuda_graphs: fixed-shape decoding steps: ``True`` (CUDA graphs, required), ``"auto"`` (graphs on CUDA where
-            they run), ``"eager"`` (the same steps without graphs, any device) or ``False`` (dynamic shapes).
+        cuda_graphs: ``"auto"``: CUDA graphs where the model is on CUDA and nothing blocks them, else (a CPU) dynamic
+            shapes; ``True``: graphs, required; ``"eager"``: their fixed shapes without graphs; ``False``: dynamic.
         offload_kv: keep the full KV cache in host memory and stream it to the device for each verification (long
             contexts on a small GPU; set ``gamma2`` to 12-16 with it).
 
@@ -88,7 +88,7 @@ class TriForceConfig:
     refresh_every: int = 4
     drafter: str = "auto"
     prefill_chunk_size: int | None = None
-    cuda_graphs: bool | str = False
+    cuda_graphs: bool | str = "auto"
     offload_kv: bool = False
 
     def __post_init__(self) -> None:

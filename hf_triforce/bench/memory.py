@@ -289,7 +289,8 @@ def summaries_bytes(config, context: int, dtype_bytes: int, triforce_config: Tri
 
 
 def static_view(triforce_config: TriForceConfig) -> bool:
-    """Whether the view may be the fixed-capacity ``StaticRetrievalView`` (``cuda_graphs`` not ``False``)."""
+    """Whether the view may be the fixed-capacity ``StaticRetrievalView``: ``cuda_graphs`` not ``False`` (the model is
+    of a GPU, where the default ``"auto"`` runs it; on a CPU ``"auto"`` runs the dynamic view)."""
     return triforce_config.cuda_graphs is not False
 
 
@@ -305,7 +306,7 @@ def view_bytes(config, context: int, dtype_bytes: int, triforce_config: TriForce
     Example:
         >>> from hf_triforce.bench.shapes import preset_config
         >>> view_bytes(preset_config("llama2-7b", 4096), 10**5, 2, TriForceConfig(retrieval_budget=4096)) / 2**20
-        2056.0
+        2055.0
     """
     tc = triforce_config
     slots = min(tc.retrieval_budget, context) + tc.view_extra_capacity

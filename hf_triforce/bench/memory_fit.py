@@ -120,7 +120,7 @@ def check_fits(
         >>> check_fits(cfg, 131072, 2, TriForceConfig(), H100_BYTES)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
             ...
-        hf_triforce.bench.memory_fit.MemoryBudgetError: ...The longest context that fits is 105472 tokens...
+        hf_triforce.bench.memory_fit.MemoryBudgetError: ...The longest context that fits is 102400 tokens...
     """
     margins = {"margin_fraction": margin_fraction, "margin_bytes": margin_bytes}
     estimates = _estimates(config, context, dtype_bytes, triforce_config, draft_config, plain_prefill_chunk)
@@ -160,7 +160,7 @@ def longest_context(
     Example:
         >>> from hf_triforce.bench.shapes import preset_config
         >>> longest_context(preset_config("llama2-7b", 131072), 2, TriForceConfig(), H100_BYTES)
-        105472
+        102400
     """
     margins = {"margin_fraction": margin_fraction, "margin_bytes": margin_bytes}
     rest = (triforce_config, available_bytes, draft_config, plain_prefill_chunk, margins)

@@ -85,7 +85,7 @@ class BenchOptions(DocumentQuestion):
     offload_kv: bool = False  # TriForceConfig.offload_kv
     attn_implementation: str = "auto"
     real_acceptance: str | float | None = None
-    cuda_graphs: bool | str = False
+    cuda_graphs: bool | str = TriForceConfig.cuda_graphs
     prompt_lookup: int | None = None
     adaptive: bool = True
     tp: int = 1  # tensor-parallel ranks: run under torchrun --nproc-per-node tp

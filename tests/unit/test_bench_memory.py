@@ -41,7 +41,7 @@ from hf_triforce.hf.versions import cache_kwargs, output_cache
 pytestmark = pytest.mark.unit
 
 BF16 = 2
-TC = TriForceConfig(retrieval_budget=4096, chunk_size=8)
+TC = TriForceConfig(retrieval_budget=4096, chunk_size=8, cuda_graphs=False)  # the dynamic view
 CONTEXTS = [1024, 4096, 32768, 65536, 120000, 131072, 262144]
 
 
@@ -115,7 +115,7 @@ def test_the_message_suggests_a_prefill_chunk_size_when_the_prefill_overflows():
 
 
 def test_no_prefill_hint_when_decoding_sets_the_peak():
-    cfg, chunked = _cfg("llama2-7b"), TriForceConfig(retrieval_budget=8192, prefill_chunk_size=8192)
+    cfg, chunked = _cfg("llama2-7b"), TriForceConfig(retrieval_budget=8192, prefill_chunk_size=8192, cuda_graphs=False)
     assert not triforce_generate_estimate(cfg, 120000, BF16, chunked).prefill_bound  # and it is the larger estimate
     with pytest.raises(MemoryBudgetError) as caught:
         check_fits(cfg, 120000, BF16, chunked, H100_BYTES, plain_prefill_chunk=8192)
@@ -185,7 +185,8 @@ def test_cache_terms_equal_the_caches_of_real_generate_calls(dtype):
     cached = sum(layer.keys.nbytes + layer.values.nbytes for layer in output_cache(out).layers)
     assert plain_generate_estimate(model.config, prompt + new - 1, size).kv == cached  # the last token is not fed
 
-    tc = TriForceConfig(retrieval_budget=64, chunk_size=8, recent_window=16, drafter="model", draft_cache_budget=48)
+    tc = TriForceConfig(retrieval_budget=64, chunk_size=8, recent_window=16, drafter="model", draft_cache_budget=48,
+                        cuda_graphs=False)  # what 'auto' runs on the CPU; on CUDA the model counts the fixed view
     hf_triforce.enable(model)
     model.generate(ids, triforce_config=tc, assistant_model=draft, **kwargs)
     stats = hf_triforce.last_stats(model)
@@ -291,7 +292,8 @@ def test_a_static_view_kept_from_an_earlier_call_counts_in_the_plain_run():
     from hf_triforce.bench.memory_fit import _estimates
 
     cfg = preset_config("llama3.1-8b", 1)
-    dynamic, static = TriForceConfig(retrieval_budget=4096), TriForceConfig(retrieval_budget=4096, cuda_graphs=True)
+    dynamic = TriForceConfig(retrieval_budget=4096, cuda_graphs=False)
+    static = TriForceConfig(retrieval_budget=4096, cuda_graphs=True)
     plain_dynamic = _estimates(cfg, 65536, 2, dynamic, None, None)[0]
     plain_static = _estimates(cfg, 65536, 2, static, None, None)[0]
     assert plain_dynamic.kept_view == 0
