@@ -166,8 +166,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--cuda-graphs", default=str(DEFAULTS.cuda_graphs).lower(), choices=tuple(CUDA_GRAPHS),
-        help="TriForceConfig.cuda_graphs: auto (default: graphs on CUDA where they run), true, false, eager (fixed-shape "
-        "steps without graphs)",
+        help="TriForceConfig.cuda_graphs: auto (default: graphs on CUDA where they run), true, false, eager "
+        "(fixed-shape steps without graphs)",
     )  # fmt: skip
     p.add_argument(
         "--attn-implementation", default="auto", choices=ATTN_CHOICES,

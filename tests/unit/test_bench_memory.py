@@ -185,8 +185,9 @@ def test_cache_terms_equal_the_caches_of_real_generate_calls(dtype):
     cached = sum(layer.keys.nbytes + layer.values.nbytes for layer in output_cache(out).layers)
     assert plain_generate_estimate(model.config, prompt + new - 1, size).kv == cached  # the last token is not fed
 
-    tc = TriForceConfig(retrieval_budget=64, chunk_size=8, recent_window=16, drafter="model", draft_cache_budget=48,
-                        cuda_graphs=False)  # what 'auto' runs on the CPU; on CUDA the model counts the fixed view
+    tc = TriForceConfig(
+        retrieval_budget=64, chunk_size=8, recent_window=16, drafter="model", draft_cache_budget=48, cuda_graphs=False
+    )  # what 'auto' runs on the CPU; on CUDA the model counts the fixed view
     hf_triforce.enable(model)
     model.generate(ids, triforce_config=tc, assistant_model=draft, **kwargs)
     stats = hf_triforce.last_stats(model)
