@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -224,8 +225,37 @@ def as_config(config: TriForceConfig | dict[str, Any]) -> TriForceConfig:
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
         return
-    hint = f" (write {int(value)})" if isinstance(value, float) and value.is_integer() else ""
+    hint = f" (write {_as_int(value)})" if _as_int(value) is not None and _as_int(value) >= minimum else ""
     raise TriForceConfigError(f"{name} must be an integer >= {minimum}, got {value!r}{hint}.")
+
+
+def _as_int(value: Any) -> int | None:
+    """The integer a float or a string spells (``4096.0``, ``"4096"``), for the "write 4096" hint; else None.
+
+    Example:
+        >>> _as_int(4096.0), _as_int("4096"), _as_int(" 512 "), _as_int("4k"), _as_int(True)
+        (4096, 4096, 512, None, None)
+    """
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value)
+    return None
+
+
+def unknown_fields_message(unknown: list[str], known: set[str]) -> str:
+    """The error for unknown ``TriForceConfig`` keywords, with the closest valid name of each misspelt one.
+
+    Example:
+        >>> unknown_fields_message(["retrival_budget"], {"retrieval_budget", "gamma2"})  # doctest: +ELLIPSIS
+        "Unknown TriForceConfig fields ['retrival_budget'] (did you mean retrieval_budget?); valid fields are ..."
+    """
+    closest = {name: close[0] for name in unknown if (close := difflib.get_close_matches(name, known, 1, 0.75))}
+    guesses = [f"{name} -> {guess}" for name, guess in closest.items()]
+    if len(unknown) == 1 and closest:
+        guesses = list(closest.values())
+    did_you_mean = f" (did you mean {', '.join(guesses)}?)" if guesses else ""
+    return f"Unknown TriForceConfig fields {unknown}{did_you_mean}; valid fields are {sorted(known)}."
 
 
 def _check_choice(name: str, value: Any, choices: tuple) -> None:
@@ -250,7 +280,7 @@ def _refusing_removed_fields(init):
                 )
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise TriForceConfigError(f"Unknown TriForceConfig fields {unknown}; valid fields are {sorted(known)}.")
+            raise TriForceConfigError(unknown_fields_message(unknown, known))
         init(self, *args, **kwargs)
 
     return checked
