@@ -27,7 +27,7 @@ REMOVED_FIELDS = {
     "suffix_min_match": "the suffix drafter is gone: use drafter='ngram'",
     "draft_acceptance_floor": "adaptive=True decides when level 0 drafts, adaptive=False always drafts gamma1 tokens",
 }
-"""Fields of hf_triforce 0.2 removed in 0.3, and what replaces each (``docs/release-notes.md``)."""
+"""Fields of hf_triforce 0.2 removed in 0.3, and what replaces each (the release notes)."""
 REMOVED_CHOICES = {("drafter", "suffix"): "n-gram lookup (drafter='ngram', what 'auto' runs without a draft model)"}
 """Values of 0.2 removed in 0.3 (no record shows the suffix drafter faster than n-gram), and what replaces each."""
 
@@ -38,7 +38,8 @@ class TriForceConfig:
 
     Level 0 (a draft model, n-gram lookup, or nothing) proposes ``gamma1`` tokens at a time; level 1 (the
     target over a ``retrieval_budget``-token view of its KV cache) verifies them and drafts ``gamma2`` tokens; level 2
-    (the target with its full cache) verifies those, exactly (``docs/compatibility.md``: what runs where).
+    (the target with its full cache) verifies those, exactly (what runs where: the documentation's What runs
+    together page).
 
     Args:
         retrieval_budget: tokens of the full cache (per layer and KV head) in level 1's view: the sink chunk, the
