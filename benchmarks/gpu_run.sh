@@ -25,7 +25,7 @@ BUDGET=${BUDGET:-4096}
 PRESET_7B=${PRESET_7B:-llama2-7b}
 PRESET_8B=${PRESET_8B:-llama3.1-8b}
 DRAFT_PRESET=${DRAFT_PRESET:-draft-68m}
-# The 7B MHA shape at 120K needs more than an H100's 80 GB (hf_triforce.bench.memory_fit): "max" there is the longest
+# The 7B MHA shape at 120K needs more than an H100's 80 GB (research/memory_fit.py): "max" there is the longest
 # context that fits this GPU's free memory, checked before anything is loaded.
 big=$($PY -c "import torch; print(int(torch.cuda.is_available() and torch.cuda.mem_get_info()[1] > 100 * 2**30))")
 CONTEXTS_7B=${CONTEXTS_7B:-$([ "$big" = 1 ] && echo 32k,64k,120000 || echo 32k,64k,max)}
@@ -46,7 +46,7 @@ run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; }
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 bench() {  # bench NAME ARGS...: one JSON + .md per shape (plain = generate()'s defaults unless ARGS say --plain)
     local name=$1; shift
-    run $PY -m hf_triforce bench --device "$DEVICE" --dtype "$DTYPE" --temperatures 0 --retrieval-budget "$BUDGET" \
+    run $PY -m research.lab_bench --device "$DEVICE" --dtype "$DTYPE" --temperatures 0 --retrieval-budget "$BUDGET" \
         --new-tokens 128 --prefill-chunk-size "$PREFILL_CHUNK" --output "$RESULTS/$name.json" \
         --cuda-graphs "$CUDA_GRAPHS" --plain dynamic "$@"
 }
@@ -72,11 +72,11 @@ want 8b-int4 && bench "$tag-$PRESET_8B-int4" --preset "$PRESET_8B" --prompt-toke
 want 8b-rescore0 && bench "$tag-$PRESET_8B-rescore0" --preset "$PRESET_8B" --prompt-tokens "$CONTEXTS_8B" \
     --drafter none --rescore-candidates 0
 # The same without any Triton kernel (retrieval scoring/gather, split-KV verification): what they are worth.
-# Its markdown is dropped (the device returns 8 files at most): hf_triforce.bench.report.markdown_table rebuilds it.
+# Its markdown is dropped (the device returns 8 files at most): research.lab_report.lab_markdown rebuilds it.
 want 8b-no-triton && HF_TRIFORCE_DISABLE_TRITON=1 bench "$tag-$PRESET_8B-no-triton" --preset "$PRESET_8B" \
     --prompt-tokens "$CONTEXTS_8B" --drafter none && rm -f "$RESULTS/$tag-$PRESET_8B-no-triton.md"
 # Level 0: the 68M-class draft model under the 7B shape with CUDA graphs, short context (its step does not
-# depend on it). PNGs are left out (the device returns 8 files at most): hf_triforce.bench.plot.write_plot draws them
+# depend on it). PNGs are left out (the device returns 8 files at most): research.plot.write_plot draws them
 # from the JSON.
 want level0 && bench "$tag-level0" --preset "$PRESET_7B" --draft-preset "$DRAFT_PRESET" --drafter model \
     --prompt-tokens 16k

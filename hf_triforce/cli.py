@@ -1,4 +1,8 @@
-"""``hf-triforce`` / ``python -m hf_triforce``: the demo, the benchmark and the estimate from the command line."""
+"""``hf-triforce`` / ``python -m hf_triforce``: the demo, the benchmark and the estimate from the command line.
+
+``hf-triforce --help`` loads neither torch nor transformers: the parser reads only light modules, and each command
+imports what it runs when it runs.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +11,13 @@ import json
 import logging
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from .bench.backend import ATTN_CHOICES
-from .bench.estimate import DTYPE_BYTES, estimate, estimate_inputs, format_estimate
-from .bench.local_config import load_local_config
-from .bench.plain_baselines import DEFAULT_PLAIN
-from .bench.plain_decoding import plain_decoding
-from .bench.plot import write_plot
+from .bench.options import ATTN_CHOICES, DEFAULT_PLAIN, DTYPE_BYTES
 from .bench.prompt_set import BENCH_PROMPTS
-from .bench.rank_figures import end_ranks, is_report_rank
-from .bench.real_acceptance import parse_real_acceptance
-from .bench.report import markdown_table, write_results
-from .bench.run import BenchOptions, run_benchmark
-from .bench.shapes import PRESETS
+from .bench.repetition import DEFAULT_REPETITION_PENALTY
 from .config import DRAFTERS, LEVEL1_WEIGHTS, TriForceConfig
-from .demo import DEFAULT_REPETITION_PENALTY, DemoOptions, run_demo
 from .errors import TriForceConfigError
 
 CUDA_GRAPHS: dict[str, bool | str] = {"false": False, "auto": "auto", "true": True, "eager": "eager"}
@@ -34,23 +29,52 @@ RENAMED = {
     "--tree-budgets": "--tree-budget (comma-separated for a sweep)",
 }
 """Options renamed to TriForceConfig's field names in 0.3, and their new spelling."""
+REMOVED = (
+    "--preset", "--draft-preset", "--real-acceptance", "--plot", "--profile", "--batch-size", "--tp", "--repeats",
+)  # fmt: skip
+"""``hf-triforce bench`` options 0.3 removed: the project's own measurements (random-weights shapes, tensor
+parallelism, batches, profiles, figures, repeated pairs) left the package for the source repository's research
+tools."""
+ESTIMATE_EXAMPLE = """example:
+  hf-triforce estimate --model ./Llama-3.1-8B-Instruct --context 64k --gpu h100
+
+  --model is a local directory holding config.json, or the file itself (a Hub id is refused: nothing is
+  downloaded). The output gives memory, the plain decoding floor, TriForce's modeled ms a token and speedup for
+  each kind of level-1 weights, transformers' default generate() as the project's records ran it on that GPU class,
+  and the TriForceConfig to start from."""
 
 logger = logging.getLogger("hf_triforce")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``hf-triforce`` parser: ``demo``, ``bench`` and ``estimate``, built without importing torch.
+
+    Example:
+        >>> build_parser().parse_args(["estimate", "--model", "m", "--context", "64k", "--gpu", "h100"]).context
+        '64k'
+    """
     parser = argparse.ArgumentParser(
         prog="hf-triforce", description="Lossless TriForce speculative decoding for transformers generate()."
     )
     parser.add_argument("--debug", dest="debug_all", action="store_true", help="show tracebacks and debug logging")
     commands = parser.add_subparsers(dest="command", required=True)
     _add_demo(commands.add_parser("demo", help="answer a question about a long document, with and without TriForce"))
-    _add_bench(commands.add_parser("bench", help="measure plain generate() vs TriForce on a real model"))
+    bench = commands.add_parser("bench", help="measure plain generate() vs TriForce on a real model")
+    add_bench_arguments(bench)
+    for old in REMOVED:
+        bench.add_argument(old, nargs="?", action=_Removed, help=argparse.SUPPRESS)
+    bench.set_defaults(func=_run_bench)
+    estimate_help = "will TriForce help? memory and modeled ms/token from a model's config, nothing loaded"
     _add_estimate(
         commands.add_parser(
-            "estimate", help="will TriForce help? memory and modeled ms/token from a model's config, nothing loaded"
+            "estimate", help=estimate_help, epilog=ESTIMATE_EXAMPLE,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            description="Will TriForce help this model at this context on this GPU? Read from the model's config "
+            "alone (nothing is downloaded or loaded): memory, the bandwidth floor of plain decoding, TriForce's "
+            "modeled speed against it and against transformers' default generate(), and a TriForceConfig. Every "
+            "figure is modeled, not measured.",
         )
-    )
+    )  # fmt: skip
     return parser
 
 
@@ -98,13 +122,19 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_run_demo)
 
 
-def _add_bench(p: argparse.ArgumentParser) -> None:
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """``hf-triforce bench``'s options on ``p`` (:func:`bench_options` reads them back).
+
+    Example:
+        >>> p = argparse.ArgumentParser(); add_bench_arguments(p)
+        >>> bench_options(p.parse_args(["--prompt-tokens", "4k,7000"]))["prompt_tokens"]
+        [4096, 7000]
+    """
     _add_common(p)
     p.add_argument(
         "--prompt-tokens",
         default="7000",
-        help="comma-separated prompt lengths, e.g. 7000 or 32k,64k,max (max: the longest that fits the GPU, with "
-        "--preset; default 7000)",
+        help="comma-separated prompt lengths, e.g. 7000 or 32k,64k (default 7000)",
     )
     p.add_argument("--temperatures", default="0,0.6", help="comma-separated temperatures (default 0,0.6)")
     p.add_argument(
@@ -126,17 +156,9 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma1", type=int, default=None, help="level-0 draft length (default: TriForceConfig's)")
     p.add_argument("--gamma2", type=int, default=None, help="level-1 draft length (default: TriForceConfig's)")
     p.add_argument("--output", default=None, help="write results as JSON (+ a .md table beside it)")
-    p.add_argument("--profile", action="store_true", help="also profile one TriForce call per row (torch.profiler)")
-    p.add_argument("--preset", default=None, help=f"random-weights shape instead of --model: one of {sorted(PRESETS)}")
-    p.add_argument("--draft-preset", default=None, help="random-weights level-0 draft model shape (e.g. draft-68m)")
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, ...")
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"), help="model dtype")
     p.add_argument("--prefill-chunk-size", type=int, default=None, help="chunked prefill (long prompts)")
-    p.add_argument(
-        "--real-acceptance", default=None,
-        help="level-1 acceptance for the modeled speedup: a rate, or a recorded eval-drafts JSON (default for "
-        "--preset: benchmarks/results/eval-drafts.json when present)",
-    )  # fmt: skip
     p.add_argument(
         "--prompt-lookup", type=int, default=None, metavar="N",
         help="also measure transformers' prompt-lookup decoding (prompt_lookup_num_tokens=N) on the same prompt",
@@ -155,23 +177,18 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         "full-cache forward (the stats report the bytes copied each way: kv_bytes_to_device / kv_bytes_to_host)",
     )  # fmt: skip
     p.add_argument(
-        "--repeats", type=int, default=1, metavar="N",
-        help="measure N interleaved (plain, TriForce) pairs per configuration and report the median pair "
-        "(the JSON keeps every pair); for timings on a shared machine",
-    )  # fmt: skip
-    p.add_argument(
         "--level1-weights", default=None, choices=LEVEL1_WEIGHTS,
         help="TriForceConfig.level1_weights: the weights level 1 drafts with (default: the config's, 'auto')",
     )  # fmt: skip
     p.add_argument(
         "--cuda-graphs", default=str(DEFAULTS.cuda_graphs).lower(), choices=tuple(CUDA_GRAPHS),
-        help="TriForceConfig.cuda_graphs: false (default), auto, true, eager (fixed-shape steps without graphs)",
+        help="TriForceConfig.cuda_graphs: auto (default: graphs on CUDA where they run), true, false, eager "
+        "(fixed-shape steps without graphs)",
     )  # fmt: skip
     p.add_argument(
         "--attn-implementation", default="auto", choices=ATTN_CHOICES,
         help="attention backend (default auto: flash attention on CUDA when installed, else sdpa)",
     )  # fmt: skip
-    p.add_argument("--plot", default=None, help="write a PNG: speedup and per-level latency vs context length")
     p.add_argument(
         "--prompts", default=None,
         help=f"comma-separated prompts of the bench's set (default: all of {','.join(p.name for p in BENCH_PROMPTS)}; "
@@ -187,17 +204,6 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         help="penalty on the answer's own tokens (the prompt's free), the same for every run, as the demo's "
         f"(default {DEFAULT_REPETITION_PENALTY}; 1 for none)",
     )  # fmt: skip
-    p.add_argument(
-        "--batch-size", type=int, default=1, metavar="N",
-        help="N rows, each a different document and question, left-padded: throughput of plain batched generate() "
-        "vs batched TriForce (default 1: one prompt per call)",
-    )  # fmt: skip
-    p.add_argument(
-        "--tp", type=int, default=1, metavar="N",
-        help="tensor parallelism over N ranks (the model's tp_plan), each rank reporting its own figures: run "
-        "under torchrun --nproc-per-node N -m hf_triforce bench --tp N ... (default 1: one process)",
-    )  # fmt: skip
-    p.set_defaults(func=_run_bench)
 
 
 def _add_estimate(p: argparse.ArgumentParser) -> None:
@@ -216,6 +222,9 @@ def _add_estimate(p: argparse.ArgumentParser) -> None:
 
 def _run_estimate(args: argparse.Namespace) -> int:
     """Print the estimate: a table, or one JSON object with ``--json``."""
+    from .bench.estimate import estimate, estimate_inputs, format_estimate
+    from .bench.local_config import load_local_config
+
     context, gpu, dtype = estimate_inputs(args.context, args.gpu, args.dtype)  # checked before the config is read
     result = estimate(load_local_config(args.model), context, gpu, dtype)
     if args.json:
@@ -226,6 +235,8 @@ def _run_estimate(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    from .demo import DemoOptions, run_demo
+
     options = DemoOptions(
         model=args.model,
         document=args.document,
@@ -248,19 +259,21 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _plain_names(text: str) -> list[str]:
+    from .bench.plain_decoding import plain_decoding
+
     names = [n for n in text.split(",") if n]
     for name in names:
         plain_decoding(name)  # ValueError naming the choices, before anything is loaded
     return names
 
 
-def _run_bench(args: argparse.Namespace) -> int:
-    if args.batch_size < 1 or (args.batch_size > 1 and args.plot):
-        raise TriForceConfigError("--batch-size must be >= 1, and --plot (a context sweep) needs --batch-size 1.")
-    options = BenchOptions(
+def bench_options(args: argparse.Namespace, lengths: Callable[[str], list] | None = None) -> dict[str, Any]:
+    """The :class:`~hf_triforce.bench.run.BenchOptions` fields of parsed ``hf-triforce bench`` arguments, each checked
+    before anything is loaded (``lengths`` parses ``--prompt-tokens``: :func:`token_counts` by default)."""
+    return dict(
         model=args.model,
         document=args.document,
-        prompt_tokens=_lengths(args.prompt_tokens),
+        prompt_tokens=(lengths or token_counts)(args.prompt_tokens),
         temperatures=_temperatures(args.temperatures),
         budgets=_budgets(args.retrieval_budget),
         drafters=_drafters(args.drafter),
@@ -270,48 +283,33 @@ def _run_bench(args: argparse.Namespace) -> int:
         gamma1=args.gamma1,
         gamma2=args.gamma2,
         seed=args.seed,
-        profile=args.profile,
-        preset=args.preset,
-        draft_preset=args.draft_preset,
         device=args.device,
         dtype=args.dtype,
         prefill_chunk_size=args.prefill_chunk_size,
         rescore_candidates=args.rescore_candidates,
         level1_weights=args.level1_weights,
         offload_kv=args.offload_kv,
-        repeats=args.repeats,
         attn_implementation=args.attn_implementation,
-        real_acceptance=parse_real_acceptance(args.real_acceptance, args.preset),
         cuda_graphs=CUDA_GRAPHS[args.cuda_graphs],
         prompt_lookup=args.prompt_lookup,
         adaptive=args.adaptive,
-        tp=args.tp,
-        batch_size=args.batch_size,
         question=args.question,
         prompts=args.prompts.split(",") if args.prompts else None,
         plain=_plain_names(args.plain),
         repetition_penalty=args.repetition_penalty,
     )
-    results = run_benchmark(options, command="hf-triforce " + shlex.join(args.argv))
-    if is_report_rank():  # tensor parallelism: rank 0 reports for every rank
-        _report_bench(results, args)
-    end_ranks()
-    return 0
 
 
-def _report_bench(results: dict, args: argparse.Namespace) -> None:
-    """Print the benchmark's table; write its results and plot where ``--output``/``--plot`` ask."""
+def _run_bench(args: argparse.Namespace) -> int:
+    from .bench.report import markdown_table, write_results
+    from .bench.run import BenchOptions, run_benchmark
+
+    results = run_benchmark(BenchOptions(**bench_options(args)), command="hf-triforce " + shlex.join(args.argv))
     print(markdown_table(results))
     if args.output:
         for path in write_results(results, args.output):
             print(f"wrote {path}")
-    if args.plot and "rows" in results:
-        print(f"wrote {write_plot(results, args.plot)}")
-
-
-def _lengths(text: str) -> list[int | str]:
-    """Like :func:`_ints`, keeping ``max`` (the longest context that fits the GPU) as is."""
-    return [x if x == "max" else _ints(x)[0] for x in text.split(",")]
+    return 0
 
 
 def _temperatures(text: str) -> list[float]:
@@ -355,12 +353,31 @@ def _tree_budgets(text: str) -> list[int | str]:
 
 def _budgets(text: str) -> list[int | str]:
     """``"auto,512"`` -> ``["auto", 512]`` (retrieval budgets: ``auto`` or token counts)."""
-    return [x if x == "auto" else _ints(x)[0] for x in text.split(",")]
+    return [x if x == "auto" else token_counts(x)[0] for x in text.split(",")]
 
 
-def _ints(text: str) -> list[int]:
-    """``"4096,32k,128K"`` -> ``[4096, 32768, 131072]``."""
-    return [int(x[:-1]) * 1024 if x[-1:] in "kK" and x[:-1] else int(x) for x in text.split(",")]
+def token_counts(text: str) -> list[int]:
+    """``"4096,32k,128K"`` -> ``[4096, 32768, 131072]``; a count that is not a whole number is a one-line error.
+
+    Example:
+        >>> token_counts("4096,32k,128K")
+        [4096, 32768, 131072]
+    """
+    try:
+        return [int(x[:-1]) * 1024 if x[-1:] in "kK" and x[:-1] else int(x) for x in text.split(",")]
+    except ValueError:
+        raise TriForceConfigError(f"{text!r}: give comma-separated token counts, e.g. 4096 or 32k,64k.") from None
+
+
+class _Removed(argparse.Action):
+    """A ``hf-triforce bench`` option 0.3 removed (:data:`REMOVED`): using it is a usage error saying so."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001, D102
+        parser.error(
+            f"{option_string} was removed from hf-triforce bench in 0.3: it served the project's own measurements "
+            "(random-weights shapes, tensor parallelism, batches, profiles, figures, repeated pairs), which live in "
+            "its source repository's research tools, not in the package."
+        )
 
 
 class _Renamed(argparse.Action):
@@ -380,14 +397,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     args.debug = args.debug or args.debug_all
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(message)s")
+    return run_command(args.func, args)
+
+
+def run_command(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a parsed command: logging at ``--debug``'s level, a user error (``ValueError``, ``OSError``) as one
+    ``hf-triforce: error: ...`` line and exit status 2, Ctrl-C as 130."""
+    debug = getattr(args, "debug", False)
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        return args.func(args)
+        return command(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except (ValueError, OSError) as err:
-        if args.debug:
+        if debug:
             raise
         message = " ".join(str(err).split())  # one line, even for multi-line library messages
         print(f"hf-triforce: error: {message}", file=sys.stderr)

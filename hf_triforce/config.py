@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -26,10 +27,10 @@ REMOVED_FIELDS = {
     "suffix_min_match": "the suffix drafter is gone: use drafter='ngram'",
     "draft_acceptance_floor": "adaptive=True decides when level 0 drafts, adaptive=False always drafts gamma1 tokens",
 }
-"""Fields of hf_triforce 0.2 removed in 0.3, and what replaces each (``docs/release-notes.md``)."""
+"""Fields of hf_triforce 0.2 removed in 0.3, and what replaces each (the release notes)."""
 VIEW_SHARE = 16
 """``retrieval_budget='auto'``: level 1's view holds this fraction (1/16) of the context, in whole chunks, within
-:data:`VIEW_FLOOR` and :data:`VIEW_CEILING` (the measurements behind the three: ``docs/tuning.md``)."""
+:data:`VIEW_FLOOR` and :data:`VIEW_CEILING` (the measurements behind the three: the tuning guide)."""
 VIEW_FLOOR = 512
 """The smallest ``'auto'`` view: below it a level-1 step costs about the same (its fixed part and the weights
 dominate) and accepts fewer tokens."""
@@ -46,7 +47,8 @@ class TriForceConfig:
 
     Level 0 (a draft model, n-gram lookup, or nothing) proposes ``gamma1`` tokens at a time; level 1 (the
     target over a ``retrieval_budget``-token view of its KV cache) verifies them and drafts ``gamma2`` tokens; level 2
-    (the target with its full cache) verifies those, exactly (``docs/compatibility.md``: what runs where).
+    (the target with its full cache) verifies those, exactly (what runs where: the documentation's What runs
+    together page).
 
     Args:
         retrieval_budget: tokens of the full cache (per layer and KV head) in level 1's view (sink, best chunks, recent
@@ -70,8 +72,8 @@ class TriForceConfig:
             ``"ngram"`` or ``"none"`` (two levels).
         prefill_chunk_size: prefill the prompt in chunks of this many tokens (bounds activation memory); ``None``:
             one forward, as plain ``generate()`` does.
-        cuda_graphs: fixed-shape decoding steps: ``True`` (CUDA graphs, required), ``"auto"`` (graphs on CUDA where
-            they run), ``"eager"`` (the same steps without graphs, any device) or ``False`` (dynamic shapes).
+        cuda_graphs: ``"auto"``: CUDA graphs where the model is on CUDA and nothing blocks them, else (a CPU) dynamic
+            shapes; ``True``: graphs, required; ``"eager"``: their fixed shapes without graphs; ``False``: dynamic.
         offload_kv: keep the full KV cache in host memory and stream it to the device for each verification (long
             contexts on a small GPU; set ``gamma2`` to 12-16 with it).
 
@@ -97,14 +99,14 @@ class TriForceConfig:
     refresh_every: int = 4
     drafter: str = "auto"
     prefill_chunk_size: int | None = None
-    cuda_graphs: bool | str = False
+    cuda_graphs: bool | str = "auto"
     offload_kv: bool = False
 
     def __post_init__(self) -> None:
         for name in ("chunk_size", "gamma1", "gamma2", "refresh_every", "draft_cache_budget"):
             _check_int(name, getattr(self, name), 1)
         if self.retrieval_budget != "auto":
-            _check_int("retrieval_budget", self.retrieval_budget, self.chunk_size)
+            _check_int("retrieval_budget", self.retrieval_budget, self.chunk_size, auto=True)
         _check_int("rescore_candidates", self.rescore_candidates, 0)
         if self.prefill_chunk_size is not None:
             _check_int("prefill_chunk_size", self.prefill_chunk_size, 1)
@@ -249,11 +251,41 @@ def as_config(config: TriForceConfig | dict[str, Any]) -> TriForceConfig:
     raise TriForceConfigError(f"triforce_config must be a TriForceConfig or a dict, got {type(config).__name__}.")
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
+def _check_int(name: str, value: Any, minimum: int, auto: bool = False) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
         return
-    hint = f" (write {int(value)})" if isinstance(value, float) and value.is_integer() else ""
-    raise TriForceConfigError(f"{name} must be an integer >= {minimum}, got {value!r}{hint}.")
+    hint = f" (write {_as_int(value)})" if _as_int(value) is not None and _as_int(value) >= minimum else ""
+    choices = "'auto' or an integer" if auto else "an integer"
+    raise TriForceConfigError(f"{name} must be {choices} >= {minimum}, got {value!r}{hint}.")
+
+
+def _as_int(value: Any) -> int | None:
+    """The integer a float or a string spells (``4096.0``, ``"4096"``), for the "write 4096" hint; else None.
+
+    Example:
+        >>> _as_int(4096.0), _as_int("4096"), _as_int(" 512 "), _as_int("4k"), _as_int(True)
+        (4096, 4096, 512, None, None)
+    """
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value)
+    return None
+
+
+def unknown_fields_message(unknown: list[str], known: set[str]) -> str:
+    """The error for unknown ``TriForceConfig`` keywords, with the closest valid name of each misspelt one.
+
+    Example:
+        >>> unknown_fields_message(["retrival_budget"], {"retrieval_budget", "gamma2"})  # doctest: +ELLIPSIS
+        "Unknown TriForceConfig fields ['retrival_budget'] (did you mean retrieval_budget?); valid fields are ..."
+    """
+    closest = {name: close[0] for name in unknown if (close := difflib.get_close_matches(name, known, 1, 0.75))}
+    guesses = [f"{name} -> {guess}" for name, guess in closest.items()]
+    if len(unknown) == 1 and closest:
+        guesses = list(closest.values())
+    did_you_mean = f" (did you mean {', '.join(guesses)}?)" if guesses else ""
+    return f"Unknown TriForceConfig fields {unknown}{did_you_mean}; valid fields are {sorted(known)}."
 
 
 def _check_choice(name: str, value: Any, choices: tuple) -> None:
@@ -278,7 +310,7 @@ def _refusing_removed_fields(init):
                 )
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise TriForceConfigError(f"Unknown TriForceConfig fields {unknown}; valid fields are {sorted(known)}.")
+            raise TriForceConfigError(unknown_fields_message(unknown, known))
         init(self, *args, **kwargs)
 
     return checked

@@ -21,6 +21,11 @@ class UnsupportedDeviceError(TriForceError):
     """A requested device feature (e.g. ``cuda_graphs=True``) is not available where the model lives."""
 
 
+class NotEnabledError(TriForceError):
+    """``generate()`` got ``triforce_config`` on a model :func:`hf_triforce.enable` was not called on (or was undone
+    on): the message says to call ``hf_triforce.enable(model)`` first."""
+
+
 class NoStatsError(TriForceError):
     """:func:`hf_triforce.last_stats` has no call to report (none ran, or the latest one raised)."""
 

@@ -247,6 +247,28 @@ class TriForceStats:
         counts = f"{switches} switch{'es' * (switches != 1)}, {probes} probe{'s' * (probes != 1)}"
         return f"schedule: {', '.join(parts)}; {counts}\nwhy: {self.planner['reason']}"
 
+    def __repr__(self) -> str:
+        """One line: tokens, speed, tokens per verification, each level's per-token acceptance, level 1's weights
+        (``print(last_stats(model))``); :meth:`to_dict` has every figure and timing.
+
+        Example:
+            >>> stats = TriForceStats(new_tokens=48, seconds=3.0, prefill_seconds=1.0, decoded_tokens=47,
+            ...                       target_forwards=15, level1_weights="int4", level1_forward="direct")
+            >>> stats.level0.record(20, 9); stats.level1.record(50, 44)
+            >>> stats  # doctest: +NORMALIZE_WHITESPACE
+            TriForceStats(new_tokens=48, decode_tokens_per_second=23.5, tokens_per_verification=3.13,
+                          per_token_acceptance={level0: 0.90, level1: 0.98}, level1='int4 weights, direct forward';
+                          to_dict() for every figure)
+        """
+        levels = ", ".join(f"{name}: {getattr(self, name).per_token_acceptance:.2f}" for name in ("level0", "level1"))
+        rows = f", rows={len(self.rows)}" if self.rows else ""
+        return (
+            f"TriForceStats(new_tokens={self.new_tokens}, "
+            f"decode_tokens_per_second={self.decode_tokens_per_second:.1f}, "
+            f"tokens_per_verification={self.mean_accepted_length:.2f}, per_token_acceptance={{{levels}}}, "
+            f"level1='{self.level1_weights} weights, {self.level1_forward} forward'{rows}; to_dict() for every figure)"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict (JSON-serializable)."""
         skip = ("level0", "level1", "level0_to_level2", "phases", "rows")  # each converted below

@@ -6,8 +6,7 @@ import torch
 
 from ..errors import TriForceConfigError
 from ..hf.versions import flash_attention_available
-
-ATTN_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3")
+from .options import ATTN_CHOICES
 
 
 def preferred_attn_implementation(device: str | torch.device, requested: str = "auto") -> str:

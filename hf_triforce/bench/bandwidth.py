@@ -1,4 +1,4 @@
-"""The bandwidth model of decoding (DESIGN.md section 5) and the speedup it predicts for TriForce.
+"""The bandwidth model of decoding and the speedup it predicts for TriForce.
 
 A decoding step is memory bound: it reads every weight once and the keys/values it attends to once.
 Its floor on a device of bandwidth ``B`` bytes/s is ``(weight bytes + attended tokens x KV bytes per
@@ -6,8 +6,8 @@ token) / B``. For Llama-2-7B (MHA, fp16) that is 0.5 MiB of KV per token; at 128
 ~13.5 GB of weights plus ~64 GB of KV.
 
 Example:
-    >>> from hf_triforce.bench.shapes import preset_config
-    >>> cfg = preset_config("llama2-7b", context=131072)
+    >>> from transformers import LlamaConfig
+    >>> cfg = LlamaConfig()  # its defaults are Llama-2-7B's shape
     >>> kv_bytes_per_token(cfg, 2) / 2**20
     0.5
     >>> step_bytes = weight_bytes(cfg, 2) + 131072 * kv_bytes_per_token(cfg, 2)  # a step at 128K
@@ -18,18 +18,43 @@ Example:
 from __future__ import annotations
 
 from ..hf.model import config_windows
-from .shapes import head_dim, kv_heads
 
 # Peak memory bandwidth in bytes/s, matched against torch.cuda.get_device_name(). A100: the 80 GB SXM part.
 PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "L40S": 8.64e11, "RTX 4090": 1.008e12}
 
 
-def device_bandwidth(device_name: str | None) -> float | None:
-    """Peak bandwidth (bytes/s) of a known GPU by name, else ``None`` (no floor is reported)."""
-    for key, value in PEAK_BANDWIDTH.items():
-        if device_name and key.lower() in device_name.lower():
-            return value
-    return None
+def text_config(config):
+    """The text config of a (possibly multimodal) transformers config; the config itself otherwise.
+
+    Example:
+        >>> from transformers import LlamaConfig
+        >>> text_config(LlamaConfig(num_hidden_layers=2)).num_hidden_layers
+        2
+    """
+    get = getattr(config, "get_text_config", None)
+    return get() if callable(get) else config
+
+
+def head_dim(config) -> int:
+    """Per-head dimension of a transformers text config.
+
+    Example:
+        >>> from transformers import LlamaConfig
+        >>> head_dim(LlamaConfig())  # Llama-2-7B's shape: 4096 / 32
+        128
+    """
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def kv_heads(config) -> int:
+    """Key/value heads of a transformers text config (its attention heads when it names none: MHA).
+
+    Example:
+        >>> from transformers import LlamaConfig
+        >>> kv_heads(LlamaConfig(num_key_value_heads=8)), kv_heads(LlamaConfig())
+        (8, 32)
+    """
+    return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
 
 
 def kv_bytes_per_token(config, dtype_bytes: int) -> int:
@@ -44,8 +69,9 @@ def weight_bytes(config, dtype_bytes: int) -> int:
     memory. What a decoding step reads of them is :func:`read_weight_bytes`.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
-        >>> round(weight_bytes(preset_config("llama3.1-8b", 4096), 2) / 1e9, 2)  # GB
+        >>> from transformers import LlamaConfig
+        >>> llama31_8b = LlamaConfig(intermediate_size=14336, num_key_value_heads=8, vocab_size=128256)
+        >>> round(weight_bytes(llama31_8b, 2) / 1e9, 2)  # GB
         16.06
     """
     return layer_linear_bytes(config, dtype_bytes) + embedding_bytes(config, dtype_bytes)
@@ -72,8 +98,10 @@ def layer_linear_bytes(config, dtype_bytes: int, active: bool = False) -> int:
     ``hidden x intermediate`` matrices), all layers; ``active``: a mixture of experts' routed experts only.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
-        >>> layer_linear_bytes(preset_config("tiny", 512), 1)  # 2 layers x (64 x 16 x (2 x 4 + 2 x 2) + 3 x 64 x 128)
+        >>> from transformers import LlamaConfig
+        >>> tiny = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        ...                    num_key_value_heads=2, vocab_size=256)
+        >>> layer_linear_bytes(tiny, 1)  # 2 layers x (64 x 16 x (2 x 4 + 2 x 2) + 3 x 64 x 128)
         73728
     """
     h, d = config.hidden_size, head_dim(config)
@@ -113,8 +141,9 @@ def embedding_bytes(config, dtype_bytes: int) -> int:
     """Bytes of the input embeddings, the lm_head when untied, and the norms (two a layer, one final).
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
-        >>> embedding_bytes(preset_config("tiny", 512), 1)  # 256 x 64 x 2 + (2 x 2 + 1) x 64
+        >>> from transformers import LlamaConfig
+        >>> tiny = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=256)
+        >>> embedding_bytes(tiny, 1)  # 256 x 64 x 2 + (2 x 2 + 1) x 64
         33088
     """
     h = config.hidden_size
@@ -179,32 +208,3 @@ def modeled_speedup(
         per_level1_token = (gamma1 * level0_step_ms + level1_step_ms) / expected_tokens(level0_acceptance, gamma1)
     round_ms = gamma2 * per_level1_token + verify_ms
     return expected_tokens(level1_acceptance, gamma2) * full_step_ms / round_ms
-
-
-def modeled_batch_speedup(
-    config, dtype_bytes: int, batch: int, context: int, budget: int, acceptance: float, gamma2: int
-) -> dict[str, float]:
-    """Bandwidth-model figures of a batch: every step reads the weights once and each row's KV.
-
-    A plain step reads ``weights + batch x context`` tokens of KV; a level-1 step ``weights + batch x budget``; a
-    verification of ``gamma2 + 1`` tokens per row reads what a plain step reads (bandwidth bound: its extra
-    compute is assumed hidden). A round of ``gamma2`` level-1 steps and one verification yields
-    :func:`expected_tokens` per row. The KV share of a step grows with the batch, so speculation over a sparse
-    view pays more with larger batches (MagicDec's observation).
-
-    Returns:
-        ``{"plain_bytes", "level1_bytes", "kv_share", "speedup"}`` (``kv_share``: KV bytes / all bytes of a
-        plain step).
-
-    Example:
-        >>> from hf_triforce.bench.shapes import preset_config
-        >>> figures = modeled_batch_speedup(preset_config("llama3.1-8b", 1), 2, 8, 32768, 4096, 0.9, 6)
-        >>> round(figures["speedup"], 2), round(figures["kv_share"], 2)
-        (1.52, 0.68)
-    """
-    kv = kv_bytes_per_token(config, dtype_bytes)
-    weights = weight_bytes(config, dtype_bytes)
-    plain = weights + batch * context * kv
-    level1 = weights + batch * min(budget, context) * kv
-    speedup = expected_tokens(acceptance, gamma2) * plain / (gamma2 * level1 + plain)
-    return {"plain_bytes": plain, "level1_bytes": level1, "kv_share": batch * context * kv / plain, "speedup": speedup}

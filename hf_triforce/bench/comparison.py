@@ -12,7 +12,6 @@ import torch
 from ..config import TriForceConfig
 from ..errors import InvalidInputError
 from ..generation import enable
-from ..hf.linears import swapped_linears
 from ..hf.versions import cache_kwargs
 from .divergence import Divergence, first_divergence
 from .plain_baselines import best_plain, measure_plain_decodings
@@ -26,20 +25,16 @@ logger = logging.getLogger(__name__)
 class Comparison:
     """Plain and TriForce runs of the same call; ``speedup`` is plain latency / TriForce latency per token.
 
-    With several interleaved (plain, TriForce) pairs (``compare(..., repeats=N)``), ``pairs`` holds them all and
-    ``plain``/``triforce`` are the pair of median speedup. ``dtype`` is the model's (``compare()`` records it):
-    it bounds a near-tie (:func:`~hf_triforce.bench.divergence.first_divergence`).
+    ``dtype`` is the model's (``compare()`` records it): it bounds a near-tie
+    (:func:`~hf_triforce.bench.divergence.first_divergence`).
     """
 
     plain: RunResult
     triforce: RunResult
     generate_kwargs: dict[str, Any] = field(default_factory=dict)
-    plain_fast_linears: RunResult | None = None
     prompt_lookup: RunResult | None = None
-    pairs: list[tuple[RunResult, RunResult]] = field(default_factory=list)
     dtype: torch.dtype | None = None
     plain_decodings: dict[str, RunResult | str] = field(default_factory=dict)
-    assisted: RunResult | None = None
 
     @property
     def speedup(self) -> float:
@@ -63,30 +58,21 @@ class Comparison:
 
     @property
     def identical(self) -> bool:
-        """Whether plain and TriForce produced the same token ids (in every pair)."""
-        pairs = self.pairs or [(self.plain, self.triforce)]
-        return all(torch.equal(plain.sequences, fast.sequences) for plain, fast in pairs)
+        """Whether plain and TriForce produced the same token ids."""
+        return torch.equal(self.plain.sequences, self.triforce.sequences)
 
     @property
     def divergence(self) -> Divergence | None:
-        """Where the first differing pair's greedy outputs first differ (near-tie or not); None when identical
-        or sampled."""
-        if self.generate_kwargs.get("do_sample"):
+        """Where the greedy outputs first differ (near-tie or not); None when identical or sampled."""
+        if self.generate_kwargs.get("do_sample") or self.identical:
             return None
-        for plain, fast in self.pairs or [(self.plain, self.triforce)]:
-            if torch.equal(plain.sequences, fast.sequences):
-                continue
-            if self.dtype is None:
-                raise InvalidInputError(
-                    "a greedy difference is classified in the model's dtype: pass Comparison(dtype=...)"
-                )
-            prompt = plain.sequences.shape[1] - plain.new_tokens
-            found = first_divergence(
-                prompt, plain.sequences, fast.sequences, plain.logits, fast.logits, dtype=self.dtype
+        if self.dtype is None:
+            raise InvalidInputError(
+                "a greedy difference is classified in the model's dtype: pass Comparison(dtype=...)"
             )
-            if found is not None:
-                return found
-        return None
+        plain, fast = self.plain, self.triforce
+        prompt = plain.sequences.shape[1] - plain.new_tokens
+        return first_divergence(prompt, plain.sequences, fast.sequences, plain.logits, fast.logits, dtype=self.dtype)
 
     def to_dict(self) -> dict[str, Any]:
         """The comparison as a JSON-ready row (the benchmark's result format)."""
@@ -99,11 +85,8 @@ class Comparison:
             "speedup": self.speedup,
             "identical_output": self.identical,
             "divergence": None if divergence is None else divergence.to_dict(),
-            "plain_fast_linears": None if self.plain_fast_linears is None else self.plain_fast_linears.to_dict(),
             "prompt_lookup": None if self.prompt_lookup is None else self.prompt_lookup.to_dict(),
-            "assisted_generation": None if self.assisted is None else self.assisted.to_dict(),
             "peak_rss_bytes": peak_rss_bytes(),
-            "repeats": [_pair_dict(plain, fast) for plain, fast in self.pairs] if len(self.pairs) > 1 else None,
             "plain_decodings": {name: self._decoding_dict(run) for name, run in self.plain_decodings.items()},
             "best_plain": self.best_plain,
             "speedup_best_plain": self.speedup_best_plain,
@@ -125,14 +108,6 @@ def pair_speedup(plain: RunResult, fast: RunResult) -> float:
     return plain.decode_seconds_per_token / fast.decode_seconds_per_token
 
 
-def _pair_dict(plain: RunResult, fast: RunResult) -> dict[str, float]:
-    return {
-        "plain_tokens_per_second": plain.tokens_per_second,
-        "triforce_tokens_per_second": fast.tokens_per_second,
-        "speedup": pair_speedup(plain, fast),
-    }
-
-
 def compare(
     model,
     input_ids: torch.LongTensor,
@@ -140,10 +115,8 @@ def compare(
     assistant_model=None,
     warmup: bool = True,
     seed: int = 0,
-    reference_fast_linears: bool = False,
     plain_prefill_chunk_size: int | None = None,
     prompt_lookup_tokens: int | None = None,
-    repeats: int = 1,
     prefix: Prefix | None = None,
     plain_decodings: Sequence[str] = (),
     **generate_kwargs,
@@ -154,20 +127,13 @@ def compare(
         model: the target model; :func:`hf_triforce.enable` is applied to it.
         input_ids: ``[1, prompt]`` token ids.
         triforce_config: the TriForce configuration.
-        assistant_model: optional level-0 draft model; transformers' assisted generation with it is timed too
-            (``Comparison.assisted``), as the peer a user with a draft model has.
+        assistant_model: optional level-0 draft model (TriForce's).
         warmup: run both once on a short prefix first (one-time allocations, kernel selection).
         seed: sampling seed, the same for both runs.
-        reference_fast_linears: also measure plain ``generate()`` with TriForce's CPU linear fast path
-            (:mod:`hf_triforce.kernels.linear`), to show how much of the speedup that path alone gives.
         plain_prefill_chunk_size: transformers' ``prefill_chunk_size`` for the plain runs (memory only: the
             prefill is not timed), to match ``triforce_config.prefill_chunk_size`` at long context.
         prompt_lookup_tokens: also measure transformers' prompt-lookup decoding (``prompt_lookup_num_tokens``)
             on the same prompt, as a third row.
-        repeats: measure this many (plain, TriForce) pairs, interleaved, and report the pair of median speedup
-            (a shared machine's speed drifts by 10-30% within minutes; interleaving exposes both to the same drift).
-            Sampled pairs use seeds ``seed, seed + 1, ...``: a sampled text's speedup depends on the text (a
-            passage level 1 is sure of runs in long rounds), so the median is taken over several texts.
         prefix: start every call from a copy of this prefilled prompt (:mod:`.prefix`: one prefill for all the
             calls; ``input_ids`` must be its prompt), with a warm-up from it too.
         plain_decodings: also time these plain configurations (:mod:`.plain_baselines`, from ``prefix`` when
@@ -190,41 +156,20 @@ def compare(
         measure(model, input_ids, triforce_config=triforce_config, **start(), **extra, **short)
     elif warmup:
         warm_up(model, input_ids, triforce_config, generate_kwargs, **extra)
-    pairs = []
     greedy = not generate_kwargs.get("do_sample")  # its logits explain a difference (Comparison.divergence)
-    for i in range(repeats):
-        pair_seed = seed if greedy else seed + i  # sampled: each pair its own text
-        logger.info("plain generate(): %d prompt tokens", input_ids.shape[1])
-        plain = measure(model, input_ids, seed=pair_seed, keep_logits=greedy, **start(), **chunk, **generate_kwargs)
-        logger.info("TriForce generate(): %d prompt tokens", input_ids.shape[1])
-        fast = measure(model, input_ids, seed=pair_seed, keep_logits=greedy, triforce_config=triforce_config,
-                       **start(), **extra, **generate_kwargs)  # fmt: skip
-        pairs.append((plain, fast))
-    plain, fast = median_pair(pairs)
-    reference = None
-    if reference_fast_linears:
-        with swapped_linears([model]):
-            reference = measure(model, input_ids, seed=seed, **start(), **chunk, **generate_kwargs)
+    logger.info("plain generate(): %d prompt tokens", input_ids.shape[1])
+    plain = measure(model, input_ids, seed=seed, keep_logits=greedy, **start(), **chunk, **generate_kwargs)
+    logger.info("TriForce generate(): %d prompt tokens", input_ids.shape[1])
+    fast = measure(model, input_ids, seed=seed, keep_logits=greedy, triforce_config=triforce_config, **start(),
+                   **extra, **generate_kwargs)  # fmt: skip
     lookup = None
     if prompt_lookup_tokens:
         logger.info("prompt-lookup generate(): %d prompt tokens", input_ids.shape[1])
         lookup = measure(model, input_ids, seed=seed, prompt_lookup_num_tokens=prompt_lookup_tokens, **start(),
                          **chunk, **generate_kwargs)  # fmt: skip
-    assisted = None
-    if assistant_model is not None:  # transformers' own speculation with the same draft model, as a peer
-        logger.info("assisted generate(): %d prompt tokens", input_ids.shape[1])
-        assisted = measure(model, input_ids, seed=seed, assistant_model=assistant_model, **start(), **chunk,
-                           **generate_kwargs)  # fmt: skip
     others = [name for name in plain_decodings if name != "dynamic"]
     decodings = {"dynamic": plain} if plain_decodings else {}
     if others:
         fresh = {} if prefix is not None else chunk  # a fresh call prefills the whole prompt: chunked as plain's
         decodings.update(measure_plain_decodings(model, input_ids, others, prefix, seed, **fresh, **generate_kwargs))
-    return Comparison(plain, fast, generate_kwargs, reference, lookup, pairs, dtype=model.dtype,
-                      plain_decodings=decodings, assisted=assisted)  # fmt: skip
-
-
-def median_pair(pairs: list[tuple[RunResult, RunResult]]) -> tuple[RunResult, RunResult]:
-    """The (plain, TriForce) pair of median speedup (the lower median for an even count)."""
-    ranked = sorted(pairs, key=lambda pair: pair_speedup(*pair))
-    return ranked[(len(ranked) - 1) // 2]
+    return Comparison(plain, fast, generate_kwargs, lookup, dtype=model.dtype, plain_decodings=decodings)

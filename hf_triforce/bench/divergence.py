@@ -15,11 +15,10 @@ A fault that shifts every row's logits as much as the difference (a wrong cache,
 the noise alone would pass it. A near-tie therefore also needs both gaps to be at most :data:`NEAR_TIE_ULPS`
 units in the last place of the dtype the model ran in, at the magnitude of the tied logits: rounding moves a
 logit by a few of its dtype's steps, a fault by as much as it likes (:func:`logit_ulp` defines the unit,
-:data:`NEAR_TIE_ULPS` gives the evidence for the count). The dtype is passed in, because ``generate()``
+:data:`NEAR_TIE_ULPS` the count). The dtype is passed in, because ``generate()``
 returns float32 logits whatever the model computed in. In float32 the cap is 2**16 times tighter than in
-bfloat16, so a float32 difference is, in practice, never a near-tie: the float32 comparison stays the check.
-``tests/integration/test_cuda_graphs.py`` applies the same rule on CUDA, and the benchmark reports it in its
-"identical" column.
+bfloat16, so a float32 difference is, in practice, never a near-tie: the float32 comparison stays the check. The
+GPU tests apply the same rule on CUDA, and the benchmark reports it in its "identical" column.
 """
 
 from __future__ import annotations
@@ -33,24 +32,10 @@ import torch
 from ..errors import InvalidInputError
 
 NEAR_TIE_ULPS = 16
-"""How many units in the last place (:func:`logit_ulp`) of the model's dtype a near-tie's top-2 gaps may span.
-
-Chosen from the bfloat16 near-ties on record (gaps are whole units there: the tied logits share a binade):
-
-* the tiny CPU model of ``tests/integration/test_bfloat16_greedy.py``, seeds 0-20: six near-ties, each 1 unit
-  apart (0.0156 at logits of 2.5-3.6) after noise of 2-2.4 units; no agreeing row of any seed had over 3.5;
-* Llama 3.1 8B on H100/H200, the 17 classified near-ties under ``benchmarks/results/``: gaps up to 0.219 and
-  noise of 0.24-0.33, that is up to 7 and 8-10.6 units of 0.03125, the unit of logits in [4, 8). (Their top
-  logits were not recorded; every recorded gap is a multiple of 0.03125, some odd ones, so the tied logits
-  were in [4, 8).)
-
-16 units is over twice the largest gap and above the largest noise a correct bfloat16 run has shown. In bfloat16
-it is an eighth of the logits' power of two (0.5 in [4, 8)): a wider gap is a divergence however much noise the
-two runs had. In float32 the same 16 units (7.6e-6 in [4, 8)) are below the noise of correct runs (20-30 units
-on the tiny CPU model, where the order of the float32 accumulations dominates, not the rounding of each output),
-so a float32 difference is in effect always a divergence: float32 TriForce must give plain ``generate()``'s
-tokens exactly.
-"""
+"""How many units in the last place (:func:`logit_ulp`) of the model's dtype a near-tie's top-2 gaps may span: over
+twice the largest gap and above the largest noise a correct bfloat16 run has shown (tiny CPU models; Llama-3.1-8B
+shapes on H100/H200: gaps of at most 7 units, noise of 8-10.6). In float32 the same 16 units are below the noise
+of correct runs, so a float32 difference is in effect always a divergence."""
 
 
 def logit_ulp(value: float, dtype: torch.dtype) -> float:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import TriForceError
+
+if TYPE_CHECKING:  # annotations only: the CLI's --help lists the prompts without loading torch
+    import torch
 
 DEFAULT_QUESTION = (
     "Using only the document above: what is the difference between __getattr__ and __getattribute__, and when "

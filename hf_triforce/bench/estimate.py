@@ -1,7 +1,7 @@
 """``hf-triforce estimate``: will TriForce help this model at this context on this GPU? Answered from the config alone.
 
-The bandwidth model (DESIGN.md section 5, :mod:`~hf_triforce.bench.bandwidth`): every decoding step is memory bound
-and costs the bytes it reads divided by the GPU's peak bandwidth.
+The bandwidth model (:mod:`~hf_triforce.bench.bandwidth`): every decoding step is memory bound and costs the bytes
+it reads divided by the GPU's peak bandwidth.
 
 * **Plain floor**: a plain step reads the weights (a mixture of experts: its routed experts) and the whole KV cache
   (a sliding layer: its window).
@@ -14,22 +14,34 @@ and costs the bytes it reads divided by the GPU's peak bandwidth.
   round's cost over them (:func:`~hf_triforce.bench.bandwidth.modeled_speedup`). Level 0 (the default n-gram drafter,
   ~free) is not counted; token trees, re-selections and offloading are not modeled.
 
-Every figure is a floor at peak bandwidth, modeled, not measured: the GPU records (``tests/unit/test_estimate.py``)
-measured steps 2.5-14x slower than their floors. The acceptance is measured, on SmolLM2-135M at 7K tokens on a CPU
-(:data:`RECORDED_ACCEPTANCE`).
+Two baselines, both printed and labelled:
+
+* **the bandwidth floor**: the fastest any plain decoding of the model could be. The speedup over it is what
+  TriForce could gain against an ideal decoder.
+* **transformers' default** ``generate()`` (``DynamicCache``, sdpa), what a user runs without tuning. On a GPU it
+  is host-bound, several times slower than its floor. Where the project has recorded that GPU class
+  (:data:`RECORDED_STEPS`: H100, H200), each step's floor is scaled by what the records measured against their
+  floors (the default path, TriForce's CUDA-graph level-1 step, its verification), and the speedup over the default
+  path is modeled from those.
+
+The acceptance is measured, on SmolLM2-135M at 7K tokens on a CPU (:data:`RECORDED_ACCEPTANCE`).
 
 Example:
-    >>> from hf_triforce.bench.shapes import preset_config
-    >>> result = estimate(preset_config("llama3.1-8b", 131072), context=65536, gpu="h100")
+    >>> from transformers import LlamaConfig
+    >>> llama31_8b = LlamaConfig(intermediate_size=14336, num_key_value_heads=8, vocab_size=128256,
+    ...                          max_position_embeddings=131072)
+    >>> result = estimate(llama31_8b, context=65536, gpu="h100")
     >>> round(result.plain_floor_ms, 2), round(result.kinds["full"].speedup, 2), round(result.kinds["int4"].speedup, 2)
     (7.36, 1.0, 1.76)
+    >>> round(result.default_generate.speedup, 1)  # over transformers' default generate(), as the H100 records ran
+    3.8
     >>> result.recommended_expression()  # int4 models faster, but no GPU has timed it: a note, not the recommendation
-    "TriForceConfig(level1_weights='full')"
+    'TriForceConfig()'
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..config import TriForceConfig
@@ -38,20 +50,22 @@ from ..kernels.int4_linear import GROUP_SIZE
 from .bandwidth import (
     attended_kv_bytes,
     embedding_bytes,
+    expected_tokens,
     layer_linear_bytes,
     modeled_speedup,
     read_weight_bytes,
+    text_config,
     weight_bytes,
 )
 from .gpus import Gpu, resolve_gpu
 from .memory import summaries_bytes, triforce_kv_bytes, view_bytes
-from .shapes import text_config
+from .options import DTYPE_ALIASES, DTYPE_BYTES
 
 GPU_TIMED_WEIGHTS = ("full",)
-"""Level-1 weight kinds whose step a GPU run has timed (``benchmarks/results/h100-*``, ``h200-*``)."""
+"""Level-1 weight kinds whose step a GPU run has timed (the project's H100 and H200 records)."""
+GPU_AUTO_WEIGHTS = "full"
+"""What ``level1_weights="auto"`` runs on a CUDA device (``generation/plan.py``)."""
 
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
 WEIGHT_KINDS = ("full", "int8", "int4")
 BYTES_PER_PARAMETER = {"int8": 1.0, "int4": 0.5 + 2 * 2 / GROUP_SIZE}
 """Bytes a parameter of level 1's low-bit copy takes: int8 (a per-row scale is negligible); int4 half a byte plus a
@@ -72,21 +86,64 @@ class AcceptanceRange:
     source: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"low": self.low, "central": self.central, "high": self.high, "source": self.source}
+        return asdict(self)
 
 
 _SMOLLM2 = "SmolLM2-135M-Instruct, CPU, 7K-token prompts (prose, reference, code), T=0 and 0.6, a 512-token view"
+# The records, under benchmarks/results/ (tests/unit/test_estimate.py re-derives every figure from its file): full
+# and int4 from level1-int4-acceptance/level1-full.json and level1-int4.json, int8 from level1-weights-ab-7k.json.
 RECORDED_ACCEPTANCE = {
-    "full": AcceptanceRange(0.838, 0.888, 0.919, f"level1-int4-acceptance/level1-full.json ({_SMOLLM2})"),
+    "full": AcceptanceRange(0.838, 0.888, 0.919, _SMOLLM2),
     "int8": AcceptanceRange(
         0.838, 0.888, 0.919,
-        "full's (level1-full.json): int8 matched full weights on one 7K prompt, 0.949 against 0.945 pooled "
-        "(level1-weights-ab-7k.json)",
+        "full weights' figures: int8 matched full weights on one 7K prompt, 0.949 against 0.945 pooled",
     ),
-    "int4": AcceptanceRange(0.843, 0.867, 0.899, f"level1-int4-acceptance/level1-int4.json ({_SMOLLM2})"),
+    "int4": AcceptanceRange(0.843, 0.867, 0.899, _SMOLLM2),
 }  # fmt: skip
-"""Level-1 acceptance by weight kind, from the records under ``benchmarks/results/`` (``tests/unit/test_estimate.py``
-re-derives each figure from its file). The GPU records ran random weights, whose acceptance means nothing."""
+"""Level-1 acceptance by weight kind, from the project's records. The GPU records ran random weights, whose
+acceptance means nothing."""
+
+
+@dataclass(frozen=True)
+class StepRatios:
+    """What the records of one GPU class measured against this model's floors, each as ``(lowest, median,
+    highest)`` over their rows: transformers' default ``generate()`` a token (``plain``), TriForce's CUDA-graph
+    level-1 step on full weights (``level1``) and its verification (``verification``)."""
+
+    plain: tuple[float, float, float]
+    level1: tuple[float, float, float]
+    verification: tuple[float, float, float]
+    source: str
+
+
+_GPU_SHAPE = "Llama-3.1-8B shape, random weights, bf16, retrieval_budget 4096, 32K-128K tokens"
+# benchmarks/results/h100-llama3.1-8b.json and h100-rowsum-llama3.1-8b.json (3 rows); h200-llama3.1-8b.json and
+# h200-stacked-llama3.1-8b.json (6 rows). tests/unit/test_estimate.py re-derives the ratios from the files.
+RECORDED_STEPS = {
+    "H100": StepRatios((8.34, 10.94, 13.63), (2.48, 2.51, 2.54), (3.85, 4.32, 9.46), f"{_GPU_SHAPE}, 3 runs"),
+    "H200": StepRatios((8.36, 11.89, 17.93), (3.00, 3.01, 3.05), (4.44, 6.47, 11.36), f"{_GPU_SHAPE}, 6 runs"),
+}
+"""Measured / floor ratios per GPU class, from the project's GPU records (the only GPUs it has run on)."""
+
+
+@dataclass(frozen=True)
+class DefaultGenerate:
+    """transformers' default ``generate()`` on this GPU class as the records ran it, scaled to this model's floors.
+
+    ``plain_ms_per_token``: its ms a token here (lowest, median and highest record ratio); ``triforce_ms_per_token``:
+    TriForce's (full weights) with its steps as slow against their floors as recorded; ``speedup``
+    (``speedup_range``): the median (the least and most favourable) of default over TriForce.
+    """
+
+    gpu: str
+    measured_over_floor: StepRatios
+    plain_ms_per_token: tuple[float, float, float]
+    triforce_ms_per_token: float
+    speedup: float
+    speedup_range: tuple[float, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -120,6 +177,7 @@ class Estimate:
     kinds: dict[str, KindEstimate]
     recommended: TriForceConfig
     notes: list[str] = field(default_factory=list)
+    default_generate: DefaultGenerate | None = None
 
     def recommended_expression(self) -> str:
         """The recommended config as Python: ``TriForceConfig(...)`` with the fields that differ from the defaults."""
@@ -146,6 +204,8 @@ class Estimate:
             "triforce_ms_per_token_range": {k.weights: list(k.ms_per_token_range) for k in kinds},
             "speedup": {k.weights: k.speedup for k in kinds},
             "speedup_range": {k.weights: list(k.speedup_range) for k in kinds},
+            "speedup_baseline": "the plain floor (the fastest plain decoding could be)",
+            "default_generate": None if self.default_generate is None else self.default_generate.to_dict(),
             "acceptance": {k.weights: k.acceptance.to_dict() for k in kinds},
             "refused_on_gpu": {k.weights: k.refused for k in kinds},
             "recommended_config": self.recommended.to_dict(),
@@ -205,8 +265,8 @@ def level1_weight_bytes(config, dtype_bytes: int, weights: str) -> int:
     projections (a mixture of experts: its routed experts) in that kind, the embeddings and LM head as they are.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
-        >>> cfg = preset_config("llama3.1-8b", 4096)
+        >>> from transformers import LlamaConfig
+        >>> cfg = LlamaConfig(intermediate_size=14336, num_key_value_heads=8, vocab_size=128256)  # Llama-3.1-8B
         >>> [round(level1_weight_bytes(cfg, 2, kind) / 1e9, 2) for kind in WEIGHT_KINDS]  # GB
         [16.06, 9.08, 6.46]
     """
@@ -220,8 +280,9 @@ def level1_copy_bytes(config, weights: str) -> int:
     """Device bytes of level 1's low-bit copy, made once beside the target's weights (``0`` for ``full``).
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
-        >>> round(level1_copy_bytes(preset_config("llama3.1-8b", 4096), "int4") / 1e9, 2)
+        >>> from transformers import LlamaConfig
+        >>> cfg = LlamaConfig(intermediate_size=14336, num_key_value_heads=8, vocab_size=128256)  # Llama-3.1-8B
+        >>> round(level1_copy_bytes(cfg, "int4") / 1e9, 2)
         4.36
     """
     if weights == "full":
@@ -237,8 +298,9 @@ def memory_terms(config, context: int, dtype_bytes: int, triforce_config: TriFor
     peak with them).
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
-        >>> terms = memory_terms(preset_config("llama3.1-8b", 4096), 65536, 2, TriForceConfig())
+        >>> from transformers import LlamaConfig
+        >>> cfg = LlamaConfig(intermediate_size=14336, num_key_value_heads=8, vocab_size=128256)  # Llama-3.1-8B
+        >>> terms = memory_terms(cfg, 65536, 2, TriForceConfig())
         >>> round(terms["weights_bytes"] / 1e9, 1), round(terms["plain_kv_bytes"] / 1e9, 1)
         (16.1, 8.6)
     """
@@ -263,8 +325,8 @@ def plain_floor_ms(config, context: int, dtype_bytes: int, gpu: Gpu) -> float:
     """Milliseconds a plain step takes at least: the weights it reads and the KV cache, at the GPU's peak bandwidth.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
-        >>> round(plain_floor_ms(preset_config("llama2-7b", 4096), 131072, 2, resolve_gpu("h100")), 1)  # DESIGN.md
+        >>> from transformers import LlamaConfig
+        >>> round(plain_floor_ms(LlamaConfig(), 131072, 2, resolve_gpu("h100")), 1)  # Llama-2-7B's shape at 128K
         24.5
     """
     read = read_weight_bytes(config, dtype_bytes) + attended_kv_bytes(config, context, dtype_bytes)
@@ -277,9 +339,9 @@ def kind_estimate(
     """TriForce's modeled ms a token and speedup over the plain floor with level-1 ``weights``.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
-        >>> kind = kind_estimate(preset_config("llama3.1-8b", 4096), 131072, 2, resolve_gpu("h100"), "full",
-        ...                      TriForceConfig())
+        >>> from transformers import LlamaConfig
+        >>> cfg = LlamaConfig(intermediate_size=14336, num_key_value_heads=8, vocab_size=128256)  # Llama-3.1-8B
+        >>> kind = kind_estimate(cfg, 131072, 2, resolve_gpu("h100"), "full", TriForceConfig())
         >>> round(kind.level1_step_ms, 2), round(kind.speedup, 2), [round(s, 2) for s in kind.speedup_range]
         (4.95, 1.26, [1.1, 1.38])
     """
@@ -333,7 +395,39 @@ def estimate(
     plain = plain_floor_ms(text, context, size, gpu)
     recommended, notes = _recommendation(text, context, gpu, memory, kinds, tc)
     model_type = getattr(config, "model_type", "") or "unknown"
-    return Estimate(model_type, gpu, context, dtype, memory, plain, kinds, recommended, notes)
+    default = default_generate(plain, kinds["full"], gpu, tc.gamma2)
+    return Estimate(model_type, gpu, context, dtype, memory, plain, kinds, recommended, notes, default)
+
+
+def default_generate(plain_floor: float, full: KindEstimate, gpu: Gpu, gamma2: int) -> DefaultGenerate | None:
+    """transformers' default ``generate()`` and TriForce (full weights) with each step as much slower than its floor
+    as the records of ``gpu``'s class measured (:data:`RECORDED_STEPS`); ``None`` for a GPU the project has no
+    record of.
+
+    Example:
+        >>> full = KindEstimate("full", 4.95, RECORDED_ACCEPTANCE["full"], 7.36, (6.7, 8.5), 1.0, (0.9, 1.1), 0)
+        >>> result = default_generate(7.36, full, resolve_gpu("h100"), gamma2=6)
+        >>> [round(ms) for ms in result.plain_ms_per_token], round(result.triforce_ms_per_token, 1)
+        ([61, 81, 100], 21.1)
+        >>> round(result.speedup, 1)
+        3.8
+        >>> default_generate(7.36, full, resolve_gpu("a100"), gamma2=6) is None
+        True
+    """
+    ratios = RECORDED_STEPS.get(gpu.name)
+    if ratios is None:
+        return None
+    acceptance = full.acceptance
+
+    def triforce_ms(i: int, rate: float) -> float:  # i: 0 lowest, 1 median, 2 highest ratio of each step
+        round_ms = gamma2 * full.level1_step_ms * ratios.level1[i] + plain_floor * ratios.verification[i]
+        return round_ms / expected_tokens(rate, gamma2)
+
+    plain = tuple(plain_floor * r for r in ratios.plain)
+    central = triforce_ms(1, acceptance.central)
+    worst = plain[0] / triforce_ms(2, acceptance.low)  # the fastest default against TriForce's slowest steps
+    best = plain[2] / triforce_ms(0, acceptance.high)
+    return DefaultGenerate(gpu.name, ratios, plain, central, plain[1] / central, (worst, best))
 
 
 def _checked_text_config(config):
@@ -347,7 +441,8 @@ def _checked_text_config(config):
 def _recommendation(
     config, context: int, gpu: Gpu, memory: dict[str, int], kinds: dict[str, KindEstimate], tc: TriForceConfig
 ) -> tuple[TriForceConfig, list[str]]:
-    """``tc`` with the fastest level-1 weights a GPU has run and ``offload_kv`` when plain decoding does not fit.
+    """``tc`` with the fastest level-1 weights a GPU has run (left ``"auto"`` where that is what ``"auto"`` runs on a
+    GPU) and ``offload_kv`` when plain decoding does not fit.
 
     A weight kind no GPU has timed is never recommended (a note says what it models instead)."""
     served = [k for k in kinds.values() if k.refused is None]
@@ -362,7 +457,7 @@ def _recommendation(
         notes.append(
             f"weights + plain KV ({memory['plain_total_bytes'] / 1e9:.1f} GB) exceed the GPU's "
             f"{gpu.memory_bytes / 1e9:.0f} GB: offload_kv=True (tested on the CPU only; its PCIe transfers are not "
-            "modeled; gamma2 12-16 suits it, docs/offload.md)."
+            "modeled; gamma2 12-16 suits it: the documentation's 'Long context on a small GPU')."
         )
     elif needed > gpu.memory_bytes:
         notes.append(
@@ -371,8 +466,9 @@ def _recommendation(
         )
     if fastest.speedup < 1.1:
         notes.append(
-            f"level1_weights={fastest.weights!r} models {fastest.speedup:.2f}x: expect little or nothing over plain "
-            "decoding here (the adaptive schedule takes plain steps where speculation loses)."
+            f"level1_weights={fastest.weights!r} models {fastest.speedup:.2f}x the plain floor: expect little or "
+            "nothing over a plain decoding that reaches its floor (the adaptive schedule takes plain steps where "
+            "speculation loses); against transformers' default generate() see 'vs default'."
         )
     if untimed.ms_per_token < fastest.ms_per_token:
         notes.append(
@@ -386,16 +482,18 @@ def _recommendation(
         "the acceptance was measured at 7K tokens with a 512-token view (1/14 of the context), on a 135M model; the "
         "TriForce paper reports 0.91-0.96 for a 4K view of 120K tokens (Llama-2-7B-128K)."
     )
-    return TriForceConfig(**{**tc.to_dict(), "level1_weights": fastest.weights, "offload_kv": offload}), notes
+    weights = tc.level1_weights if fastest.weights == GPU_AUTO_WEIGHTS else fastest.weights  # "auto" runs it
+    return TriForceConfig(**{**tc.to_dict(), "level1_weights": weights, "offload_kv": offload}), notes
 
 
 def format_estimate(result: Estimate, model: str) -> str:
-    """The human form: memory, the plain floor, one row per level-1 weight kind, the recommended config."""
+    """The human form: memory, the plain floor, one row per level-1 weight kind against the floor, transformers'
+    default ``generate()`` as the records ran it on this GPU class, the recommended config."""
     m, gpu, kinds = {k: v / 1e9 for k, v in result.memory.items()}, result.gpu, result.kinds
     of_gpu = "" if gpu.memory_bytes is None else f" of the GPU's {gpu.memory_bytes / 1e9:.0f}"
     lines = [
         f"{model} ({result.model_type}), {result.context} tokens, {result.dtype}, on {gpu.name} "
-        f"({gpu.bandwidth / 1e9:.0f} GB/s). Every figure is modeled (bandwidth floors), not measured.",
+        f"({gpu.bandwidth / 1e9:.0f} GB/s). Every figure is modeled, not measured.",
         "",
         f"memory (GB)  weights {m['weights_bytes']:.1f} + plain KV cache {m['plain_kv_bytes']:.1f} = "
         f"{m['plain_total_bytes']:.1f}{of_gpu}",
@@ -403,9 +501,10 @@ def format_estimate(result: Estimate, model: str) -> str:
         f"(full cache +{m['triforce_cache_growth_bytes']:.2f}, "
         f"chunk summaries {m['triforce_summaries_bytes']:.2f}, views {m['triforce_views_bytes']:.2f}); level 1's "
         f"int4 copy +{kinds['int4'].copy_bytes / 1e9:.1f}, int8 copy +{kinds['int8'].copy_bytes / 1e9:.1f}",
-        f"plain floor  {result.plain_floor_ms:.2f} ms/token (weights + KV cache read once at peak bandwidth)",
+        f"plain floor  {result.plain_floor_ms:.2f} ms/token (weights + KV cache read once at peak bandwidth: the "
+        "fastest plain decoding could be)",
         "",
-        f"{'level 1':<9}{'step ms':>7}   {'TriForce ms/token':<20}{'speedup':<19}{'acceptance':<20}",
+        f"{'level 1':<9}{'step ms':>7}   {'TriForce ms/token':<20}{'vs plain floor':<19}{'acceptance':<20}",
     ]
     for kind in kinds.values():
         (fast, slow), (low, high), a = kind.ms_per_token_range, kind.speedup_range, kind.acceptance
@@ -414,8 +513,30 @@ def format_estimate(result: Estimate, model: str) -> str:
             f"{kind.speedup:>5.2f}x ({low:.2f}-{high:.2f})  {a.central:.3f} ({a.low:.3f}-{a.high:.3f})"
         )
         lines.append(row + (f"  {kind.refused}" if kind.refused else ""))
-    lines += ["", "acceptance: per level-1 token, all prompts pooled (lowest-highest prompt), from benchmarks/results/"]
+    lines += ["", *_default_lines(result.default_generate)]
+    lines += ["", "acceptance: per level-1 token, all prompts pooled (lowest-highest prompt), the project's records"]
     lines += [f"  {kind.weights}: {kind.acceptance.source}" for kind in kinds.values()]
     lines += [f"modeled: {MODELED}", *[f"note: {note}" for note in result.notes], ""]
     lines.append(f"recommended: {result.recommended_expression()}")
     return "\n".join(lines)
+
+
+def _default_lines(default: DefaultGenerate | None) -> list[str]:
+    """The second baseline, labelled: transformers' default ``generate()`` as recorded on this GPU class."""
+    if default is None:
+        return [
+            "vs default   transformers' default generate(): no record of this GPU class (the project's GPU runs: "
+            "H100, H200), so only the floor comparison above."
+        ]
+    (lo, mid, hi), r = default.plain_ms_per_token, default.measured_over_floor
+    worst, best = default.speedup_range
+    return [
+        f"vs default   transformers' default generate() (DynamicCache, sdpa) on {default.gpu}, as the project's "
+        f"records ran it ({r.source}):",
+        f"             host-bound at {r.plain[0]:.1f}-{r.plain[2]:.1f}x its floor: ~{mid:.0f} ms/token here "
+        f"({lo:.0f}-{hi:.0f})",
+        f"             TriForce with its steps as recorded (level 1 {r.level1[0]:.2f}-{r.level1[2]:.2f}x, a "
+        f"verification {r.verification[0]:.1f}-{r.verification[2]:.1f}x their floors; full weights):",
+        f"             ~{default.triforce_ms_per_token:.1f} ms/token, {default.speedup:.1f}x ({worst:.1f}-{best:.1f}x) "
+        "over default generate()",
+    ]

@@ -91,16 +91,6 @@ def acceptances(level: dict[str, Any], digits: int = 2) -> str:
     return f"{acceptance_rate(level, digits)} / {per_token_acceptance(level, digits)}"
 
 
-def phase_ms(phase: dict[str, Any] | None, missing: float = float("nan")) -> float:
-    """Milliseconds per call of a phase (``TriForceStats.to_dict()["phases"][...]``), ``missing`` if it never ran.
-
-    Example:
-        >>> phase_ms({"calls": 4, "ms_per_call": 2.5}), phase_ms(None, missing=0.0)
-        (2.5, 0.0)
-    """
-    return phase["ms_per_call"] if phase and phase["calls"] else missing
-
-
 SLOW_CALLS = 1.5
 """A phase's cell adds its median when its mean is more than this many times the median (a few slow calls)."""
 

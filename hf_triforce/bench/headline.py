@@ -14,8 +14,7 @@ ROW_NOTE = (
     "`DynamicCache`; static: `cache_implementation='static'`; static compiled: the static cache with "
     "`torch.compile` through `CompileConfig`; on CUDA also the sdpa flash backend, `flash_attention_2` and "
     "`generate_batch()`); best plain is the fastest of them, and 'vs best plain' is the headline ratio. Peers: "
-    "transformers' own speculation, prompt lookup (`prompt_lookup_num_tokens`) and, with a draft model, assisted "
-    "generation (`assistant_model`). "
+    "transformers' own speculation, prompt lookup (`prompt_lookup_num_tokens`). "
     "'Loops': more than a quarter of the answer's 8-token spans occurred earlier in it; such a row is left out "
     "of the medians (n-gram drafting predicts a loop perfectly)."
 )
@@ -33,37 +32,16 @@ def headline_section(results: dict[str, Any]) -> list[str]:
     rows = results["rows"]
     names = _plain_names(rows)
     header = ["prompt", "tokens", "T"] + [n.replace("_", " ") for n in names]
-    assisted = any(r.get("assisted_generation") for r in rows)
-    header += ["best plain", "TriForce", "vs best plain", "vs default", "prompt lookup"]
-    header += (["assisted"] if assisted else []) + ["identical", "loops"]
+    header += ["best plain", "TriForce", "vs best plain", "vs default", "prompt lookup", "identical", "loops"]
     lines += ["", "## Per prompt (tokens/s)", "", "| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join(["---", "---:", "---:"] + ["---:"] * (len(header) - 3)) + "|")
-    lines += [_prompt_row(r, names, assisted) for r in rows]
+    lines += [_prompt_row(r, names) for r in rows]
     start = (
         "every run from a copy of the prompt's one prefill"
         if any("prefix_prefill_seconds" in r for r in rows)
         else ("every run a fresh call")
     )
-    return lines + ["", ROW_NOTE.format(start=start)] + floor_section(rows, names)
-
-
-def floor_section(rows: list[dict[str, Any]], names: list[str]) -> list[str]:
-    """On a GPU of known bandwidth: every plain and TriForce ms/token beside one plain step's bandwidth floor."""
-    floored = [r for r in rows if r.get("floor")]
-    if not floored:
-        return []
-    header = ["prompt tokens", "T", "plain floor ms"] + [f"{n.replace('_', ' ')} ms" for n in names]
-    header += ["TriForce ms", "TriForce / floor"]
-    lines = ["", "## Against the plain decoding floor", "",
-             "Floor = one plain step at its bandwidth limit: (weights + the whole prompt's KV) / peak bandwidth. "
-             "TriForce / floor below 1.0 is faster than any plain decoding of the model could be.", "",
-             "| " + " | ".join(header) + " |", "|" + "|".join(["---:"] * len(header)) + "|"]  # fmt: skip
-    for r in floored:
-        f = r["floor"]
-        plain = [f"{f['plain_ms'][n]:.1f}" if n in f["plain_ms"] else "-" for n in names]
-        cells = [str(r["prompt_tokens"]), f"{r['temperature']:g}", f"{f['plain_floor_ms']:.1f}", *plain]
-        lines.append("| " + " | ".join([*cells, f"{f['triforce_ms']:.1f}", f"{f['triforce_fraction']:.2f}"]) + " |")
-    return lines
+    return lines + ["", ROW_NOTE.format(start=start)]
 
 
 def _summary_line(s: dict[str, Any]) -> str:
@@ -75,13 +53,11 @@ def _summary_line(s: dict[str, Any]) -> str:
         return f"- {where}: every answer looped ({', '.join(s['left_out'])}); no median."
     left = f"; left out (answers loop): {', '.join(s['left_out'])}" if s["left_out"] else ""
     same = "" if s.get("identical") is None else f"; identical text {s['identical']}/{s['prompts']}"
-    floor = s.get("median_fraction_of_floor")
     plural = "s" if s["prompts"] != 1 else ""
-    floor_text = "" if floor is None else f"; TriForce at {floor:.2f}x the plain bandwidth floor"
     return (
         f"- {where}: **{s['median_speedup_best_plain']:.2f}x best plain** ({s['median_speedup_default']:.2f}x the "
         f"default), over {s['prompts']} prompt{plural} (TriForce {s['median_triforce_tokens_per_second']:.2f} tok/s, "
-        f"best plain {s['median_best_plain_tokens_per_second']:.2f}{_per_verification(s)}){same}{floor_text}{left}."
+        f"best plain {s['median_best_plain_tokens_per_second']:.2f}{_per_verification(s)}){same}{left}."
     )
 
 
@@ -106,14 +82,14 @@ def _decoding_cell(r: dict[str, Any], name: str) -> str:
     return f"{d['tokens_per_second']:.2f}"
 
 
-def _prompt_row(r: dict[str, Any], names: list[str], assisted: bool) -> str:
+def _prompt_row(r: dict[str, Any], names: list[str]) -> str:
     name = (r.get("prompt") or {}).get("name", "random ids")
     best = r.get("best_plain", "dynamic")
     cells = [name, str(r["prompt_tokens"]), f"{r['temperature']:g}"] + [_decoding_cell(r, n) for n in names]
     cells += [best.replace("_", " "), f"{r['triforce']['tokens_per_second']:.2f}"]
     cells += [f"{r.get('speedup_best_plain', r['speedup']):.2f}x", f"{r['speedup']:.2f}x"]
     cells += [tokens_per_second(r.get("prompt_lookup"), 2)]
-    cells += ([tokens_per_second(r.get("assisted_generation"), 2)] if assisted else []) + [identical_cell(r)]
+    cells.append(identical_cell(r))
     cells.append(_loops_cell(r))
     return "| " + " | ".join(cells) + " |"
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 from transformers import (
-    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
     PreTrainedModel,
@@ -15,8 +14,7 @@ from transformers import (
 )
 
 from ..errors import TriForceError
-from .shapes import kv_heads
-from .smollm2 import SMOLLM2_FACTS, load_smollm2
+from .smollm2 import load_smollm2
 
 
 class ModelLoadError(TriForceError):
@@ -82,23 +80,3 @@ def check_model_path(path: str) -> None:
             f"{path} holds no config.json: pass a directory saved with model.save_pretrained() and "
             "tokenizer.save_pretrained()."
         )
-
-
-def model_kv_heads(path: str | None) -> int:
-    """Key/value heads of the model :func:`load_model` would load, read from its config alone (no weights).
-
-    Raises:
-        ModelLoadError: as :func:`load_model`, for a path holding no readable config.
-
-    Example:
-        >>> model_kv_heads(None)  # the embedded SmolLM2-135M-Instruct
-        3
-    """
-    if path is None:
-        return SMOLLM2_FACTS["num_key_value_heads"]
-    check_model_path(path)
-    try:
-        config = AutoConfig.from_pretrained(path).get_text_config()
-    except (OSError, ValueError) as err:
-        raise ModelLoadError(f"could not read the config of {path}: {err}") from None
-    return kv_heads(config)

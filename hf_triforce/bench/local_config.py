@@ -2,9 +2,9 @@
 
 Example:
     >>> import tempfile
-    >>> from hf_triforce.bench.shapes import preset_config
+    >>> from transformers import LlamaConfig
     >>> folder = tempfile.mkdtemp()
-    >>> preset_config("tiny", 512).save_pretrained(folder)
+    >>> LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4).save_pretrained(folder)
     >>> load_local_config(folder).num_hidden_layers, load_local_config(folder + "/config.json").hidden_size
     (2, 64)
 """

@@ -23,9 +23,6 @@ from .timed_run import WARM_UP_TOKENS, RunResult, measure
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PLAIN = ("dynamic", "static", "static_compiled", "sdpa_flash", "flash_attention_2", "continuous_batching")
-"""What the bench measures by default (the CUDA-only ones are reported as not run on a CPU)."""
-
 
 def measure_plain_decodings(
     model,

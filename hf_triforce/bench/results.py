@@ -1,9 +1,8 @@
-"""Result files: the benchmark and the demo write their JSON here; recorded results are read back as they were
-written.
+"""Result files: the benchmark and the demo write their JSON here.
 
 Example:
     >>> path = write_json({"rows": []}, "/tmp/hf_triforce-doctest/results.json")
-    >>> read_results(path)
+    >>> json.loads(path.read_text())
     {'rows': []}
 """
 
@@ -14,16 +13,6 @@ import math
 import os
 from pathlib import Path
 from typing import Any
-
-
-def read_results(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The JSON result at ``path``.
-
-    Raises:
-        OSError: the file cannot be read.
-        ValueError: it is not JSON.
-    """
-    return json.loads(Path(path).read_text())
 
 
 def write_json(results: Any, path: str | os.PathLike[str], indent: int = 2, strict: bool = False) -> Path:

@@ -1,4 +1,4 @@
-"""The bench's headline figures: medians over prompts against best plain, and each GPU figure beside its floor.
+"""The bench's headline figures: medians over prompts against best plain.
 
 A row whose answer loops (:func:`~hf_triforce.bench.repetition.loops`) is left out of every summary:
 n-gram drafting predicts a loop perfectly, so its speedup says nothing about natural text. The ratio to
@@ -19,8 +19,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ``left_out`` (names of the prompts whose answers loop), ``median_speedup_best_plain``, ``median_speedup_default``,
     ``median_triforce_tokens_per_second``, ``median_best_plain_tokens_per_second``, ``best_plain`` (the fastest
     plain decoding of each summarized row, by name), ``identical`` (greedy rows with identical text, of
-    ``prompts``; None when sampled), ``median_tokens_per_verification`` and, on a GPU of known bandwidth,
-    ``median_fraction_of_floor``.
+    ``prompts``; None when sampled) and ``median_tokens_per_verification``.
 
     Example:
         >>> summarize(rows)[0]["median_speedup_best_plain"]  # doctest: +SKIP
@@ -62,38 +61,8 @@ def _medians(rows: list[dict[str, Any]], greedy: bool) -> dict[str, Any]:
         "identical": sum(bool(r["identical_output"]) for r in rows) if greedy else None,
         "median_tokens_per_verification": statistics.median(_tokens_per_verification(r) for r in rows),
     }
-    fractions = [r["floor"]["triforce_fraction"] for r in rows if r.get("floor")]
-    if fractions:
-        out["median_fraction_of_floor"] = statistics.median(fractions)
     return out
 
 
 def _name(row: dict[str, Any]) -> str:
     return (row.get("prompt") or {}).get("name", str(row["prompt_tokens"]))
-
-
-def attach_floors(rows: list[dict[str, Any]], bandwidth: float | None) -> None:
-    """Give each row its ``"floor"``: one plain step's bandwidth floor (weights + the whole prompt's KV read once,
-    over the device's peak bandwidth) in ms, beside the plain and TriForce ms/token, and TriForce's ms/token as a
-    fraction of it (below 1.0: faster than any plain decoding could be). Nothing on a device of unknown bandwidth
-    (a CPU).
-
-    Example:
-        >>> attach_floors(rows, 3.35e12); rows[0]["floor"]["triforce_fraction"]  # doctest: +SKIP
-        1.9
-    """
-    if not bandwidth:
-        return
-    for r in rows:
-        per_token = r.get("kv_bytes_per_token")
-        if per_token is None:
-            continue
-        floor_ms = 1e3 * (r["weight_bytes"] + r["prompt_tokens"] * per_token) / bandwidth
-        triforce_ms = 1e3 * r["triforce"]["decode_seconds_per_token"]
-        r["floor"] = {
-            "plain_floor_ms": floor_ms,
-            "triforce_ms": triforce_ms,
-            "triforce_fraction": triforce_ms / floor_ms,
-            "plain_ms": {name: 1e3 * d["decode_seconds_per_token"]
-                         for name, d in (r.get("plain_decodings") or {}).items() if "error" not in d},
-        }  # fmt: skip

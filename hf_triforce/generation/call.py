@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import torch
@@ -21,6 +22,8 @@ from .loop import TriForceRun
 from .plan import Call, CallPlan, check_generate_kwargs, plan_call
 from .reuse import hand_back, start_cache
 from .state import state_of
+
+logger = logging.getLogger(__name__)
 
 
 def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generate_kwargs: dict[str, Any]):
@@ -63,6 +66,7 @@ def triforce_decode(
     triforce_config = triforce_config.for_context(input_ids.shape[1])  # 'auto' sizes decided once, for this call
     call = Call(input_ids, generation_config, model_kwargs, streamer, stopping_criteria, assistant_model, model)
     plan = plan_call(model, triforce_config, call)
+    _note_a_view_that_holds_the_prompt(input_ids.shape[1], triforce_config)
     stats = TriForceStats(level1_weights=plan.level1_weights, level1_forward=plan.level1_forward)
     stats.phases.synchronize = timing_requested()
     with stats.phases.measure("reuse"):
@@ -103,6 +107,17 @@ def _cost_key(model, config: TriForceConfig, plan: CallPlan, assistant_model) ->
 
 def _step_bytes(model, plan: CallPlan) -> StepBytes:
     return StepBytes(*step_bytes(model, plan.level1_weights))
+
+
+def _note_a_view_that_holds_the_prompt(prompt_tokens: int, config: TriForceConfig) -> None:
+    """Log once per call when level 1's view is as large as the prompt: retrieval then selects the whole cache."""
+    if prompt_tokens <= config.retrieval_budget:
+        logger.warning(
+            "hf_triforce: the prompt (%d tokens) is no longer than level 1's view (retrieval_budget=%d), so the view "
+            "holds the whole cache and retrieval saves nothing (the output is unchanged); a retrieval_budget below "
+            "the prompt length makes the view sparse.",
+            prompt_tokens, config.retrieval_budget,
+        )  # fmt: skip
 
 
 def _drafters(

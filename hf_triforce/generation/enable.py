@@ -21,13 +21,13 @@ def enable(model: torch.nn.Module) -> torch.nn.Module:
     ``triforce_config`` on; ``model.generation_config.triforce_config = cfg`` sets a default.
 
     Args:
-        model: a transformers causal LM TriForce can serve (``docs/supported-models.md``).
+        model: a transformers causal LM TriForce can serve (the documentation's Supported models page).
 
     Returns:
         the same model.
 
     Raises:
-        UnsupportedModelError: TriForce cannot serve the model (``docs/compatibility.md``).
+        UnsupportedModelError: TriForce cannot serve the model (the documentation's What runs together page).
 
     Example:
         >>> hf_triforce.enable(model)  # doctest: +SKIP

@@ -170,8 +170,8 @@ _ASSISTANT = "assistant_model="
 
 _SERVED = (
     "TriForce serves decoder-only causal LMs with rotary embeddings whose attention goes through transformers' "
-    f"attention interface (tested: {', '.join(TESTED_MODEL_TYPES)}; docs/supported-models.md); use plain generate() "
-    "for this one."
+    f"attention interface (tested: {', '.join(TESTED_MODEL_TYPES)}; the documentation's Supported models page); use "
+    "plain generate() for this one."
 )
 _PLAIN = "Drop triforce_config for this call (plain generate() serves it), or change the option."
 _SDPA = "Load the model with attn_implementation='sdpa' (or 'eager')."

@@ -11,8 +11,9 @@ from typing import Any
 
 import torch
 from transformers import StoppingCriteriaList, StopStringCriteria
-from transformers.generation import GenerateDecoderOnlyOutput
+from transformers.generation import GenerateDecoderOnlyOutput, GenerationMixin
 
+from ..errors import NotEnabledError
 from .versions import CACHE_ARG
 
 Handler = Callable[[torch.nn.Module, Any, dict[str, Any]], Callable]
@@ -34,6 +35,44 @@ def wrap_generate(model: torch.nn.Module, handler: Handler) -> None:
 
     model.generate = generate
     model.generation_config.triforce_config = None
+
+
+NOT_ENABLED = (
+    "generate() got triforce_config, but hf_triforce.enable(model) was not called on this model (or "
+    "hf_triforce.disable(model) undid it), so transformers does not know the argument. Call hf_triforce.enable(model) "
+    "once after loading it; or, without enable(), pass custom_generate=hf_triforce.triforce_generate as well."
+)
+
+
+def install_enable_hint() -> bool:
+    """Make ``generate(triforce_config=...)`` on a model never :func:`~hf_triforce.enable`\\ d raise
+    :class:`~hf_triforce.errors.NotEnabledError` naming ``hf_triforce.enable(model)`` instead of transformers'
+    "model_kwargs are not used" (the likeliest first mistake). Idempotent; returns whether the hint is installed.
+
+    It wraps ``GenerationMixin._validate_model_kwargs`` (present in every supported release; where a release lacks
+    it, nothing is patched and transformers' own error stands). The wrapper only looks for a ``triforce_config``
+    left in the model kwargs, which an enabled model's ``generate()`` and ``custom_generate=triforce_generate`` both
+    take out before: every other call reaches transformers' check unchanged.
+
+    Example:
+        >>> install_enable_hint()
+        True
+    """
+    validate = getattr(GenerationMixin, "_validate_model_kwargs", None)
+    if validate is None:
+        return False
+    if getattr(validate, "_hf_triforce_hint", False):
+        return True
+
+    @functools.wraps(validate)
+    def validate_model_kwargs(self, model_kwargs, *args, **kwargs):
+        if model_kwargs.get("triforce_config") is not None:
+            raise NotEnabledError(NOT_ENABLED)
+        return validate(self, model_kwargs, *args, **kwargs)
+
+    validate_model_kwargs._hf_triforce_hint = True
+    GenerationMixin._validate_model_kwargs = validate_model_kwargs
+    return True
 
 
 def effective_cache_implementation(model: torch.nn.Module, generate_kwargs: dict[str, Any]) -> str | None:

@@ -22,6 +22,7 @@ from hf_triforce import (
     NoStatsError,
     TriForceConfig,
     TriForceConfigError,
+    TriForceError,
     UnsupportedGenerationError,
     UnsupportedModelError,
 )
@@ -508,3 +509,42 @@ def test_context_limit_is_an_error_before_any_forward(llama, no_forward, prompt_
 def test_stop_strings_without_a_tokenizer_are_refused_before_any_work(llama, prompt, no_forward):
     with pytest.raises(UnsupportedGenerationError, match=r"stop_strings=.*Pass tokenizer=<your tokenizer>"):
         llama.generate(prompt, max_new_tokens=5, stop_strings=["."], triforce_config=TriForceConfig(**CFG))
+
+
+def test_generate_before_enable_names_enable(model_factory, prompt, forward_counter):
+    """The likeliest first mistake: triforce_config on a model hf_triforce.enable() never saw. transformers would say
+    only "model_kwargs are not used"; the package raises its own error naming the fix, before any forward, and the
+    same after disable()."""
+    model = model_factory("llama_gqa", enable=False)
+    counter = forward_counter(model)
+    try:
+        for _ in range(2):
+            with pytest.raises(hf_triforce.NotEnabledError, match=r"hf_triforce\.enable\(model\) was not called"):
+                model.generate(prompt, max_new_tokens=4, triforce_config=TriForceConfig(**CFG))
+            hf_triforce.enable(model)
+            hf_triforce.disable(model)
+    finally:
+        counter.remove()
+    assert issubclass(hf_triforce.NotEnabledError, TriForceError) and issubclass(
+        hf_triforce.NotEnabledError, ValueError
+    )
+    with pytest.raises(ValueError, match="are not used by the model") as caught:  # other typos: transformers' error
+        model.generate(prompt, max_new_tokens=4, triforce_cnfig=TriForceConfig(**CFG))
+    assert not isinstance(caught.value, TriForceError)
+    out = model.generate(prompt, max_new_tokens=4, custom_generate=hf_triforce.triforce_generate,
+                         triforce_config=TriForceConfig(**CFG))  # fmt: skip
+    assert out.shape[1] == prompt.shape[1] + 4
+
+
+@pytest.mark.parametrize(("tokens", "notices"), [(40, 1), (64, 1), (65, 0)])
+def test_a_prompt_the_view_holds_whole_is_noted_once(llama, make_prompt, caplog, tokens, notices):
+    """retrieval_budget=64: a prompt of at most 64 tokens fits level 1's view whole, so retrieval saves nothing: one
+    logged line per call says so (not a print, not one per round)."""
+    with caplog.at_level("WARNING", logger="hf_triforce"):
+        llama.generate(make_prompt(tokens), max_new_tokens=12, triforce_config=TriForceConfig(**CFG))
+    lines = [r for r in caplog.records if "no longer than level 1's view" in r.getMessage()]
+    assert len(lines) == notices
+    if notices:
+        assert (
+            f"the prompt ({tokens} tokens)" in lines[0].getMessage() and "retrieval_budget=64" in lines[0].getMessage()
+        )

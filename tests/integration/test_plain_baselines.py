@@ -8,7 +8,8 @@ import torch
 
 import hf_triforce
 from hf_triforce.bench.comparison import compare
-from hf_triforce.bench.plain_baselines import DEFAULT_PLAIN, measure_plain_decodings
+from hf_triforce.bench.options import DEFAULT_PLAIN
+from hf_triforce.bench.plain_baselines import measure_plain_decodings
 from hf_triforce.bench.plain_decoding import PlainDecoding, generate_batch_one, prefilled_cache
 from hf_triforce.bench.prefix import STATIC_ROUNDING, Prefix
 from hf_triforce.hf.versions import cache_kwargs

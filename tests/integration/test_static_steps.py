@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import LogitsProcessorList
+from transformers import GenerationConfig, LogitsProcessorList
 
 import hf_triforce
 from hf_triforce import TriForceConfig
@@ -169,10 +169,24 @@ def test_graphs_on_a_cpu_model_raise_before_any_forward(zoo, make_prompt):
 
 @pytest.mark.parametrize("setting", [False, "auto"])
 def test_default_cpu_path_is_dynamic(zoo, make_prompt, runners, setting):
-    """Graphs are opt-in (default False: measured on GPUs with random weights only); 'auto' on the CPU is dynamic."""
+    """The default is 'auto' (graphs where the model is on CUDA); on the CPU it runs the dynamic shapes, as False."""
     model = zoo.target("llama_gqa")
     model.generate(make_prompt(100), max_new_tokens=8, triforce_config=TriForceConfig(**SMALL, cuda_graphs=setting))
-    assert TriForceConfig().cuda_graphs is False and not runners
+    assert TriForceConfig().cuda_graphs == "auto" and not runners
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+@pytest.mark.parametrize("drafter", ["auto", "model", "ngram", "none"])
+def test_the_default_plans_a_cpu_call_as_cuda_graphs_false_did(zoo, make_prompt, rows, drafter):
+    """cuda_graphs='auto' became the default: on a CPU every field of the call's plan is what False gave."""
+    model = zoo.target("llama_gqa")
+    assistant = zoo.draft("llama_gqa") if drafter in ("auto", "model") else None
+    ids = make_prompt(100).repeat(rows, 1)
+    call = plan.Call(ids, GenerationConfig(max_length=120), {}, None, [], assistant, model)
+    options = dict(drafter=drafter, tree_budget="auto")
+    default = plan.plan_call(model, TriForceConfig(**options), call)
+    assert default == plan.plan_call(model, TriForceConfig(**options, cuda_graphs=False), call)
+    assert default.level1_steps == default.draft_steps == "dynamic" and not default.strict_graphs
 
 
 def test_the_plan_reads_the_steps_a_cpu_model_can_run(zoo):

@@ -9,13 +9,13 @@ from hypothesis import strategies as st
 
 from hf_triforce.bench.bandwidth import (
     PEAK_BANDWIDTH,
-    device_bandwidth,
     expected_tokens,
     kv_bytes_per_token,
     modeled_speedup,
     weight_bytes,
 )
-from hf_triforce.bench.shapes import PRESETS, preset_config, random_model
+from research.lab_report import device_bandwidth
+from research.shapes import PRESETS, preset_config, random_model
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The bench's headline figures: medians over prompts against best plain, loops left out, floors."""
+"""The bench's headline figures: medians over prompts against best plain, loops left out."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import pytest
 
 from hf_triforce.bench.headline import headline_section
 from hf_triforce.bench.repetition import loops
-from hf_triforce.bench.report import _floors, _modeled_ms_per_token
-from hf_triforce.bench.summary import attach_floors, summarize
+from hf_triforce.bench.summary import summarize
 
 pytestmark = pytest.mark.unit
 
@@ -53,39 +52,7 @@ def test_the_page_flags_loops_and_reports_configurations_that_did_not_run():
     assert "**loops** (60%)" in c
 
 
-def test_floors_on_a_gpu_of_known_bandwidth_only():
-    rows = [row("a", 0.0, 1.0, 0.8, 0.5)]
-    attach_floors(rows, None)
-    assert "floor" not in rows[0]
-    attach_floors(rows, 1e6)  # 1 MB/s: weights 1000 B + 7000 tokens x 10 B = 71 ms
-    floor = rows[0]["floor"]
-    assert floor["plain_floor_ms"] == pytest.approx(71.0) and floor["triforce_fraction"] == pytest.approx(500 / 71)
-    assert set(floor["plain_ms"]) == {"dynamic", "static"}
-    assert summarize(rows)[0]["median_fraction_of_floor"] == pytest.approx(500 / 71)
-    page = "\n".join(headline_section({"rows": rows, "summary": summarize(rows)}))
-    assert (
-        "## Against the plain decoding floor" in page
-        and "| 7000 | 0 | 71.0 | 1000.0 | 800.0 | - | 500.0 | 7.04 |" in page
-    )
-    assert "TriForce at 7.04x the plain bandwidth floor" in page
-
-
 def test_an_answer_loops_when_more_than_a_quarter_of_its_spans_repeat():
     assert not loops(list(range(100)))
     assert loops(list(range(12)) * 3)
     assert not loops(list(range(80)) + list(range(10)))  # one repeated passage: 3 of 83 spans
-
-
-def test_level1_floor_reads_the_copy_level1_drafts_with():
-    """A row whose level 1 drafted on a low-bit copy (``level1_weight_bytes``) has a level-1 floor of the copy's
-    bytes; the plain floor keeps the model's own weights (1 MB/s: (250 B + 512 x 10 B) and (1000 B + 7000 x 10 B))."""
-    r = {**row("a", 0.0, 1.0, 0.8, 0.5), "config": {"retrieval_budget": 512}}
-    assert _floors(r, 1e6) == ("71.0", "6.1")
-    assert _floors({**r, "level1_weight_bytes": 250}, 1e6) == ("71.0", "5.4")
-
-
-def test_modeled_ms_per_token_against_the_plain_floor():
-    """A plain step of 60 ms and a modeled 3x: 20 ms a token, twice a 10 ms floor; no floor on a CPU."""
-    assert _modeled_ms_per_token(60.0, 3.0, "10.0") == "20.0 (2.00x)"
-    assert _modeled_ms_per_token(60.0, 3.0, "-") == "20.0"
-    assert _modeled_ms_per_token(60.0, None, "10.0") == "-"

@@ -34,14 +34,33 @@ def test_a_removed_field_is_refused_saying_what_replaces_it(name):
 
 
 def test_an_unknown_field_is_a_config_error_not_a_type_error():
-    with pytest.raises(TriForceConfigError, match=r"Unknown TriForceConfig fields \['budget'\]"):
-        TriForceConfig(budget=512)
+    with pytest.raises(TriForceConfigError, match=r"Unknown TriForceConfig fields \['budget'\]; valid fields are"):
+        TriForceConfig(budget=512)  # no close name: the valid ones are listed
+
+
+@pytest.mark.parametrize(
+    "kwargs,guess",
+    [
+        (dict(retrival_budget=512), r"\['retrival_budget'\] \(did you mean retrieval_budget\?\)"),
+        (dict(cuda_graph="auto"), r"\(did you mean cuda_graphs\?\)"),
+        (dict(gama2=4, chunksize=8), r"\(did you mean chunksize -> chunk_size, gama2 -> gamma2\?\)"),
+    ],
+)
+def test_a_misspelt_field_names_the_closest_one(kwargs, guess):
+    for make in (lambda: TriForceConfig(**kwargs), lambda: TriForceConfig.from_dict(kwargs)):
+        with pytest.raises(TriForceConfigError, match=guess):
+            make()
 
 
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(retrieval_budget="4096"), r"retrieval_budget must be an integer >= 8, got '4096'\.$"),
+        (
+            dict(retrieval_budget="4096"),
+            r"retrieval_budget must be 'auto' or an integer >= 8, got '4096' \(write 4096\)\.$",
+        ),
+        (dict(retrieval_budget="4k"), r"retrieval_budget must be 'auto' or an integer >= 8, got '4k'\.$"),
+        (dict(gamma2="0"), r"gamma2 must be an integer >= 1, got '0'\.$"),  # no hint that is itself refused
         (dict(retrieval_budget=4096.0), r"got 4096.0 \(write 4096\)"),
         (dict(retrieval_budget=100), r"retrieval_budget=100 must be a multiple of chunk_size=8; try 96"),
         (dict(recent_window=12.0), r"recent_window=12.0 must be 'auto' or .*; try 'auto'"),

@@ -4,6 +4,7 @@ against (the modeled figures are floors: every recorded step is slower, by the f
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -11,11 +12,18 @@ from transformers import LlamaConfig, MixtralConfig
 
 from hf_triforce import InvalidInputError, TriForceConfig
 from hf_triforce.bench.bandwidth import attended_kv_bytes, kv_bytes_per_token, read_weight_bytes, weight_bytes
-from hf_triforce.bench.estimate import RECORDED_ACCEPTANCE, WEIGHT_KINDS, estimate, estimate_inputs
+from hf_triforce.bench.estimate import (
+    RECORDED_ACCEPTANCE,
+    RECORDED_STEPS,
+    WEIGHT_KINDS,
+    estimate,
+    estimate_inputs,
+    format_estimate,
+)
 from hf_triforce.bench.gpus import resolve_gpu
 from hf_triforce.bench.local_config import load_local_config
-from hf_triforce.bench.shapes import preset_config
 from hf_triforce.cli import main
+from research.shapes import preset_config
 
 pytestmark = pytest.mark.unit
 
@@ -68,7 +76,7 @@ def test_8b_gqa_at_64k_design_figures():
     full, int4 = result.kinds["full"], result.kinds["int4"]
     assert full.speedup < 1.5 and full.speedup_range[1] < 1.5
     assert int4.speedup > full.speedup and int4.ms_per_token < full.ms_per_token
-    assert result.recommended.level1_weights == "full"  # int4 models faster, but no GPU has timed it: a note
+    assert result.recommended == TriForceConfig()  # "auto" runs full weights on a GPU; int4, untimed, is a note
     assert any("level1_weights='int4' models" in note and "not recommended" in note for note in result.notes)
     assert result.kinds["int8"].refused and not result.recommended.offload_kv
 
@@ -161,7 +169,7 @@ def test_recorded_acceptance_matches_its_file(kind, record):
     figures = _recorded_level1(RESULTS / "level1-int4-acceptance" / record)
     acceptance = RECORDED_ACCEPTANCE[kind]
     assert (acceptance.low, acceptance.central, acceptance.high) == pytest.approx(figures, abs=5e-4)
-    assert record in acceptance.source
+    assert "SmolLM2-135M-Instruct" in acceptance.source and ".json" not in acceptance.source  # printed: no file
 
 
 def test_int8_acceptance_is_full_weights_as_recorded():
@@ -204,7 +212,7 @@ def test_floors_against_the_recorded_gpu_steps(name):
     for row, measured in _recorded_steps(name):
         assert (row["shape"], row["model_config"]["dtype"], row["budget"], row["drafter"]) == (
             "llama3.1-8b", "bfloat16", 4096, "none")  # fmt: skip
-        result = estimate(LLAMA_8B, row["prompt_tokens"], gpu)
+        result = estimate(LLAMA_8B, row["prompt_tokens"], gpu, triforce_config=TriForceConfig(retrieval_budget=4096))
         modeled = {"plain": result.plain_floor_ms, "level1": result.kinds["full"].level1_step_ms,
                    "verification": result.plain_floor_ms}  # fmt: skip
         for step, ms in measured.items():
@@ -216,7 +224,7 @@ def test_cli_prints_the_table_and_json(tmp_path, capsys):
     preset_config("llama3.1-8b", 131072).save_pretrained(tmp_path)
     assert main(["estimate", "--model", str(tmp_path), "--context", "64k", "--gpu", "h100"]) == 0
     out = capsys.readouterr().out
-    assert "plain floor" in out and "recommended: TriForceConfig(level1_weights='full')" in out
+    assert "plain floor" in out and "recommended: TriForceConfig()" in out and "vs default" in out
     assert main(["estimate", "--model", str(tmp_path / "config.json"), "--context", "131072", "--gpu", "h200",
                  "--json"]) == 0  # fmt: skip
     data = json.loads(capsys.readouterr().out)
@@ -227,3 +235,39 @@ def test_cli_refuses_a_hub_id_in_one_line(capsys):
     assert main(["estimate", "--model", "meta-llama/Llama-3.1-8B", "--context", "64k", "--gpu", "h100"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("hf-triforce: error:") and "config.json" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("gpu", sorted(RECORDED_STEPS))
+def test_recorded_steps_match_their_files(gpu):
+    """Each GPU class's measured/floor ratios (transformers' default generate(), the CUDA-graph level-1 step, the
+    verification): the lowest, median and highest row of its records, re-derived here from the files."""
+    ratios = {"plain": [], "level1": [], "verification": []}
+    for name in GPU_RECORDS:
+        if name.startswith(gpu.lower()):
+            for row, measured in _recorded_steps(name):
+                ran = TriForceConfig(retrieval_budget=row["budget"])  # the view the record ran
+                result = estimate(LLAMA_8B, row["prompt_tokens"], gpu.lower(), triforce_config=ran)
+                floors = {"plain": result.plain_floor_ms, "level1": result.kinds["full"].level1_step_ms,
+                          "verification": result.plain_floor_ms}  # fmt: skip
+                for step in ratios:
+                    ratios[step].append(measured[step] / floors[step])
+    recorded = RECORDED_STEPS[gpu]
+    for step, values in ratios.items():
+        expected = (min(values), statistics.median(values), max(values))
+        assert getattr(recorded, step) == pytest.approx(expected, abs=5e-3), step
+    assert f"{len(ratios['plain'])} runs" in recorded.source
+
+
+def test_two_baselines_labelled():
+    """Against the plain floor (the fastest plain decoding could be) and, on a GPU class the project has records of,
+    against transformers' default generate() as those records ran it: 1.00x and 3.8x at 64K on an H100."""
+    result = estimate(LLAMA_8B, 65536, "h100")
+    default = result.default_generate
+    assert round(result.kinds["full"].speedup, 2) == 1.0 and round(default.speedup, 1) == 3.8
+    low, high = default.speedup_range
+    assert low < default.speedup < high and default.plain_ms_per_token[0] > result.plain_floor_ms
+    text = format_estimate(result, "llama")
+    assert "vs plain floor" in text and "over default generate()" in text and "H100, as the project's records" in text
+    assert result.to_dict()["default_generate"]["speedup"] == default.speedup
+    assert estimate(LLAMA_8B, 65536, "a100").default_generate is None
+    assert "no record of this GPU class" in format_estimate(estimate(LLAMA_8B, 65536, "a100"), "llama")

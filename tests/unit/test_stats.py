@@ -164,3 +164,15 @@ def test_decode_speed_leaves_the_prefill_out():
     stats = TriForceStats(seconds=5.0, prefill_seconds=3.0, decoded_tokens=50, new_tokens=51)
     assert stats.decode_tokens_per_second == 25.0 and stats.to_dict()["decode_tokens_per_second"] == 25.0
     assert TriForceStats().decode_tokens_per_second == 0.0  # nothing decoded yet
+
+
+def test_printing_the_stats_is_one_short_line_not_every_timing():
+    """``print(last_stats(model))`` used to dump every phase's list of timings; it is one line now."""
+    stats = _stats()
+    for _ in range(500):
+        stats.phases.add("level1", 0.01)
+    stats.rows = [_stats(), _stats()]
+    text = str(stats)
+    assert text == repr(stats) and "\n" not in text and len(text) < 250
+    assert "durations" not in text and "0.01" not in text and "rows=2" in text
+    assert text.startswith("TriForceStats(new_tokens=0, ") and "level0: 0.75, level1: 0.83" in text

@@ -1,13 +1,13 @@
 """Whether the benchmark's plain and TriForce ``generate()`` fit a GPU, checked before anything is loaded.
 
-``hf-triforce bench --preset llama2-7b --device cuda --dtype bfloat16 --prompt-tokens 120000`` builds a
+``python -m research.lab_bench --preset llama2-7b --device cuda --dtype bfloat16 --prompt-tokens 120000`` builds a
 random-weights model and runs plain ``generate()`` and then TriForce ``generate()`` on the same prompt in one
 process, so the larger of the two peaks (:mod:`hf_triforce.bench.memory`), plus a safety margin,
 must fit in the GPU. :func:`check_fits` says so (or raises :class:`MemoryBudgetError` saying what to change)
 and :func:`longest_context` finds the longest context that fits.
 
 Example:
-    >>> from hf_triforce.bench.shapes import preset_config
+    >>> from research.shapes import preset_config
     >>> from hf_triforce.config import TriForceConfig
     >>> cfg = preset_config("llama3.1-8b", context=131072)
     >>> longest_context(cfg, 2, TriForceConfig(), H100_BYTES) >= 131072
@@ -20,20 +20,19 @@ import dataclasses
 import logging
 import math
 
-from ..config import TriForceConfig
-from ..errors import TriForceError
-from .bandwidth import kv_bytes_per_token
-from .memory import (
+from hf_triforce.bench.bandwidth import head_dim, kv_bytes_per_token, kv_heads, text_config
+from hf_triforce.bench.memory import static_view, view_bytes
+from hf_triforce.config import TriForceConfig
+from hf_triforce.errors import TriForceError
+
+from .memory_peak import (
     GIB,
     MemoryEstimate,
     batch_estimate,
     draft_weight_bytes,
     plain_generate_estimate,
-    static_view,
     triforce_generate_estimate,
-    view_bytes,
 )
-from .shapes import head_dim, kv_heads, text_config
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +96,7 @@ def check_fits(
     ``margin_bytes`` for the CUDA context and workspaces) must not exceed ``available_bytes``.
 
     Args:
-        config: the target's transformers config (e.g. :func:`hf_triforce.bench.shapes.preset_config`).
+        config: the target's transformers config (e.g. :func:`research.shapes.preset_config`).
         context: prompt + new tokens.
         dtype_bytes: bytes per weight/activation element (2 for bfloat16).
         triforce_config: the TriForce configuration (its ``prefill_chunk_size`` is TriForce's prefill).
@@ -113,14 +112,14 @@ def check_fits(
             longest context that fits and, when the prefill is what overflows, a ``--prefill-chunk-size`` that fits.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from research.shapes import preset_config
         >>> cfg = preset_config("llama2-7b", 131072)
         >>> check_fits(cfg, 32768, 2, TriForceConfig(), H100_BYTES).total < H100_BYTES
         True
         >>> check_fits(cfg, 131072, 2, TriForceConfig(), H100_BYTES)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
             ...
-        hf_triforce.bench.memory_fit.MemoryBudgetError: ...The longest context that fits is 105472 tokens...
+        research.memory_fit.MemoryBudgetError: ...The longest context that fits is 102400 tokens...
     """
     margins = {"margin_fraction": margin_fraction, "margin_bytes": margin_bytes}
     estimates = _estimates(config, context, dtype_bytes, triforce_config, draft_config, plain_prefill_chunk)
@@ -158,9 +157,9 @@ def longest_context(
     ``available_bytes`` cannot fit. Same arguments as :func:`check_fits`.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from research.shapes import preset_config
         >>> longest_context(preset_config("llama2-7b", 131072), 2, TriForceConfig(), H100_BYTES)
-        105472
+        102400
     """
     margins = {"margin_fraction": margin_fraction, "margin_bytes": margin_bytes}
     rest = (triforce_config, available_bytes, draft_config, plain_prefill_chunk, margins)
@@ -178,7 +177,7 @@ def suggest_prefill_chunk(
     """The largest of :data:`PREFILL_CHUNKS` with which both runs fit (plain ``generate()`` given it too), or None.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from research.shapes import preset_config
         >>> suggest_prefill_chunk(preset_config("llama3.1-8b", 131072), 131072, 2, TriForceConfig(), 40 * GIB)
         4096
     """
@@ -194,7 +193,7 @@ def describe_shape(config) -> str:
     """The numbers of a Llama-like shape, e.g. ``"32 layers, hidden 4096, 32 heads / 8 KV heads x 128, ..."``.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from research.shapes import preset_config
         >>> describe_shape(preset_config("llama3.1-8b", 4096))
         '32 layers, hidden 4096, 32 heads / 8 KV heads x 128, intermediate 14336, vocab 128256'
     """
@@ -253,7 +252,7 @@ def largest_batch(config, context: int, dtype_bytes: int, triforce_config: TriFo
     """The most rows of ``context`` tokens each for which plain and TriForce ``generate()`` fit (0: not even one).
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from research.shapes import preset_config
         >>> largest_batch(preset_config("llama3.1-8b", 32768), 32768, 2, TriForceConfig(), H100_BYTES)
         7
     """
@@ -271,11 +270,11 @@ def check_batch_fits(
     that does.
 
     Example:
-        >>> from hf_triforce.bench.shapes import preset_config
+        >>> from research.shapes import preset_config
         >>> check_batch_fits(preset_config("llama3.1-8b", 32768), 32, 32768, 2, TriForceConfig(), H100_BYTES)
         Traceback (most recent call last):
             ...
-        hf_triforce.bench.memory_fit.MemoryBudgetError: A batch of 32 rows of 32768 tokens ...
+        research.memory_fit.MemoryBudgetError: A batch of 32 rows of 32768 tokens ...
     """
     fits = largest_batch(config, context, dtype_bytes, triforce_config, available_bytes)
     if batch > fits:

@@ -9,14 +9,14 @@ hf_triforce 0.2's ``hf-triforce eval-drafts``, since removed), at the recorded b
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import TriForceConfigError
-from .results import read_results
+from hf_triforce.errors import TriForceConfigError
 
 DEFAULT_PATH = Path("benchmarks/results/eval-drafts.json")
 
@@ -97,3 +97,13 @@ def _nearest(values: set[float], target: float, log: bool = False) -> float:
     if log:
         return min(values, key=lambda v: abs(math.log(v) - math.log(target)))
     return min(values, key=lambda v: abs(v - target))
+
+
+def read_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSON result at ``path``.
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: it is not JSON.
+    """
+    return json.loads(Path(path).read_text())

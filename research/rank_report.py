@@ -1,4 +1,4 @@
-"""The per-rank section of a tensor-parallel benchmark's markdown report (``hf-triforce bench --tp N``).
+"""The per-rank section of a tensor-parallel benchmark's markdown report (``python -m research.lab_bench --tp N``).
 
 Example:
     >>> rank_section({"rows": []})  # not a tensor-parallel run: no section
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .formatting import number
+from hf_triforce.bench.formatting import number
 
 
 def rank_section(results: dict[str, Any]) -> list[str]:

@@ -1,6 +1,6 @@
-"""The benchmark's figure (``hf-triforce bench --plot``): speedup and per-level step latency against context length.
+"""The research bench's figure (``--plot``): speedup and per-level step latency against context length.
 
-matplotlib is the optional ``bench`` extra: it is imported when the figure is drawn, not when the package is, so
+matplotlib is the optional ``research`` extra: it is imported when the figure is drawn, not when the package is, so
 ``hf-triforce`` and the tables work without it.
 """
 
@@ -11,8 +11,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .formatting import phase_ms
-from .machine import device_name
+from hf_triforce.bench.machine import device_name
+
+from .lab_report import phase_ms
 
 LEVELS = (("level1", "level-1 step (retrieval view)"), ("level2", "level-2 verification (full cache)"))
 
@@ -21,7 +22,7 @@ def write_plot(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write a PNG with two panels (speedup; ms per step of each level and of plain decoding) vs context.
 
     One line per (temperature, budget, drafter) series of ``results["rows"]`` (as written by
-    ``hf-triforce bench``). Needs matplotlib (the ``bench`` extra).
+    ``hf-triforce bench``). Needs matplotlib (the ``research`` extra).
 
     Example:
         >>> write_plot(read_results("benchmarks/results/cpu-smollm2-7k.json"), "/tmp/bench.png")  # doctest: +SKIP
@@ -57,7 +58,7 @@ def write_plot(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
 
 def pyplot() -> ModuleType:
     """``matplotlib.pyplot`` with the non-interactive Agg backend (files only, no display needed)."""
-    import matplotlib  # the optional `bench` extra, and slow to import: only when a figure is drawn
+    import matplotlib  # the optional `research` extra, and slow to import: only when a figure is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

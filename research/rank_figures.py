@@ -18,8 +18,9 @@ from typing import Any
 
 import torch.distributed as dist
 
-from .comparison import Comparison
-from .formatting import phase_ms
+from hf_triforce.bench.comparison import Comparison
+
+from .lab_report import phase_ms
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,4 @@
-"""Model shapes: random-weights presets for speed benchmarks (acceptance is meaningless with random weights), and
-the shape facts the memory and bandwidth models read off a config.
+"""Model shapes: random-weights presets for speed benchmarks (acceptance is meaningless with random weights).
 
 Example:
     >>> preset_config("llama3.1-8b", context=131072).num_key_value_heads
@@ -11,7 +10,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ..errors import TriForceConfigError
+from hf_triforce.errors import TriForceConfigError
 
 # Llama-architecture shapes of the models the paper and the design discuss.
 PRESETS: dict[str, dict] = {
@@ -28,37 +27,6 @@ PRESETS: dict[str, dict] = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=256, rope_theta=10000.0),
 }  # fmt: skip
-
-
-def text_config(config):
-    """The text config of a (possibly multimodal) transformers config; the config itself otherwise.
-
-    Example:
-        >>> text_config(preset_config("tiny", 512)).num_hidden_layers
-        2
-    """
-    get = getattr(config, "get_text_config", None)
-    return get() if callable(get) else config
-
-
-def head_dim(config) -> int:
-    """Per-head dimension of a transformers text config.
-
-    Example:
-        >>> head_dim(preset_config("llama2-7b", 4096))
-        128
-    """
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-
-
-def kv_heads(config) -> int:
-    """Key/value heads of a transformers text config (its attention heads when it names none: MHA).
-
-    Example:
-        >>> kv_heads(preset_config("llama3.1-8b", 4096))
-        8
-    """
-    return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
 
 
 def preset_config(name: str, context: int, attn_implementation: str = "sdpa") -> LlamaConfig:

@@ -21,16 +21,17 @@ import torch
 from tqdm.auto import tqdm
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from ..config import TriForceConfig
-from ..generation import last_stats
-from ..hf.linears import swapped_linears
-from .bandwidth import modeled_batch_speedup
-from .documents import question_prompt, read_document
-from .generate_kwargs import generate_kwargs
-from .haystacks import haystack_text
-from .machine import machine_info
+from hf_triforce.bench.bandwidth import expected_tokens, kv_bytes_per_token, weight_bytes
+from hf_triforce.bench.documents import question_prompt, read_document
+from hf_triforce.bench.generate_kwargs import generate_kwargs
+from hf_triforce.bench.haystacks import haystack_text
+from hf_triforce.bench.machine import machine_info
+from hf_triforce.bench.questions import DEFAULT_QUESTIONS
+from hf_triforce.config import TriForceConfig
+from hf_triforce.generation import last_stats
+from hf_triforce.hf.linears import swapped_linears
+
 from .memory_fit import H100_BYTES, largest_batch
-from .questions import DEFAULT_QUESTIONS
 from .shapes import preset_config
 
 logger = logging.getLogger(__name__)
@@ -200,7 +201,7 @@ ASSUMED_ACCEPTANCE = 0.9  # level-1 per-token acceptance when --real-acceptance 
 def modeled_batch_results(options, command: str = "") -> dict[str, Any]:
     """``--preset P --batch-size N``: the bandwidth model's figures for batches 8-32 (and N) at 32K-128K tokens per
     row, for each budget, with the largest batch that fits one 80 GB GPU (the memory model of
-    :func:`~hf_triforce.bench.memory_fit.largest_batch`); nothing is run (labelled as modeled)."""
+    :func:`~research.memory_fit.largest_batch`); nothing is run (labelled as modeled)."""
     config = preset_config(options.preset, 1)
     dtype_bytes = getattr(torch, options.dtype or "bfloat16").itemsize
     acceptance = options.real_acceptance if isinstance(options.real_acceptance, float) else ASSUMED_ACCEPTANCE
@@ -238,3 +239,32 @@ def modeled_batch_table(results: dict[str, Any]) -> list[str]:
             f"{r['largest_batch_h100']} |"
         )
     return lines
+
+
+def modeled_batch_speedup(
+    config, dtype_bytes: int, batch: int, context: int, budget: int, acceptance: float, gamma2: int
+) -> dict[str, float]:
+    """Bandwidth-model figures of a batch: every step reads the weights once and each row's KV.
+
+    A plain step reads ``weights + batch x context`` tokens of KV; a level-1 step ``weights + batch x budget``; a
+    verification of ``gamma2 + 1`` tokens per row reads what a plain step reads (bandwidth bound: its extra
+    compute is assumed hidden). A round of ``gamma2`` level-1 steps and one verification yields
+    :func:`expected_tokens` per row. The KV share of a step grows with the batch, so speculation over a sparse
+    view pays more with larger batches (MagicDec's observation).
+
+    Returns:
+        ``{"plain_bytes", "level1_bytes", "kv_share", "speedup"}`` (``kv_share``: KV bytes / all bytes of a
+        plain step).
+
+    Example:
+        >>> from research.shapes import preset_config
+        >>> figures = modeled_batch_speedup(preset_config("llama3.1-8b", 1), 2, 8, 32768, 4096, 0.9, 6)
+        >>> round(figures["speedup"], 2), round(figures["kv_share"], 2)
+        (1.52, 0.68)
+    """
+    kv = kv_bytes_per_token(config, dtype_bytes)
+    weights = weight_bytes(config, dtype_bytes)
+    plain = weights + batch * context * kv
+    level1 = weights + batch * min(budget, context) * kv
+    speedup = expected_tokens(acceptance, gamma2) * plain / (gamma2 * level1 + plain)
+    return {"plain_bytes": plain, "level1_bytes": level1, "kv_share": batch * context * kv / plain, "speedup": speedup}

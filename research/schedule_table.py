@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .formatting import acceptances, tokens_per_second
+from hf_triforce.bench.formatting import acceptances, tokens_per_second
 
 
 def schedule_section(rows: list[dict[str, Any]]) -> list[str]:

@@ -5,16 +5,17 @@ from __future__ import annotations
 import pytest
 
 from hf_triforce import TriForceConfig
-from hf_triforce.bench.bandwidth import expected_tokens, modeled_batch_speedup
-from hf_triforce.bench.memory import MemoryEstimate, batch_estimate
-from hf_triforce.bench.memory_fit import (
+from hf_triforce.bench.bandwidth import expected_tokens
+from research.batch import modeled_batch_speedup
+from research.memory_fit import (
     H100_BYTES,
     MemoryBudgetError,
     check_batch_fits,
     largest_batch,
     required_bytes,
 )
-from hf_triforce.bench.shapes import preset_config
+from research.memory_peak import MemoryEstimate, batch_estimate
+from research.shapes import preset_config
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hf_triforce.bench.real_acceptance import DEFAULT_PATH, parse_real_acceptance, real_acceptance
+from research.real_acceptance import DEFAULT_PATH, parse_real_acceptance, real_acceptance
 
 pytestmark = pytest.mark.unit
 

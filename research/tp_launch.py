@@ -1,4 +1,4 @@
-"""Before a tensor-parallel benchmark (``hf-triforce bench --tp N``) loads anything: is it launched right?
+"""Before a tensor-parallel benchmark (``python -m research.lab_bench --tp N``) loads anything: is it launched right?
 
 ``--tp N`` runs one process per rank, started by ``torchrun --nproc-per-node N``, which tells each process the
 world it belongs to through ``WORLD_SIZE``/``RANK``/``LOCAL_RANK``. :func:`check_tensor_parallel` refuses, with
@@ -7,8 +7,8 @@ mean something in one process, and a model whose KV heads ``N`` ranks cannot spl
 :func:`quiet_other_ranks` leaves the talking to rank 0.
 
 Example:
-    >>> torchrun_command(2, "hf-triforce bench --tp 2 --new-tokens 8")
-    'torchrun --nproc-per-node 2 -m hf_triforce bench --tp 2 --new-tokens 8'
+    >>> torchrun_command(2, "python -m research.lab_bench --tp 2 --new-tokens 8")
+    'torchrun --nproc-per-node 2 -m research.lab_bench --tp 2 --new-tokens 8'
 """
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from transformers import AutoConfig
 
-from ..errors import TriForceConfigError
-from ..hf.progress import quiet_transformers
-from .loading import model_kv_heads
+from hf_triforce.bench.bandwidth import kv_heads
+from hf_triforce.bench.loading import ModelLoadError, check_model_path
+from hf_triforce.bench.smollm2 import SMOLLM2_FACTS
+from hf_triforce.errors import TriForceConfigError
+from hf_triforce.hf.progress import quiet_transformers
 
 
 class TensorParallelLaunchError(TriForceConfigError):
@@ -32,14 +35,14 @@ class TensorParallelLaunchError(TriForceConfigError):
 
 
 def torchrun_command(tp: int, command: str = "") -> str:
-    """The ``torchrun`` line that runs ``command`` (``"hf-triforce bench --tp N ..."``) on ``tp`` ranks.
+    """The ``torchrun`` line that runs ``command`` (``"python -m research.lab_bench --tp N ..."``) on ``tp`` ranks.
 
     Example:
         >>> torchrun_command(3)
-        'torchrun --nproc-per-node 3 -m hf_triforce bench --tp 3 ...'
+        'torchrun --nproc-per-node 3 -m research.lab_bench --tp 3 ...'
     """
-    arguments = shlex.split(command)[1:] or ["bench", "--tp", str(tp), "..."]
-    return " ".join(["torchrun", "--nproc-per-node", str(tp), "-m", "hf_triforce", shlex.join(arguments)])
+    arguments = shlex.split(command)[3:] or ["--tp", str(tp), "..."]
+    return " ".join(["torchrun", "--nproc-per-node", str(tp), "-m", "research.lab_bench", shlex.join(arguments)])
 
 
 def check_launch(tp: int, command: str = "", env: Mapping[str, str] | None = None) -> None:
@@ -48,10 +51,10 @@ def check_launch(tp: int, command: str = "", env: Mapping[str, str] | None = Non
     Example:
         >>> check_launch(1, env={})  # one process: nothing to check
         >>> check_launch(2, env={"WORLD_SIZE": "2"})
-        >>> check_launch(2, "hf-triforce bench --tp 2", env={})  # doctest: +ELLIPSIS
+        >>> check_launch(2, "python -m research.lab_bench --tp 2", env={})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        hf_triforce.bench.tp_launch.TensorParallelLaunchError: --tp 2 runs one process per rank, ...
+        research.tp_launch.TensorParallelLaunchError: --tp 2 runs one process per rank, ...
     """
     env = os.environ if env is None else env
     if tp < 1:
@@ -74,7 +77,7 @@ def check_options(tp: int, preset: str | None, device: str | None) -> None:
         >>> check_options(2, preset="tiny", device=None)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        hf_triforce.bench.tp_launch.TensorParallelLaunchError: --preset cannot be combined with --tp: ...
+        research.tp_launch.TensorParallelLaunchError: --preset cannot be combined with --tp: ...
     """
     if tp > 1 and preset is not None:
         raise TensorParallelLaunchError(
@@ -97,7 +100,7 @@ def check_kv_heads(tp: int, kv_heads: int, model: str) -> None:
         >>> check_kv_heads(2, 3, "SmolLM2")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        hf_triforce.bench.tp_launch.TensorParallelLaunchError: --tp 2 splits the KV heads over 2 ...
+        research.tp_launch.TensorParallelLaunchError: --tp 2 splits the KV heads over 2 ...
     """
     if kv_heads % tp == 0:
         return
@@ -116,7 +119,7 @@ def check_tensor_parallel(options: Any, command: str = "", env: Mapping[str, str
     Only the model's ``config.json`` is read (for its KV heads); nothing is checked when ``options.tp`` is 1.
 
     Example:
-        >>> check_tensor_parallel(BenchOptions(tp=3), env={"WORLD_SIZE": "3"})  # doctest: +SKIP
+        >>> check_tensor_parallel(LabOptions(tp=3), env={"WORLD_SIZE": "3"})  # doctest: +SKIP
     """
     check_launch(options.tp, command, env)
     if options.tp == 1:
@@ -162,3 +165,23 @@ def quiet_other_ranks() -> None:
     root.setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
     quiet_transformers()
+
+
+def model_kv_heads(path: str | None) -> int:
+    """Key/value heads of the model :func:`load_model` would load, read from its config alone (no weights).
+
+    Raises:
+        ModelLoadError: as :func:`load_model`, for a path holding no readable config.
+
+    Example:
+        >>> model_kv_heads(None)  # the embedded SmolLM2-135M-Instruct
+        3
+    """
+    if path is None:
+        return SMOLLM2_FACTS["num_key_value_heads"]
+    check_model_path(path)
+    try:
+        config = AutoConfig.from_pretrained(path).get_text_config()
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"could not read the config of {path}: {err}") from None
+    return kv_heads(config)

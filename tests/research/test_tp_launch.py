@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch.distributed as dist
 
-from hf_triforce.bench.rank_figures import (
+from research.rank_figures import (
     attach_rank_figures,
     end_ranks,
     gather_rank_figures,
     same_text,
 )
-from hf_triforce.bench.rank_report import rank_section
-from hf_triforce.bench.tp_launch import (
+from research.rank_report import rank_section
+from research.tp_launch import (
     TensorParallelLaunchError,
     check_kv_heads,
     check_launch,
@@ -24,11 +24,11 @@ pytestmark = pytest.mark.unit
 
 
 def test_torchrun_command_keeps_the_arguments():
-    command = "hf-triforce bench --tp 4 --model 'my model' --new-tokens 8"
+    command = "python -m research.lab_bench --tp 4 --model 'my model' --new-tokens 8"
     assert torchrun_command(4, command) == (
-        "torchrun --nproc-per-node 4 -m hf_triforce bench --tp 4 --model 'my model' --new-tokens 8"
+        "torchrun --nproc-per-node 4 -m research.lab_bench --tp 4 --model 'my model' --new-tokens 8"
     )
-    assert torchrun_command(2) == "torchrun --nproc-per-node 2 -m hf_triforce bench --tp 2 ..."
+    assert torchrun_command(2) == "torchrun --nproc-per-node 2 -m research.lab_bench --tp 2 ..."
 
 
 def test_one_process_needs_no_torchrun():

@@ -1,0 +1,185 @@
+"""Where a decoding step's time goes, against its bytes: this machine's read bandwidth, then each phase of a TriForce
+round (level-1 step at several views and widths, the full-cache verification, a plain step, a re-selection) timed in
+isolation on SmolLM2-135M-Instruct over a real 7K-token prompt, beside the bytes it reads.
+
+    python research/phase_costs.py --output benchmarks/results/phase-costs/cpu-7k.json
+
+Each phase is timed ``--repeats`` times after warm-up; the table reports medians. ``share`` is the phase's bytes per
+millisecond as a share of the measured read bandwidth (a ``sum`` over 1 GiB); ``x bytes`` is the phase's time over
+its bytes' time at the plain step's own achieved bandwidth (how the issues state "within 1.5x of its bytes"). The
+fixed per-forward cost is a level-1 step over a 16-token view: its bytes are the weights alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache, StaticCache
+
+import hf_triforce
+from hf_triforce.bench.documents import question_prompt
+from hf_triforce.bench.machine import machine_info
+from hf_triforce.bench.prompt_set import bench_prompt
+from hf_triforce.bench.smollm2 import load_smollm2
+from hf_triforce.caches.retrieval import RetrievalCache
+from hf_triforce.hf.attention import QueryCapture, capturing_queries
+from hf_triforce.hf.direct_forward import direct_decoder
+from hf_triforce.hf.linears import swapped_linears
+from hf_triforce.hf.model import step_bytes
+from hf_triforce.hf.versions import cache_kwargs
+
+
+def read_bandwidth(gib: float = 1.0, repeats: int = 9) -> dict[str, float]:
+    """Bytes/s of a ``sum`` and of a ``copy_`` over ``gib`` GiB of float32 (median of ``repeats``)."""
+    x = torch.randn(int(gib * 2**28))
+    y = torch.empty_like(x)
+    out = {}
+    for name, fn, factor in (("sum", lambda: x.sum(), 1), ("copy", lambda: y.copy_(x), 2)):
+        seconds = median_seconds(fn, repeats, warmup=2)
+        out[name] = factor * x.nbytes / seconds
+    return out
+
+
+def median_seconds(fn, repeats: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompt", default="reference")
+    parser.add_argument("--tokens", type=int, default=7000)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--views", default="16,512,4096")
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    bandwidth = read_bandwidth()
+    model, tokenizer = load_smollm2()
+    hf_triforce.enable(model)
+    prompt = bench_prompt(args.prompt)
+    ids = question_prompt(tokenizer, prompt.text(), prompt.question, args.tokens)
+    n = ids.shape[1]
+    rows: list[dict] = []
+
+    def record(phase: str, seconds: float, n_bytes: int, **extra) -> None:
+        rows.append({"phase": phase, "ms": 1e3 * seconds, "bytes": n_bytes, **extra})
+
+    with torch.no_grad():
+        # plain: one token at a time over transformers' static cache (the fastest plain decoding on this CPU) and
+        # its default DynamicCache (which copies the whole cache at every step)
+        weights, level1_weights, kv_per_token = step_bytes(model, "int4")
+        plain_bytes = weights + (n + 1) * kv_per_token
+        token, position = ids[:, -1:], torch.tensor([n])
+        static = StaticCache(config=model.config, max_cache_len=n + 16)
+        model(input_ids=ids, use_cache=True, logits_to_keep=1, **cache_kwargs(static))
+        step = functools.partial(
+            model, input_ids=token, cache_position=position, use_cache=True, **cache_kwargs(static)
+        )
+        record("plain step (static cache)", median_seconds(step, args.repeats), plain_bytes, width=1)
+        dynamic = DynamicCache(config=model.config)
+        model(input_ids=ids, use_cache=True, logits_to_keep=1, **cache_kwargs(dynamic))
+
+        def dynamic_step() -> None:
+            model(input_ids=token, use_cache=True, **cache_kwargs(dynamic))
+            dynamic.crop(-1)
+
+        record("plain step (DynamicCache)", median_seconds(dynamic_step, args.repeats), plain_bytes, width=1)
+
+        cache = RetrievalCache(model.config.num_hidden_layers, 8, capacity=n + 64)
+        capture = QueryCapture()
+        with capturing_queries(model, capture, 1):
+            model(input_ids=ids, use_cache=True, logits_to_keep=1, **cache_kwargs(cache))
+        queries = capture.at(-1)
+
+        def verify(width: int) -> None:
+            tail, positions = ids[:, -width:], torch.arange(n, n + width)[None]
+            with swapped_linears([model]), capturing_queries(model, capture, width):
+                model(input_ids=tail, position_ids=positions, use_cache=True, logits_to_keep=width,
+                      **cache_kwargs(cache))  # fmt: skip
+            cache.crop(-width)
+
+        for width in (1, 7):
+            seconds = median_seconds(functools.partial(verify, width), args.repeats)
+            record("verification (full cache)", seconds, plain_bytes, width=width)
+
+        decoder = direct_decoder(model, "int4")
+
+        def level1_step(tokens: torch.Tensor, view) -> None:
+            decoder.logits(tokens, n, view)
+            view.crop(-tokens.shape[0])
+
+        for budget in map(int, args.views.split(",")):
+            recent = max(8, budget // 4 // 8 * 8)
+            if budget > 16:
+                choose = functools.partial(cache.select, queries, budget, recent, None, 4)
+                record("re-selection: choose", median_seconds(choose, args.repeats), 0, view=budget)
+            indices = cache.select(queries, budget, recent, None, 4)
+            view = cache.sparse_view(indices, 32)
+            if budget > 16:
+                gather_s = median_seconds(functools.partial(view.refresh, indices), args.repeats)
+                record("re-selection: gather", gather_s, 2 * budget * kv_per_token, view=budget)
+            for width in (1, 3):
+                name = "level-1 step (fixed cost: weights only)" if budget <= 16 else "level-1 step"
+                seconds = median_seconds(functools.partial(level1_step, ids[0, -width:], view), args.repeats)
+                record(name, seconds, level1_weights + budget * kv_per_token, view=budget, width=width)
+
+    plain_ms = rows[0]["ms"]  # the static cache's step
+    plain_rate = plain_bytes / plain_ms  # bytes per ms the plain step achieves
+    for row in rows:
+        row["share_of_sum_bandwidth"] = row["bytes"] / (row["ms"] / 1e3) / bandwidth["sum"] if row["bytes"] else None
+        row["x_bytes_time_at_plain_rate"] = row["ms"] / (row["bytes"] / plain_rate) if row["bytes"] else None
+    result = {
+        "what": "phase costs against bytes, SmolLM2-135M-Instruct fp32, direct level-1 forward int4",
+        "command": "python research/phase_costs.py "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None),
+        "machine": machine_info(),
+        "prompt": args.prompt,
+        "context_tokens": n,
+        "bandwidth_bytes_per_s": bandwidth,
+        "level1_weight_bytes": level1_weights,
+        "plain_weight_bytes": weights,
+        "rows": rows,
+    }
+    print(markdown(result))
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(result, indent=1) + "\n")
+        args.output.with_suffix(".md").write_text(markdown(result) + "\n")
+
+
+def markdown(result: dict) -> str:
+    bw = result["bandwidth_bytes_per_s"]
+    lines = [
+        f"Read bandwidth: sum {bw['sum'] / 1e9:.1f} GB/s, copy {bw['copy'] / 1e9:.1f} GB/s (read + write). "
+        f"Context {result['context_tokens']} tokens.",
+        "",
+        "| phase | view | width | ms | MB read | GB/s | share of sum bandwidth | x bytes' time at the plain rate |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        mb = r["bytes"] / 1e6
+        rate = f"{r['bytes'] / r['ms'] / 1e6:.1f}" if r["bytes"] else "-"
+        share = f"{r['share_of_sum_bandwidth']:.0%}" if r["share_of_sum_bandwidth"] else "-"
+        times = f"{r['x_bytes_time_at_plain_rate']:.2f}" if r["x_bytes_time_at_plain_rate"] else "-"
+        lines.append(
+            f"| {r['phase']} | {r.get('view', '-')} | {r.get('width', '-')} | {r['ms']:.1f} | {mb:.0f} | {rate} | "
+            f"{share} | {times} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
