@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..config import TriForceConfig
+from ..config import AUTO_TREE_SIZES, TriForceConfig
 from ..hf.distributed import RankConsensus
 from .calibration import CallCosts, ScaledCost, StepCosts
 from .cost_model import ConfidenceAcceptance, RunningRate, StreakAcceptance, expected_tokens
@@ -37,8 +37,6 @@ from .schedule_record import ScheduleRecord, TreesWeighed, Weighed, reason
 from .tree_shape import MAX_BRANCH, PositionalAcceptance, TreeShape, best_tree, best_trees
 
 PROBE_EVERY = 16  # rounds between re-tries of a schedule that is not chosen
-AUTO_TREE_SIZES = (8, 16, 32, 64)
-"""The tree sizes ``tree_budget='auto'`` weighs against the chain."""
 TREE_MARGIN = 1.1
 """How much faster than the chain ``'auto'`` must model a tree (its wide verifications are extrapolated)."""
 Kind = Literal["levels", "level0", "plain"]
