@@ -63,7 +63,12 @@ class Level1Drafter:
         self.windows = layer_windows(model)  # a sliding layer's view keeps to its window
         self.steps = level1_steps(model, cache, config, plan, slots if plan.batched else None, runner_slot)
         self.planner = Planner(
-            config, drafters is not None, consensus, one_sequence=plan.rows == 1, trees=plan.trees, costs=costs
+            config,
+            drafters is not None,
+            consensus,
+            one_sequence=plan.rows == 1 and do_sample,
+            trees=plan.trees,
+            costs=costs,
         )
         self._queries: list[torch.Tensor] | None = None
         self._confidences: list[float] = []  # level 1's probability of each token of the round's drafts (one row)

@@ -60,7 +60,9 @@ def test_rounds_stop_where_the_planner_says(llama, make_prompt, assert_greedy_eq
 def test_confidences_are_level1_probabilities(llama, make_prompt, monkeypatch):
     """The planner is told level 1's probability of each drafted token, one per token, in (0, 1]."""
     seen = rounds_seen(monkeypatch)
-    llama.generate(make_prompt(90, seed=4), max_new_tokens=20, do_sample=False, triforce_config=TriForceConfig(**SMALL))
+    torch.manual_seed(0)  # sampled: greedy rounds run their planned length, no confidence decides them
+    cfg = TriForceConfig(**SMALL)
+    llama.generate(make_prompt(90, seed=4), max_new_tokens=20, do_sample=True, top_k=0, triforce_config=cfg)
     assert seen
     for _, drafted, confidences in seen:
         assert len(confidences) == drafted

@@ -92,20 +92,26 @@ def test_paused_level0_is_probed_again():
     assert choices[:-1] == [0] * (PROBE_EVERY - 1) and choices[-1] == 3
 
 
-def test_unchosen_schedules_are_probed_again():
+def test_unchosen_schedules_are_probed_again_where_they_could_win():
+    """Level 0 -> 2 is re-tried every PROBE_EVERY rounds where it could win at the better of level 2's and level 1's
+    acceptance of level 0's drafts; not where level 1 rejects them too (natural text and n-gram lookup). A plain step
+    is never probed: its cost is measured, and it has no acceptance to learn."""
     p = planner()
-    feed(p)
+    feed(p, a0=1.0)
     kinds = [p.plan_round().kind for _ in range(PROBE_EVERY + 1)]
-    assert "plain" in kinds and "level0" in kinds and kinds.count("levels") >= PROBE_EVERY - 1
+    assert "plain" not in kinds and "level0" in kinds and kinds.count("levels") >= PROBE_EVERY - 1
+    p = planner()
+    feed(p, a0=0.2, a02=0.2)
+    assert [p.plan_round().kind for _ in range(PROBE_EVERY + 1)] == ["levels"] * (PROBE_EVERY + 1)
 
 
 def test_a_probe_drafts_the_length_the_estimates_favour():
-    """Re-trying level 0 -> 2 when level 2 rejects its drafts: a one-token probe (a failed long one costs a wide
-    verification for one token); with nothing measured yet, the longest."""
+    """Re-trying level 0 -> 2 when level 2 rejected its drafts (level 1 now accepts them): a one-token probe (a failed
+    long one costs a wide verification for one token); with nothing measured yet, the longest."""
     p = planner()
     assert p.plan_round() == Plan("levels", 6) and p.plan_round() == Plan("level0", 9)
     p = planner()
-    feed(p, a02=0.0)
+    feed(p, a0=1.0, a02=0.0)
     p.last_tried["level0"] = p.rounds - PROBE_EVERY
     probe = p.plan_round()
     assert probe == Plan("level0", 1)

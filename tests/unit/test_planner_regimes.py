@@ -22,7 +22,7 @@ import pytest
 from hf_triforce import TriForceConfig, TriForceStats
 from hf_triforce.hierarchy.calibration import level0_drafts, level1_widths, level2_widths, tree_verification_widths
 from hf_triforce.hierarchy.cost_model import expected_tokens
-from hf_triforce.hierarchy.planner import PROBE_EVERY, TREE_MARGIN, Plan, Planner, tree_widths
+from hf_triforce.hierarchy.planner import PROBE_EVERY, SCHEDULE_MARGIN, TREE_MARGIN, Plan, Planner, tree_widths
 from hf_triforce.hierarchy.tree_shape import MAX_BRANCH
 
 pytestmark = pytest.mark.unit
@@ -121,6 +121,11 @@ def calibrate(p: Planner, regime: Regime) -> None:
     p.costs.fix()
 
 
+def _margined(kind: str, weighed: dict) -> float:
+    """A schedule's modeled rate as the planner compares it: another than levels must win by SCHEDULE_MARGIN."""
+    return weighed[kind].rate / (1.0 if kind == "levels" else SCHEDULE_MARGIN)
+
+
 def simulate(p: Planner, regime: Regime, rounds: int = 300, seed: int = 0) -> list[Plan]:
     """Calibrate ``p`` on ``regime``, then run ``rounds`` rounds of it through ``p``; returns the plans of the rounds
     that were decisions (not probes). At every decision the explanation must agree with the choice: the chosen
@@ -132,7 +137,7 @@ def simulate(p: Planner, regime: Regime, rounds: int = 300, seed: int = 0) -> li
         plan = p.plan_round()
         if p.record.decisions > decisions:
             weighed = p.record.weighed
-            assert weighed[p.record.decided].rate == max(w.rate for w in weighed.values())
+            assert _margined(p.record.decided, weighed) == max(_margined(kind, weighed) for kind in weighed)
             decided.append(plan)
         if plan.kind == "plain":
             tokens, seconds = 1, regime.level2(1)
@@ -164,7 +169,8 @@ def _explained(p: Planner, regime: Regime) -> dict:
     schedules = e["schedules"]
     assert set(schedules) == ({"levels", "level0", "plain"} if p.has_drafter else {"levels", "plain"})
     modeled = {kind: s["modeled_ms_per_token"] for kind, s in schedules.items()}
-    assert modeled[e["chosen"]] == min(m for m in modeled.values() if m is not None), e
+    margined = {kind: m * (1 if kind == "levels" else SCHEDULE_MARGIN) for kind, m in modeled.items() if m is not None}
+    assert margined[e["chosen"]] == min(margined.values()), e
     assert e["reason"].startswith(e["chosen"]) and f"at {regime.context} tokens of context" in e["reason"]
     assert sum(s["rounds"] for s in schedules.values()) == e["rounds"] == p.rounds
     assert e["decisions"] + e["probes"] == p.rounds
@@ -188,18 +194,31 @@ SHORT = dict(level2=affine(30.0, 4.0), level1=affine(27.0, 4.0), level0_ms=0.2, 
 
 
 def test_short_context_decodes_plainly_when_the_drafter_misses():
-    """A CPU at 1K: a plain step 30 ms, a level-1 step 27 ms (level 1 accepted 90%: the view is nearly the cache),
-    n-gram drafts that miss. Levels model slower than plain steps, so they run only as probes; plain is chosen, and
-    its measured cost per token is exactly the injected step's."""
-    p, regime = _planner(), Regime(**SHORT, a0=0.05, a02=0.05)
+    """A CPU at 1K: a plain step 30 ms, a level-1 step as costly (the view is nearly the cache), n-gram drafts that
+    miss. Levels model slower than plain steps by more than the schedule margin, so they run only as probes; plain is
+    chosen, and its measured cost per token is exactly the injected step's."""
+    p, regime = _planner(), Regime(**{**SHORT, "level1": affine(30.0, 4.0)}, a0=0.05, a02=0.05)
     decided = simulate(p, regime)
     e = _explained(p, regime)
     assert e["chosen"] == "plain" and sum(plan.kind == "plain" for plan in decided[-50:]) >= 45
-    assert _levels_seldom(e, decided)
+    assert sum(plan.kind == "plain" for plan in decided) >= 0.5 * len(decided)  # once the priors fade
     levels, plain = e["schedules"]["levels"], e["schedules"]["plain"]
-    assert levels["modeled_ms_per_token"] > plain["modeled_ms_per_token"] == pytest.approx(30.0)
-    assert plain["measured_ms_per_token"] == pytest.approx(30.0)
+    assert levels["modeled_ms_per_token"] > SCHEDULE_MARGIN * plain["modeled_ms_per_token"]
+    assert plain["modeled_ms_per_token"] == pytest.approx(30.0) == plain["measured_ms_per_token"]
     assert e["reason"].startswith("plain: modeled 30 ms/token vs levels ")
+
+
+def test_a_schedule_within_the_margin_of_levels_does_not_displace_it():
+    """The same with a level-1 step of 27 ms: plain models only a few percent faster (within SCHEDULE_MARGIN), so the
+    levels schedule keeps running, at most the margin slower than plain steps would be (a switch on estimates that
+    close would pay for their noise)."""
+    p, regime = _planner(), Regime(**SHORT, a0=0.05, a02=0.05)
+    decided = simulate(p, regime)
+    e = _explained(p, regime)
+    levels, plain = e["schedules"]["levels"], e["schedules"]["plain"]
+    assert e["chosen"] == "levels" and sum(plan.kind == "levels" for plan in decided[-50:]) >= 45
+    assert plain["modeled_ms_per_token"] < levels["modeled_ms_per_token"] < SCHEDULE_MARGIN * 30.0
+    assert levels["measured_ms_per_token"] < SCHEDULE_MARGIN * 30.0
 
 
 def test_short_context_with_a_cheap_accepted_drafter_skips_level1():
@@ -351,8 +370,8 @@ def test_streamed_verification_drafts_the_longest_rounds():
     e = _explained(p, regime)
     levels = e["schedules"]["levels"]
     assert e["chosen"] == "levels" and statistics.median(plan.gamma2 for plan in decided) == 16
-    assert levels["gamma2"] == decided[-1].gamma2 and levels["expected_tokens"] > 4.0
-    assert levels["modeled_ms_per_token"] < 0.25 * e["schedules"]["plain"]["modeled_ms_per_token"]
+    assert levels["gamma2"] == decided[-1].gamma2 and levels["measured_tokens_per_round"] > 4.0
+    assert levels["measured_ms_per_token"] < 0.25 * e["schedules"]["plain"]["modeled_ms_per_token"]
 
 
 # -- the record itself ------------------------------------------------------------------------------------------------
@@ -381,12 +400,13 @@ def test_the_record_does_not_grow_with_the_call():
 
 
 def test_switches_count_changed_decisions():
-    """Long context, then the view stops helping (level 1 as costly as a plain step and rejected): the planner
-    switches from levels to another schedule; the record counts every change between consecutive decisions."""
+    """Long context, then the view stops helping (level 1's drafts rejected; the step costs, measured once, stay): the
+    planner switches from levels to another schedule; the record counts every change between consecutive
+    decisions."""
     p = _planner()
     decided = simulate(p, Regime(affine(75.0, 3.6), affine(15.0, 2.0), 0.2, (0.85,), a0=0.05, a02=0.05, context=1), 100)
     assert p.explain()["chosen"] == "levels"
-    decided += simulate(p, Regime(affine(75.0, 3.6), affine(75.0, 3.6), 0.2, (0.1,), a0=0.05, a02=0.05, context=1), 100)
+    decided += simulate(p, Regime(affine(75.0, 3.6), affine(15.0, 2.0), 0.2, (0.0,), a0=0.05, a02=0.05, context=1), 100)
     e = p.explain()
     changes = sum(a.kind != b.kind for a, b in zip(decided, decided[1:], strict=False))
     assert e["chosen"] != "levels" and e["switches"] == changes >= 1 and e["context_tokens"] is None
@@ -423,4 +443,4 @@ def test_auto_runs_the_chains_schedule_where_trees_lose(ranks, seed):
     not a different schedule."""
     auto, chains = _every_plan("auto", ranks, seed), _every_plan(0, ranks, seed)
     assert len(auto) == 300 and auto == chains
-    assert {plan.kind for plan in auto} >= {"levels", "plain"}
+    assert "levels" in {plan.kind for plan in auto}
