@@ -28,8 +28,6 @@ REMOVED_FIELDS = {
     "draft_acceptance_floor": "adaptive=True decides when level 0 drafts, adaptive=False always drafts gamma1 tokens",
 }
 """Fields of hf_triforce 0.2 removed in 0.3, and what replaces each (the release notes)."""
-AUTO_TREE_SIZES = (8, 16, 32, 64)
-"""The tree sizes ``tree_budget='auto'`` weighs against the chain (the planner's)."""
 VIEW_SHARE = 16
 """``retrieval_budget='auto'``: level 1's view holds this fraction (1/16) of the context, in whole chunks, within
 :data:`VIEW_FLOOR` and :data:`VIEW_CEILING` (the measurements behind the three: the tuning guide)."""
@@ -180,21 +178,15 @@ class TriForceConfig:
         return 2 * self.chunk_size + self.recent_tokens
 
     def full_cache_capacity(self, max_length: int) -> int:
-        """Slots per layer the full cache reserves for a call of ``max_length`` tokens: a verification appends its
-        widest input (``gamma2`` drafts and the token before them, or a token tree's nodes) to at most
-        ``max_length - 1`` cached tokens, in whole chunks.
+        """Slots per layer the full cache reserves for a call of ``max_length`` tokens: a verification appends
+        ``gamma2`` drafts and the token before them to at most ``max_length - 1`` cached tokens, in whole chunks (a
+        token tree wider than the room left is drafted as a chain: :meth:`Planner.plan_round`).
 
         Example:
-            >>> TriForceConfig(tree_budget=0).full_cache_capacity(1000), TriForceConfig().full_cache_capacity(1000)
-            (1008, 1072)
+            >>> TriForceConfig().full_cache_capacity(1000)
+            1008
         """
-        return self.whole_chunks(max_length + max(self.gamma2 + 1, self.widest_tree) + 1)
-
-    @property
-    def widest_tree(self) -> int:
-        """Nodes of the largest token tree a call may verify: ``tree_budget``, the largest of
-        :data:`AUTO_TREE_SIZES` for ``'auto'``, 0 for chains."""
-        return max(AUTO_TREE_SIZES) if self.tree_budget == "auto" else self.tree_budget
+        return self.whole_chunks(max_length + self.gamma2 + 2)
 
     def whole_chunks(self, slots: int) -> int:
         """``slots`` rounded up to a multiple of ``chunk_size`` (storage holds whole chunks).

@@ -203,8 +203,8 @@ class TriForceRun:
     # -- a round ---------------------------------------------------------------------------------------------
 
     def _round(self, streamer) -> None:
-        plan = self.level1.plan_round()
         max_length = self.generation_config.max_length
+        plan = self.level1.plan_round(self.config.full_cache_capacity(max_length) - self.cache.get_seq_length())
         if plan.tree is not None and max_length - self.active[0].ids.shape[0] - 1 > 0:
             return self._tree_round(plan, min(plan.tree.depth, max_length - self.active[0].ids.shape[0] - 1), streamer)
         budgets = [min(plan.gamma2, max_length - row.ids.shape[0] - 1) for row in self.active]

@@ -77,13 +77,14 @@ class Level1Drafter:
 
     # -- the round -------------------------------------------------------------------------------------------
 
-    def plan_round(self) -> Plan:
-        """The schedule of the next round (one for every row, from the pooled acceptance and step costs)."""
+    def plan_round(self, room: int | None = None) -> Plan:
+        """The schedule of the next round (one for every row, from the pooled acceptance and step costs); ``room``:
+        the full cache's free slots (:meth:`Planner.plan_round`)."""
         now = time.perf_counter()  # the round's wall clock, for the planner's explanation
         if self._round is not None:
             self.planner.observe_round(self._round[1], now - self._round[0])
         self._round = (now, 0)
-        plan = self.planner.plan_round()
+        plan = self.planner.plan_round(room)
         self.stats.rounds[plan.kind] = self.stats.rounds.get(plan.kind, 0) + 1
         self.stats.phases.synchronize = self.planner.timing or timing_requested()  # the opening measuring costs
         return plan

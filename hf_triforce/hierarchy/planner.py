@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..config import AUTO_TREE_SIZES, TriForceConfig
+from ..config import TriForceConfig
 from ..hf.distributed import RankConsensus
 from .calibration import CallCosts, ScaledCost, StepCosts
 from .cost_model import ConfidenceAcceptance, RunningRate, StreakAcceptance, expected_tokens
@@ -37,6 +37,8 @@ from .schedule_record import ScheduleRecord, TreesWeighed, Weighed, reason
 from .tree_shape import MAX_BRANCH, PositionalAcceptance, TreeShape, best_tree, best_trees
 
 PROBE_EVERY = 16  # rounds between re-tries of a schedule that is not chosen
+AUTO_TREE_SIZES = (8, 16, 32, 64)
+"""The tree sizes ``tree_budget='auto'`` weighs against the chain."""
 SCHEDULE_MARGIN = 1.1
 """How much faster than the levels schedule another (level 0 -> 2, a plain step) must model to run instead: its
 estimates rest on fewer verdicts, and each such round costs a full-cache verification for a token or two."""
@@ -107,6 +109,7 @@ class Planner:
         self._modeled = 0.0  # modeled seconds of the round in progress
         self.a1, self.a0, self.a02 = StreakAcceptance(0.8), StreakAcceptance(0.6), StreakAcceptance(0.5)
         self.rounds = 0
+        self._room: int | None = None  # the full cache's free slots this round (plan_round)
         self.last_tried: dict[Kind, int] = {}
         self._steps_without_level0 = 0
         self.record = ScheduleRecord()  # what it weighed and chose, for the call's stats (:meth:`explain`)
@@ -119,9 +122,11 @@ class Planner:
         loop synchronizes the device after each phase only then."""
         return self.adaptive and self.costs.measuring
 
-    def plan_round(self) -> Plan:
-        """The schedule of the next round."""
+    def plan_round(self, room: int | None = None) -> Plan:
+        """The schedule of the next round; ``room``: the full cache's free slots (a token tree with more nodes is
+        drafted as a chain: the cache holds ``max_length`` tokens and one chain round, never a tree's width)."""
         self.rounds += 1
+        self._room = room
         self._last = self._plan_round()
         self.record.ran(self._last.kind, None if self._last.tree is None else self._last.tree.size)
         if self._last.tree is not None:
@@ -211,7 +216,9 @@ class Planner:
 
     def _with_tree(self, plan: Plan) -> Plan:
         tree = self.tree_for(plan)
-        return plan if tree is None else Plan(plan.kind, plan.gamma2, tree)
+        if tree is None or (self._room is not None and tree.size > self._room):
+            return plan
+        return Plan(plan.kind, plan.gamma2, tree)
 
     def keep_drafting(self, drafted: int, survival: float) -> bool:
         """Whether a ``"levels"`` round that drafted ``drafted`` tokens should draft one more.

@@ -60,7 +60,9 @@ def test_greedy_trees_equal_plain_generate(zoo, assert_greedy_equal, model_type)
     cfg = TriForceConfig(**{**SPARSE, "retrieval_budget": budget}, tree_budget=12, gamma2=4)
     assert_greedy_equal(model, prompt(), cfg, NEW_TOKENS, ran=Ran(drafted=("level1",), rejected=("level1",)))
     stats = hf_triforce.last_stats(model)
-    assert stats.tree_rounds >= stats.target_forwards - 1  # the last round may have no room for a draft
+    # every round drafted a tree but those of the last 4 tokens: the full cache (224 + gamma2 + 2 tokens in whole
+    # chunks: 232 slots) has room for a 12-node tree up to 220 tokens; after, the rounds draft chains
+    assert stats.tree_rounds >= stats.target_forwards - 5
     assert stats.tree_nodes > 2 * stats.tree_rounds
 
 
@@ -92,6 +94,21 @@ def test_the_length_limit_inside_a_tree(zoo, assert_greedy_equal, new_tokens):
     cfg = TriForceConfig(**{**SPARSE, "retrieval_budget": 256}, tree_budget=16, gamma2=6, level1_weights="full")
     ran = Ran(drafted=()) if new_tokens <= 2 else Ran()  # two new tokens: the round has no room for a draft
     assert_greedy_equal(model, prompt(3), cfg, new_tokens, ran=ran)
+
+
+def test_the_full_cache_holds_max_length_and_a_chain_round_never_a_tree(zoo):
+    """The full cache reserves ``max_length`` and one chain round (``full_cache_capacity``); a 16-node tree planned
+    when fewer slots are left is drafted as a chain, so the storage never grows (it doubled, before)."""
+    model = zoo("llama")
+    cfg = TriForceConfig(**{**SPARSE, "retrieval_budget": 256}, tree_budget=16, gamma2=6, level1_weights="full")
+    out = model.generate(prompt(3), max_new_tokens=NEW_TOKENS, do_sample=False, return_dict_in_generate=True,
+                         triforce_config=cfg)  # fmt: skip
+    assert torch.equal(out.sequences, model.generate(prompt(3), max_new_tokens=NEW_TOKENS, do_sample=False))
+    stats = hf_triforce.last_stats(model)
+    assert 0 < stats.tree_rounds < stats.target_forwards  # trees while they fit, then chains
+    capacity = cfg.full_cache_capacity(200 + NEW_TOKENS)
+    full = [layer for layer in output_cache(out).layers if not layer.is_sliding]
+    assert full and all(layer.buffer.storage[0].shape[2] == capacity for layer in full)
 
 
 def test_eos_and_stop_strings_inside_a_tree(zoo, assert_greedy_equal):

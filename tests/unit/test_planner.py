@@ -390,6 +390,15 @@ def test_a_node_count_builds_sequoia_s_tree_for_the_measured_vector():
     assert Planner(TriForceConfig(tree_budget=16), has_drafter=False, trees=False).tree_for(Plan("levels", 6)) is None
 
 
+def test_a_tree_wider_than_the_room_left_is_drafted_as_a_chain():
+    """The full cache reserves one chain round past ``max_length``: a tree with more nodes than its free slots is
+    planned as the chain instead (the storage never grows)."""
+    planner = _tree_planner({}, {}, adaptive=False, tree_budget=16)
+    assert planner.plan_round(room=16).tree.size == 16
+    assert planner.plan_round(room=15) == Plan("levels", 6)
+    assert planner.plan_round().tree.size == 16  # no room given: one unbounded cache
+
+
 def test_greedy_rounds_measure_unconditional_rank_rates():
     """A greedy round that accepted all its drafts still counts each node as a trial for every rank: otherwise the
     rate of rank 2 is measured over the rounds that missed only, and a tree over-builds its second branches."""
