@@ -211,7 +211,7 @@ def test_estimate_help_has_a_description_and_an_example(capsys):
 def test_bench_defaults_are_the_configs():
     args = build_parser().parse_args(["bench"])
     defaults = TriForceConfig()
-    assert int(args.retrieval_budget) == defaults.retrieval_budget and args.drafter == defaults.drafter
+    assert args.retrieval_budget == str(defaults.retrieval_budget) and args.drafter == defaults.drafter
     assert args.tree_budget == str(defaults.tree_budget) and CUDA_GRAPHS[args.cuda_graphs] == defaults.cuda_graphs
 
 

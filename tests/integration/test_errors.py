@@ -244,7 +244,7 @@ BAD_CONFIGS = [
     (dict(drafter="medusa"), r"drafter='medusa' is not one of"),
     (dict(gamma1=1.5), "gamma1"),
     (dict(gamma2=6.0), r"gamma2 must be an integer >= 1, got 6.0 \(write 6\)"),
-    (dict(retrieval_budget="4096"), r"retrieval_budget must be an integer >= 8, got '4096'"),
+    (dict(retrieval_budget="4096"), r"retrieval_budget must be 'auto' or an integer >= 8, got '4096' \(write 4096\)"),
     (dict(prefill_chunk_size=0), "prefill_chunk_size"),
     (dict(cuda_graphs="on"), r"cuda_graphs='on' is not one of True, False, 'auto', 'eager'"),
     (dict(adaptive=1), "adaptive must be True or False"),
@@ -331,7 +331,8 @@ def test_to_dict_from_dict_round_trip(cfg):
 @pytest.mark.parametrize(
     "kwargs,tokens",
     [
-        (dict(), 1024),  # retrieval_budget 4096
+        (dict(), 128),  # retrieval_budget 'auto': a quarter of the smallest view (VIEW_FLOOR) until resolved
+        (dict(retrieval_budget=4096), 1024),
         (dict(retrieval_budget=512), 128),
         (dict(retrieval_budget=384, chunk_size=8), 96),
         (dict(retrieval_budget=100, chunk_size=4), 24),  # 25 rounded down to whole chunks
@@ -342,7 +343,7 @@ def test_to_dict_from_dict_round_trip(cfg):
 def test_auto_recent_window_is_a_quarter_of_the_budget(kwargs, tokens):
     cfg = TriForceConfig(**kwargs)
     assert cfg.recent_tokens == tokens
-    assert cfg.min_retrieval_budget == 2 * cfg.chunk_size + tokens <= cfg.retrieval_budget
+    assert cfg.min_retrieval_budget == 2 * cfg.chunk_size + tokens <= cfg.for_context(0).retrieval_budget
 
 
 def test_default_config_round_trip():
