@@ -2,7 +2,7 @@
 round (level-1 step at several views and widths, the full-cache verification, a plain step, a re-selection) timed in
 isolation on SmolLM2-135M-Instruct over a real 7K-token prompt, beside the bytes it reads.
 
-    python research/phase_costs.py --output benchmarks/results/phase-costs/cpu-7k.json
+    python -m research.phase_costs --output benchmarks/results/phase-costs/cpu-7k.json
 
 Each phase is timed ``--repeats`` times after warm-up; the table reports medians. ``share`` is the phase's bytes per
 millisecond as a share of the measured read bandwidth (a ``sum`` over 1 GiB); ``x bytes`` is the phase's time over
@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache, StaticCache
+from transformers import DynamicCache
 
 import hf_triforce
 from hf_triforce.bench.documents import question_prompt
 from hf_triforce.bench.machine import machine_info
+from hf_triforce.bench.prefix import Prefix
 from hf_triforce.bench.prompt_set import bench_prompt
 from hf_triforce.bench.smollm2 import load_smollm2
 from hf_triforce.caches.retrieval import RetrievalCache
@@ -82,12 +83,10 @@ def main() -> None:
         # its default DynamicCache (which copies the whole cache at every step)
         weights, level1_weights, kv_per_token = step_bytes(model, "int4")
         plain_bytes = weights + (n + 1) * kv_per_token
-        token, position = ids[:, -1:], torch.tensor([n])
-        static = StaticCache(config=model.config, max_cache_len=n + 16)
-        model(input_ids=ids, use_cache=True, logits_to_keep=1, **cache_kwargs(static))
-        step = functools.partial(
-            model, input_ids=token, cache_position=position, use_cache=True, **cache_kwargs(static)
-        )
+        token, position = ids[:, -1:], torch.tensor([n - 1])
+        static = Prefix(model, ids, new_tokens=16).copy("static")  # the bench's static cache, the prompt but its last
+        kwargs = dict(input_ids=token, cache_position=position, use_cache=True, **cache_kwargs(static))
+        step = functools.partial(model, **kwargs)  # rewrites the last token's slot each time
         record("plain step (static cache)", median_seconds(step, args.repeats), plain_bytes, width=1)
         dynamic = DynamicCache(config=model.config)
         model(input_ids=ids, use_cache=True, logits_to_keep=1, **cache_kwargs(dynamic))
@@ -143,7 +142,7 @@ def main() -> None:
         row["x_bytes_time_at_plain_rate"] = row["ms"] / (row["bytes"] / plain_rate) if row["bytes"] else None
     result = {
         "what": "phase costs against bytes, SmolLM2-135M-Instruct fp32, direct level-1 forward int4",
-        "command": "python research/phase_costs.py "
+        "command": "python -m research.phase_costs "
         + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None),
         "machine": machine_info(),
         "prompt": args.prompt,

@@ -1,8 +1,9 @@
 """The adaptive planner against fixed chains (``adaptive=False``), and both against the fastest plain decoding, on the
-bench's seven natural prompts: per prompt and temperature, one prefill, then interleaved calls (plain static, planner,
-fixed, planner, fixed), decode timed from the first streamed token to the last.
+bench's seven natural prompts: per prompt and temperature, one prefill, then interleaved calls (plain static, then
+``--pairs`` times planner and fixed; sampled pairs with seeds 0, 1, ...: a sampled text's speed depends on the text),
+decode timed from the first streamed token to the last.
 
-    python research/planner_ab.py --output benchmarks/results/counts-not-clocks/planner-vs-fixed-7k.json
+    python -m research.planner_ab --output benchmarks/results/counts-not-clocks/planner-vs-fixed-7k.json
 
 Reports per row the planner's decode ms/token (median of its calls), the fixed chains' and the static plain step's,
 the ratio planner/fixed as tokens per second (the issue's bar: >= 0.97 on every row) and both speedups over plain,
@@ -42,14 +43,17 @@ def row(model, tokenizer, prompt, tokens: int, temperature: float, new_tokens: i
     configs = {"planner": TriForceConfig(), "fixed": TriForceConfig(adaptive=False)}
     short = {**kwargs, "max_new_tokens": WARM_UP_TOKENS, "min_new_tokens": WARM_UP_TOKENS}
     measure(model, ids, **cache_kwargs(prefix.copy("static")), **short)
+    calibration = None
     for config in configs.values():  # warm-up; the planner's first call of this kind times its costs here
         measure(model, ids, triforce_config=config, **cache_kwargs(prefix.copy()), **short)
-    warm_stats = hf_triforce.last_stats(model)
+        calibration = calibration or hf_triforce.last_stats(model).phases.to_dict().get("calibration")
     plain = measure(model, ids, **cache_kwargs(prefix.copy("static")), **kwargs)
     runs: dict[str, list] = {name: [] for name in configs}
-    for _ in range(pairs):
+    for i in range(pairs):  # sampled: pair i draws with seed i (a sampled text's speed depends on the text)
+        seed = i if temperature > 0 else 0
         for name, config in configs.items():
-            runs[name].append(measure(model, ids, triforce_config=config, **cache_kwargs(prefix.copy()), **kwargs))
+            copy = cache_kwargs(prefix.copy())
+            runs[name].append(measure(model, ids, seed=seed, triforce_config=config, **copy, **kwargs))
     ms = {name: 1e3 * statistics.median(r.decode_seconds_per_token for r in results) for name, results in runs.items()}
     ms["plain_static"] = 1e3 * plain.decode_seconds_per_token
     identical = {
@@ -67,7 +71,7 @@ def row(model, tokenizer, prompt, tokens: int, temperature: float, new_tokens: i
             name: [1e3 * r.decode_seconds_per_token for r in results] for name, results in runs.items()
         },
         "stats": {name: results[-1].stats for name, results in runs.items()},
-        "calibration_ms": warm_stats.phases.to_dict().get("calibration", {}).get("ms_per_call"),
+        "calibration_ms": None if calibration is None else calibration["ms_per_call"],
     }
     logger.info("%s T=%s: %s", prompt.name, temperature, {k: round(v, 1) for k, v in ms.items()})
     return out
@@ -78,7 +82,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=7000)
     parser.add_argument("--temperatures", default="0,0.6")
     parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--prompts", default=",".join(p.name for p in BENCH_PROMPTS))
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
@@ -91,7 +95,7 @@ def main() -> None:
         for prompt in chosen
         for t in args.temperatures.split(",")
     ]
-    result = {"command": "python research/planner_ab.py " + " ".join(
+    result = {"command": "python -m research.planner_ab " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None and k != "output"
     ), "machine": machine_info(), "rows": rows}  # fmt: skip
     print(markdown(result))
