@@ -215,7 +215,7 @@ def force_plans() -> Iterator[Callable[..., None]]:
 
     def force(*kinds: str) -> None:
         plans = ForcedPlans(kinds)
-        patches.append(mock.patch.object(Planner, "plan_round", lambda planner: plans.plan_round(planner)))
+        patches.append(mock.patch.object(Planner, "plan_round", lambda planner, room=None: plans.plan_round(planner)))
         patches[-1].start()
 
     yield force

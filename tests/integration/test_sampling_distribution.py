@@ -183,7 +183,7 @@ class Sampler:
             return self._triforce[key]
         config = TriForceConfig(drafter=drafter, adaptive=schedule != "fixed", **SPARSE, **(options or {}))
         forced = Plan("level0", config.gamma1 + config.gamma2) if schedule == "level0" else None
-        with mock.patch.object(Planner, "plan_round", lambda planner: forced) if forced else contextlib.nullcontext():
+        with mock.patch.object(Planner, "plan_round", lambda planner, room=None: forced) if forced else contextlib.nullcontext():
             result = self._triforce_runs(config, processors, drafter, cached)
         if memoize:
             self._triforce[key] = result
