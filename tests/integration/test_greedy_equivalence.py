@@ -105,12 +105,13 @@ def test_forced_schedules_other_families(zoo, make_prompt, assert_greedy_equal, 
 
 @pytest.mark.parametrize("drafter", ["model", "none"])
 def test_adaptive_schedule_mix(zoo, llama, make_prompt, assert_greedy_equal, drafter):
-    """The planner's own, timing-driven choice (``adaptive=True``, confidence stops on): lossless whatever it picks.
-    Before it has timings its first rounds try each schedule in turn (level 0 -> 1 -> 2, level 0 -> 2 with a
-    drafter, then a plain step), so every kind runs here whatever this machine's timings are."""
+    """The planner's own choice (``adaptive=True``): lossless whatever it picks. Its first round is level 0 -> 1 -> 2
+    (level 0 drafting, never judged yet); a random model's drafts are rejected, so plain steps follow. Level 0 -> 2 is
+    probed only where it could win, which depends on the costs this machine timed: the forced-schedule tests above
+    run it on purpose."""
     cfg = small_config(drafter=drafter, adaptive=True)
-    kinds = ("levels", "level0", "plain") if drafter != "none" else ("levels", "plain")
-    drafted = ("level1", "level0_to_level2") if drafter != "none" else ("level1",)
+    kinds = ("levels", "plain")
+    drafted = ("level1", "level0") if drafter != "none" else ("level1",)
     assistant = assistant_for(zoo, drafter)
     assert_greedy_equal(llama, make_prompt(200, seed=19), cfg, 48, ran=Ran(drafted=drafted, rounds=kinds),
                         assistant_model=assistant)  # fmt: skip

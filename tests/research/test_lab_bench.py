@@ -49,6 +49,7 @@ def test_lab_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
     argv += ["--temperatures", "0", "--retrieval-budget", "128", "--new-tokens", "12"]
     argv += ["--output", str(out), "--plot", str(png)]
     argv += ["--plain", "dynamic"]  # the plain configurations are the first bench test's subject (compiling is slow)
+    argv += ["--no-adaptive"]  # level 0 drafts every level-1 step (adaptive, the costs this machine timed decide)
     assert lab(argv + ["--attn-implementation", "eager", "--real-acceptance", "0.9", "--cuda-graphs", "eager"]) == 0
     row = json.loads(out.read_text())["rows"][0]
     assert row["real_acceptance"] == {"level1": 0.9, "source": "given on the command line"}

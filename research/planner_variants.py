@@ -1,0 +1,130 @@
+"""Variants of the adaptive planner at 7K: the default planner, each variant named by ``--variants`` (``Planner``
+patched for that arm only), and fixed chains (``adaptive=False``), interleaved per prompt and temperature on the
+bench's seven prompts (sampled pair ``i`` with seed ``i``), decode timed from the first streamed token to the last.
+
+- ``full``: every level 0 -> 1 -> 2 round drafts ``gamma2`` tokens (no length chosen, no confidence stops).
+- ``overall0``: level 0's drafts per level-1 step are priced at level 1's call-long acceptance of them, not the
+  estimate after the last verdict.
+
+    python -m research.planner_variants --variants full --pairs 2 \\
+        --output benchmarks/results/counts-not-clocks/full-rounds-7k.json
+
+Run it alone: on 2 cores anything else running moves the timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import statistics
+from pathlib import Path
+
+import hf_triforce
+from hf_triforce import TriForceConfig
+from hf_triforce.bench.documents import question_prompt
+from hf_triforce.bench.generate_kwargs import generate_kwargs
+from hf_triforce.bench.machine import machine_info
+from hf_triforce.bench.prefix import Prefix
+from hf_triforce.bench.prompt_set import BENCH_PROMPTS
+from hf_triforce.bench.smollm2 import load_smollm2
+from hf_triforce.bench.timed_run import WARM_UP_TOKENS, measure
+from hf_triforce.hf.versions import cache_kwargs
+from hf_triforce.hierarchy.cost_model import expected_tokens
+from hf_triforce.hierarchy.planner import Plan, Planner
+
+logger = logging.getLogger("planner_variants")
+
+
+@contextlib.contextmanager
+def full(on: bool):
+    """Within the block (``on``), levels rounds always draft ``gamma2`` tokens."""
+    best_of, keep = Planner._best_of, Planner.keep_drafting
+    if on:
+        Planner._best_of = lambda self, kind: (
+            Plan("levels", self.config.gamma2) if kind == "levels" else best_of(self, kind)
+        )
+        Planner.keep_drafting = lambda self, drafted, survival: True
+    try:
+        yield
+    finally:
+        Planner._best_of, Planner.keep_drafting = best_of, keep
+
+
+@contextlib.contextmanager
+def overall0(on: bool):
+    """Within the block (``on``), level 0's drafts per level-1 step are priced at ``a0``'s call-long rate."""
+    level1_rate = Planner._level1_rate
+
+    def priced(self, gamma1: int) -> float:
+        step = self.level1(gamma1 + 1)
+        draft = self.level0(gamma1) if gamma1 else 0.0
+        if step is None or draft is None:
+            return 0.0 if gamma1 else 1.0
+        return expected_tokens(self.a0.overall.rate, gamma1) / (step + draft)
+
+    if on:
+        Planner._level1_rate = priced
+    try:
+        yield
+    finally:
+        Planner._level1_rate = level1_rate
+
+
+VARIANTS = {"full": full, "overall0": overall0}
+
+
+def arms(variants: list[str]) -> dict:
+    """name -> (config, context manager factory) for the planner, each variant and fixed chains."""
+    out = {"planner": (TriForceConfig(), contextlib.nullcontext)}
+    out.update({name: (TriForceConfig(), lambda v=VARIANTS[name]: v(True)) for name in variants})
+    out["fixed"] = (TriForceConfig(adaptive=False), contextlib.nullcontext)
+    return out
+
+
+def row(model, tokenizer, prompt, temperature: float, pairs: int, variants: list[str]) -> dict:
+    """One prompt at one temperature: a warm-up call of each arm, then ``pairs`` interleaved calls of every arm."""
+    ids = question_prompt(tokenizer, prompt.text(), prompt.question, 7000)
+    kwargs = generate_kwargs(128, temperature, 0.9, min_new_tokens=128)
+    prefix = Prefix(model, ids, 128)
+    short = {**kwargs, "max_new_tokens": WARM_UP_TOKENS, "min_new_tokens": WARM_UP_TOKENS}
+    every = arms(variants)
+    for config, patched in every.values():  # warm-up; the first planner call times its costs
+        with patched():
+            measure(model, ids, triforce_config=config, **cache_kwargs(prefix.copy()), **short)
+    runs: dict[str, list[float]] = {name: [] for name in every}
+    for i in range(pairs):
+        for name, (config, patched) in every.items():
+            seed = i if temperature > 0 else 0
+            with patched():
+                result = measure(model, ids, seed=seed, triforce_config=config, **cache_kwargs(prefix.copy()), **kwargs)
+            runs[name].append(1e3 * result.decode_seconds_per_token)
+    ms = {name: statistics.median(values) for name, values in runs.items()}
+    ratios = {f"{name}_over_fixed": ms["fixed"] / ms[name] for name in every if name != "fixed"}
+    logger.info("%s T=%s: %s %s", prompt.name, temperature, runs, {k: round(v, 2) for k, v in ratios.items()})
+    return {"prompt": prompt.name, "temperature": temperature, "ms_per_token": runs, **ratios}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--variants", default="full", help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    model, tokenizer = load_smollm2()
+    hf_triforce.enable(model)
+    variants = args.variants.split(",")
+    rows = [row(model, tokenizer, p, t, args.pairs, variants) for p in BENCH_PROMPTS for t in (0.0, 0.6)]
+    result = {
+        "command": f"python -m research.planner_variants --variants {args.variants} --pairs {args.pairs}",
+        "machine": machine_info(),
+        "rows": rows,
+    }
+    if args.output:
+        args.output.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
