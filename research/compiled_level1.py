@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import statistics
 import time
 from pathlib import Path
 
@@ -25,6 +24,8 @@ from hf_triforce.bench.machine import machine_info
 from hf_triforce.bench.smollm2 import load_smollm2
 from hf_triforce.hf.direct_forward import DirectDecoder
 from hf_triforce.hf.model import apply_rope
+
+from .phase_costs import median_seconds
 
 
 def _int4(x: torch.Tensor, projection) -> torch.Tensor:
@@ -61,14 +62,7 @@ def fixed_shape_step(decoder: DirectDecoder, tokens, positions, length, keys, va
 
 
 def median_ms(fn, repeats: int = 25, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    return 1e3 * median_seconds(fn, repeats, warmup)
 
 
 def main() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import statistics
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from hf_triforce.bench.documents import question_prompt
 from hf_triforce.bench.machine import machine_info
 from hf_triforce.bench.prefix import Prefix
 from hf_triforce.bench.prompt_set import bench_prompt
+from hf_triforce.bench.report import write_results
 from hf_triforce.bench.smollm2 import load_smollm2
 from hf_triforce.caches.retrieval import RetrievalCache
 from hf_triforce.hf.attention import QueryCapture, capturing_queries
@@ -154,9 +154,7 @@ def main() -> None:
     }
     print(markdown(result))
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(result, indent=1) + "\n")
-        args.output.with_suffix(".md").write_text(markdown(result) + "\n")
+        write_results(result, args.output, markdown)
 
 
 def markdown(result: dict) -> str:

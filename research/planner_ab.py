@@ -14,7 +14,6 @@ moves the timings.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 from pathlib import Path
@@ -28,6 +27,7 @@ from hf_triforce.bench.generate_kwargs import generate_kwargs
 from hf_triforce.bench.machine import machine_info
 from hf_triforce.bench.prefix import Prefix
 from hf_triforce.bench.prompt_set import BENCH_PROMPTS
+from hf_triforce.bench.report import write_results
 from hf_triforce.bench.smollm2 import load_smollm2
 from hf_triforce.bench.timed_run import WARM_UP_TOKENS, measure
 from hf_triforce.hf.versions import cache_kwargs
@@ -100,9 +100,7 @@ def main() -> None:
     ), "machine": machine_info(), "rows": rows}  # fmt: skip
     print(markdown(result))
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(result, indent=1) + "\n")
-        args.output.with_suffix(".md").write_text(markdown(result) + "\n")
+        write_results(result, args.output, markdown)
 
 
 def markdown(result: dict) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import statistics
 from pathlib import Path
@@ -28,6 +27,7 @@ from hf_triforce.bench.generate_kwargs import generate_kwargs
 from hf_triforce.bench.machine import machine_info
 from hf_triforce.bench.prefix import Prefix
 from hf_triforce.bench.prompt_set import BENCH_PROMPTS
+from hf_triforce.bench.results import write_json
 from hf_triforce.bench.smollm2 import load_smollm2
 from hf_triforce.bench.timed_run import WARM_UP_TOKENS, measure
 from hf_triforce.hf.versions import cache_kwargs
@@ -123,7 +123,7 @@ def main() -> None:
         "rows": rows,
     }
     if args.output:
-        args.output.write_text(json.dumps(result, indent=1))
+        write_json(result, args.output, indent=1)
 
 
 if __name__ == "__main__":
