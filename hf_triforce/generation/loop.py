@@ -172,7 +172,7 @@ class TriForceRun:
         cheap) whose tokens are cropped again, then level 1's and level 0's (:meth:`Level1Drafter.calibrate`). The
         random state is restored after, so the call's text is what it would be without them."""
         planner, device, config = self.level1.planner, self.input_ids.device, self.config
-        room = config.full_cache_capacity(self.generation_config.max_length) - self.cache.get_seq_length()
+        room = self._free_slots()
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             with self.stats.phases.measure("calibration"):
                 for width in level2_widths(config, self.drafters is not None):
@@ -183,6 +183,11 @@ class TriForceRun:
                         self._time_verification(width)
                 self.level1.calibrate(self.active)
         planner.costs.fix()
+
+    def _free_slots(self) -> int:
+        """Slots of the full cache's reservation (:meth:`TriForceConfig.full_cache_capacity`) not yet holding a token:
+        the widest forward that fits without growing it."""
+        return self.config.full_cache_capacity(self.generation_config.max_length) - self.cache.get_seq_length()
 
     def _time_verification(self, width: int) -> None:
         """Time a ``width``-token full-cache forward of every row (:data:`TIMES` times) into the planner's costs; its
@@ -204,7 +209,7 @@ class TriForceRun:
 
     def _round(self, streamer) -> None:
         max_length = self.generation_config.max_length
-        plan = self.level1.plan_round(self.config.full_cache_capacity(max_length) - self.cache.get_seq_length())
+        plan = self.level1.plan_round(self._free_slots())
         if plan.tree is not None and max_length - self.active[0].ids.shape[0] - 1 > 0:
             return self._tree_round(plan, min(plan.tree.depth, max_length - self.active[0].ids.shape[0] - 1), streamer)
         budgets = [min(plan.gamma2, max_length - row.ids.shape[0] - 1) for row in self.active]

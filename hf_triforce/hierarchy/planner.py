@@ -109,7 +109,6 @@ class Planner:
         self._modeled = 0.0  # modeled seconds of the round in progress
         self.a1, self.a0, self.a02 = StreakAcceptance(0.8), StreakAcceptance(0.6), StreakAcceptance(0.5)
         self.rounds = 0
-        self._room: int | None = None  # the full cache's free slots this round (plan_round)
         self.last_tried: dict[Kind, int] = {}
         self._steps_without_level0 = 0
         self.record = ScheduleRecord()  # what it weighed and chose, for the call's stats (:meth:`explain`)
@@ -126,8 +125,7 @@ class Planner:
         """The schedule of the next round; ``room``: the full cache's free slots (a token tree with more nodes is
         drafted as a chain: the cache holds ``max_length`` tokens and one chain round, never a tree's width)."""
         self.rounds += 1
-        self._room = room
-        self._last = self._plan_round()
+        self._last = self._plan_round(room)
         self.record.ran(self._last.kind, None if self._last.tree is None else self._last.tree.size)
         if self._last.tree is not None:
             self._tree_tried = self.rounds
@@ -135,15 +133,15 @@ class Planner:
             self._chain_tried = self.rounds
         return self._last
 
-    def _plan_round(self) -> Plan:
+    def _plan_round(self, room: int | None) -> Plan:
         if not self.adaptive:
-            return self._with_tree(Plan("levels", self.config.gamma2))
+            return self._with_tree(Plan("levels", self.config.gamma2), room)
         probe = self._probe()
         self.record.probes += int(probe is not None)
         plan = self._agreed(probe if probe is not None else self._best())
         self.last_tried[plan.kind] = self.rounds
         if plan.kind == "levels":
-            tree = self._with_tree(plan)
+            tree = self._with_tree(plan, room)
             if tree.tree is not None or not self.confidence_stops:
                 return tree
             return Plan("levels", self.config.gamma2)  # the round's length is decided by keep_drafting
@@ -214,9 +212,10 @@ class Planner:
         seconds = verify + sum(steps) + self._refresh_per_round(shape.expected_tokens)
         return shape.expected_tokens / seconds
 
-    def _with_tree(self, plan: Plan) -> Plan:
+    def _with_tree(self, plan: Plan, room: int | None) -> Plan:
+        """``plan`` with the token tree :meth:`tree_for` chooses, if one does and its nodes fit in ``room``."""
         tree = self.tree_for(plan)
-        if tree is None or (self._room is not None and tree.size > self._room):
+        if tree is None or (room is not None and tree.size > room):
             return plan
         return Plan(plan.kind, plan.gamma2, tree)
 
@@ -275,11 +274,13 @@ class Planner:
         it: level 0 -> 2 only where it could win by :data:`SCHEDULE_MARGIN` at the better of level 2's and level 1's
         acceptance of level 0's drafts. A plain step is never probed: its cost is measured and it has no acceptance to
         learn."""
-        best = max(self.rate(Plan("plain", 0)), self.rate(self._best_of("levels")))
         for kind in self._kinds()[:-1]:
             if self.rounds - self.last_tried.get(kind, -PROBE_EVERY) < PROBE_EVERY:
                 continue
-            if kind == "levels" or self._could_win(SCHEDULE_MARGIN * best):
+            if kind == "levels":
+                return self._best_of(kind)
+            best = max(self.rate(Plan("plain", 0)), self.rate(self._best_of("levels")))
+            if self._could_win(SCHEDULE_MARGIN * best):
                 return self._best_of(kind)
         return None
 
