@@ -34,3 +34,19 @@ def smollm2():
     from hf_triforce.bench.smollm2 import load_smollm2
 
     return load_smollm2()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny random chat model saved with ``save_pretrained``, as a user's model directory (one per test module)."""
+    from tests.support.tiny_chat_model import save_model
+
+    return save_model(tmp_path_factory.mktemp("tiny-chat-model"))
+
+
+@pytest.fixture
+def document(tmp_path):
+    """A UTF-8 text file of random words."""
+    from tests.support.tiny_chat_model import random_words
+
+    return random_words(tmp_path / "doc.txt")

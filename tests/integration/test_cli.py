@@ -9,6 +9,7 @@ transformers. The research bench's options (``research/lab_bench.py``) are ``tes
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -23,29 +24,13 @@ from hf_triforce.bench.documents import DocumentError, question_prompt, read_doc
 from hf_triforce.bench.loading import ModelLoadError
 from hf_triforce.bench.options import DEFAULT_PLAIN
 from hf_triforce.cli import CUDA_GRAPHS, REMOVED, build_parser, main
-from tests.support.tiny_chat_model import WORDS, random_words, save_model, word_tokenizer
+from tests.support.cli_errors import one_line_error as cli_one_line_error
+from tests.support.tiny_chat_model import WORDS, save_model, word_tokenizer
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_model(tmp_path_factory.mktemp("tiny-chat-model"))
-
-
-@pytest.fixture
-def document(tmp_path):
-    return random_words(tmp_path / "doc.txt")
-
-
-def one_line_error(capsys, argv: list[str], expected: str) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err  # may also hold transformers' loading progress bars
-    assert "Traceback" not in err, err
-    errors = [line for line in err.splitlines() if "error" in line.lower()]
-    assert len(errors) == 1 and errors[0].startswith("hf-triforce: error: "), err
-    assert expected in errors[0], err
-    return errors[0]
+one_line_error = functools.partial(cli_one_line_error, main)
 
 
 def test_demo_runs_end_to_end(capsys, model_dir, document, tmp_path):

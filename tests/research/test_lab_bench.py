@@ -6,6 +6,7 @@ lab's sections after it."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 
 from hf_triforce.bench.bandwidth import modeled_speedup
 from research.lab_bench import main as lab
-from tests.support.tiny_chat_model import random_words, save_model
+from tests.support.cli_errors import one_line_error as cli_one_line_error
 
 pytestmark = pytest.mark.integration
 
@@ -24,23 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_TIMEOUT_S = 240  # a hang (ranks in different collectives) fails the test instead of blocking the run
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_model(tmp_path_factory.mktemp("tiny-chat-model"))
-
-
-@pytest.fixture
-def document(tmp_path):
-    return random_words(tmp_path / "doc.txt")
-
-
-def one_line_error(capsys, argv: list[str], expected: str) -> str:
-    assert lab(argv) == 2
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error" in line.lower()]
-    assert "Traceback" not in err and len(errors) == 1 and errors[0].startswith("hf-triforce: error: "), err
-    assert expected in errors[0], err
-    return errors[0]
+one_line_error = functools.partial(cli_one_line_error, lab)
 
 
 def test_lab_random_weights_preset_with_draft_and_plot(capsys, tmp_path):
