@@ -64,12 +64,14 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=7000)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--views", default="16,512,4096")
+    parser.add_argument("--level1-weights", choices=("int8", "int4"), default="int4", help="level 1's copy")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     torch.manual_seed(0)
     bandwidth = read_bandwidth()
     model, tokenizer = load_smollm2()
     hf_triforce.enable(model)
+    level1 = args.level1_weights
     prompt = bench_prompt(args.prompt)
     ids = question_prompt(tokenizer, prompt.text(), prompt.question, args.tokens)
     n = ids.shape[1]
@@ -81,7 +83,7 @@ def main() -> None:
     with torch.no_grad():
         # plain: one token at a time over transformers' static cache (the fastest plain decoding on this CPU) and
         # its default DynamicCache (which copies the whole cache at every step)
-        weights, level1_weights, kv_per_token = step_bytes(model, "int4")
+        weights, level1_weights, kv_per_token = step_bytes(model, level1)
         plain_bytes = weights + (n + 1) * kv_per_token
         token, position = ids[:, -1:], torch.tensor([n - 1])
         static = Prefix(model, ids, new_tokens=16).copy("static")  # the bench's static cache, the prompt but its last
@@ -114,7 +116,7 @@ def main() -> None:
             seconds = median_seconds(functools.partial(verify, width), args.repeats)
             record("verification (full cache)", seconds, plain_bytes, width=width)
 
-        decoder = direct_decoder(model, "int4")
+        decoder = direct_decoder(model, level1)
 
         def level1_step(tokens: torch.Tensor, view) -> None:
             decoder.logits(tokens, n, view)
@@ -141,7 +143,7 @@ def main() -> None:
         row["share_of_sum_bandwidth"] = row["bytes"] / (row["ms"] / 1e3) / bandwidth["sum"] if row["bytes"] else None
         row["x_bytes_time_at_plain_rate"] = row["ms"] / (row["bytes"] / plain_rate) if row["bytes"] else None
     result = {
-        "what": "phase costs against bytes, SmolLM2-135M-Instruct fp32, direct level-1 forward int4",
+        "what": f"phase costs against bytes, SmolLM2-135M-Instruct fp32, direct level-1 forward {level1}",
         "command": "python -m research.phase_costs "
         + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None),
         "machine": machine_info(),
