@@ -6,8 +6,9 @@ drafting ``gamma1`` tokens at a time over a StreamingLLM cache of ``draft_cache_
 
 The embedded SmolLM2-135M-Instruct is the only model ``make venv`` provides, so by default a second copy of it
 stands in for the draft model (acceptance then shows what a StreamingLLM cache keeps; it is not faster on this
-tiny target). Pass ``--draft DIR`` to use a real one, e.g. SmolLM2-135M as the draft of SmolLM2-1.7B given with
-``--target DIR`` (a pair that shares a tokenizer, not measured by this project).
+tiny target, so the example runs it with the fixed schedule, ``adaptive=False``, where level 0 drafts every step).
+Pass ``--draft DIR`` to use a real one, e.g. SmolLM2-135M as the draft of SmolLM2-1.7B given with ``--target DIR``
+(a pair that shares a tokenizer, not measured by this project).
 
 Run:
     .venv/bin/python examples/own_draft_model.py                                # ~50 s on 2 CPU cores
@@ -80,7 +81,10 @@ def main() -> None:
     document = "\n\n".join(topics[key] for key in sorted(topics))
     input_ids = question_ids(tokenizer, document, QUESTION, DOCUMENT_TOKENS)
     logger.info("prompt: %d tokens; draft model: %s", input_ids.shape[1], args.draft or "SmolLM2-135M (stand-in)")
-    config = TriForceConfig(retrieval_budget=256, drafter="model", gamma1=2, draft_cache_budget=256)
+    # The stand-in costs what the target costs, so the adaptive schedule may rightly leave it idle (it drafts only
+    # where its step times pay); the fixed level 0 -> 1 -> 2 schedule shows what it drafts. A real draft: adaptive.
+    adaptive = args.draft is not None
+    config = TriForceConfig(retrieval_budget=256, drafter="model", gamma1=2, draft_cache_budget=256, adaptive=adaptive)
     kwargs = dict(max_new_tokens=NEW_TOKENS, do_sample=False)
     with torch.inference_mode():
         fast = model.generate(input_ids, triforce_config=config, assistant_model=draft, **kwargs)
