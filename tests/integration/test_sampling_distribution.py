@@ -402,9 +402,11 @@ def test_sampled_triforce_with_other_schedules_matches_plain_generate(sampler, p
     same_distribution(plain, got, f"TriForce sampling ({schedule=}, {drafter=}, {processors}; level totals {totals})")
     if schedule == "level0":
         assert totals["level1_drafted"] == 0, totals
-    else:  # the planner's own mix over many seeds: level 0 -> 1 -> 2 first, level 0 -> 2 where its costs let it win
+        assert 0 < totals["level0_to_level2_accepted"] < totals["level0_to_level2_drafted"], totals
+    else:  # the planner's own mix over many seeds: level 0 -> 1 -> 2 first, level 0 -> 2 only where the costs this
+        # machine timed let it win (none, on a CPU where the draft model's steps cost too much; the level0 cases
+        # judge those rounds)
         assert 0 < totals["level1_accepted"] < totals["level1_drafted"], totals
-    assert 0 < totals["level0_to_level2_accepted"] < totals["level0_to_level2_drafted"], totals
 
 
 REUSE_CASES = [
