@@ -1,10 +1,10 @@
-"""Does the one-row linear choice pay inside a forward? The full-cache verification (TriForce's level-2 forward) over
-a real 7K-token prompt, SmolLM2-135M-Instruct in float32, with the two-column product for every one-row linear (the
-choice before it was timed per CPU) and with the timed choice
-(:func:`hf_triforce.kernels.linear.one_row_product_faster`), interleaved in one process beside a plain static-cache
-step; a level-1 step (int4, 512-token view) for scale.
+"""Which one-row product pays inside a forward on this CPU? The full-cache verification (TriForce's level-2 forward)
+over a real 7K-token prompt, SmolLM2-135M-Instruct in float32, with every one-row linear as the two-column product and
+as ``F.linear``, interleaved in one process beside a plain static-cache step; a level-1 step (int4, 512-token view) for
+scale. The package's rule (:func:`hf_triforce.kernels.linear.one_row_product_faster`, from the CPU's capability) is
+recorded beside the result it should agree with.
 
-    python -m research.one_row_linear --output benchmarks/results/avx2/one-row-linear-7k.json
+    python -m research.one_row_linear --output benchmarks/results/one-row-linear-7k-avx512.json
 
 Reports each arm's median and the median of per-repeat ratios (paired: one machine state per repeat). Run it alone: on
 2 cores anything else running moves the timings.
@@ -34,7 +34,7 @@ from hf_triforce.hf.direct_forward import direct_decoder
 from hf_triforce.hf.linears import swapped_linears
 from hf_triforce.hf.versions import cache_kwargs
 
-TIMED_CHOICE = linear.one_row_product_faster
+RULE = linear.one_row_product_faster
 
 
 def main() -> None:
@@ -61,13 +61,13 @@ def main() -> None:
         decoder = direct_decoder(model, "int4")
 
         def verify(width: int, two_column: bool) -> None:
-            linear.one_row_product_faster = (lambda weight: True) if two_column else TIMED_CHOICE
+            linear.one_row_product_faster = lambda: two_column
             positions = torch.arange(n, n + width)[None]
             with swapped_linears([model]), capturing_queries(model, capture, width):
                 model(input_ids=ids[:, -width:], position_ids=positions, use_cache=True, logits_to_keep=width,
                       **cache_kwargs(cache))  # fmt: skip
             cache.crop(-width)
-            linear.one_row_product_faster = TIMED_CHOICE
+            linear.one_row_product_faster = RULE
 
         def level1(width: int) -> None:
             decoder.logits(ids[0, -width:], n, view)
@@ -76,9 +76,9 @@ def main() -> None:
         arms = {"plain step (static cache)": plain}
         for width in (1, 7, 9):
             arms[f"verification w{width}, two-column product"] = functools.partial(verify, width, True)
-            arms[f"verification w{width}, timed choice"] = functools.partial(verify, width, False)
+            arms[f"verification w{width}, F.linear"] = functools.partial(verify, width, False)
         arms |= {f"level-1 step w{w} (int4, view 512)": functools.partial(level1, w) for w in (1, 3)}
-        for run in arms.values():  # warm-up; the first one-row linears time their choice here
+        for run in arms.values():  # warm-up
             run(), run()
         seconds: dict[str, list[float]] = {name: [] for name in arms}
         for _ in range(args.repeats):
@@ -97,10 +97,10 @@ def main() -> None:
         "machine": machine_info(),
         "context_tokens": n,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "choices": {f"{shape[0]}x{shape[1]}": faster for (shape, _), faster in linear._ONE_ROW_FASTER.items()},
+        "rule_takes_two_column": RULE(),
         "median_ms": {name: 1e3 * statistics.median(v) for name, v in seconds.items()},
-        "paired_ratio_timed_over_two_column": {
-            w: paired(f"verification w{w}, timed choice", f"verification w{w}, two-column product") for w in (1, 7, 9)
+        "paired_ratio_f_linear_over_two_column": {
+            w: paired(f"verification w{w}, F.linear", f"verification w{w}, two-column product") for w in (1, 7, 9)
         },
         "seconds": seconds,
     }
@@ -111,16 +111,16 @@ def main() -> None:
 
 def markdown(result: dict) -> str:
     lines = [
-        f"CPU capability {result['cpu_capability']}; context {result['context_tokens']} tokens; one-row choices "
-        f"(two-column product taken): {result['choices']}.",
+        f"CPU capability {result['cpu_capability']}; context {result['context_tokens']} tokens; the package's rule "
+        f"takes the two-column product for one row: {result['rule_takes_two_column']}.",
         "",
         "| arm | median ms |",
         "|---|---:|",
         *(f"| {name} | {ms:.1f} |" for name, ms in result["median_ms"].items()),
         "",
-        "| verification width | timed choice / two-column product (median of paired ratios) |",
+        "| verification width | F.linear / two-column product (median of paired ratios) |",
         "|---:|---:|",
-        *(f"| {w} | {r:.3f} |" for w, r in result["paired_ratio_timed_over_two_column"].items()),
+        *(f"| {w} | {r:.3f} |" for w, r in result["paired_ratio_f_linear_over_two_column"].items()),
     ]
     return "\n".join(lines)
 

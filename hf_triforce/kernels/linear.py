@@ -1,26 +1,20 @@
 """Linear layers for a few rows on the CPU: MKL runs ``x @ W.T`` with a handful of rows far below memory speed, while
-``W @ x.T`` streams the weight once at close to memory speed. For one row it depends on the CPU (an AVX-512 one ran a
-two-column product faster than MKL's matrix-vector path, an AVX2-only one the reverse), so that choice is timed once
-per process and weight shape (:func:`one_row_product_faster`), as cuDNN's benchmark mode picks its algorithms. The
-reference is ``F.linear``."""
+``W @ x.T`` streams the weight once at close to memory speed. For one row it depends on the CPU's vector unit: on an
+AVX-512 CPU the two-column product beat MKL's matrix-vector path inside a forward, on an AVX2-only one MKL's was faster
+(:func:`one_row_product_faster`). The choice is read from what the CPU is, never from a clock, so every process and
+every tensor-parallel rank on one machine multiplies alike. The reference is ``F.linear``."""
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Callable
+import functools
 
 import torch
 import torch.nn.functional as F
 
-logger = logging.getLogger(__name__)
-
 MIN_ROWS, MAX_ROWS = 1, 32
-FEW_ROW_MARGIN = 1.1
-"""How much faster than ``F.linear`` the two-column product must time to be taken for one row (``F.linear`` is plain
-decoding's own product: ties keep it)."""
-STREAM_BYTES, MAX_COPIES = 64 * 2**20, 64  # weights timed per choice: more than a CPU's last-level cache
-_ONE_ROW_FASTER: dict[tuple, bool] = {}  # (weight shape, threads) -> whether the two-column product is faster
+TWO_COLUMN_CAPABILITIES = frozenset({"AVX512"})
+"""ATen CPU capabilities (``torch.backends.cpu.get_cpu_capability()``) where one row takes the two-column product:
+measured faster there inside a forward; elsewhere ``F.linear``, plain decoding's own product."""
 
 
 def use_small_batch_linear(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -30,46 +24,20 @@ def use_small_batch_linear(x: torch.Tensor, weight: torch.Tensor) -> bool:
     dense = weight.layout == torch.strided and x.layout == torch.strided
     cpu32 = x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
     eligible = dense and cpu32 and MIN_ROWS <= rows <= MAX_ROWS and not torch.is_grad_enabled()
-    return eligible and (rows > 1 or one_row_product_faster(weight))
+    return eligible and (rows > 1 or one_row_product_faster())
 
 
-def one_row_product_faster(weight: torch.Tensor) -> bool:
-    """Whether :func:`small_batch_linear`'s two-column product is at least :data:`FEW_ROW_MARGIN` times faster than
-    ``F.linear`` for one row times ``weight`` ``[N, K]`` on this CPU: timed on first use per weight shape and thread
-    count, then kept for the process (the choice changes float rounding only, never what is computed). Each path is
-    timed over copies of the weight that together exceed the CPU's caches, as a forward streams its layers' weights
-    from memory (tens of milliseconds per shape).
+@functools.cache
+def one_row_product_faster() -> bool:
+    """Whether one row times a weight takes :func:`small_batch_linear`'s two-column product rather than ``F.linear``
+    on this CPU: where its ATen capability is in :data:`TWO_COLUMN_CAPABILITIES`. A fact of the CPU, read once, so
+    the choice (which changes float rounding only, never what is computed) is the same in every process and rank.
 
     Example:
-        >>> isinstance(one_row_product_faster(torch.ones(8, 4)), bool)
+        >>> isinstance(one_row_product_faster(), bool)
         True
     """
-    key = (tuple(weight.shape), torch.get_num_threads())
-    faster = _ONE_ROW_FASTER.get(key)
-    if faster is None:
-        copies = [weight] + [weight.clone() for _ in range(_stream_copies(weight) - 1)]
-        x = torch.ones(1, weight.shape[1])  # no random draw: the caller's generator is left alone
-        two_column = _best_seconds(lambda: [small_batch_linear(x, w) for w in copies])
-        plain = _best_seconds(lambda: [F.linear(x, w) for w in copies])
-        faster = _ONE_ROW_FASTER[key] = plain > FEW_ROW_MARGIN * two_column
-        us = 1e6 / len(copies)
-        logger.debug("one-row linear %s: two-column %.0f us, F.linear %.0f us", key[0], two_column * us, plain * us)
-    return faster
-
-
-def _stream_copies(weight: torch.Tensor) -> int:
-    """Copies of ``weight`` to time over: together :data:`STREAM_BYTES` (at most :data:`MAX_COPIES`)."""
-    return max(1, min(MAX_COPIES, -(-STREAM_BYTES // max(1, weight.nbytes))))
-
-
-def _best_seconds(run: Callable[[], object], repeats: int = 2) -> float:
-    run()  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return torch.backends.cpu.get_cpu_capability() in TWO_COLUMN_CAPABILITIES
 
 
 def small_batch_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

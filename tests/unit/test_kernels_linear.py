@@ -24,7 +24,7 @@ def test_matches_functional_linear(shape, bias):
 
 
 def test_only_few_float32_cpu_rows_take_the_fast_path(monkeypatch):
-    monkeypatch.setattr("hf_triforce.kernels.linear.one_row_product_faster", lambda weight: True)
+    monkeypatch.setattr("hf_triforce.kernels.linear.one_row_product_faster", lambda: True)
     weight = torch.randn(8, 4)
     with torch.no_grad():
         assert use_small_batch_linear(torch.randn(1, 3, 4), weight)
@@ -34,22 +34,25 @@ def test_only_few_float32_cpu_rows_take_the_fast_path(monkeypatch):
     assert not use_small_batch_linear(torch.randn(1, 3, 4), weight)  # autograd on: leave training alone
 
 
-@pytest.mark.parametrize("two_column,expected", [(1.0, True), (1.2 / 1.05, False)])
-def test_one_row_takes_the_two_column_product_only_where_it_times_faster(monkeypatch, two_column, expected):
-    """Timed once per weight shape (F.linear kept within 1.1x), kept, with no random number drawn; two rows or more
-    always take the few-row product."""
+@pytest.mark.parametrize(
+    "capability,expected", [("AVX512", True), ("AVX2", False), ("DEFAULT", False), ("SVE256", False)]
+)
+def test_one_row_takes_the_two_column_product_on_avx512_only(monkeypatch, capability, expected):
+    """Read from the CPU's capability, not timed: no random number drawn; two rows or more always take the few-row
+    product."""
     import hf_triforce.kernels.linear as linear
 
-    monkeypatch.setattr(linear, "_ONE_ROW_FASTER", {})
-    timings = iter([two_column, 1.2])  # the two-column product's seconds, then F.linear's
-    monkeypatch.setattr(linear, "_best_seconds", lambda run: next(timings))
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    linear.one_row_product_faster.cache_clear()
     weight, one, two = torch.randn(8, 4), torch.randn(1, 4), torch.randn(2, 4)
     state = torch.random.get_rng_state()
-    with torch.no_grad():
-        assert use_small_batch_linear(one, weight) is expected
-        assert use_small_batch_linear(one[None], weight) is expected  # kept: no timing left to read
-        assert use_small_batch_linear(two, weight)
-    assert linear._ONE_ROW_FASTER == {((8, 4), torch.get_num_threads()): expected}
+    try:
+        with torch.no_grad():
+            assert use_small_batch_linear(one, weight) is expected
+            assert use_small_batch_linear(one[None], weight) is expected
+            assert use_small_batch_linear(two, weight)
+    finally:
+        linear.one_row_product_faster.cache_clear()
     assert torch.equal(state, torch.random.get_rng_state())
 
 
