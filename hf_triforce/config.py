@@ -260,7 +260,8 @@ def as_config(config: TriForceConfig | dict[str, Any]) -> TriForceConfig:
 def _check_int(name: str, value: Any, minimum: int, auto: bool = False) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
         return
-    hint = f" (write {_as_int(value)})" if _as_int(value) is not None and _as_int(value) >= minimum else ""
+    spelt = _as_int(value)
+    hint = f" (write {spelt})" if spelt is not None and spelt >= minimum else ""
     choices = "'auto' or an integer" if auto else "an integer"
     raise TriForceConfigError(f"{name} must be {choices} >= {minimum}, got {value!r}{hint}.")
 
