@@ -5,6 +5,10 @@ bench's seven prompts (sampled pair ``i`` with seed ``i``), decode timed from th
 - ``full``: every level 0 -> 1 -> 2 round drafts ``gamma2`` tokens (no length chosen, no confidence stops).
 - ``overall0``: level 0's drafts per level-1 step are priced at level 1's call-long acceptance of them, not the
   estimate after the last verdict.
+- ``margin0``: a level-1 step drafts ``gamma1`` level-0 tokens unless fewer model ``SCHEDULE_MARGIN`` faster (the
+  margin every other departure from level 0 -> 1 -> 2 needs), and level-1 steps level 0 sits out fade its
+  acceptance estimate toward its call-long one (as rounds a level sits out do).
+- ``margin0_nofade``: the margin of ``margin0`` only (level-1 steps without level-0 drafts leave its estimate).
 
     python -m research.planner_variants --variants full --pairs 2 \\
         --output benchmarks/results/counts-not-clocks/full-rounds-7k.json
@@ -32,7 +36,7 @@ from hf_triforce.bench.smollm2 import load_smollm2
 from hf_triforce.bench.timed_run import WARM_UP_TOKENS, measure
 from hf_triforce.hf.versions import cache_kwargs
 from hf_triforce.hierarchy.cost_model import expected_tokens
-from hf_triforce.hierarchy.planner import Plan, Planner
+from hf_triforce.hierarchy.planner import SCHEDULE_MARGIN, Plan, Planner
 
 logger = logging.getLogger("planner_variants")
 
@@ -72,7 +76,39 @@ def overall0(on: bool):
         Planner._level1_rate = level1_rate
 
 
-VARIANTS = {"full": full, "overall0": overall0}
+@contextlib.contextmanager
+def margin0(on: bool, fade: bool = True):
+    """Within the block (``on``), level 0 drafts ``gamma1`` tokens a level-1 step unless fewer model
+    ``SCHEDULE_MARGIN`` faster, and (``fade``) a level-1 step without level-0 drafts counts as a token level 0 sat
+    out."""
+    gamma1, observe_level1 = Planner._gamma1, Planner.observe_level1
+
+    def margined(self) -> int:
+        best = gamma1(self)  # the unmargined choice (probes, rank agreement and the re-measure counter included)
+        full = self.config.gamma1
+        if best != full and self._level1_rate(best) < SCHEDULE_MARGIN * self._level1_rate(full):
+            (best,) = self.consensus.agree([full])
+        return best
+
+    def observed(self, drafted: int, accepted: int, seconds: float) -> None:
+        observe_level1(self, drafted, accepted, seconds)
+        if drafted == 0 and fade:
+            self.a0.idle(1)
+
+    if on:
+        Planner._gamma1, Planner.observe_level1 = margined, observed
+    try:
+        yield
+    finally:
+        Planner._gamma1, Planner.observe_level1 = gamma1, observe_level1
+
+
+def margin0_nofade(on: bool):
+    """``margin0`` without the fade."""
+    return margin0(on, fade=False)
+
+
+VARIANTS = {"full": full, "overall0": overall0, "margin0": margin0, "margin0_nofade": margin0_nofade}
 
 
 def arms(variants: list[str]) -> dict:
