@@ -9,6 +9,13 @@ bench's seven prompts (sampled pair ``i`` with seed ``i``), decode timed from th
   margin every other departure from level 0 -> 1 -> 2 needs), and level-1 steps level 0 sits out fade its
   acceptance estimate toward its call-long one (as rounds a level sits out do).
 - ``margin0_nofade``: the margin of ``margin0`` only (level-1 steps without level-0 drafts leave its estimate).
+- ``nostops``: sampled levels rounds run their planned length too (no stop by level 1's confidence).
+
+Beside each call's wall-clock ms/token (``ms_per_token``) the record keeps its modeled ms/token
+(``modeled_ms_per_token``): the seconds of every round's steps at the costs the process calibrated once (what the
+planner prices rounds with), over the tokens. It counts what a call ran (verifications, level-1 steps and their
+widths, level-0 proposals, re-selections), not how noisy the machine was while it ran; overheads outside the steps
+are not in it.
 
     python -m research.planner_variants --variants full --pairs 2 \\
         --output benchmarks/results/counts-not-clocks/full-rounds-7k.json
@@ -108,7 +115,42 @@ def margin0_nofade(on: bool):
     return margin0(on, fade=False)
 
 
-VARIANTS = {"full": full, "overall0": overall0, "margin0": margin0, "margin0_nofade": margin0_nofade}
+@contextlib.contextmanager
+def nostops(on: bool):
+    """Within the block (``on``), levels rounds never stop by level 1's confidence."""
+    keep = Planner.keep_drafting
+    if on:
+        Planner.keep_drafting = lambda self, drafted, survival: True
+    try:
+        yield
+    finally:
+        Planner.keep_drafting = keep
+
+
+VARIANTS = {
+    "full": full,
+    "overall0": overall0,
+    "margin0": margin0,
+    "margin0_nofade": margin0_nofade,
+    "nostops": nostops,
+}
+
+
+@contextlib.contextmanager
+def modeled_seconds():
+    """Within the block, the planner's rounds add their modeled seconds and tokens to the yielded ``[seconds,
+    tokens]`` (``Planner.observe_round`` sees both before it resets the round's)."""
+    totals, observe_round = [0.0, 0], Planner.observe_round
+
+    def counted(self, tokens: int, seconds: float) -> None:
+        totals[0], totals[1] = totals[0] + self._modeled, totals[1] + tokens
+        observe_round(self, tokens, seconds)
+
+    Planner.observe_round = counted
+    try:
+        yield totals
+    finally:
+        Planner.observe_round = observe_round
 
 
 def arms(variants: list[str]) -> dict:
@@ -130,16 +172,25 @@ def row(model, tokenizer, prompt, temperature: float, pairs: int, variants: list
         with patched():
             measure(model, ids, triforce_config=config, **cache_kwargs(prefix.copy()), **short)
     runs: dict[str, list[float]] = {name: [] for name in every}
+    modeled: dict[str, list[float]] = {name: [] for name in every}
     for i in range(pairs):
         for name, (config, patched) in every.items():
             seed = i if temperature > 0 else 0
-            with patched():
+            with patched(), modeled_seconds() as totals:
                 result = measure(model, ids, seed=seed, triforce_config=config, **cache_kwargs(prefix.copy()), **kwargs)
             runs[name].append(1e3 * result.decode_seconds_per_token)
+            modeled[name].append(1e3 * totals[0] / max(totals[1], 1))
     ms = {name: statistics.median(values) for name, values in runs.items()}
     ratios = {f"{name}_over_fixed": ms["fixed"] / ms[name] for name in every if name != "fixed"}
     logger.info("%s T=%s: %s %s", prompt.name, temperature, runs, {k: round(v, 2) for k, v in ratios.items()})
-    return {"prompt": prompt.name, "temperature": temperature, "ms_per_token": runs, **ratios}
+    logger.info("modeled ms/token: %s", {k: [round(x, 1) for x in v] for k, v in modeled.items()})
+    return {
+        "prompt": prompt.name,
+        "temperature": temperature,
+        "ms_per_token": runs,
+        "modeled_ms_per_token": modeled,
+        **ratios,
+    }
 
 
 def main() -> None:
