@@ -50,17 +50,17 @@ logger = logging.getLogger("planner_variants")
 
 @contextlib.contextmanager
 def full(on: bool):
-    """Within the block (``on``), levels rounds always draft ``gamma2`` tokens."""
-    best_of, keep = Planner._best_of, Planner.keep_drafting
+    """Within the block (``on``), levels rounds always draft ``gamma2`` tokens (``nostops`` and no length chosen)."""
+    best_of = Planner._best_of
     if on:
         Planner._best_of = lambda self, kind: (
             Plan("levels", self.config.gamma2) if kind == "levels" else best_of(self, kind)
         )
-        Planner.keep_drafting = lambda self, drafted, survival: True
     try:
-        yield
+        with nostops(on):
+            yield
     finally:
-        Planner._best_of, Planner.keep_drafting = best_of, keep
+        Planner._best_of = best_of
 
 
 @contextlib.contextmanager
