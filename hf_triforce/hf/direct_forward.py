@@ -143,10 +143,11 @@ class _StepAttention:
     """Attention of one step's ``q`` queries ``[q, H, D]`` over a layer's keys/values ``[1, H_kv, L, D]`` (the queries'
     own keys last): ``[q, H, D]``, causal, or a token tree's mask (:func:`~hf_triforce.hf.attention.active_tree_mask`).
 
-    Several queries run as one product per KV head, each head's query group packed into ``groups * q`` rows, over an
+    Several queries run as one SDPA call with each KV head's query group packed into ``groups * q`` rows, over an
     additive causal bias made once per key length for the whole step (not once per layer): on the CPU a few-token
-    attention over a short view costs its small operations more than its arithmetic. One query runs SDPA, as plain
-    decoding does.
+    attention over a short view costs its small operations more than its arithmetic, and one fused call reads the view
+    once (three tokens over a 512-token view of 7K: 21.9 -> 20.8 ms a step against a product, a softmax and a
+    product per KV head). One query runs SDPA without a bias, as plain decoding does.
     """
 
     def __init__(self, q: int) -> None:
@@ -166,10 +167,10 @@ class _StepAttention:
             )
             return out[0].transpose(0, 1)
         kv_heads = keys.shape[1]
-        rows = query.transpose(0, 1).reshape(kv_heads, heads // kv_heads * q, d)  # [H_kv, groups * q, D]
-        scores = torch.baddbmm(self._bias(heads // kv_heads, keys), rows, keys[0].transpose(1, 2), alpha=scaling)
-        out = torch.bmm(scores.softmax(-1), values[0])  # [H_kv, groups * q, D_v]
-        return out.view(heads, q, -1).transpose(0, 1)
+        rows = query.transpose(0, 1).reshape(1, kv_heads, heads // kv_heads * q, d)  # [1, H_kv, groups * q, D]
+        bias = self._bias(heads // kv_heads, keys)
+        out = F.scaled_dot_product_attention(rows, keys, values, attn_mask=bias, scale=scaling)
+        return out.view(heads, q, -1).transpose(0, 1)  # [1, H_kv, groups * q, D_v] -> [q, H, D_v]
 
     def _bias(self, groups: int, keys: torch.Tensor) -> torch.Tensor:
         """``[groups * q, L]`` additive bias: packed row ``r`` (query ``r % q``) sees keys ``0 .. L - q + r % q``."""
