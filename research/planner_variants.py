@@ -10,8 +10,11 @@ bench's seven prompts (sampled pair ``i`` with seed ``i``), decode timed from th
   acceptance estimate toward its call-long one (as rounds a level sits out do).
 - ``margin0_nofade``: the margin of ``margin0`` only (level-1 steps without level-0 drafts leave its estimate).
 - ``nostops``: sampled levels rounds run their planned length too (no stop by level 1's confidence).
+- ``steady``: the schedules (levels, level 0 -> 2, plain) are compared at each level's call-long acceptance
+  (``StreakAcceptance.overall``); the length of each is still chosen at the estimate after the last verdict.
 
-Beside each call's wall-clock ms/token (``ms_per_token``) the record keeps its modeled ms/token
+Each call's counts go with it (``counts``: rounds by schedule, verifications, tokens, level 2's verdicts on level-0
+drafts). Beside each call's wall-clock ms/token (``ms_per_token``) the record keeps its modeled ms/token
 (``modeled_ms_per_token``): the seconds of every round's steps at the costs the process calibrated once (what the
 planner prices rounds with), over the tokens. It counts what a call ran (verifications, level-1 steps and their
 widths, level-0 proposals, re-selections), not how noisy the machine was while it ran; overheads outside the steps
@@ -127,12 +130,42 @@ def nostops(on: bool):
         Planner.keep_drafting = keep
 
 
+class _Overall:
+    """A level's acceptance read at its call-long rate (what :func:`steady` compares schedules with)."""
+
+    def __init__(self, acceptance) -> None:
+        self.rate, self.verdicts, self.overall = acceptance.overall.rate, acceptance.verdicts, acceptance.overall
+
+
+@contextlib.contextmanager
+def steady(on: bool):
+    """Within the block (``on``), ``Planner._best`` weighs its candidates (each at the length the latest-verdict
+    estimates favour) at the levels' call-long acceptance."""
+    margined = Planner._margined_rate
+
+    def weighed(self, plan):
+        kept = self.a1, self.a0, self.a02
+        self.a1, self.a0, self.a02 = (_Overall(a) for a in kept)
+        try:
+            return margined(self, plan)
+        finally:
+            self.a1, self.a0, self.a02 = kept
+
+    if on:
+        Planner._margined_rate = weighed
+    try:
+        yield
+    finally:
+        Planner._margined_rate = margined
+
+
 VARIANTS = {
     "full": full,
     "overall0": overall0,
     "margin0": margin0,
     "margin0_nofade": margin0_nofade,
     "nostops": nostops,
+    "steady": steady,
 }
 
 
@@ -161,6 +194,17 @@ def arms(variants: list[str]) -> dict:
     return out
 
 
+def call_counts(stats: dict) -> dict:
+    """A call's rounds by schedule, verifications, and level 2's verdicts on level-0 drafts (rounds that drafted)."""
+    skip = stats["levels"]["level0_to_level2"]
+    return {
+        "rounds": stats["rounds"],
+        "target_forwards": stats["target_forwards"],
+        "decoded_tokens": stats["decoded_tokens"],
+        "level0_to_level2": {key: skip[key] for key in ("drafted", "accepted", "rejections")},
+    }
+
+
 def row(model, tokenizer, prompt, temperature: float, pairs: int, variants: list[str]) -> dict:
     """One prompt at one temperature: a warm-up call of each arm, then ``pairs`` interleaved calls of every arm."""
     ids = question_prompt(tokenizer, prompt.text(), prompt.question, 7000)
@@ -173,6 +217,7 @@ def row(model, tokenizer, prompt, temperature: float, pairs: int, variants: list
             measure(model, ids, triforce_config=config, **cache_kwargs(prefix.copy()), **short)
     runs: dict[str, list[float]] = {name: [] for name in every}
     modeled: dict[str, list[float]] = {name: [] for name in every}
+    counts: dict[str, list[dict]] = {name: [] for name in every}
     for i in range(pairs):
         for name, (config, patched) in every.items():
             seed = i if temperature > 0 else 0
@@ -180,6 +225,7 @@ def row(model, tokenizer, prompt, temperature: float, pairs: int, variants: list
                 result = measure(model, ids, seed=seed, triforce_config=config, **cache_kwargs(prefix.copy()), **kwargs)
             runs[name].append(1e3 * result.decode_seconds_per_token)
             modeled[name].append(1e3 * totals[0] / max(totals[1], 1))
+            counts[name].append(call_counts(result.stats))
     ms = {name: statistics.median(values) for name, values in runs.items()}
     ratios = {f"{name}_over_fixed": ms["fixed"] / ms[name] for name in every if name != "fixed"}
     logger.info("%s T=%s: %s %s", prompt.name, temperature, runs, {k: round(v, 2) for k, v in ratios.items()})
@@ -189,6 +235,7 @@ def row(model, tokenizer, prompt, temperature: float, pairs: int, variants: list
         "temperature": temperature,
         "ms_per_token": runs,
         "modeled_ms_per_token": modeled,
+        "counts": counts,
         **ratios,
     }
 

@@ -158,17 +158,19 @@ class Level1Drafter:
 
     def observe_verification(
         self, plan: Plan, drafted: list[int], accepted: list[int], seconds: float, capture: QueryCapture,
-        rank: int | None = None,
+        rank: int | None = None, requested: list[int] | None = None,
     ) -> None:  # fmt: skip
-        """Record row ``b``'s verdict (``accepted[b]`` of ``drafted[b]``) and keep the query of its newest cached token
-        for the next selection; ``rank``: see :meth:`~hf_triforce.hierarchy.planner.Planner.observe_level2`."""
+        """Record row ``b``'s verdict (``accepted[b]`` of ``drafted[b]``, ``requested[b]`` asked for) and keep the
+        query of its newest cached token for the next selection; ``rank`` and ``requested``: see
+        :meth:`~hf_triforce.hierarchy.planner.Planner.observe_level2`."""
         self._round = (self._round[0], sum(accepted) + len(accepted))
         self._queries = capture.rows_at(accepted)
         confidences = self._confidences if len(accepted) == 1 else None
         level = {"levels": "level1", "level0": "level0_to_level2"}.get(plan.kind)
         self.planner.step(self.planner.level2, max(drafted) + 1, seconds)  # one forward, as wide as the widest row
-        for b, (d, a) in enumerate(zip(drafted, accepted, strict=True)):
-            self.planner.observe_level2(plan, d, a, None, confidences, rank)
+        asked = requested if requested is not None else [None] * len(drafted)
+        for b, (d, a, r) in enumerate(zip(drafted, accepted, asked, strict=True)):
+            self.planner.observe_level2(plan, d, a, None, confidences, rank, requested=r)
             if level is not None and d:
                 self._record(b, level, d, a)
 

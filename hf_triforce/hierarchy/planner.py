@@ -377,12 +377,20 @@ class Planner:
         seconds: float | None,
         confidences: list[float] | None = None,
         rank: int | None = None,
+        requested: int | None = None,
     ) -> None:
         """A round's verification: ``accepted`` of ``drafted`` tokens, a ``drafted + 1``-wide forward of ``seconds``;
         ``confidences``: level 1's probability of each draft; ``rank`` (greedy): the 0-based rank of the verifier's
-        token in level 1's scores where it rejected (every greedy node counts as a trial for every rank)."""
+        token in level 1's scores where it rejected (every greedy node counts as a trial for every rank);
+        ``requested``: the drafts a level 0 -> 2 round asked level 0 for. A proposal that came up short of them (an
+        n-gram without a match proposes nothing) and was accepted whole counts as a rejection at its end: the round
+        yielded what a rejection there yields, and a level-0 estimate that skipped such rounds priced level 0 -> 2 at
+        the drafts it happened to have."""
         if seconds is not None:  # None: the caller counted the forward (a batch's, as wide as its widest row)
             self.step(self.level2, drafted + 1, seconds)
+        judged = drafted  # level 2's verdict as the acceptance estimates count it
+        if plan.kind == "level0" and requested is not None and accepted == drafted < requested:
+            judged = accepted + 1
         if plan.kind != "levels":
             self.a1.idle(accepted + 1)
         if plan.kind != "level0":
@@ -396,7 +404,7 @@ class Planner:
             if confidences:
                 self.by_confidence.observe(confidences, accepted)
         elif plan.kind == "level0":
-            self.a02.observe(drafted, accepted)
+            self.a02.observe(judged, accepted)
 
     def observe_level1(self, drafted: int, accepted: int, seconds: float) -> None:
         """A level-1 step over ``drafted`` level-0 drafts (``accepted`` kept), ``drafted + 1`` wide."""

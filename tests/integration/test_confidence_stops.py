@@ -35,10 +35,10 @@ def rounds_seen(monkeypatch) -> list[tuple[int, int, list[float]]]:
             seen.append((room, row_draft.tokens.shape[0], []))
         return drafts
 
-    def observe_spy(self, plan, drafted, accepted, seconds, confidences=None, rank=None):
+    def observe_spy(self, plan, drafted, accepted, seconds, confidences=None, rank=None, requested=None):
         if plan.kind == "levels" and drafted:
             seen[-1][2].extend(confidences or [])
-        return observe(self, plan, drafted, accepted, seconds, confidences, rank)
+        return observe(self, plan, drafted, accepted, seconds, confidences, rank, requested)
 
     monkeypatch.setattr(Level1Drafter, "draft", draft_spy)
     monkeypatch.setattr(Planner, "observe_level2", observe_spy)

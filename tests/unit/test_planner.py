@@ -304,6 +304,21 @@ def test_the_planner_learns_acceptance_by_confidence():
     assert p.token_acceptance(0.999) == after[2]
 
 
+def test_a_level0_proposal_short_of_the_round_counts_as_a_rejection_at_its_end():
+    """A level 0 -> 2 round asked for 6 drafts: an n-gram that proposed 2 (both accepted) or none yielded what a
+    rejection after them yields, and level 2's estimate of level 0 counts it so; a whole proposal accepted does not."""
+    short, whole, unknown = planner(), planner(), planner()
+    for _ in range(6):
+        short.observe_level2(Plan("level0", 6), drafted=2, accepted=2, seconds=None, requested=6)
+        short.observe_level2(Plan("level0", 6), drafted=0, accepted=0, seconds=None, requested=6)
+        whole.observe_level2(Plan("level0", 6), drafted=6, accepted=6, seconds=None, requested=6)
+        unknown.observe_level2(Plan("level0", 6), drafted=2, accepted=2, seconds=None)  # nothing asked: as drafted
+    assert short.a02.overall.failures > 5.0 and unknown.a02.overall.failures < 1.0  # the prior's, faded
+    assert short.a02.overall.rate < 0.6 < 0.9 < whole.a02.overall.rate
+    short.observe_level2(Plan("levels", 6), drafted=2, accepted=2, seconds=None, requested=6)  # level 1's: its own
+    assert short.a1.after[True].verdicts == 1 and short.a1.after[True].failures < 1.0
+
+
 def test_confidence_acceptance_keeps_buckets_apart():
     a = ConfidenceAcceptance()
     for _ in range(20):
