@@ -160,12 +160,12 @@ def _use_grouped_sdpa(base: str, query: torch.Tensor, key: torch.Tensor, mask, k
 
 
 def _use_split_kv(base: str, query: torch.Tensor, key: torch.Tensor, mask, kwargs: dict[str, Any]) -> bool:
-    """Route to the split-KV kernel on CUDA: only TriForce's own forwards get here (batch 1, no padding, new keys last:
-    the mask is bottom-right causal)."""
+    """Route to the split-KV kernel on CUDA with Triton, or its CPU counterpart (key ranges as one SDPA call): only
+    TriForce's own forwards get here (batch 1, no padding, new keys last: the mask is bottom-right causal)."""
     plain = _plain_attention(kwargs) and kwargs.get("sliding_window") is None and query.shape[0] == 1
     rows = query.shape[2] * query.shape[1] // key.shape[1]  # a verification's few tokens, not a prefill chunk
     multi = mask is not None and query.shape[2] > 1 and rows <= MAX_ROWS
-    return base == "sdpa" and plain and multi and triton_enabled(query, key)
+    return base == "sdpa" and plain and multi and (query.device.type == "cpu" or triton_enabled(query, key))
 
 
 _CAPTURE_NAMES: dict[str, str] = {}

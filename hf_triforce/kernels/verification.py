@@ -1,5 +1,7 @@
 """Attention of a few new tokens over a long cache (the full-cache verification): :func:`verify_attention_triton` is
-flash-decoding with the GQA group folded into the query rows; :func:`verify_attention_reference` is pure torch."""
+flash-decoding with the GQA group folded into the query rows; on the CPU
+:func:`~hf_triforce.kernels.verify_cpu.verify_attention_cpu` runs ranges of the keys as one SDPA call;
+:func:`verify_attention_reference` is pure torch."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from ..errors import InvalidInputError
 from .attention import gqa_sdpa_attention
 from .dispatch import check_device, interpreting, triton_enabled
 from .guard import first_launch_guard
+from .verify_cpu import verify_attention_cpu
 
 BLOCK_N = 64  # keys per tile
 MAX_ROWS = 64  # query tokens x GQA group the kernel takes (one tile of rows, in registers)
@@ -33,6 +36,10 @@ def verify_attention(
     args = (query, key, value, scale)
     if triton_enabled(query, key, value):
         return first_launch_guard("verify_attention", verify_attention_triton, verify_attention_reference, *args)
+    if query.device.type == "cpu":
+        out = verify_attention_cpu(*args)
+        if out is not None:
+            return out
     return verify_attention_reference(*args)
 
 
