@@ -234,7 +234,7 @@ class TriForceRun:
         self.stats.decoded_tokens += sum(kept)
         rank = self._missed_rank(plan, drafts, verdicts)
         drafted, accepted = [d.tokens.shape[0] for d in drafts], [n for n, _, _ in verdicts]
-        self.level1.observe_verification(plan, drafted, accepted, seconds, self.capture, rank, budgets)
+        self.level1.observe_verification(plan, drafted, accepted, seconds, self.capture, budgets, rank)
 
     def _missed_rank(self, plan: Plan, drafts: list[RowDraft], verdicts) -> int | None:
         """Rank of level 2's token in level 1's scores at the first rejection (0: none) of a greedy sequence's

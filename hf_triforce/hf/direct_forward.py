@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from transformers import Cache
 
 from ..errors import UnsupportedModelError
-from ..kernels.attention import gqa_sdpa_attention
+from ..kernels.attention import gqa_sdpa_attention, packed_causal_bias
 from ..kernels.int4_linear import Int4Weight, int4_kernel_supports, int4_linear, quantize_int4
 from ..kernels.int8_linear import Int8Weight, int8_kernel_supports, int8_linear, quantize_int8, use_int8_linear
 from ..kernels.linear import linear_forward
@@ -177,10 +177,7 @@ class _StepAttention:
         length = keys.shape[2]
         bias = self._biases.get((groups, length))
         if bias is None:
-            query = torch.arange(groups * self.q, device=keys.device) % self.q
-            visible = torch.arange(length, device=keys.device)[None] <= (length - self.q + query)[:, None]
-            bias = torch.zeros(visible.shape, dtype=keys.dtype, device=keys.device)
-            bias.masked_fill_(~visible, float("-inf"))
+            bias = packed_causal_bias(groups, self.q, length, keys.dtype, keys.device)
             self._biases[groups, length] = bias
         return bias
 

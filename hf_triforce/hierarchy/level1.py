@@ -158,7 +158,7 @@ class Level1Drafter:
 
     def observe_verification(
         self, plan: Plan, drafted: list[int], accepted: list[int], seconds: float, capture: QueryCapture,
-        rank: int | None = None, requested: list[int] | None = None,
+        requested: list[int], rank: int | None = None,
     ) -> None:  # fmt: skip
         """Record row ``b``'s verdict (``accepted[b]`` of ``drafted[b]``, ``requested[b]`` asked for) and keep the
         query of its newest cached token for the next selection; ``rank`` and ``requested``: see
@@ -168,8 +168,7 @@ class Level1Drafter:
         confidences = self._confidences if len(accepted) == 1 else None
         level = {"levels": "level1", "level0": "level0_to_level2"}.get(plan.kind)
         self.planner.step(self.planner.level2, max(drafted) + 1, seconds)  # one forward, as wide as the widest row
-        asked = requested if requested is not None else [None] * len(drafted)
-        for b, (d, a, r) in enumerate(zip(drafted, accepted, asked, strict=True)):
+        for b, (d, a, r) in enumerate(zip(drafted, accepted, requested, strict=True)):
             self.planner.observe_level2(plan, d, a, None, confidences, rank, requested=r)
             if level is not None and d:
                 self._record(b, level, d, a)

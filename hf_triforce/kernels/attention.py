@@ -75,6 +75,21 @@ def _bottom_right_causal(q_len: int, kv_len: int, device: torch.device) -> torch
     return (torch.arange(kv_len, device=device)[None, :] <= rows)[None, None]
 
 
+def packed_causal_bias(
+    groups: int, q_len: int, kv_len: int, dtype: torch.dtype, device: torch.device | None = None
+) -> torch.Tensor:
+    """``[groups * q, kv_len]`` additive bottom-right causal bias for a KV head's query group packed into rows: row
+    ``r`` (query ``r % q``) sees keys ``0 .. kv_len - q + r % q``.
+
+    Example:
+        >>> packed_causal_bias(2, 2, 3, torch.float32).isfinite().int().tolist()
+        [[1, 1, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1]]
+    """
+    query = torch.arange(groups * q_len, device=device) % q_len
+    visible = torch.arange(kv_len, device=device)[None] <= (kv_len - q_len + query)[:, None]
+    return torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, float("-inf"))
+
+
 def slot_attention_mask(
     key_valid: torch.Tensor,
     q_len: int,

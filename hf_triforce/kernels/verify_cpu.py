@@ -15,6 +15,8 @@ import math
 
 import torch
 
+from .attention import packed_causal_bias
+
 MIN_PART_KEYS = 512
 """Keys per range at least: shorter ranges cost their calls' overhead more than an idle thread costs."""
 
@@ -32,6 +34,7 @@ def cpu_key_parts(batch_heads: int, kv_len: int, threads: int | None = None) -> 
     return max(1, min(parts, kv_len // MIN_PART_KEYS))
 
 
+@functools.cache
 def cpu_kernel_available() -> bool:
     """Whether this torch has CPU SDPA with its log-sum-exp (``_scaled_dot_product_flash_attention_for_cpu``)."""
     return hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
@@ -90,7 +93,5 @@ def _range_mask(parts: int, stride: int, span: int, groups: int, q_len: int, dty
     shape: a verification's layers share it."""
     mask = torch.zeros(parts, 1, groups * q_len, span, dtype=dtype)
     mask[:-1, :, :, stride:] = float("-inf")
-    query = torch.arange(groups * q_len) % q_len
-    hidden = torch.arange(span)[None] > (span - q_len + query)[:, None]
-    mask[-1, 0].masked_fill_(hidden, float("-inf"))
+    mask[-1, 0] = packed_causal_bias(groups, q_len, span, dtype)
     return mask
