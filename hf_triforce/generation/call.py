@@ -12,6 +12,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from ..caches.streaming import StreamingLLMCache
 from ..config import DRAFT_SINKS, TriForceConfig, as_config
 from ..hf.caches import callers_cache
+from ..hf.facts import ModelFacts
 from ..hf.generate import decoder_only_output
 from ..hf.linears import level1_copy, swapped_linears
 from ..hf.model import layer_rotary, num_layers, step_bytes
@@ -36,13 +37,14 @@ def prepare_triforce_call(model, triforce_config: TriForceConfig | dict, generat
     if state is not None:
         state.begin_call()  # before any check: a refused call must not leave the last call's statistics
     config = as_config(triforce_config)
-    check_generate_kwargs(model, generate_kwargs)
+    facts = check_generate_kwargs(model, generate_kwargs)
     draft_model, assistant = generate_kwargs.pop("draft_model", None), generate_kwargs.pop("assistant_model", None)
     return functools.partial(
         triforce_decode,
         triforce_config=config,
         assistant_model=assistant if draft_model is None else draft_model,
         triforce_streamer=generate_kwargs.get("streamer"),
+        model_facts=facts,
     )
 
 
@@ -58,6 +60,7 @@ def triforce_decode(
     triforce_config: TriForceConfig,
     assistant_model=None,
     triforce_streamer=None,
+    model_facts: ModelFacts | None = None,
     **model_kwargs,
 ):
     """TriForce decoding with the call's logits processors and stopping criteria (``custom_generate``): ``[B, prompt +
@@ -65,7 +68,7 @@ def triforce_decode(
     streamer = streamer or triforce_streamer
     triforce_config = triforce_config.for_context(input_ids.shape[1])  # 'auto' sizes decided once, for this call
     call = Call(input_ids, generation_config, model_kwargs, streamer, stopping_criteria, assistant_model, model)
-    plan = plan_call(model, triforce_config, call)
+    plan = plan_call(model, triforce_config, call, model_facts)
     _note_a_view_that_holds_the_prompt(input_ids.shape[1], triforce_config)
     stats = TriForceStats(level1_weights=plan.level1_weights, level1_forward=plan.level1_forward)
     stats.phases.synchronize = timing_requested()

@@ -46,6 +46,7 @@ class Facts:
     call: Call | None = None
     level1_steps: StepMode = "dynamic"
     generate_kwargs: dict[str, Any] | None = None  # before generate() prepares anything
+    assistant: ModelFacts | None = None  # the call's assistant_model, read once with the target's
 
 
 @dataclass(frozen=True)
@@ -139,11 +140,10 @@ def _context_problem(f: Facts) -> str | None:
 
 
 def _assistant_problem(f: Facts) -> str | None:
-    assistant = f.call.assistant
-    problem = model_facts(assistant).unsupported
+    problem = f.assistant.unsupported
     if problem is not None:
         return f"assistant_model is {problem}"
-    target, draft = vocab_size(f.call.target), vocab_size(assistant)
+    target, draft = vocab_size(f.call.target), vocab_size(f.call.assistant)
     if target != draft:
         return f"assistant_model has a vocabulary of {draft} tokens and the target {target}"
     return None
@@ -379,9 +379,9 @@ def check_model(model: torch.nn.Module) -> None:
     refuse(Facts(model_facts(model), TriForceConfig()), _MODEL)
 
 
-def check_generate_kwargs(model: torch.nn.Module, generate_kwargs: dict[str, Any]) -> None:
+def check_generate_kwargs(model: torch.nn.Module, generate_kwargs: dict[str, Any]) -> ModelFacts:
     """Refuse what must be refused before ``generate()`` prepares anything (it would build a ``cache_implementation``'s
-    cache; stop strings need the tokenizer it then drops)."""
+    cache; stop strings need the tokenizer it then drops); the model's facts it read, for :func:`plan_call`."""
     kwargs = {
         **generate_kwargs,
         "generation_config": generate_kwargs.get("generation_config") or model.generation_config,
@@ -390,17 +390,20 @@ def check_generate_kwargs(model: torch.nn.Module, generate_kwargs: dict[str, Any
     facts = Facts(model_facts(model), TriForceConfig(), generate_kwargs=kwargs)
     for feature in (_CACHE, _CUSTOM, _STOPS, _TWO_DRAFTS):
         refuse(facts, feature)
+    return facts.model
 
 
-def plan_call(model: torch.nn.Module, config: TriForceConfig, call: Call) -> CallPlan:
-    """The plan of one call: every refusal first (:data:`LIMITS`), then each level's form.
+def plan_call(model: torch.nn.Module, config: TriForceConfig, call: Call, known: ModelFacts | None = None) -> CallPlan:
+    """The plan of one call: every refusal first (:data:`LIMITS`), then each level's form. ``known``: the model's
+    facts as :func:`check_generate_kwargs` read them for this call (else read here); each model is read once a call.
 
     Example:
         >>> plan = plan_call(model, TriForceConfig(), call)  # doctest: +SKIP
         >>> plan.level1_forward, plan.level1_weights, plan.level1_steps  # a Llama on the CPU  # doctest: +SKIP
         ('direct', 'int4', 'dynamic')
     """
-    facts = Facts(model_facts(model), config, call)
+    assistant = None if call.assistant is None else model_facts(call.assistant)
+    facts = Facts(known or model_facts(model), config, call, assistant=assistant)
     asked = {_BATCH: call.batched, _OFFLOAD: config.offload_kv, _SAMPLING: call.generation.do_sample}
     for feature in (_MODEL, _GENERATE, _DRAFT_MODEL, _ASSISTANT, _REUSE, _BATCH, _OFFLOAD, _SAMPLING):
         if asked.get(feature, True):
@@ -409,7 +412,7 @@ def plan_call(model: torch.nn.Module, config: TriForceConfig, call: Call) -> Cal
     drafter = _drafter(config, call.assistant)
     draft_steps = "dynamic"
     if drafter == "model":
-        draft_steps = _steps(Facts(model_facts(call.assistant), config, call), config.cuda_graphs)
+        draft_steps = _steps(Facts(assistant, config, call), config.cuda_graphs)
     direct = available(facts, _DIRECT)
     return CallPlan(
         drafter=drafter,
