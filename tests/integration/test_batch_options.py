@@ -2,7 +2,8 @@
 
 Each case checks greedy output against plain ``generate()`` given the same inputs, and from the call's own
 statistics that level 1 drafted (and was rejected, over a sparse view). What a batch still refuses is in
-``test_batches.py::test_batch_refusals``; the sampling side of reused caches is in ``test_sampling_distribution.py``.
+``test_batches.py::test_batch_refusals``; the sampling side of batches from reused caches is in
+``test_sampling_paths.py``.
 """
 
 from __future__ import annotations

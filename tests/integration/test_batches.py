@@ -3,7 +3,7 @@
 Rows have prompts of different lengths (left padding), accept different numbers of tokens per round, and stop at
 different points; each row must come out exactly as plain batched greedy ``generate()`` makes it, and (float32)
 as that row generated alone. The sampling side (rows distributed like plain sampling, per prompt) is in
-``test_sampling_distribution.py``. The schedule is fixed (``adaptive=False``), and every case asserts from the call's
+``test_sampling_paths.py``. The schedule is fixed (``adaptive=False``), and every case asserts from the call's
 statistics that the levels it names drafted (and level 1 rejected, where the views are sparse).
 """
 

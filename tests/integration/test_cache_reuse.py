@@ -5,8 +5,9 @@ The patterns transformers documents: prefill a shared prefix once (a forward, or
 greedy output identical to plain ``generate()`` given the same cache (every family, every level-0 drafter),
 the caller's cache object ending as plain ``generate()`` leaves it (same length, same keys and values up to
 float32 rounding of multi-token forwards), the returned cache, only the uncached tokens prefilled, and the
-caches TriForce cannot start from refused before any forward. Sampling through this path is checked by the
-chi-square test in ``test_sampling_distribution.py``.
+caches TriForce cannot start from refused before any forward. Sampled: seed for seed, the tokens of the same call
+without the prefilled cache (:func:`test_sampled_calls_from_a_prefilled_cache_draw_what_fresh_calls_draw`), whose
+distribution ``test_sampling_distribution.py`` tests.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from transformers import DynamicCache, QuantizedCache
 import hf_triforce
 from hf_triforce import RetrievalCache, TriForceConfig, UnsupportedGenerationError
 from hf_triforce.hf.versions import CACHE_ARG, cache_kwargs, output_cache
+from tests.support.sampled_runs import PROMPT_LENGTH, check_paths, one_thread, same_tokens, tiny_sampler
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +30,8 @@ CFG = dict(
     adaptive=False,  # a fixed schedule: every round speculates, so each case's assert_ran holds on any machine
 )  # fmt: skip
 FAMILIES = ("llama_mha", "llama_gqa", "mistral", "qwen2", "qwen3")
+SAME_SEEDS = range(100)
+"""Seeds of the sampled same-tokens test (``torch.manual_seed(i)`` for call ``i``)."""
 KV_ATOL = 1e-4  # float32 keys/values of a multi-token forward vs one-token steps (measured: ~2e-6)
 
 
@@ -256,3 +260,22 @@ def test_cache_implementation_is_refused(llama, watched, make_prompt, implementa
             make_prompt(40, seed=15), max_new_tokens=4, cache_implementation=implementation,
             triforce_config=TriForceConfig(**CFG),
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "processors, drafter",
+    [pytest.param({"temperature": 0.7}, "none", id="temperature0.7-none"),
+     pytest.param({"top_p": 0.8}, "model", id="top_p0.8-model")],
+)  # fmt: skip
+def test_sampled_calls_from_a_prefilled_cache_draw_what_fresh_calls_draw(model_factory, processors, drafter):
+    """Sampled (the sampling tests' tiny model and sparse view), each call given a deep copy of a cache holding 90 of
+    the 100 prompt tokens draws, seed for seed, the tokens of the same call prefilling all 100 itself: so it has the
+    distribution ``test_sampling_distribution.py`` tests. The cached tokens were reused and every level's rejection
+    rule ran over the seeds."""
+    sampler, cached = tiny_sampler(model_factory), PROMPT_LENGTH - 10
+    with one_thread():
+        fresh, _ = sampler.triforce(processors, drafter, seeds=SAME_SEEDS)
+        reused, totals = sampler.triforce(processors, drafter, cached=cached, seeds=SAME_SEEDS)
+    same_tokens(reused, fresh, f"a prefilled cache of {cached} tokens")
+    assert totals["reused_tokens"] == cached, totals
+    check_paths(totals, drafter)

@@ -5,8 +5,9 @@ On the CPU the host and the device are the same memory, so the offloaded storage
 output equal to plain ``generate()`` on 4-layer models (more layers than the two device buffers, so every
 verification streams every layer), with every level-0 drafter, fixed-shape steps, a batch, a reused cache and a
 chunked prefill; the transfers: each verification copies each layer once, a level-1 step copies nothing, the new
-tokens go back to the host; the refusals. The sampling side is ``test_sampling_distribution.py``'s
-``test_sampled_triforce_with_the_cache_offloaded``.
+tokens go back to the host; the refusals. Sampled: seed for seed, the tokens of the same call without offloading
+(:func:`test_sampled_calls_draw_what_they_draw_without_offloading`), whose distribution
+``test_sampling_distribution.py`` tests.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hf_triforce.hf.versions import CACHE_ARG, cache_kwargs, output_cache
 from hf_triforce.hierarchy.level1 import Level1Drafter
 from tests.integration.conftest import build_model
 from tests.integration.test_batches import check_rows, left_padded
+from tests.support.sampled_runs import check_paths, one_thread, same_tokens, tiny_sampler
 from tests.support.speculation import Ran
 
 pytestmark = pytest.mark.integration
@@ -32,6 +34,10 @@ CFG = dict(retrieval_budget=64, chunk_size=8, recent_window=16, gamma1=2, gamma2
            draft_cache_budget=48)  # fmt: skip
 REJECTED = Ran(rejected=("level1",))
 LAYERS = 4  # more than the two device buffers: every verification copies every layer
+
+
+SAME_SEEDS = range(100)
+"""Seeds of the sampled same-tokens test (``torch.manual_seed(i)`` for call ``i``)."""
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +159,20 @@ def test_refusals(model, make_prompt, forward_counter):
         del model.hf_device_map
         counter.remove()
     assert counter.calls == 0
+
+
+def test_sampled_calls_draw_what_they_draw_without_offloading(model_factory):
+    """Sampled (temperature 0.9, top-p 0.9, the draft model at level 0, the sparse view of the sampling tests), each
+    seed gives the very tokens of the call without ``offload_kv``: offloading moves the full cache, not what is
+    computed, so the offloaded path has the distribution ``test_sampling_distribution.py`` tests. Every level's
+    rejection rule ran over the seeds, and the calls copied the cache to the device."""
+    sampler, processors = tiny_sampler(model_factory), {"temperature": 0.9, "top_p": 0.9}
+    with one_thread():
+        on_device, _ = sampler.triforce(processors, "model", seeds=SAME_SEEDS)
+        offloaded, totals = sampler.triforce(processors, "model", options={"offload_kv": True}, seeds=SAME_SEEDS)
+    same_tokens(offloaded, on_device, "offload_kv=True")
+    check_paths(totals, "model")
+    assert totals["kv_bytes_to_device"] > 0, totals
 
 
 @pytest.mark.gpu

@@ -2,7 +2,7 @@
 run, level 1 over a whole-sequence view accepts every first candidate (the tree mask and the positions by depth are
 right at both levels), a round can end inside the tree (EOS, the length limit, a stop string) exactly where plain
 decoding ends, and every call trees cannot serve is refused before any work. The sampled distribution is tested in
-``test_sampling_distribution.py`` (``test_sampled_token_trees_match_plain_generate``), the rule itself in
+``test_sampling_paths.py`` (``test_sampled_token_trees_match_plain_generate``), the rule itself in
 ``tests/unit/test_tree_sampling.py``.
 """
 
