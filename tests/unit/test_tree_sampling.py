@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
+from hf_triforce.hierarchy import tree_shape
 from hf_triforce.hierarchy.tree_shape import PositionalAcceptance, TreeShape, best_tree, best_trees, chain
 from hf_triforce.sampling import acceptance_probability, after_rejection, verify_candidates, verify_tree
 
@@ -176,6 +177,37 @@ def test_one_program_run_gives_every_size(p):
         assert shape.size <= size and shape.depth <= 3
         assert shape.expected_tokens == pytest.approx(_brute_force(p, size, 3))
         assert _reached(shape, p) == pytest.approx(shape.expected_tokens)
+
+
+def _split_table_loops(p: tuple[float, ...], m: int, subtree: list[float]):
+    """The reference of ``tree_shape._split_table``: the split program as plain loops (``choice``: the first ``j``
+    that improves on the best so far by more than ``1e-12``)."""
+    table = [[0.0] * (m + 1) for _ in range(len(p) + 1)]
+    choice = [[0] * (m + 1) for _ in range(len(p) + 1)]
+    for k in range(len(p) - 1, -1, -1):
+        for r in range(1, m + 1):
+            for j in range(1, r + 1):
+                value = p[k] * subtree[j] + table[k + 1][r - j]
+                if value > table[k][r] + 1e-12:
+                    table[k][r], choice[k][r] = value, j
+    return table, choice
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_split_table_matches_the_loops(seed):
+    """The vectorized split program gives the loops' values and choices: vectors as the planner rounds them (2
+    decimals, ties among ranks), zeros, and the flat subtree values of depth 0 (every size ties)."""
+    rng = np.random.default_rng(seed)
+    ranks, m = int(rng.integers(1, tree_shape.MAX_BRANCH + 1)), int(rng.integers(0, 64))
+    p = tuple(float(x) for x in np.round(np.sort(rng.uniform(0, 1, ranks))[::-1] * rng.uniform(0.2, 1), 2))
+    if seed % 5 == 0:
+        p = (*p[:-1], 0.0)
+    depth0 = seed % 4 == 0
+    subtree = [0.0] + ([1.0] * m if depth0 else np.cumsum(rng.uniform(0.01, 1, m)).round(3).tolist())
+    table, choice = tree_shape._split_table(p, m, subtree)
+    want_table, want_choice = _split_table_loops(p, m, subtree)
+    assert choice == want_choice
+    assert np.allclose(table, want_table, rtol=0, atol=1e-12)
 
 
 def test_breadth_first_order_and_chain():
