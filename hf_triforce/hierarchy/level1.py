@@ -190,10 +190,11 @@ class Level1Drafter:
     # -- the planner's costs ---------------------------------------------------------------------------------
 
     def calibrate(self, rows: list[Row]) -> None:
-        """Time a re-selection (the first view, which the first round then uses), level-1 steps at
-        :func:`~hf_triforce.hierarchy.calibration.level1_widths` and level-0 proposals of
-        :func:`~hf_triforce.hierarchy.calibration.level0_drafts` into the planner's costs. Nothing else of it stays:
-        the steps' tokens leave the view and the drafters start over."""
+        """Time a re-selection, level-1 steps at :func:`~hf_triforce.hierarchy.calibration.level1_widths` and level-0
+        proposals of :func:`~hf_triforce.hierarchy.calibration.level0_drafts` into the planner's costs. Nothing of it
+        stays: the view is forgotten (the first level-1 round selects its own, from the queries it then has, as in a
+        call that does not calibrate; kept, it made the calibrating call's views differ from the next calls' where
+        level 0 -> 2 rounds came first, and with them its text) and the drafters start over."""
         costs, device = self.planner.costs, rows[0].ids.device
         costs.refresh.observe(1, timed(self._select_view, device))
         positions = self.slots.positions.tolist()
@@ -202,6 +203,7 @@ class Level1Drafter:
             for _ in range(TIMES):
                 costs.level1.observe(width, timed(functools.partial(self.steps.logits, inputs, positions), device))
                 self.steps.keep([0] * len(rows), width)
+        self.steps.forget()
         if self.drafters is None:
             return
         prefix = rows[0].real_ids()
