@@ -38,6 +38,7 @@ from hf_triforce.hf import facts
 from hf_triforce.hierarchy import static_steps
 from hf_triforce.hierarchy.planner import Planner
 from hf_triforce.stats import TriForceStats
+from tests.support.sampled_runs import Sampler, one_thread, tiny_sampler
 from tests.support.speculation import LEVEL1_DRAFTED, ForcedPlans, Ran, check_ran
 
 VOCAB = 256
@@ -228,6 +229,21 @@ def model_factory() -> Callable[..., torch.nn.Module]:
     """``model_factory(family, num_layers=2, seed=0, vocab_size=256, enable=True)``: a fresh model, see
     :func:`build_model` (for tests that need their own instance, e.g. to compare with a never-enabled one)."""
     return build_model
+
+
+@pytest.fixture(scope="module")
+def sampler(model_factory) -> Sampler:
+    """The sampling tests' tiny 8-token target, its 1-layer draft model and 100-token prompt, one per module, its
+    samples memoized (:func:`~tests.support.sampled_runs.tiny_sampler`)."""
+    return tiny_sampler(model_factory)
+
+
+@pytest.fixture(scope="module")
+def one_intra_op_thread() -> Iterator[None]:
+    """One intra-op thread for a whole module (:func:`~tests.support.sampled_runs.one_thread`); the sampling modules
+    ask for it with ``pytest.mark.usefixtures``."""
+    with one_thread():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from transformers import DynamicCache, QuantizedCache
 import hf_triforce
 from hf_triforce import RetrievalCache, TriForceConfig, UnsupportedGenerationError
 from hf_triforce.hf.versions import CACHE_ARG, cache_kwargs, output_cache
-from tests.support.sampled_runs import PROMPT_LENGTH, check_paths, one_thread, same_tokens, tiny_sampler
+from tests.support.sampled_runs import PROMPT_LENGTH, check_paths, one_thread, same_tokens
 
 pytestmark = pytest.mark.integration
 
@@ -267,12 +267,12 @@ def test_cache_implementation_is_refused(llama, watched, make_prompt, implementa
     [pytest.param({"temperature": 0.7}, "none", id="temperature0.7-none"),
      pytest.param({"top_p": 0.8}, "model", id="top_p0.8-model")],
 )  # fmt: skip
-def test_sampled_calls_from_a_prefilled_cache_draw_what_fresh_calls_draw(model_factory, processors, drafter):
+def test_sampled_calls_from_a_prefilled_cache_draw_what_fresh_calls_draw(sampler, processors, drafter):
     """Sampled (the sampling tests' tiny model and sparse view), each call given a deep copy of a cache holding 90 of
     the 100 prompt tokens draws, seed for seed, the tokens of the same call prefilling all 100 itself: so it has the
     distribution ``test_sampling_distribution.py`` tests. The cached tokens were reused and every level's rejection
     rule ran over the seeds."""
-    sampler, cached = tiny_sampler(model_factory), PROMPT_LENGTH - 10
+    cached = PROMPT_LENGTH - 10
     with one_thread():
         fresh, _ = sampler.triforce(processors, drafter, seeds=SAME_SEEDS)
         reused, totals = sampler.triforce(processors, drafter, cached=cached, seeds=SAME_SEEDS)

@@ -25,7 +25,7 @@ from hf_triforce.hf.versions import CACHE_ARG, cache_kwargs, output_cache
 from hf_triforce.hierarchy.level1 import Level1Drafter
 from tests.integration.conftest import build_model
 from tests.integration.test_batches import check_rows, left_padded
-from tests.support.sampled_runs import check_paths, one_thread, same_tokens, tiny_sampler
+from tests.support.sampled_runs import check_paths, one_thread, same_tokens
 from tests.support.speculation import Ran
 
 pytestmark = pytest.mark.integration
@@ -161,12 +161,12 @@ def test_refusals(model, make_prompt, forward_counter):
     assert counter.calls == 0
 
 
-def test_sampled_calls_draw_what_they_draw_without_offloading(model_factory):
+def test_sampled_calls_draw_what_they_draw_without_offloading(sampler):
     """Sampled (temperature 0.9, top-p 0.9, the draft model at level 0, the sparse view of the sampling tests), each
     seed gives the very tokens of the call without ``offload_kv``: offloading moves the full cache, not what is
     computed, so the offloaded path has the distribution ``test_sampling_distribution.py`` tests. Every level's
     rejection rule ran over the seeds, and the calls copied the cache to the device."""
-    sampler, processors = tiny_sampler(model_factory), {"temperature": 0.9, "top_p": 0.9}
+    processors = {"temperature": 0.9, "top_p": 0.9}
     with one_thread():
         on_device, _ = sampler.triforce(processors, "model", seeds=SAME_SEEDS)
         offloaded, totals = sampler.triforce(processors, "model", options={"offload_kv": True}, seeds=SAME_SEEDS)

@@ -59,15 +59,12 @@ from tests.support.sampled_runs import (
     NUM_SAMPLES,
     VOCAB,
     WINDOW_ALPHA,
-    Sampler,
     check_paths,
     detected,
-    one_thread,
     same_distribution,
-    tiny_sampler,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_intra_op_thread")]
 
 # Each logits processor at least once, each drafter at least once, three-level cases with top-k and top-p, and
 # processors that read earlier tokens or the length (repetition penalty, no-repeat n-grams, a minimum length with
@@ -83,19 +80,6 @@ CASES = [
     pytest.param({"no_repeat_ngram_size": 3, "temperature": 1.2}, "ngram", id="no_repeat_ngram3-ngram"),
     pytest.param(EOS_PROCESSORS, "model", id="min_new_tokens3-eos-model"),
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """This module on one intra-op thread (:func:`~tests.support.sampled_runs.one_thread`)."""
-    with one_thread():
-        yield
-
-
-@pytest.fixture(scope="module")
-def sampler(model_factory) -> Sampler:
-    """The tiny target, its 1-layer draft model and the 100-token prompt (:func:`tiny_sampler`)."""
-    return tiny_sampler(model_factory)
 
 
 def test_tiny_model_is_non_degenerate(sampler):

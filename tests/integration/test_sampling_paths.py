@@ -25,25 +25,10 @@ from tests.support.sampled_runs import (
     check_paths,
     detected,
     in_workers,
-    one_thread,
     same_distribution,
-    tiny_sampler,
 )
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """This module on one intra-op thread (:func:`~tests.support.sampled_runs.one_thread`)."""
-    with one_thread():
-        yield
-
-
-@pytest.fixture(scope="module")
-def sampler(model_factory) -> Sampler:
-    """The tiny target, its 1-layer draft model and the 100-token prompt (:func:`tiny_sampler`)."""
-    return tiny_sampler(model_factory)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_intra_op_thread")]
 
 
 def test_sampled_triforce_on_fixed_shapes(sampler):
