@@ -13,13 +13,13 @@ from transformers import Cache
 
 from ..errors import UnsupportedModelError
 from ..kernels.attention import gqa_sdpa_attention, packed_causal_bias
-from ..kernels.int4_linear import Int4Weight, int4_kernel_supports, int4_linear, quantize_int4
-from ..kernels.int8_linear import Int8Weight, int8_kernel_supports, int8_linear, quantize_int8, use_int8_linear
+from ..kernels.int4_linear import Int4Weight, int4_kernel_supports, quantize_int4
+from ..kernels.int8_linear import MAX_ROWS, Int8Weight, int8_kernel_supports, quantize_int8
 from ..kernels.linear import linear_forward
 from .attention import active_tree_mask
 from .distributed import tensor_parallel_size
 from .linears import kept_beside, weight_fingerprint
-from .model import apply_rope, decoder_layers, is_dispatched
+from .model import decoder_layers, is_dispatched, rope_matrices
 from .quantization import is_plain_linear, quantized_linears
 from .versions import cache_layer_types
 
@@ -51,10 +51,20 @@ class Projection:
             return cls(tuple(layers), quantize_int4(weight), bias)
         return cls(tuple(layers), quantize_int8(weight), bias)
 
+    def in_dtype(self, rows: int) -> torch.dtype:
+        """The dtype ``rows`` rows are multiplied in: bfloat16 where the low-bit copy serves them (its kernels round
+        their input to it), else the layers' own."""
+        low_bit = self.low_bit is not None and rows <= MAX_ROWS
+        return torch.bfloat16 if low_bit else self.layers[0].weight.dtype
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.low_bit is not None and use_int8_linear(x):
-            multiply = int4_linear if isinstance(self.low_bit, Int4Weight) else int8_linear
-            return multiply(x, self.low_bit, self.bias)
+        """``x`` ``[rows, K]`` times the weights, ``[rows, sum N]``: in bfloat16 from the low-bit copy (a caller that
+        keeps it so saves two casts a product; with a bias, in the bias' dtype), else in the layers' dtype (``x``
+        cast to it)."""
+        if self.low_bit is not None and x.shape[0] <= MAX_ROWS:
+            out = self.low_bit.rows_product(x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16))
+            return out if self.bias is None else out + self.bias
+        x = x.to(self.layers[0].weight.dtype)
         outputs = [linear_forward(layer, x) for layer in self.layers]
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
 
@@ -74,6 +84,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return F.rms_norm(x, weight.shape, weight, eps)
     variance = x.float().pow(2).mean(-1, keepdim=True)
     return weight * (x.float() * torch.rsqrt(variance + eps)).to(x.dtype)
+
+
+def _function(act: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """An activation module's ``forward`` (what calling it runs, without ``nn.Module.__call__``'s hook handling,
+    ~5 us a call), or ``act`` itself where it is a function."""
+    return act.forward if isinstance(act, torch.nn.Module) else act
 
 
 def _norm(module: torch.nn.Module | None) -> tuple[torch.Tensor, float] | None:
@@ -109,30 +125,36 @@ class DirectLayer:
             _norm(layer.input_layernorm), Projection.of(*qkv, weights=weights), _norm(getattr(attn, "q_norm", None)),
             _norm(getattr(attn, "k_norm", None)), Projection.of(attn.o_proj, weights=weights),
             _norm(layer.post_attention_layernorm), Projection.of(*gate_up, weights=weights),
-            Projection.of(mlp.down_proj, weights=weights), getattr(mlp, "act_fn", None) or mlp.activation_fn,
+            Projection.of(mlp.down_proj, weights=weights), _function(getattr(mlp, "act_fn", None) or mlp.activation_fn),
             heads, kv_heads, attn.head_dim, float(attn.scaling),
         )  # fmt: skip
 
-    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer, attend) -> torch.Tensor:
-        """``x`` ``[q, H]`` after this layer; the new keys/values are appended to ``cache_layer``."""
-        x = x + self.o(self.attention(rms_norm(x, *self.input_norm), cos, sin, cache_layer, attend))
+    def __call__(self, x: torch.Tensor, rope: torch.Tensor, cache_layer, attend) -> torch.Tensor:
+        """``x`` ``[q, H]`` after this layer (added to in place); the new keys/values are appended to ``cache_layer``.
+        ``rope``: :func:`~hf_triforce.hf.model.rope_matrices` ``[q, D, D]``; ``attend``: the step's
+        :class:`_StepAttention`. With a low-bit copy the products' outputs and the MLP's activation stay in bfloat16
+        (the next product rounds its input to it anyway) and are added to the float residual in place: four casts
+        and a copy fewer a layer than casting each product's input and output."""
+        x += self.o(self.attention(rms_norm(x, *self.input_norm), rope, cache_layer, attend))
         gate, up = self.gate_up(rms_norm(x, *self.post_norm)).chunk(2, dim=-1)
-        return x + self.down(self.act(gate) * up)
+        return x.add_(self.down(self.act(gate).mul_(up)))
 
-    def attention(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_layer, attend) -> torch.Tensor:
-        """Self-attention of ``h`` ``[q, H]`` over the cache layer and itself (causal): ``[q, heads * head_dim]``.
-        ``cos``/``sin``: ``[q, 1, R]``; ``attend``: the step's :class:`_StepAttention`."""
+    def attention(self, h: torch.Tensor, rope: torch.Tensor, cache_layer, attend) -> torch.Tensor:
+        """Self-attention of ``h`` ``[q, H]`` over the cache layer and itself (causal): ``[q, heads * head_dim]``, in
+        the dtype the output projection multiplies it in."""
         q, d, heads = h.shape[0], self.head_dim, self.heads
-        states = self.qkv(h).view(q, heads + 2 * self.kv_heads, d)
-        if self.q_norm is None and self.k_norm is None:  # queries and keys rotated in one pass
-            rotated = apply_rope(states[:, : heads + self.kv_heads], cos, sin)
+        states = self.qkv(h).to(h.dtype).view(q, heads + 2 * self.kv_heads, d)
+        if self.q_norm is None and self.k_norm is None:  # queries and keys rotated in one product
+            rotated = torch.bmm(states[:, : heads + self.kv_heads], rope)
             query, key = rotated[:, :heads], rotated[:, heads:]
         else:
-            query = apply_rope(self._head_norm(states[:, :heads], self.q_norm), cos, sin)
-            key = apply_rope(self._head_norm(states[:, heads : heads + self.kv_heads], self.k_norm), cos, sin)
+            query = torch.bmm(self._head_norm(states[:, :heads], self.q_norm), rope)
+            key = torch.bmm(self._head_norm(states[:, heads : heads + self.kv_heads], self.k_norm), rope)
         value = states[:, heads + self.kv_heads :]
         keys, values = cache_layer.update(key.transpose(0, 1)[None], value.transpose(0, 1)[None])
-        return attend(query, keys, values, self.scaling).reshape(q, heads * d)
+        out = attend(query, keys, values, self.scaling)  # [q, heads, D], heads-major in memory
+        rows = torch.empty((q, heads, out.shape[-1]), dtype=self.o.in_dtype(q), device=out.device)
+        return rows.copy_(out).view(q, -1)  # one copy: contiguous and cast
 
     @staticmethod
     def _head_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float] | None) -> torch.Tensor:
@@ -213,9 +235,9 @@ class DirectDecoder:
         else:
             positions = torch.arange(position, position + tokens.shape[0], device=tokens.device)[None]
         cos, sin = self.rotary(x[None], positions)
-        cos, sin, attend = cos[0, :, None], sin[0, :, None], _StepAttention(tokens.shape[0])  # [q, 1, R]
+        rope, attend = rope_matrices(cos[0], sin[0], self.layers[0].head_dim), _StepAttention(tokens.shape[0])
         for layer, cache_layer in zip(self.layers, cache.layers, strict=True):
-            x = layer(x, cos, sin, cache_layer, attend)
+            x = layer(x, rope, cache_layer, attend)
         return self.head(rms_norm(x, *self.norm)).float()
 
 

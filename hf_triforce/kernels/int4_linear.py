@@ -57,6 +57,11 @@ class Int4Weight:
         """Bytes the copy holds (the kernel's values, scales and zeros)."""
         return sum(t.numel() * t.element_size() for t in (self.packed, self.scales_and_zeros))
 
+    def rows_product(self, rows: torch.Tensor) -> torch.Tensor:
+        """``[M, N]`` bfloat16: ``[M, K]`` bfloat16 ``rows`` times the weight, the kernel alone (no reshape or cast: a
+        few-token forward that keeps its rows so saves their dispatch, ~5 us a product on the CPU)."""
+        return _int4_mm(rows, self.packed, self.group_size, self.scales_and_zeros)
+
 
 def int4_kernel_available(device: torch.device | str = "cpu") -> bool:
     """Whether this torch build has the int4 matmul for ``device``: ``torch._weight_int4pack_mm_for_cpu`` on the CPU,
@@ -130,8 +135,7 @@ def quantize_int4(weight: torch.Tensor, group_size: int = GROUP_SIZE) -> Int4Wei
 def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight)`` with the int4 copy: ``x`` ``[..., K]`` (on the weight's device) rounded to bfloat16, the
     ``[..., N]`` product rounded to bfloat16, returned in ``x``'s dtype (``bias`` added in it)."""
-    rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-    out = _int4_mm(rows, weight.packed, weight.group_size, weight.scales_and_zeros).to(x.dtype)
+    out = weight.rows_product(x.reshape(-1, x.shape[-1]).to(torch.bfloat16)).to(x.dtype)
     if bias is not None:
         out += bias
     return out.view(*x.shape[:-1], weight.out_features)

@@ -31,6 +31,11 @@ class Int8Weight:
         """Bytes the copy holds (int8 values and bfloat16 scales)."""
         return self.qweight.numel() * self.qweight.element_size() + self.scale.numel() * self.scale.element_size()
 
+    def rows_product(self, rows: torch.Tensor) -> torch.Tensor:
+        """``[M, N]`` bfloat16: ``[M, K]`` bfloat16 ``rows`` times the weight, the kernel alone (no reshape or cast: a
+        few-token forward that keeps its rows so saves their dispatch, ~5 us a product on the CPU)."""
+        return torch._weight_int8pack_mm(rows, self.qweight, self.scale)
+
 
 def quantize_int8(weight: torch.Tensor) -> Int8Weight:
     """Symmetric per-output-channel int8 copy of ``weight`` ``[N, K]`` (an all-zero row gets scale 1)."""
@@ -68,8 +73,7 @@ def int8_linear(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None =
         raise InvalidInputError(
             f"int8_linear needs in_features a multiple of {K_MULTIPLE}, got {weight.qweight.shape[1]}."
         )
-    rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-    out = torch._weight_int8pack_mm(rows, weight.qweight, weight.scale).to(x.dtype)
+    out = weight.rows_product(x.reshape(-1, x.shape[-1]).to(torch.bfloat16)).to(x.dtype)
     if bias is not None:
         out += bias
     return out.view(*x.shape[:-1], weight.qweight.shape[0])

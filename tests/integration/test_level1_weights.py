@@ -113,12 +113,11 @@ def test_int4_samples_run_to_length_and_use_the_int4_copy(llama, make_prompt, mo
     """A sampled call with level 1 on the int4 copy: the copy's kernel runs for level 1's rows only, and the call
     runs to its length (the sampling suite checks the distribution with the default weights)."""
     import hf_triforce.hf.direct_forward as direct_forward
+    from hf_triforce.kernels.int4_linear import Int4Weight
 
     rows: list[int] = []
-    real = direct_forward.int4_linear
-    monkeypatch.setattr(
-        direct_forward, "int4_linear", lambda x, w, b=None: rows.append(x.numel() // x.shape[-1]) or real(x, w, b)
-    )
+    real = Int4Weight.rows_product
+    monkeypatch.setattr(Int4Weight, "rows_product", lambda w, x: rows.append(x.shape[0]) or real(w, x))
     direct_forward._DECODERS.clear()
     cfg = TriForceConfig(drafter="ngram", level1_weights="int4", **SMALL)
     torch.manual_seed(0)
