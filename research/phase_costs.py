@@ -4,7 +4,9 @@ isolation on SmolLM2-135M-Instruct over a real 7K-token prompt, beside the bytes
 
     python -m research.phase_costs --output benchmarks/results/phase-costs/cpu-7k.json
 
-Each phase is timed ``--repeats`` times after warm-up; the table reports medians. ``share`` is the phase's bytes per
+The phases take turns: in each of ``--repeats`` rounds (after a warm-up round) every phase runs ``--calls`` times, and
+the table reports each phase's median over the rounds, so the machine's slow stretches (on 2 shared cores a plain step
+moves by 20% between minutes) fall on every phase alike. ``share`` is the phase's bytes per
 millisecond as a share of the measured read bandwidth (a ``sum`` over 1 GiB); ``x bytes`` is the phase's time over
 its bytes' time at the plain step's own achieved bandwidth (how the issues state "within 1.5x of its bytes"). The
 fixed per-forward cost is a level-1 step over a 16-token view: its bytes are the weights alone.
@@ -16,6 +18,7 @@ import argparse
 import functools
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -58,11 +61,27 @@ def median_seconds(fn, repeats: int, warmup: int = 3) -> float:
     return statistics.median(times)
 
 
+def interleaved_medians(phases: list[tuple[Callable[[], object], dict]], rounds: int, calls: int) -> list[dict]:
+    """Each phase's row with ``ms``: the median over ``rounds`` of its mean over ``calls`` calls, the phases taking
+    turns within every round (after a warm-up round), so that a slow stretch of the machine slows every phase alike
+    rather than the one timed during it."""
+    times: list[list[float]] = [[] for _ in phases]
+    for round_ in range(rounds + 1):
+        for (fn, _), each in zip(phases, times, strict=True):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            if round_:  # round 0 warms up
+                each.append((time.perf_counter() - start) / calls)
+    return [{**row, "ms": 1e3 * statistics.median(each)} for (_, row), each in zip(phases, times, strict=True)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompt", default="reference")
     parser.add_argument("--tokens", type=int, default=7000)
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=30, help="rounds, each phase timed in turn in each")
+    parser.add_argument("--calls", type=int, default=3, help="calls of a phase per round (their mean is a sample)")
     parser.add_argument("--views", default="16,512,4096")
     parser.add_argument("--level1-weights", choices=("int8", "int4"), default="int4", help="level 1's copy")
     parser.add_argument("--output", type=Path)
@@ -75,10 +94,10 @@ def main() -> None:
     prompt = bench_prompt(args.prompt)
     ids = question_prompt(tokenizer, prompt.text(), prompt.question, args.tokens)
     n = ids.shape[1]
-    rows: list[dict] = []
+    phases: list[tuple[Callable[[], object], dict]] = []  # timed together below, round by round
 
-    def record(phase: str, seconds: float, n_bytes: int, **extra) -> None:
-        rows.append({"phase": phase, "ms": 1e3 * seconds, "bytes": n_bytes, **extra})
+    def record(phase: str, fn: Callable[[], object], n_bytes: int, **extra) -> None:
+        phases.append((fn, {"phase": phase, "bytes": n_bytes, **extra}))
 
     with torch.no_grad():
         # plain: one token at a time over transformers' static cache (the fastest plain decoding on this CPU) and
@@ -89,7 +108,7 @@ def main() -> None:
         static = Prefix(model, ids, new_tokens=16).copy("static")  # the bench's static cache, the prompt but its last
         kwargs = dict(input_ids=token, cache_position=position, use_cache=True, **cache_kwargs(static))
         step = functools.partial(model, **kwargs)  # rewrites the last token's slot each time
-        record("plain step (static cache)", median_seconds(step, args.repeats), plain_bytes, width=1)
+        record("plain step (static cache)", step, plain_bytes, width=1)
         dynamic = DynamicCache(config=model.config)
         model(input_ids=ids, use_cache=True, logits_to_keep=1, **cache_kwargs(dynamic))
 
@@ -97,7 +116,7 @@ def main() -> None:
             model(input_ids=token, use_cache=True, **cache_kwargs(dynamic))
             dynamic.crop(-1)
 
-        record("plain step (DynamicCache)", median_seconds(dynamic_step, args.repeats), plain_bytes, width=1)
+        record("plain step (DynamicCache)", dynamic_step, plain_bytes, width=1)
 
         cache = RetrievalCache(model.config.num_hidden_layers, 8, capacity=n + 64)
         capture = QueryCapture()
@@ -113,8 +132,7 @@ def main() -> None:
             cache.crop(-width)
 
         for width in (1, 7):
-            seconds = median_seconds(functools.partial(verify, width), args.repeats)
-            record("verification (full cache)", seconds, plain_bytes, width=width)
+            record("verification (full cache)", functools.partial(verify, width), plain_bytes, width=width)
 
         decoder = direct_decoder(model, level1)
 
@@ -126,16 +144,18 @@ def main() -> None:
             recent = max(8, budget // 4 // 8 * 8)
             if budget > 16:
                 choose = functools.partial(cache.select, queries, budget, recent, None, 4)
-                record("re-selection: choose", median_seconds(choose, args.repeats), 0, view=budget)
+                record("re-selection: choose", choose, 0, view=budget)
             indices = cache.select(queries, budget, recent, None, 4)
             view = cache.sparse_view(indices, 32)
             if budget > 16:
-                gather_s = median_seconds(functools.partial(view.refresh, indices), args.repeats)
-                record("re-selection: gather", gather_s, 2 * budget * kv_per_token, view=budget)
+                record("re-selection: gather", functools.partial(view.refresh, indices), 2 * budget * kv_per_token,
+                       view=budget)  # fmt: skip
             for width in (1, 3):
                 name = "level-1 step (fixed cost: weights only)" if budget <= 16 else "level-1 step"
-                seconds = median_seconds(functools.partial(level1_step, ids[0, -width:], view), args.repeats)
-                record(name, seconds, level1_weights + budget * kv_per_token, view=budget, width=width)
+                fn = functools.partial(level1_step, ids[0, -width:], view)
+                record(name, fn, level1_weights + budget * kv_per_token, view=budget, width=width)
+
+        rows = interleaved_medians(phases, args.repeats, args.calls)
 
     plain_ms = rows[0]["ms"]  # the static cache's step
     plain_rate = plain_bytes / plain_ms  # bytes per ms the plain step achieves
