@@ -30,8 +30,8 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | $(VPY)
 	touch $(STAMP)
 
 # Tests, then lint: ruff, and import-linter's contracts (layers, the transformers boundary, no cycles).
-# TEST_WORKERS pytest-xdist processes, one thread each, a test file per worker (tests/conftest.py): 10.2 min on
-# CI's 2 cores instead of 14.3 in one process (most tests drive tiny models: one core, Python-bound).
+# TEST_WORKERS pytest-xdist processes, one thread each, a test file per worker (tests/conftest.py): on CI's 2 cores
+# about half the time of one process (most tests drive tiny models: one core, Python-bound).
 # --durations: the slowest tests at the end of the log, to watch the suite against its ~15-minute budget.
 TEST_WORKERS ?= 2
 test: venv
