@@ -4,7 +4,8 @@ The eager static steps are the CPU reference of the CUDA-graph path: the same fo
 fixed-capacity buffers, without capture. Checked here: greedy TriForce output equals plain ``generate()``
 token for token with the static path forced on (no drafter, n-gram, a level-0 draft model with an evicting
 StreamingLLM cache, full acceptance, eager attention, Qwen2), the static path is really taken, it drafts
-exactly what the dynamic-shape path drafts (equal per-level acceptance counts), the level-0 static draft
+exactly what the dynamic-shape path drafts with the same forward (transformers', as on a GPU; equal per-level
+acceptance counts), the level-0 static draft
 cache gives the dynamic one's logits across evictions and restarts, and the ``cuda_graphs`` setting is
 validated and resolved before any forward.
 """
@@ -42,18 +43,23 @@ def _levels(model) -> dict:
 
 
 def _static_equals_dynamic(model, prompt, assert_greedy_equal, cfg: TriForceConfig, new_tokens: int, assistant=None):
-    """Greedy equality with the static path, and the same drafts (acceptance counts) as the dynamic path; both
-    levels drafted (level 0 where the config has a drafter)."""
+    """Greedy equality with the static path, and the same drafts (acceptance counts) as the dynamic path over
+    transformers' forward (the test asks for it with ``transformers_level1``: on a GPU the static steps replace that
+    path; the CPU's direct forward rounds its own way, its products' outputs kept in bfloat16, and is checked against
+    the model's forward in ``test_direct_forward.py``); both levels drafted (level 0 where the config has a
+    drafter)."""
     ran = Ran(drafted=("level1",) if cfg.drafter == "none" else ("level0", "level1"))
     assert_greedy_equal(model, prompt, cfg, new_tokens, ran=ran, assistant_model=assistant)
     static_levels = _levels(model)
     weights = hf_triforce.last_stats(model).level1_weights  # the dynamic path's "auto" would pick int4
     dynamic = TriForceConfig(**{**cfg.to_dict(), "cuda_graphs": False, "level1_weights": weights})
     assert_greedy_equal(model, prompt, dynamic, new_tokens, ran=ran, assistant_model=assistant)
+    assert hf_triforce.last_stats(model).level1_forward == "transformers"
     assert static_levels == _levels(model), "the static path drafted differently from the dynamic path"
     return static_levels
 
 
+@pytest.mark.usefixtures("transformers_level1")
 @pytest.mark.parametrize("drafter", ["none", "ngram", "model"])
 def test_greedy_equal_with_static_steps(zoo, make_prompt, assert_greedy_equal, runners, drafter):
     model = zoo.target("llama_gqa")
@@ -92,6 +98,7 @@ def test_level1_runner_is_reused_across_calls(model_factory, make_prompt, assert
     assert state_of(model) is None and not hf_triforce.is_enabled(model)
 
 
+@pytest.mark.usefixtures("transformers_level1")
 def test_greedy_equal_with_full_acceptance(zoo, make_prompt, assert_greedy_equal, self_draft_config):
     """Target as its own level-0 drafter, whole sequence in the view: drafts run to their end (no crops)."""
     model = zoo.target("llama_gqa")
@@ -100,6 +107,7 @@ def test_greedy_equal_with_full_acceptance(zoo, make_prompt, assert_greedy_equal
     assert levels["level0"]["acceptance_rate"] >= 0.9 and levels["level1"]["acceptance_rate"] >= 0.9
 
 
+@pytest.mark.usefixtures("transformers_level1")
 def test_greedy_equal_qwen2_with_refreshes(zoo, make_prompt, assert_greedy_equal):
     model, assistant = zoo.target("qwen2"), zoo.draft("qwen2")
     cfg = TriForceConfig(**{**SMALL, "refresh_every": 2}, drafter="model", cuda_graphs="eager")
@@ -107,6 +115,7 @@ def test_greedy_equal_qwen2_with_refreshes(zoo, make_prompt, assert_greedy_equal
     assert hf_triforce.last_stats(model).retrieval_refreshes >= 3
 
 
+@pytest.mark.usefixtures("transformers_level1")
 def test_greedy_equal_with_eager_attention(model_factory, make_prompt, assert_greedy_equal):
     """The static path's additive (eager-attention) mask."""
     model = model_factory("llama_mha", seed=0)
