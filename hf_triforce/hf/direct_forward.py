@@ -54,14 +54,17 @@ class Projection:
     def in_dtype(self, rows: int) -> torch.dtype:
         """The dtype ``rows`` rows are multiplied in: bfloat16 where the low-bit copy serves them (its kernels round
         their input to it), else the layers' own."""
-        low_bit = self.low_bit is not None and rows <= MAX_ROWS
-        return torch.bfloat16 if low_bit else self.layers[0].weight.dtype
+        return torch.bfloat16 if self._low_bit_serves(rows) else self.layers[0].weight.dtype
+
+    def _low_bit_serves(self, rows: int) -> bool:
+        """Whether ``rows`` rows multiply by the low-bit copy (past :data:`MAX_ROWS` its kernel is no faster)."""
+        return self.low_bit is not None and rows <= MAX_ROWS
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``[rows, K]`` times the weights, ``[rows, sum N]``: in bfloat16 from the low-bit copy (a caller that
         keeps it so saves two casts a product; with a bias, in the bias' dtype), else in the layers' dtype (``x``
         cast to it)."""
-        if self.low_bit is not None and x.shape[0] <= MAX_ROWS:
+        if self._low_bit_serves(x.shape[0]):
             out = self.low_bit.rows_product(x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16))
             return out if self.bias is None else out + self.bias
         x = x.to(self.layers[0].weight.dtype)
