@@ -47,7 +47,7 @@ def fixed_shape_step(decoder: DirectDecoder, tokens, positions, length, keys, va
     visible = torch.arange(capacity)[None, :] <= slots[:, None]  # [w, C]
     mask = visible.repeat(heads // kv_heads, 1)[None, None]  # packed rows
     for layer, k_store, v_store in zip(decoder.layers, keys, values, strict=True):
-        h = F.rms_norm(x, layer.input_norm[0].shape, *layer.input_norm)
+        h = _rms(x, layer.input_norm)
         states = _int4(h, layer.qkv).view(w, heads + 2 * kv_heads, d)
         rotated = apply_rope(states[:, : heads + kv_heads], cos, sin)
         query, key, value = rotated[:, :heads], rotated[:, heads:], states[:, heads + kv_heads :]
@@ -56,9 +56,13 @@ def fixed_shape_step(decoder: DirectDecoder, tokens, positions, length, keys, va
         packed = query.transpose(0, 1).reshape(1, kv_heads, heads // kv_heads * w, d)
         out = F.scaled_dot_product_attention(packed, k_store, v_store, attn_mask=mask, scale=layer.scaling)
         x = x + _int4(out.reshape(heads, w, d).transpose(0, 1).reshape(w, heads * d), layer.o)
-        gate, up = _int4(F.rms_norm(x, layer.post_norm[0].shape, *layer.post_norm), layer.gate_up).chunk(2, dim=-1)
+        gate, up = _int4(_rms(x, layer.post_norm), layer.gate_up).chunk(2, dim=-1)
         x = x + _int4(F.silu(gate) * up, layer.down)
-    return decoder.head(F.rms_norm(x, decoder.norm[0].shape, *decoder.norm))
+    return decoder.head(_rms(x, decoder.norm))
+
+
+def _rms(x: torch.Tensor, norm) -> torch.Tensor:
+    return F.rms_norm(x, norm.weight.shape, norm.weight, norm.eps)
 
 
 def median_ms(fn, repeats: int = 25, warmup: int = 5) -> float:
