@@ -15,11 +15,13 @@ from transformers import DynamicCache
 
 import hf_triforce
 from hf_triforce import TriForceConfig
+from hf_triforce.hf import direct_forward
 from hf_triforce.hf.direct_forward import _DECODERS, DirectDecoder, direct_decoder, direct_forward_problem
 from hf_triforce.hf.linears import int8_weight_copy, level1_linears, swapped_linears
 from hf_triforce.hf.versions import cache_kwargs
 from hf_triforce.kernels.int4_linear import int4_kernel_available, quantize_int4
 from hf_triforce.kernels.int8_linear import int8_kernel_available, quantize_int8
+from hf_triforce.kernels.verify_cpu import verify_attention_cpu
 
 pytestmark = pytest.mark.integration
 
@@ -61,6 +63,28 @@ def test_equals_the_models_forward_over_the_same_cache(model_factory, make_promp
     for a, b in zip(ours.layers, theirs.layers, strict=True):  # the same keys/values were appended
         torch.testing.assert_close(a.keys, b.keys, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(a.values, b.values, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["llama_gqa", "llama_mha"])
+def test_key_ranges_equal_the_models_forward(model_factory, make_prompt, monkeypatch, layout):
+    """A few-token step over a long view runs its keys as ranges of one SDPA call (from ``RANGES_FROM_KEYS`` keys);
+    here from any length, two ranges, so a tiny model's cache takes that path: the same logits as the model's."""
+    calls = []
+
+    def two_ranges(*args):
+        out = verify_attention_cpu(*args, parts=2)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(direct_forward, "RANGES_FROM_KEYS", 1)
+    monkeypatch.setattr(direct_forward, "verify_attention_cpu", two_ranges)
+    model = model_factory(layout)
+    ours, theirs = prefilled_pair(model, make_prompt(40, seed=4))
+    tokens = make_prompt(3, seed=9)[0]
+    with torch.no_grad():
+        got = DirectDecoder(model, weights="full").logits(tokens, 40, ours)
+    assert calls == [True] * model.config.num_hidden_layers
+    torch.testing.assert_close(got, model_logits(model, tokens, 40, theirs), rtol=1e-4, atol=1e-4)
 
 
 @needs_int8
